@@ -1,0 +1,100 @@
+"""`diffusion-lsp data build|tokenizer`: rebuild the training corpus from the pinned manifest, then
+train the byte-level BPE tokenizer on its train split."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import zlib
+from pathlib import Path
+
+from ..cli import UserError
+
+
+def register(sub):
+    p = sub.add_parser("data", help="build the training corpus and its tokenizer",
+                       description="Build the training corpus from the pinned manifest and train its tokenizer.")
+    actions = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    b = actions.add_parser("build", help="download, filter, deduplicate and split the corpus")
+    b.add_argument("--manifest", metavar="PATH", help="manifest.json (default: the one shipped with the package)")
+    b.add_argument("--out", default="data/corpus", metavar="DIR", help="corpus folder (default data/corpus)")
+    b.add_argument("--cache", default="data/cache", metavar="DIR", help="downloaded archives (default data/cache)")
+    t = actions.add_parser("tokenizer", help="train the byte-level BPE tokenizer on train.jsonl")
+    t.add_argument("--corpus", default="data/corpus", metavar="DIR", help="corpus folder (default data/corpus)")
+    t.add_argument("--vocab-size", type=int, default=8192, metavar="N", help="vocabulary size (default 8192)")
+    t.add_argument("--out", metavar="PATH", help="tokenizer.json to write (default DIR/tokenizer.json)")
+    t.add_argument("--max-mb", type=float, default=300.0, metavar="MB",
+                   help="train on a deterministic sample of about this many MB of train.jsonl (default 300)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    return {"build": run_build, "tokenizer": run_tokenizer}[args.data_command](args)
+
+
+def run_build(args) -> int:
+    from .build import build_corpus
+    from .manifest import load_manifest
+
+    try:
+        manifest = load_manifest(args.manifest)
+    except (OSError, ValueError) as e:
+        raise UserError(f"manifest: {e}") from None
+    start = time.perf_counter()
+    try:
+        stats = build_corpus(manifest, Path(args.out), Path(args.cache))
+    except (OSError, RuntimeError, ValueError) as e:
+        raise UserError(str(e)) from None
+    for name, s in stats["splits"].items():
+        print(f"{name}: {s['packages']} packages, {s['files']} files, {s['bytes'] / 1e6:.1f} MB")
+    d = stats["dedup"]
+    print(f"duplicates dropped: {d['duplicates']} files, {d['duplicate_bytes'] / 1e6:.1f} MB; "
+          f"built in {time.perf_counter() - start:.0f} s -> {args.out}")
+    return 0
+
+
+def read_records(path: Path):
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
+def run_tokenizer(args) -> int:
+    corpus = Path(args.corpus)
+    train, val = corpus / "train.jsonl", corpus / "val.jsonl"
+    if not train.exists():
+        raise UserError(f"{train} not found; run `diffusion-lsp data build` first")
+    if args.vocab_size < 300:
+        raise UserError(f"--vocab-size must be at least 300 (256 bytes + merges), got {args.vocab_size}")
+    from tqdm import tqdm
+
+    from ..model.tokenizer import train_bpe
+
+    keep = min(1.0, args.max_mb * 1e6 / train.stat().st_size)  # jsonl size slightly overstates the text
+    used = {"files": 0, "bytes": 0}
+
+    def texts():
+        for r in tqdm(read_records(train), desc="tokenizer", unit="file", file=sys.stderr):
+            if keep < 1.0 and zlib.crc32(f"{r['package']}/{r['path']}".encode()) >= keep * 2**32:
+                continue
+            used["files"] += 1
+            used["bytes"] += len(r["text"].encode())
+            yield r["text"]
+
+    start = time.perf_counter()
+    tok = train_bpe(texts(), args.vocab_size)
+    seconds = time.perf_counter() - start
+    out = Path(args.out) if args.out else corpus / "tokenizer.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tok.hf.save(str(out))
+    print(f"tokenizer: {tok.vocab_size} tokens, trained on {used['files']} files "
+          f"({used['bytes'] / 1e6:.1f} MB) in {seconds:.0f} s -> {out}")
+    if val.exists():
+        texts_val = [r["text"] for r in read_records(val)]
+        n_tokens = sum(len(e.ids) for e in tok.hf.encode_batch(texts_val, add_special_tokens=False))
+        n_bytes = sum(len(t.encode()) for t in texts_val)
+        print(f"val: {n_tokens / max(n_bytes, 1):.4f} tokens/byte ({n_bytes / max(n_tokens, 1):.2f} bytes/token) "
+              f"over {len(texts_val)} files")
+    return 0

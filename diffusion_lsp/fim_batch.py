@@ -1,0 +1,86 @@
+"""`diffusion-lsp fim --batch IN.jsonl`: the path every evaluation uses.
+
+Each input line is one request {id, prefix, suffix, max_tokens?}; each output line is one result
+{id, text, tokens, forwards, ms}, or {id, error} for a bad line, in input order. Requests are
+decoded `--batch-size` at a time, one forward pass per step for the whole batch."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .cli import UserError
+from .fim import engine_from_args, result_record, sampler_config
+
+
+def parse_request(line: str, lineno: int, default_max: int):
+    """-> FillRequest, or an error record for a bad line."""
+    from .model.canvas import FillRequest
+
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        return {"id": None, "line": lineno, "error": f"line {lineno}: not valid JSON ({e.msg})"}
+    if not isinstance(obj, dict):
+        return {"id": None, "line": lineno, "error": f"line {lineno}: expected a JSON object"}
+    rid = obj.get("id", lineno)
+    prefix, suffix, max_tokens = obj.get("prefix"), obj.get("suffix", ""), obj.get("max_tokens", default_max)
+    if not isinstance(prefix, str) or not isinstance(suffix, str):
+        return {"id": rid, "line": lineno, "error": f"line {lineno}: 'prefix' and 'suffix' must be strings"}
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        return {"id": rid, "line": lineno, "error": f"line {lineno}: 'max_tokens' must be a positive integer"}
+    return FillRequest(prefix=prefix, suffix=suffix, max_tokens=max_tokens, id=rid)
+
+
+def read_lines(path: str) -> list[str]:
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}") from None
+    return data.decode("utf-8", errors="replace").splitlines()
+
+
+def run_batch(args) -> int:
+    from tqdm import tqdm
+
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
+    lines = read_lines(args.batch)
+    items = [parse_request(s, n, args.max_tokens) for n, s in enumerate(lines, 1) if s.strip()]
+    cfg = sampler_config(args)
+    engine = engine_from_args(args)
+    out = sys.stdout
+    errors = 0
+    with tqdm(total=len(items), desc="fim", unit="req", file=sys.stderr, disable=None) as bar:
+        for i in range(0, len(items), args.batch_size):
+            chunk = items[i : i + args.batch_size]
+            requests = [r for r in chunk if not isinstance(r, dict)]
+            results = iter(fill_each(engine, requests, cfg))
+            for item in chunk:
+                record = item if isinstance(item, dict) else next(results)
+                errors += "error" in record
+                out.write(json.dumps(record) + "\n")
+            out.flush()
+            bar.update(len(chunk))
+    if errors:
+        print(f"diffusion-lsp: {errors} of {len(items)} requests failed", file=sys.stderr)
+    return 0
+
+
+def fill_each(engine, requests, cfg) -> list[dict]:
+    """Fill a batch; if the batch as a whole is rejected, retry one by one so only bad ones fail."""
+    if not requests:
+        return []
+    try:
+        return [{"id": r.id, **result_record(res)} for r, res in zip(requests, engine.fill(requests, cfg))]
+    except ValueError:
+        if len(requests) == 1:
+            raise
+    out = []
+    for r in requests:
+        try:
+            out.extend(fill_each(engine, [r], cfg))
+        except ValueError as e:
+            out.append({"id": r.id, "error": str(e)})
+    return out

@@ -1,0 +1,1 @@
+"""Training our masked-diffusion code models: objective (objective.py), data (data.py), loop (loop.py)."""

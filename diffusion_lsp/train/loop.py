@@ -1,0 +1,241 @@
+"""The training loop: AdamW, linear warmup then cosine decay over the planned steps or minutes,
+gradient clipping, periodic validation (RUN_DIR/log.jsonl) and checkpoints; resumable, and the
+same code under torchrun (DDP; rank 0 evaluates, logs and saves; every rank draws its own data).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from diffusion_lsp.model.config import ModelConfig, SpecialTokens
+from diffusion_lsp.model.tokenizer import Tokenizer
+from diffusion_lsp.model.transformer import DiffusionTransformer
+
+from .config import TrainConfig
+from .data import Batches, TokenFiles, newline_table
+from .objective import Batch, diffusion_loss, select_masked
+from .runtime import Runtime, setup
+from .state import Progress, TrainError, has_run, load_run, save_run
+
+VAL_SEED = 0  # validation batches are the same for every run, so losses compare across runs
+
+
+class MaskedDiffusionLoss(nn.Module):
+    """Model + objective in one forward (what DDP wraps): hidden states -> only the masked positions
+    through the output head -> LLaDA eq. 3 loss."""
+
+    def __init__(self, model: DiffusionTransformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs, targets, key_mask, masked, t, n_scored: int):
+        B, S = inputs.shape
+        positions = torch.arange(S, device=inputs.device).expand(B, S)
+        h, _ = self.model.hidden(inputs, positions, key_mask)  # [B, S, D]
+        batch = Batch(targets, inputs, key_mask, masked, t, n_scored)
+        h, tgt, w = select_masked(h, batch, self.model.config.shift_logits)  # [M, D], [M], [M]
+        return diffusion_loss(self.model.logits(h), tgt, w, n_scored)
+
+
+def _call(loss_fn, batch: Batch):
+    return loss_fn(batch.inputs, batch.targets, batch.key_mask, batch.masked, batch.t, batch.n_scored)
+
+
+def model_config(cfg: TrainConfig, tok: Tokenizer) -> ModelConfig:
+    """The preset with overrides; vocab follows the tokenizer (rounded up to 64) and max_seq_len
+    defaults to the training length, so the sampler never feeds positions the model never saw."""
+    overrides = {"max_seq_len": cfg.seq_len, **cfg.model}
+    try:
+        mc = ModelConfig.preset(cfg.preset, vocab_size=-(-tok.vocab_size // 64) * 64, **overrides)
+    except ValueError as e:  # unknown preset, indivisible dim/heads
+        raise TrainError(str(e)) from None
+    if cfg.seq_len > mc.max_seq_len:
+        raise TrainError(f"seq_len {cfg.seq_len} is longer than the model's max_seq_len {mc.max_seq_len}")
+    return mc
+
+
+def lr_at(cfg: TrainConfig, step: int, elapsed_s: float) -> float:
+    """Linear warmup over warmup_steps, then cosine to lr * min_lr_ratio over the budget (whichever
+    of steps and minutes is closer to running out)."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    done = max(step / cfg.steps if cfg.steps else 0.0, elapsed_s / (60 * cfg.minutes) if cfg.minutes else 0.0)
+    floor = cfg.lr * cfg.min_lr_ratio
+    return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * min(done, 1.0)))
+
+
+def _finished(cfg: TrainConfig, step: int, elapsed_s: float) -> bool:
+    return (cfg.steps is not None and step >= cfg.steps) or (cfg.minutes is not None and elapsed_s >= 60 * cfg.minutes)
+
+
+def _optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices and the embedding
+    rest = [p for p in model.parameters() if p.dim() < 2]  # norm weights, biases
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=device.type == "cuda")
+
+
+@torch.no_grad()
+def evaluate(loss_fn: MaskedDiffusionLoss, batches: list[Batch], rt: Runtime, device) -> float:
+    loss_fn.eval()
+    total = 0.0
+    for b in batches:
+        with rt.autocast():
+            total += float(_call(loss_fn, b.to(device)))
+    loss_fn.train()
+    return total / max(len(batches), 1)
+
+
+def _log(out: Path, record: dict):
+    with (out / "log.jsonl").open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _load_split(path: Path, tok: Tokenizer, rt: Runtime) -> TokenFiles | None:
+    if not path.is_file():
+        return None
+    if rt.main:  # one process builds the cache, the others read it
+        files = TokenFiles.load(path, tok)
+    rt.barrier()
+    return files if rt.main else TokenFiles.load(path, tok)
+
+
+def train(cfg: TrainConfig, progress_bar: bool = True) -> dict:
+    """Train (or resume) the run in cfg.out; returns a summary of this invocation."""
+    rt = setup(cfg.device, cfg.autocast, cfg.threads)
+    try:
+        return _train(cfg, rt, progress_bar)
+    finally:
+        rt.close()
+
+
+def _prepare(cfg: TrainConfig, rt: Runtime, out: Path):
+    corpus = Path(cfg.corpus)
+    if not (corpus / "train.jsonl").is_file():
+        raise TrainError(f"no train.jsonl in corpus folder {corpus}")
+    if has_run(out):
+        model, tok, state, prog = load_run(out, rt.device)
+        if model.config != model_config(cfg, tok):
+            raise TrainError(f"{out} holds a {model.config} model; this command asks for "
+                             f"{model_config(cfg, tok)} (use another --out)")
+        changed = sorted(k for k, v in cfg.to_dict().items() if state["config"].get(k) != v)
+        if rt.main and changed:
+            print(f"resuming {out} at step {prog.step}; changed settings: {', '.join(changed)}")
+    else:
+        if not (corpus / "tokenizer.json").is_file():
+            raise TrainError(f"no tokenizer.json in corpus folder {corpus}")
+        tok = Tokenizer.from_file(corpus / "tokenizer.json", SpecialTokens())
+        torch.manual_seed(cfg.seed)  # same initial weights on every rank
+        model, state, prog = DiffusionTransformer(model_config(cfg, tok)), None, Progress()
+    model.to(rt.device).train()
+    opt = _optimizer(model, cfg, rt.device)
+    if state is not None:
+        opt.load_state_dict(state["optimizer"])
+    return model, tok, opt, prog
+
+
+def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
+    out = Path(cfg.out)
+    model, tok, opt, prog = _prepare(cfg, rt, out)
+    newline = newline_table(tok)
+    train_files = _load_split(Path(cfg.corpus) / "train.jsonl", tok, rt)
+    train_data = Batches(train_files, tok, cfg.seq_len, cfg.batch_size, cfg.objective, cfg.seed, rt.rank, newline)
+    val_batches = []
+    val_path = Path(cfg.corpus) / "val.jsonl"
+    val_files = TokenFiles.load(val_path, tok) if rt.main and val_path.is_file() else None  # rank 0 evaluates
+    if val_files is not None and val_files.n_tokens and cfg.eval_batches:
+        val = Batches(val_files, tok, cfg.seq_len, cfg.batch_size, cfg.objective, VAL_SEED, 0, newline)
+        val_batches = [(kind, [val.get(i, fim_rate=rate) for i in range(cfg.eval_batches)])
+                       for kind, rate in (("plain", 0.0), ("fim", 1.0))]
+    loss_fn = MaskedDiffusionLoss(model)
+    step_fn = loss_fn
+    if rt.world_size > 1:
+        ids = [rt.device.index] if rt.device.type == "cuda" else None
+        step_fn = nn.parallel.DistributedDataParallel(loss_fn, device_ids=ids)
+    if rt.main:
+        out.mkdir(parents=True, exist_ok=True)
+        _log(out, {"event": "start", "step": prog.step, "params": sum(p.numel() for p in model.parameters()),
+                   "model": model.config.to_dict(), "world_size": rt.world_size, "device": str(rt.device),
+                   "amp": str(rt.amp_dtype), "threads": torch.get_num_threads(), "config": cfg.to_dict()})
+
+    def run_eval() -> dict:
+        losses = {kind: evaluate(loss_fn, bs, rt, rt.device) for kind, bs in val_batches}
+        if losses:
+            rate = cfg.objective.fim_rate
+            prog.val_loss = (1 - rate) * losses["plain"] + rate * losses["fim"]
+        return {f"val_{k}": v for k, v in losses.items()} | ({"val_loss": prog.val_loss} if losses else {})
+
+    def save():
+        save_run(out, model, tok, opt, prog, cfg.to_dict(), rt.world_size)
+
+    tokens_per_step = cfg.batch_size * cfg.seq_len * rt.world_size
+    start_step, start_elapsed, t0 = prog.step, prog.elapsed_s, time.perf_counter()
+    last_save = prog.elapsed_s
+    window = {"loss": 0.0, "n": 0, "t": t0, "tokens": 0}
+    bar = None
+    if progress_bar and rt.main:
+        total = cfg.steps if cfg.steps is not None else round(60 * cfg.minutes)
+        bar = tqdm(total=total, initial=prog.step if cfg.steps is not None else min(int(prog.elapsed_s), total),
+                   unit="step" if cfg.steps is not None else "s", dynamic_ncols=True)
+    summary_loss = float("nan")
+    try:
+        while True:
+            prog.elapsed_s = rt.broadcast_float(start_elapsed + time.perf_counter() - t0)
+            if _finished(cfg, prog.step, prog.elapsed_s):
+                break
+            lr = lr_at(cfg, prog.step, prog.elapsed_s)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            batch = train_data.get(prog.step).to(rt.device)
+            with rt.autocast():
+                loss = _call(step_fn, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            prog.step += 1
+            prog.tokens += tokens_per_step
+            window["loss"] += loss.detach()
+            window["n"] += 1
+            window["tokens"] += tokens_per_step
+            now = time.perf_counter()
+            is_eval = rt.main and cfg.eval_every and prog.step % cfg.eval_every == 0
+            if rt.main and (is_eval or now - window["t"] >= 2.0):  # item() syncs: not every step
+                summary_loss = float(window["loss"]) / window["n"]
+                rate = window["tokens"] / (now - window["t"])
+                if bar is not None:
+                    bar.set_postfix(loss=f"{summary_loss:.3f}", tok_s=f"{rate:,.0f}", lr=f"{lr:.2e}", refresh=False)
+                if is_eval:
+                    _log(out, {"event": "eval", "step": prog.step, "elapsed_s": round(prog.elapsed_s, 1),
+                               "tokens": prog.tokens, "lr": lr, "train_loss": summary_loss,
+                               "tokens_per_s": round(rate), **run_eval()})
+                window = {"loss": 0.0, "n": 0, "t": time.perf_counter(), "tokens": 0}
+            if bar is not None:
+                bar.update(1 if cfg.steps is not None else min(int(prog.elapsed_s), bar.total) - bar.n)
+            if rt.main and prog.elapsed_s - last_save >= 60 * cfg.save_every_minutes:
+                save()
+                last_save = prog.elapsed_s
+    except KeyboardInterrupt:
+        if rt.world_size == 1 and prog.step > start_step:
+            save()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    run_s = time.perf_counter() - t0
+    summary = {"event": "end", "step": prog.step, "elapsed_s": round(prog.elapsed_s, 1), "tokens": prog.tokens,
+               "train_loss": summary_loss if window["n"] == 0 else float(window["loss"]) / window["n"],
+               "tokens_per_s": round((prog.step - start_step) * tokens_per_step / max(run_s, 1e-9))}
+    if rt.main:
+        if prog.step > start_step:
+            summary |= run_eval()
+            save()
+        _log(out, summary)
+    return summary

@@ -1,0 +1,192 @@
+"""Masked-diffusion training objective: building rows, noising them, and the weighted loss.
+
+Two kinds of rows, mixed by `ObjectiveConfig.fim_rate`:
+
+- plain (MDLM, Sahoo et al. 2024; LLaDA, Nie et al. 2025): `[bos] + tokens`; with t ~ U(eps, 1) per
+  row every non-bos token is replaced by the mask token with probability t.
+- fill-in-the-middle, laid out exactly as the sampler builds them (model/canvas.py):
+  `[bos] + prefix + canvas + suffix`, the canvas being the m real middle tokens followed by N - m
+  filler tokens; only canvas positions are noised, so the model learns to write the middle and
+  to end it with fillers (that is how the sampler's fill length adapts up to N).
+
+Loss (LLaDA eq. 3): -1/n * sum over rows and masked positions of log p(x_i | x_t) / t, where n is
+the number of positions that could have been masked (non-bos tokens of plain rows, canvas
+positions of FIM rows); padding is never masked and never scored.
+
+Row building and noising are numpy functions driven by an explicit `np.random.Generator`, so a
+batch is a pure function of its seed (resume and multi-rank data need nothing else).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class ObjectiveConfig:
+    eps: float = 1e-3  # t ~ U(eps, 1); eps keeps the 1/t weight finite
+    fim_rate: float = 0.5  # fraction of rows that are fill-in-the-middle examples
+    max_span: int = 64  # FIM middle: 1..max_span real tokens
+    line_rate: float = 0.5  # fraction of FIM middles that are whole lines (HumanEval single/multi-line)
+    min_extra: int = 4  # canvas N = m + U(0, max(min_extra, m)) so the model sees trailing fillers
+
+    def __post_init__(self):
+        if not 0.0 < self.eps < 1.0:
+            raise ValueError(f"eps must be in (0, 1), got {self.eps}")
+        for name in ("fim_rate", "line_rate"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.max_span < 1 or self.min_extra < 0:
+            raise ValueError(f"max_span must be >= 1 and min_extra >= 0, got {self.max_span}, {self.min_extra}")
+
+
+@dataclass
+class Row:
+    ids: np.ndarray  # [S] int64, padded with the filler id
+    valid: np.ndarray  # [S] bool: real positions (the model's key_mask)
+    maskable: np.ndarray  # [S] bool: positions that may be noised and are scored
+
+
+@dataclass
+class Batch:
+    targets: torch.Tensor  # [B, S] long: clean ids
+    inputs: torch.Tensor  # [B, S] long: ids with masked positions replaced by the mask id
+    key_mask: torch.Tensor  # [B, S] bool
+    masked: torch.Tensor  # [B, S] bool: positions scored by the loss
+    t: torch.Tensor  # [B] float: noise level of each row
+    n_scored: int  # positions that could have been masked (the loss denominator)
+
+    def to(self, device) -> "Batch":
+        move = lambda x: x.to(device, non_blocking=True)  # noqa: E731
+        return Batch(move(self.targets), move(self.inputs), move(self.key_mask), move(self.masked),
+                     move(self.t), self.n_scored)
+
+
+def _bos(tok) -> list[int]:
+    return [] if tok.bos_id is None else [tok.bos_id]
+
+
+def _pad(ids: list[int], maskable: list[bool], seq_len: int, filler_id: int) -> Row:
+    n = len(ids)
+    out = np.full(seq_len, filler_id, dtype=np.int64)
+    out[:n] = ids
+    valid = np.zeros(seq_len, dtype=bool)
+    valid[:n] = True
+    mk = np.zeros(seq_len, dtype=bool)
+    mk[:n] = maskable
+    return Row(out, valid, mk)
+
+
+def plain_row(tokens: np.ndarray, seq_len: int, tok) -> Row:
+    """`[bos] + tokens`, cut to seq_len; every real non-bos position is maskable."""
+    bos = _bos(tok)
+    body = [int(x) for x in tokens[: seq_len - len(bos)]]
+    return _pad(bos + body, [False] * len(bos) + [True] * len(body), seq_len, tok.filler_id)
+
+
+def _line_span(newline: np.ndarray, max_span: int, rng: np.random.Generator) -> tuple[int, int] | None:
+    """(start, length) of one or more whole lines: the span starts after a token that contains a
+    newline and ends with one (byte-level BPE glues the newline to the next line's indentation, so
+    this is the nearest token boundary). None when the crop has no such span."""
+    ends = np.flatnonzero(newline)  # token indices that end a line
+    if len(ends) < 2:
+        return None
+    starts = ends[:-1] + 1
+    first_end = ends[1:]  # the line that starts at starts[i] ends at first_end[i]
+    ok = first_end - starts + 1 <= max_span
+    if not ok.any():
+        return None
+    i = int(rng.choice(np.flatnonzero(ok)))
+    s = int(starts[i])
+    if rng.random() < 0.5:  # single line
+        return s, int(first_end[i]) - s + 1
+    cand = ends[(ends >= first_end[i]) & (ends - s + 1 <= max_span)]  # multi-line (may still be one)
+    return s, int(rng.choice(cand)) - s + 1
+
+
+def fim_row(tokens: np.ndarray, seq_len: int, tok, newline: np.ndarray, cfg: ObjectiveConfig,
+            rng: np.random.Generator) -> Row:
+    """`[bos] + prefix + middle + (N - m) fillers + suffix`, cut to seq_len on the suffix side (and
+    on the prefix side when the canvas would not fit otherwise).
+
+    tokens: a crop of at most seq_len - len(bos) ids; newline: [V] bool, which token ids contain a
+    newline. Only the canvas (middle + fillers) is maskable."""
+    bos = _bos(tok)
+    tokens = tokens[: seq_len - len(bos)]
+    if len(tokens) == 0:
+        return plain_row(tokens, seq_len, tok)
+    span = None
+    if rng.random() < cfg.line_rate:
+        span = _line_span(newline[tokens], cfg.max_span, rng)
+    if span is None:
+        m = int(rng.integers(1, min(cfg.max_span, len(tokens)) + 1))
+        span = int(rng.integers(0, len(tokens) - m + 1)), m
+    a, m = span
+    room = seq_len - len(bos) - m  # the canvas must fit in the row
+    extra = min(int(rng.integers(0, max(cfg.min_extra, m) + 1)), room)
+    d = max(0, a + extra - room)  # the canvas would run past the row: cut the prefix on the left
+    ids = bos + [int(x) for x in tokens[d:a + m]] + [tok.filler_id] * extra + [int(x) for x in tokens[a + m:]]
+    maskable = [False] * (len(bos) + a - d) + [True] * (m + extra)
+    ids = ids[:seq_len]
+    maskable = (maskable + [False] * len(ids))[: len(ids)]
+    return _pad(ids, maskable, seq_len, tok.filler_id)
+
+
+def sample_t(n: int, eps: float, rng: np.random.Generator) -> np.ndarray:
+    """Noise levels t ~ U(eps, 1), one per row [n]."""
+    return eps + (1.0 - eps) * rng.random(n)
+
+
+def noise(ids: np.ndarray, maskable: np.ndarray, t: np.ndarray, mask_id: int,
+          rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Forward process q(x_t | x_0): each maskable position of row b becomes mask_id with prob t[b].
+    ids, maskable: [B, S]; t: [B]. Returns (noisy ids [B, S], masked [B, S] bool)."""
+    masked = maskable & (rng.random(ids.shape) < t[:, None])
+    return np.where(masked, mask_id, ids), masked
+
+
+def make_batch(crops: list[np.ndarray], seq_len: int, tok, newline: np.ndarray, cfg: ObjectiveConfig,
+               rng: np.random.Generator, fim_rate: float | None = None) -> Batch:
+    """Rows from token crops (each at most seq_len - 1 ids), a FIM/plain mix, noised at random t."""
+    fim_rate = cfg.fim_rate if fim_rate is None else fim_rate
+    rows = [fim_row(c, seq_len, tok, newline, cfg, rng) if rng.random() < fim_rate else plain_row(c, seq_len, tok)
+            for c in crops]
+    ids = np.stack([r.ids for r in rows])
+    maskable = np.stack([r.maskable for r in rows])
+    t = sample_t(len(rows), cfg.eps, rng)
+    noisy, masked = noise(ids, maskable, t, tok.mask_id, rng)
+    return Batch(
+        targets=torch.from_numpy(ids), inputs=torch.from_numpy(noisy),
+        key_mask=torch.from_numpy(np.stack([r.valid for r in rows])), masked=torch.from_numpy(masked),
+        t=torch.from_numpy(t).float(), n_scored=int(maskable.sum()),
+    )
+
+
+def masked_weights(masked: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """1/t of each masked position, in `masked.nonzero()` order: [M]."""
+    return (1.0 / t)[:, None].expand_as(masked)[masked]
+
+
+def diffusion_loss(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor, n_scored: int) -> torch.Tensor:
+    """LLaDA eq. 3 on the masked positions only: logits [M, V], targets [M], weights [M] (= 1/t).
+    Cross-entropy runs in fp32 whatever the autocast dtype."""
+    ce = F.cross_entropy(logits.float(), targets, reduction="none")  # [M]
+    return (ce * weights).sum() / max(n_scored, 1)
+
+
+def select_masked(hidden: torch.Tensor, batch: Batch, shift: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Hidden states that predict the masked positions [M, D], their targets [M] and weights [M].
+    Only these go through the output head (it is about a third of a small model's FLOPs).
+    shift: logits at i predict token i + 1 (Dream/CoDA layout); position 0 is bos, never masked."""
+    masked = batch.masked
+    if shift:
+        hidden = hidden[:, :-1]
+        masked = masked[:, 1:]
+        targets = batch.targets[:, 1:][masked]
+    else:
+        targets = batch.targets[masked]
+    return hidden[masked], targets, masked_weights(masked, batch.t)

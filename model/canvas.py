@@ -1,0 +1,64 @@
+"""Turning a fill request into token rows: prefix, a canvas of mask tokens, suffix.
+
+Token healing: when the cursor sits inside a token (`self.fo|`), the prefix's last token is moved
+into the canvas and the canvas's first token is constrained to start with its text, so the fill
+continues the word instead of starting a new token after a half-typed one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .tokenizer import Tokenizer
+
+
+@dataclass
+class FillRequest:
+    prefix: str
+    suffix: str = ""
+    max_tokens: int = 32  # canvas size N: the fill has at most this many tokens
+    id: object = None
+
+
+@dataclass
+class Row:
+    ids: list[int]  # prefix + canvas (mask ids) + suffix
+    start: int  # index of the first canvas position
+    length: int  # canvas length
+    healed: str = ""  # text of the prefix token moved into the canvas ("" when none)
+    first_allowed: list[int] = field(default_factory=list)  # allowed ids at canvas[0] when healing
+
+
+def _heal(prefix_ids: list[int], tok: Tokenizer) -> tuple[list[int], str, list[int]]:
+    if not prefix_ids:
+        return prefix_ids, "", []
+    typed = tok.decode(prefix_ids[-1:])
+    if not typed or "\ufffd" in typed:  # part of a multi-byte character: leave it alone
+        return prefix_ids, "", []
+    allowed = tok.ids_starting_with(typed)
+    if not allowed:
+        return prefix_ids, "", []
+    return prefix_ids[:-1], typed, allowed
+
+
+def build_row(req: FillRequest, tok: Tokenizer, max_seq_len: int, heal: bool) -> Row:
+    """Encode one request; the prefix is cut on the left and the suffix on the right to fit."""
+    if req.max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {req.max_tokens}")
+    prefix = tok.encode(req.prefix)
+    suffix = tok.encode(req.suffix)
+    healed, allowed = "", []
+    if heal:
+        prefix, healed, allowed = _heal(prefix, tok)
+    n = req.max_tokens + (1 if healed else 0)
+    bos = [] if tok.bos_id is None else [tok.bos_id]
+    room = max_seq_len - n - len(bos)
+    if room < 0:
+        raise ValueError(f"max_tokens={req.max_tokens} does not fit the model's {max_seq_len} positions")
+    if len(prefix) + len(suffix) > room:
+        keep_suffix = min(len(suffix), max(room - len(prefix), room // 4))
+        suffix = suffix[:keep_suffix]
+        prefix = prefix[len(prefix) - (room - keep_suffix):] if room - keep_suffix else []
+    start = len(bos) + len(prefix)
+    ids = bos + prefix + [tok.mask_id] * n + suffix
+    return Row(ids=ids, start=start, length=n, healed=healed, first_allowed=allowed)

@@ -1,0 +1,85 @@
+"""Thin wrapper over a Hugging Face `tokenizers.Tokenizer` that exposes special tokens by name."""
+
+from __future__ import annotations
+
+import bisect
+from functools import cached_property
+from pathlib import Path
+
+from tokenizers import Tokenizer as HFTokenizer
+
+from .config import SpecialTokens
+
+
+class Tokenizer:
+    def __init__(self, hf: HFTokenizer, special: SpecialTokens):
+        self.hf = hf
+        self.special = special
+        self.mask_id = self._require(special.mask, "mask")
+        self.filler_id = self._require(special.filler, "filler")
+        self.bos_id = self._require(special.bos, "bos") if special.bos else None
+        self.special_ids = frozenset(
+            i for i in (self.mask_id, self.filler_id, self.bos_id) if i is not None
+        ) | frozenset(self.hf.token_to_id(t) for t in special.extra.values() if self.hf.token_to_id(t) is not None)
+
+    @classmethod
+    def from_file(cls, path: str | Path, special: SpecialTokens) -> "Tokenizer":
+        return cls(HFTokenizer.from_file(str(path)), special)
+
+    def _require(self, token: str, role: str) -> int:
+        tid = self.hf.token_to_id(token)
+        if tid is None:
+            raise ValueError(f"tokenizer has no {role} token {token!r}")
+        return tid
+
+    def id_of(self, name: str) -> int:
+        """Id of a special token by its role name: 'mask', 'filler', 'bos' or a key of `extra`."""
+        token = self.special.extra.get(name) or getattr(self.special, name, None)
+        if not isinstance(token, str):
+            raise ValueError(f"no special token named {name!r}")
+        return self._require(token, name)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.hf.decode([i for i in ids if i not in self.special_ids], skip_special_tokens=False)
+
+    @cached_property
+    def _sorted_pieces(self) -> tuple[list[str], list[int]]:
+        """Every non-special token's decoded text, sorted, for prefix look-ups in token healing."""
+        pairs = sorted(
+            (self.hf.decode([i]), i) for i in range(self.vocab_size) if i not in self.special_ids
+        )
+        return [p for p, _ in pairs], [i for _, i in pairs]
+
+    def ids_starting_with(self, text: str) -> list[int]:
+        """Ids of the tokens whose text starts with `text` (token healing's allowed first tokens)."""
+        pieces, ids = self._sorted_pieces
+        out = []
+        for j in range(bisect.bisect_left(pieces, text), len(pieces)):
+            if not pieces[j].startswith(text):
+                break
+            out.append(ids[j])
+        return out
+
+
+def train_bpe(texts, vocab_size: int, special: SpecialTokens | None = None) -> Tokenizer:
+    """Byte-level BPE that round-trips any text exactly (no normalizer, no added prefix space)."""
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    special = special or SpecialTokens()
+    names = [t for t in (special.bos, special.mask, special.filler, *special.extra.values()) if t]
+    hf = HFTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=names, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    hf.train_from_iterator(texts, trainer=trainer)
+    return Tokenizer(hf, special)

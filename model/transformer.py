@@ -1,0 +1,165 @@
+"""Bidirectional transformer for masked diffusion: RoPE, RMSNorm, SwiGLU, grouped-query attention.
+
+No causal mask: every position sees the prefix, the canvas and the suffix. The forward pass has
+two modes used by the sampler (Fast-dLLM "dual cache", Wu et al. 2025):
+
+- full: all positions of each row; returns logits and a `KVCache` with every position's keys/values;
+- cached: only the active positions (the canvas) are run; they attend to the cached keys/values
+  of the rest of the row plus their own fresh ones. When the canvas has not changed since the
+  cache was filled, this equals the full pass on those positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+
+
+@dataclass
+class KVCache:
+    keys: list[torch.Tensor]  # per layer [B, Hkv, S, D], RoPE already applied
+    values: list[torch.Tensor]  # per layer [B, Hkv, S, D]
+    key_mask: torch.Tensor  # [B, S] bool: which cached positions may be attended to
+
+    def masked(self, key_mask: torch.Tensor) -> "KVCache":
+        return KVCache(self.keys, self.values, key_mask)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float):
+    """cos/sin tables for absolute positions [B, S] -> [B, 1, S, D] (half-split layout, as in HF Llama/Qwen)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim))
+    freqs = positions.float()[..., None] * inv_freq  # [B, S, D/2]
+    emb = torch.cat([freqs, freqs], dim=-1)[:, None]  # [B, 1, S, D]
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return (x * cos + rotated * sin).to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
+
+    def forward(self, x, cos, sin, key_mask, past: tuple | None):
+        B, S, _ = x.shape
+        q = self.q_proj(x).view(B, S, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(B, S, self.n_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(B, S, self.n_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, S, D]
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        new_kv = (k, v)
+        if past is not None:  # cached mode: attend to the cached context, then to ourselves
+            k = torch.cat([past[0], k], dim=2)
+            v = torch.cat([past[1], v], dim=2)
+        rep = self.n_heads // self.n_kv_heads
+        if rep > 1:
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        mask = key_mask[:, None, None, :]  # [B, 1, 1, K] bool, True = may attend
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o_proj(y.transpose(1, 2).reshape(B, S, -1)), new_kv
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.dim, cfg.hidden_dim, bias=False)
+        self.up_proj = nn.Linear(cfg.dim, cfg.hidden_dim, bias=False)
+        self.down_proj = nn.Linear(cfg.hidden_dim, cfg.dim, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.input_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.post_attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, key_mask, past):
+        h, kv = self.attn(self.input_norm(x), cos, sin, key_mask, past)
+        x = x + h
+        return x + self.mlp(self.post_attn_norm(x)), kv
+
+
+class DiffusionTransformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+    def hidden(self, tokens, positions, key_mask, cache: KVCache | None = None):
+        """Final hidden states [B, S, dim] and, in full mode, the new KVCache."""
+        x = self.embed(tokens)
+        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
+        if cache is not None:
+            key_mask = torch.cat([cache.key_mask, key_mask], dim=1)
+        keys, values = [], []
+        for i, layer in enumerate(self.layers):
+            past = None if cache is None else (cache.keys[i], cache.values[i])
+            x, (k, v) = layer(x, cos, sin, key_mask, past)
+            keys.append(k)
+            values.append(v)
+        new_cache = KVCache(keys, values, key_mask) if cache is None else None
+        return self.norm(x), new_cache
+
+    def logits(self, h):
+        weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(h, weight)
+
+    def forward(self, tokens, positions=None, key_mask=None, cache: KVCache | None = None):
+        """tokens [B, S] -> (logits [B, S, V], KVCache or None).
+
+        positions: absolute positions [B, S] (default 0..S-1); key_mask: [B, S] bool, False for
+        padding. With `cache`, tokens are the active positions only and the cache's key_mask says
+        which cached positions they may see (the caller masks out the stale active ones)."""
+        B, S = tokens.shape
+        if positions is None:
+            positions = torch.arange(S, device=tokens.device).expand(B, S)
+        if key_mask is None:
+            key_mask = torch.ones(B, S, dtype=torch.bool, device=tokens.device)
+        h, new_cache = self.hidden(tokens, positions, key_mask, cache)
+        return self.logits(h), new_cache

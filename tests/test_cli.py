@@ -1,0 +1,136 @@
+"""`diffusion-lsp fim` end to end on a tiny checkpoint, and every bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from diffusion_lsp.cli import main
+
+SOURCE = "def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n"
+
+
+@pytest.fixture
+def src(tmp_path):
+    path = tmp_path / "add.py"
+    path.write_text(SOURCE)
+    return path
+
+
+def fim(capsys, *args):
+    code = main(["fim", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_fim_prints_the_fill_and_json_has_the_figures(tiny_checkpoint, src, capsys):
+    code, text, _ = fim(capsys, src, "--at", "2:12", "--model", tiny_checkpoint, "--max-tokens", "6")
+    assert code == 0 and text
+    code, out, _ = fim(capsys, src, "--at", "2:12", "--model", tiny_checkpoint, "--max-tokens", "6", "--json")
+    record = json.loads(out)
+    assert code == 0 and record["text"] == text
+    assert set(record) >= {"text", "tokens", "forwards", "ms", "confidence"}
+    assert 1 <= record["forwards"] <= 7 and len(record["confidence"]) >= record["tokens"]
+
+
+@pytest.mark.parametrize("policy", ["threshold", "topk", "eb", "one"])
+def test_every_policy_and_no_cache_run(tiny_checkpoint, src, capsys, policy):
+    code, out, _ = fim(capsys, src, "--at", "3:1", "--model", tiny_checkpoint, "--policy", policy,
+                       "--no-cache", "--json", "--max-tokens", "4")
+    assert code == 0 and json.loads(out)["forwards"] >= 1
+
+
+def test_stdin_and_empty_file(tiny_checkpoint, capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(SOURCE.encode())))
+    code, out, _ = fim(capsys, "-", "--at", "1:5", "--model", tiny_checkpoint, "--json", "--max-tokens", "4")
+    assert code == 0 and "text" in json.loads(out)
+    empty = tmp_path / "empty.py"
+    empty.write_text("")
+    code, out, _ = fim(capsys, empty, "--at", "1:1", "--model", tiny_checkpoint, "--json", "--max-tokens", "4")
+    assert code == 0 and json.loads(out)["forwards"] >= 1
+
+
+@pytest.mark.parametrize("at,message", [
+    ("9:1", "line 9 is past the end of the file (5 lines)"),
+    ("2:40", "column 40 is past the end of line 2"),
+    ("0:1", "line 0 is past the end"),
+    ("two", "--at expects LINE:COL"),
+])
+def test_positions_past_the_end(tiny_checkpoint, src, capsys, at, message):
+    code, out, err = fim(capsys, src, "--at", at, "--model", tiny_checkpoint)
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"diffusion-lsp: error: {message}")
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"\x7fELF\x00\x00binary", "looks binary"),
+    (b"caf\xe9 = 1\n", "is not UTF-8"),
+])
+def test_binary_and_non_utf8_files(tiny_checkpoint, tmp_path, capsys, content, message):
+    path = tmp_path / "f.py"
+    path.write_bytes(content)
+    code, _, err = fim(capsys, path, "--at", "1:1", "--model", tiny_checkpoint)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_missing_file_and_checkpoints(tiny_checkpoint, src, tmp_path, capsys):
+    code, _, err = fim(capsys, tmp_path / "nope.py", "--at", "1:1", "--model", tiny_checkpoint)
+    assert code == 2 and "cannot read" in err
+    code, _, err = fim(capsys, src, "--at", "1:1", "--model", tmp_path / "no-model")
+    assert code == 2 and "checkpoint folder not found" in err
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in tiny_checkpoint.iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    (bad / "model.safetensors").write_bytes(b"garbage")
+    code, _, err = fim(capsys, src, "--at", "1:1", "--model", bad)
+    assert code == 2 and "model.safetensors is corrupt" in err and len(err.strip().splitlines()) == 1
+
+
+def test_batch_mode_reports_bad_lines_and_continues(tiny_checkpoint, tmp_path, capsys):
+    lines = [
+        json.dumps({"id": "a", "prefix": "def f(x):\n    return ", "suffix": "\n", "max_tokens": 5}),
+        "{broken json",
+        json.dumps({"id": "c", "prefix": 3}),
+        "",
+        json.dumps({"id": "d", "prefix": "import ", "suffix": "", "max_tokens": 0}),
+        json.dumps({"id": "e", "prefix": "x = ", "suffix": "\ny = x\n"}),
+        json.dumps({"id": "f", "prefix": "x", "max_tokens": 100000}),
+    ]
+    batch = tmp_path / "in.jsonl"
+    batch.write_text("\n".join(lines) + "\n")
+    code = main(["fim", "--batch", str(batch), "--model", str(tiny_checkpoint), "--batch-size", "4",
+                 "--max-tokens", "4"])
+    out, err = capsys.readouterr()
+    records = [json.loads(s) for s in out.splitlines()]
+    assert code == 0 and [r["id"] for r in records] == ["a", None, "c", "d", "e", "f"]
+    assert {"text", "tokens", "forwards", "ms"} <= set(records[0]) and "error" not in records[4]
+    assert "not valid JSON" in records[1]["error"] and "must be strings" in records[2]["error"]
+    assert "max_tokens" in records[3]["error"] and "does not fit" in records[5]["error"]
+    assert "4 of 6 requests failed" in err
+
+
+def test_console_script_end_to_end(tiny_checkpoint, src):
+    proc = subprocess.run(["diffusion-lsp", "fim", str(src), "--at", "2:5", "--model", str(tiny_checkpoint),
+                           "--json", "--max-tokens", "4"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["tokens"] <= 5
+    proc = subprocess.run(["diffusion-lsp", "fim", str(src), "--at", "99:1", "--model", str(tiny_checkpoint)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "past the end" in proc.stderr
+
+
+def test_bench_sampler_prints_every_configuration(tiny_checkpoint, capsys):
+    assert main(["bench", "sampler", "--model", str(tiny_checkpoint), "--spans", "1", "--context", "32"]) == 0
+    out = capsys.readouterr().out
+    for length in ("8", "32", "64"):
+        rows = [s.split() for s in out.splitlines() if s.split()[:1] == [length]]
+        assert sorted((r[1], r[2]) for r in rows) == sorted(
+            [("threshold", "on"), ("threshold", "off"), ("one", "on"), ("one", "off")])
+        assert all(float(r[3]) >= 1 for r in rows)
+    assert out.count("ratios: one/threshold forwards") == 3

@@ -1,0 +1,124 @@
+"""The transformer's cached forward, config flags and the checkpoint format."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from diffusion_lsp.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from diffusion_lsp.model.config import PRESETS, ModelConfig
+from diffusion_lsp.model.transformer import DiffusionTransformer
+
+FLAGS = [
+    dict(),  # ours / LLaDA-like: tied, logits in place
+    dict(qkv_bias=True, tie_embeddings=False, shift_logits=True),  # Dream (Qwen2)
+    dict(qkv_bias=True, qk_norm=True, head_dim=32, tie_embeddings=False, shift_logits=True),  # CoDA (Qwen3)
+]
+
+
+@pytest.mark.parametrize("flags", FLAGS)
+def test_cached_forward_matches_full_forward_when_nothing_changed(flags):
+    torch.manual_seed(0)
+    model = DiffusionTransformer(ModelConfig.preset("tiny", **flags)).eval()
+    B, S = 2, 40
+    tokens = torch.randint(0, 512, (B, S))
+    key_mask = torch.ones(B, S, dtype=torch.bool)
+    key_mask[1, 33:] = False  # row 1 is shorter: padding
+    positions = torch.arange(S).expand(B, S)
+    full, cache = model(tokens, positions, key_mask)
+    starts = torch.tensor([10, 20])
+    idx = starts[:, None] + torch.arange(8)  # an active block of 8 per row
+    context = key_mask.clone()
+    for b, s in enumerate(starts.tolist()):
+        context[b, s : s + 8] = False
+    active, _ = model(tokens.gather(1, idx), idx, torch.ones(B, 8, dtype=torch.bool), cache.masked(context))
+    expected = full.gather(1, idx[..., None].expand(-1, -1, full.shape[-1]))
+    torch.testing.assert_close(active, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_padding_does_not_change_a_row():
+    torch.manual_seed(0)
+    model = DiffusionTransformer(ModelConfig.preset("tiny")).eval()
+    tokens = torch.randint(0, 512, (1, 20))
+    alone, _ = model(tokens)
+    padded = torch.cat([tokens, torch.zeros(1, 7, dtype=torch.long)], 1)
+    mask = torch.arange(27)[None] < 20
+    batched, _ = model(padded, key_mask=mask)
+    torch.testing.assert_close(batched[:, :20], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_config_rejects_unknown_keys_and_bad_shapes():
+    with pytest.raises(ValueError, match="unknown model config keys: colour"):
+        ModelConfig.from_dict({"colour": 1})
+    with pytest.raises(ValueError, match="n_kv_heads"):
+        ModelConfig(dim=64, n_heads=4, n_kv_heads=3)
+    with pytest.raises(ValueError, match="preset"):
+        ModelConfig.preset("gpt-5")
+
+
+@pytest.mark.parametrize("name", ["dream-7b", "coda-1.7b", "llada-8b"])
+def test_open_checkpoint_presets_have_their_published_sizes(name):
+    billions = {"dream-7b": 7.6, "coda-1.7b": 2.0, "llada-8b": 8.0}[name]
+    assert ModelConfig.preset(name).num_params() / 1e9 == pytest.approx(billions, rel=0.05)
+
+
+def test_num_params_matches_the_module():
+    for flags in FLAGS:
+        cfg = ModelConfig.preset("tiny", **flags)
+        assert cfg.num_params() == sum(p.numel() for p in DiffusionTransformer(cfg).parameters())
+    assert set(PRESETS) >= {"tiny", "small", "base"}
+
+
+def test_checkpoint_round_trip(tiny_checkpoint, tokenizer):
+    model, tok, meta = load_checkpoint(tiny_checkpoint)
+    assert meta["format_version"] == 1 and tok.mask_id == tokenizer.mask_id
+    torch.manual_seed(0)
+    original = DiffusionTransformer(ModelConfig.preset("tiny")).eval()
+    x = torch.randint(0, 512, (1, 16))
+    torch.testing.assert_close(model(x)[0], original(x)[0])
+    text = "def f():\n\treturn 'ünïcode'  \n"
+    assert tok.decode(tok.encode(text)) == text
+
+
+def corrupt(src, dst, name, content: bytes | None):
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    if content is None:
+        (dst / name).unlink()
+    else:
+        (dst / name).write_bytes(content)
+    return dst
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("model.safetensors", None, "missing model.safetensors"),
+    ("config.json", b"{not json", "not valid JSON"),
+    ("config.json", b'{"format": "diffusion-lsp-checkpoint", "format_version": 99}', "format_version 99"),
+    ("model.safetensors", b"\x00" * 100, "corrupt"),
+    ("tokenizer.json", b"[]", "bad tokenizer.json"),
+])
+def test_corrupt_checkpoints_raise_one_clear_error(tiny_checkpoint, tmp_path, name, content, message):
+    folder = corrupt(tiny_checkpoint, tmp_path / "bad", name, content)
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(folder)
+
+
+def test_weights_that_do_not_match_the_config(tiny_checkpoint, tmp_path):
+    folder = corrupt(tiny_checkpoint, tmp_path / "bad", "config.json", None)
+    config = json.loads((tiny_checkpoint / "config.json").read_text())
+    config["model"]["n_layers"] = 3
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="do not match"):
+        load_checkpoint(folder)
+
+
+def test_truncated_safetensors(tiny_checkpoint, tmp_path):
+    data = (tiny_checkpoint / "model.safetensors").read_bytes()
+    folder = corrupt(tiny_checkpoint, tmp_path / "bad", "model.safetensors", data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="corrupt"):
+        load_checkpoint(folder)
+    with pytest.raises(CheckpointError, match="not found"):
+        load_checkpoint(tmp_path / "nowhere")

@@ -1,0 +1,139 @@
+"""The sampler on an oracle model with known logits."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from diffusion_lsp.model.canvas import FillRequest, build_row
+from diffusion_lsp.model.sampler import SamplerConfig, fill
+
+PREFIX = "def add(a, b):\n    return"
+SUFFIX = "\n\nprint(add(1, 2))\n"
+ANSWER = " a + b"
+
+
+def setup_oracle(tok, oracle, prefix=PREFIX, answer=ANSWER, max_tokens=8, heal=False, **kw):
+    """An oracle whose table holds `answer` right after the prefix's canvas start."""
+    row = build_row(FillRequest(prefix, SUFFIX, max_tokens), tok, 512, heal=heal)
+    ids = tok.encode(answer)
+    table = {row.start + i: t for i, t in enumerate(ids)}
+    return oracle(tok, table, **kw), ids
+
+
+def run(model, tok, cfg=None, prefix=PREFIX, max_tokens=8):
+    (res,) = fill(model, tok, [FillRequest(prefix, SUFFIX, max_tokens)], cfg or SamplerConfig(heal=False))
+    return res
+
+
+def test_confident_oracle_is_reproduced_in_one_pass_and_filler_is_stripped(tokenizer, oracle):
+    model, ids = setup_oracle(tokenizer, oracle, easy=range(1000))
+    res = run(model, tokenizer)
+    assert res.text == ANSWER
+    assert res.tokens == len(ids) < 8  # the rest of the 8-token canvas was filler, stripped
+    assert res.forwards == 1 < res.tokens
+    assert len(res.confidence) == res.tokens and min(res.confidence) > 0.9
+
+
+@pytest.mark.parametrize("shift", [False, True])
+def test_dependent_oracle_threshold_needs_fewer_passes_than_tokens(tokenizer, oracle, shift):
+    # every third position is easy; the others become sure once their left neighbour is written
+    model, ids = setup_oracle(tokenizer, oracle, max_tokens=12, shift=shift, easy=range(0, 1000, 3))
+    threshold = run(model, tokenizer, SamplerConfig(heal=False), max_tokens=12)
+    one = run(model, tokenizer, SamplerConfig(policy="one", heal=False), max_tokens=12)
+    assert threshold.text == one.text == ANSWER
+    assert one.forwards == 12  # one committed position per pass over the whole canvas
+    assert threshold.forwards == 3
+
+
+def test_topk_commits_k_per_step(tokenizer, oracle):
+    model, _ = setup_oracle(tokenizer, oracle, max_tokens=9)
+    res = run(model, tokenizer, SamplerConfig(policy="topk", k=3, heal=False), max_tokens=9)
+    assert res.text == ANSWER and res.forwards == 3
+
+
+def test_entropy_bounded_commits_more_when_confident(tokenizer, oracle):
+    sure, _ = setup_oracle(tokenizer, oracle, max_tokens=8, easy=range(1000))
+    unsure, _ = setup_oracle(tokenizer, oracle, max_tokens=8, p_hi=0.6, p_lo=0.6)
+    cfg = SamplerConfig(policy="eb", gamma=1.0, heal=False)  # sure: ~0.12 nats each; unsure: ~3.2
+    assert run(sure, tokenizer, cfg).forwards == 1
+    res = run(unsure, tokenizer, cfg)
+    assert res.text == ANSWER and res.forwards == 8  # each uncertain position alone exceeds gamma
+
+
+def test_semi_autoregressive_blocks(tokenizer, oracle):
+    model, _ = setup_oracle(tokenizer, oracle, max_tokens=12, easy=range(1000))
+    res = run(model, tokenizer, SamplerConfig(block_size=4, heal=False), max_tokens=12)
+    assert res.text == ANSWER and res.forwards == 3  # one pass per block even when all are sure
+
+
+def test_time_budget_returns_a_complete_greedy_fill(tokenizer, oracle):
+    model, _ = setup_oracle(tokenizer, oracle, max_tokens=16)
+    res = run(model, tokenizer, SamplerConfig(policy="one", time_budget_ms=0.0, heal=False), max_tokens=16)
+    assert res.budget_hit and res.forwards == 1
+    assert res.text == ANSWER  # every position committed greedily, nothing left masked
+    assert tokenizer.mask_id not in res.canvas
+
+
+def test_cache_modes_give_the_oracle_answer(tokenizer, oracle):
+    model, _ = setup_oracle(tokenizer, oracle, max_tokens=10)
+    for cfg in (SamplerConfig(use_cache=False, heal=False), SamplerConfig(refresh_every=2, heal=False)):
+        assert run(model, tokenizer, cfg, max_tokens=10).text == ANSWER
+
+
+def test_token_healing_continues_the_word(tokenizer, oracle):
+    prefix = "x = self.fo"
+    row = build_row(FillRequest(prefix, "", 4), tokenizer, 512, heal=True)
+    assert row.healed and "fo".endswith(row.healed)
+    allowed = tokenizer.ids_starting_with(row.healed)
+    foo = next(i for i in allowed if tokenizer.decode([i]).startswith(row.healed + "o"))
+    wrong = tokenizer.encode(" bar")[0]
+    model = oracle(tokenizer, {row.start: foo}, easy=range(1000), rival={row.start: wrong})
+    (res,) = fill(model, tokenizer, [FillRequest(prefix, "", 4)], SamplerConfig())
+    full = prefix + res.text
+    assert full.startswith("x = self.foo"), full
+    assert res.tokens == 0  # the healed token re-types what was there, plus the "o"
+
+
+def test_batch_of_mixed_requests_matches_each_alone(tokenizer, oracle):
+    requests = [
+        FillRequest(PREFIX, SUFFIX, 8, id="a"),
+        FillRequest("import os\n", "", 3, id="b"),
+        FillRequest("", "x = 1\n", 12, id="c"),
+        FillRequest("class A:\n    def f(self):\n        return se", "\n", 5, id="d"),
+    ]
+    table = {q: tokenizer.encode(" value = 42 + total")[q % 5] for q in range(200)}
+    model = oracle(tokenizer, table)
+    for cfg in (SamplerConfig(), SamplerConfig(policy="eb"), SamplerConfig(use_cache=False, block_size=4)):
+        together = fill(model, tokenizer, requests, cfg)
+        for req, res in zip(requests, together):
+            (alone,) = fill(model, tokenizer, [req], cfg)
+            assert (res.id, res.text, res.forwards, res.confidence) == (req.id, alone.text, alone.forwards,
+                                                                        alone.confidence)
+    assert len({r.forwards for r in together}) > 1  # rows finished at their own pace
+
+
+def test_one_forward_pass_per_step_for_the_whole_batch(tokenizer, oracle):
+    table = {q: tokenizer.encode(" ok")[0] for q in range(200)}
+    model = oracle(tokenizer, table)
+    reqs = [FillRequest("a = 1\n", "", 6), FillRequest("b = 2\nc = 3\n", "", 6)]
+    results = fill(model, tokenizer, reqs, SamplerConfig(policy="one", heal=False))
+    assert model.calls == max(r.forwards for r in results) == 6
+
+
+def test_bad_requests_raise_value_error(tokenizer, oracle):
+    model, _ = setup_oracle(tokenizer, oracle)
+    with pytest.raises(ValueError, match="max_tokens"):
+        fill(model, tokenizer, [FillRequest("x", "", 0)])
+    with pytest.raises(ValueError, match="fit"):
+        fill(model, tokenizer, [FillRequest("x", "", 10_000)])
+    with pytest.raises(ValueError, match="policy"):
+        SamplerConfig(policy="greedy")
+    assert fill(model, tokenizer, []) == []
+
+
+def test_long_context_is_cut_to_fit(tokenizer, oracle):
+    model, _ = setup_oracle(tokenizer, oracle)
+    (res,) = fill(model, tokenizer, [FillRequest("x = 1\n" * 2000, "y = 2\n" * 2000, 8)])
+    assert res.forwards >= 1 and not math.isnan(sum(res.confidence))
