@@ -10,7 +10,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from .cli import UserError
+from .errors import UserError
 
 # Real code the embedded model was not trained on: CPython's own test suite (the training corpus
 # excludes test/); falls back to library modules where a distribution strips the tests.

@@ -7,17 +7,16 @@ import argparse
 import importlib
 import sys
 
+from .errors import UserError
+
 # subcommand -> module; each module defines register(subparsers) and run(args) -> exit code
 COMMANDS = {
     "fim": "diffusion_lsp.fim",
     "bench": "diffusion_lsp.bench",
     "data": "diffusion_lsp.data.command",
     "train": "diffusion_lsp.train.command",
+    "eval": "diffusion_lsp.evals.command",
 }
-
-
-class UserError(Exception):
-    """An expected failure: printed as one line `diffusion-lsp: error: ...`, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:

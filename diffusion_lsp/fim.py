@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from .cli import UserError
+from .errors import UserError
 
 
 def register(sub):

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from .cli import UserError
+from .errors import UserError
 from .fim import engine_from_args, result_record, sampler_config
 
 
@@ -42,30 +42,34 @@ def read_lines(path: str) -> list[str]:
 
 
 def run_batch(args) -> int:
-    from tqdm import tqdm
-
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     lines = read_lines(args.batch)
     items = [parse_request(s, n, args.max_tokens) for n, s in enumerate(lines, 1) if s.strip()]
     cfg = sampler_config(args)
     engine = engine_from_args(args)
-    out = sys.stdout
     errors = 0
-    with tqdm(total=len(items), desc="fim", unit="req", file=sys.stderr, disable=None) as bar:
-        for i in range(0, len(items), args.batch_size):
-            chunk = items[i : i + args.batch_size]
-            requests = [r for r in chunk if not isinstance(r, dict)]
-            results = iter(fill_each(engine, requests, cfg))
-            for item in chunk:
-                record = item if isinstance(item, dict) else next(results)
-                errors += "error" in record
-                out.write(json.dumps(record) + "\n")
-            out.flush()
-            bar.update(len(chunk))
+    for record in fill_records(engine, items, cfg, args.batch_size):
+        errors += "error" in record
+        sys.stdout.write(json.dumps(record) + "\n")
+        sys.stdout.flush()
     if errors:
         print(f"diffusion-lsp: {errors} of {len(items)} requests failed", file=sys.stderr)
     return 0
+
+
+def fill_records(engine, items, cfg, batch_size: int, desc: str = "fim"):
+    """Yield one result record per item (FillRequest or error record), in order, batch by batch,
+    with a progress bar on stderr."""
+    from tqdm import tqdm
+
+    with tqdm(total=len(items), desc=desc, unit="req", file=sys.stderr, disable=None) as bar:
+        for i in range(0, len(items), batch_size):
+            chunk = items[i : i + batch_size]
+            results = iter(fill_each(engine, [r for r in chunk if not isinstance(r, dict)], cfg))
+            for item in chunk:
+                yield item if isinstance(item, dict) else next(results)
+            bar.update(len(chunk))
 
 
 def fill_each(engine, requests, cfg) -> list[dict]:

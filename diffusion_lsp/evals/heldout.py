@@ -1,0 +1,122 @@
+"""`diffusion-lsp eval heldout`: masked-token loss and single-line exact match on the packages the
+corpus holds out for validation (data/corpus/val.jsonl), each beside a trivial baseline."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+from ..errors import UserError
+
+MASK_RATES = (0.15, 0.5, 0.85)
+
+
+def register(ev):
+    from ..fim import add_sampler_args
+
+    h = ev.add_parser("heldout", help="masked-token loss and single-line exact match on held-out packages")
+    h.add_argument("--corpus", default="data/corpus", help="folder with val.jsonl (default data/corpus)")
+    h.add_argument("--lines", type=int, default=200, help="single lines to fill (default 200)")
+    h.add_argument("--crops", type=int, default=64, help="crops for the masked-token loss (default 64)")
+    h.add_argument("--seq-len", type=int, default=256)
+    h.add_argument("--seed", type=int, default=0)
+    h.add_argument("--json", action="store_true", help="print one JSON object")
+    add_sampler_args(h)
+    h.set_defaults(run=run)
+
+
+def load_val(corpus: str) -> list[dict]:
+    path = Path(corpus) / "val.jsonl"
+    if not path.is_file():
+        raise UserError(f"{path} not found: run `diffusion-lsp data build` first")
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def pick_lines(docs: list[dict], n: int, rng: random.Random, window: int = 3000):
+    """-> [(prefix, suffix, line, previous line)]: non-blank lines with their surroundings."""
+    picks = []
+    while len(picks) < n:
+        text = rng.choice(docs)["text"]
+        lines = text.splitlines(keepends=True)
+        candidates = [i for i in range(1, len(lines)) if lines[i].strip()]
+        if not candidates:
+            continue
+        i = rng.choice(candidates)
+        prefix, suffix = "".join(lines[:i])[-window:], "".join(lines[i + 1 :])[: window // 2]
+        picks.append((prefix, suffix, lines[i], lines[i - 1]))
+    return picks
+
+
+def masked_token_loss(engine, docs, crops: int, seq_len: int, rng: random.Random) -> dict:
+    """Mean cross-entropy (nats) on masked tokens at fixed mask rates, and a unigram baseline."""
+    import torch
+    import torch.nn.functional as F
+
+    tok, model = engine.tokenizer, engine.model
+    device = next(model.parameters()).device
+    ids = [tok.encode(d["text"]) for d in docs]
+    ids = [x for x in ids if len(x) >= seq_len]
+    if not ids:
+        raise UserError(f"no held-out file has {seq_len} tokens")
+    rows = []
+    for _ in range(crops):
+        x = rng.choice(ids)
+        s = rng.randrange(0, len(x) - seq_len + 1)
+        rows.append(x[s : s + seq_len])
+    tokens = torch.tensor(rows, device=device)
+    counts = torch.bincount(tokens.flatten(), minlength=model.config.vocab_size).float() + 1e-3
+    unigram = -(counts / counts.sum()).log()
+    gen = torch.Generator(device="cpu").manual_seed(rng.randrange(2**31))
+    out = {}
+    with torch.inference_mode():
+        for rate in MASK_RATES:
+            mask = (torch.rand(tokens.shape, generator=gen) < rate).to(device)
+            noisy = torch.where(mask, tok.mask_id, tokens)
+            total, n = 0.0, 0
+            for b in range(0, len(rows), 8):
+                logits, _ = model(noisy[b : b + 8])
+                if model.config.shift_logits:  # output i predicts token i + 1
+                    logits = torch.cat([logits[:, :1], logits[:, :-1]], 1)
+                m = mask[b : b + 8]
+                total += F.cross_entropy(logits[m].float(), tokens[b : b + 8][m], reduction="sum").item()
+                n += int(m.sum())
+            out[f"loss@{rate}"] = total / max(n, 1)
+        out["unigram_loss"] = unigram[tokens].mean().item()
+    return out
+
+
+def run(args) -> int:
+    from ..fim import engine_from_args, sampler_config
+    from ..model.canvas import FillRequest
+    from .command import decode_all
+
+    rng = random.Random(args.seed)
+    docs = load_val(args.corpus)
+    cfg = sampler_config(args)
+    engine = engine_from_args(args)
+    loss = masked_token_loss(engine, docs, args.crops, args.seq_len, rng)
+    picks = pick_lines(docs, args.lines, rng)
+    requests = [FillRequest(p, s, args.max_tokens, id=i) for i, (p, s, _, _) in enumerate(picks)]
+    records, wall = decode_all(engine, requests, cfg, args.batch_size, desc=args.policy)
+    fills = [r.get("text", "").split("\n", 1)[0] for r in records]
+    exact = sum(f.strip() == line.strip() for f, (_, _, line, _) in zip(fills, picks)) / len(picks)
+    copy_prev = sum(prev.strip() == line.strip() for _, _, line, prev in picks) / len(picks)
+    tokens = sum(r.get("tokens", 0) for r in records)
+    result = {"packages": sorted({d["package"] for d in docs}), "files": len(docs), **loss,
+              "lines": len(picks), "exact_match": exact, "exact_match_copy_previous_line": copy_prev,
+              "exact_match_empty": 0.0, "forwards_per_token": sum(r.get("forwards", 0) for r in records) / max(tokens, 1),
+              "ms_per_line": wall * 1e3 / len(picks), "policy": args.policy}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"held-out packages: {', '.join(result['packages'])} ({len(docs)} files)")
+    for rate in MASK_RATES:
+        print(f"masked-token loss at {rate:.0%} masked: {loss[f'loss@{rate}']:.3f} nats "
+              f"(ppl {math.exp(loss[f'loss@{rate}']):.1f}); unigram baseline {loss['unigram_loss']:.3f}")
+    print(f"single-line exact match ({len(picks)} lines, {args.policy}): {exact:.1%}; "
+          f"copy-previous-line baseline {copy_prev:.1%}; empty baseline 0.0%")
+    print(f"forwards per token {result['forwards_per_token']:.3f}, {result['ms_per_line']:.0f} ms per line")
+    return 0

@@ -1,0 +1,51 @@
+"""HumanEval infilling (Bavarian et al. 2022): fill the gap, run the tests, report pass@1.
+
+A completion c passes when `prompt + c + suffix + "\\n" + test + "\\n" + f"check({entry_point})"` runs
+without error within 3 s in a child process (the reference harness's rule)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+SPLITS = {
+    "single-line": "HumanEval-SingleLineInfilling.jsonl.gz",
+    "multi-line": "HumanEval-MultiLineInfilling.jsonl.gz",
+    "random-span": "HumanEval-RandomSpanInfilling.jsonl.gz",
+    "random-span-light": "HumanEval-RandomSpanInfillingLight.jsonl.gz",
+}
+# canvas size per split, in tokens; sized from the kind of span, never from the reference answer
+CANVAS = {"single-line": 32, "multi-line": 128, "random-span": 64, "random-span-light": 64}
+
+
+def default_data_dir() -> Path:
+    """$DIFFUSION_LSP_DATA, else shared/data beside the repository checkout."""
+    env = os.environ.get("DIFFUSION_LSP_DATA")
+    if env:
+        return Path(env) / "human-eval-infilling"
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "human-eval-infilling"
+
+
+def load_split(split: str, data_dir: Path | None = None, limit: int | None = None) -> list[dict]:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+    path = (data_dir or default_data_dir()) / SPLITS[split]
+    if not path.is_file():
+        raise FileNotFoundError(f"HumanEval infilling data not found: {path} (set DIFFUSION_LSP_DATA)")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    return records[:limit] if limit else records
+
+
+def program(record: dict, completion: str) -> str:
+    return (record["prompt"] + completion + record["suffix"] + "\n" + record["test"] + "\n"
+            + f"check({record['entry_point']})")
+
+
+def postprocess(split: str, completion: str) -> str:
+    """Single-line tasks ask for exactly one line: keep the first line and end it."""
+    if split == "single-line":
+        return completion.split("\n", 1)[0] + "\n"
+    return completion

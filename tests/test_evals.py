@@ -1,0 +1,48 @@
+"""The HumanEval infilling evaluator scores known-good and known-bad completions correctly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from diffusion_lsp.cli import main
+from diffusion_lsp.evals import humaneval
+from diffusion_lsp.evals.execute import run_all
+
+needs_data = pytest.mark.skipif(not humaneval.default_data_dir().is_dir(), reason="shared/data not present")
+
+
+@needs_data
+@pytest.mark.parametrize("split", ["single-line", "multi-line"])
+def test_reference_passes_and_wrong_completions_fail(split):
+    tasks = humaneval.load_split(split, limit=2)
+    good = [humaneval.program(t, t["canonical_solution"]) for t in tasks]
+    wrong = [humaneval.program(t, humaneval.postprocess(split, "    return None")) for t in tasks]
+    assert run_all(good) == [True, True]
+    assert run_all(wrong) == [False, False]
+
+
+def test_timeouts_and_crashes_fail():
+    assert run_all(["while True: pass", "raise SystemExit(3)", "x = 1"], timeout=1.0) == [False, False, True]
+
+
+def test_single_line_postprocess_keeps_one_line():
+    assert humaneval.postprocess("single-line", "    x = 1\n    y = 2\n") == "    x = 1\n"
+    assert humaneval.postprocess("multi-line", "a\nb") == "a\nb"
+
+
+@needs_data
+def test_eval_command_reports_model_and_baselines(tiny_checkpoint, capsys):
+    code = main(["eval", "humaneval-infill", "--model", str(tiny_checkpoint), "--limit", "2",
+                 "--max-tokens", "4", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["split"] == "single-line" and out["n"] == 2
+    assert {"pass@1", "forwards_per_token", "ms_per_task"} <= set(out)
+    assert [r["name"] for r in out["rows"]] == ["threshold", "one", "empty"]
+    assert out["rows"][1]["forwards_per_token"] >= out["rows"][0]["forwards_per_token"]
+
+
+def test_missing_data_is_a_clear_error(tiny_checkpoint, tmp_path, capsys):
+    code = main(["eval", "humaneval-infill", "--model", str(tiny_checkpoint), "--data", str(tmp_path)])
+    assert code == 2 and "data not found" in capsys.readouterr().err
