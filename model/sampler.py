@@ -160,9 +160,9 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
         batch.masked &= ~commit
         finished = ~batch.masked.any(-1)
         now = (time.perf_counter() - t0) * 1e3
-        for b, i in enumerate(batch.index.tolist()):
+        for b, (i, done) in enumerate(zip(batch.index.tolist(), finished.tolist())):
             forwards[i] += 1
-            if finished[b]:
+            if done:
                 n = rows[i].length
                 canvas[i] = batch.x[b].gather(0, batch.canvas_idx[b, :n]).tolist()
                 conf[i] = batch.conf[b, :n].tolist()

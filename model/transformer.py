@@ -81,11 +81,8 @@ class Attention(nn.Module):
         if past is not None:  # cached mode: attend to the cached context, then to ourselves
             k = torch.cat([past[0], k], dim=2)
             v = torch.cat([past[1], v], dim=2)
-        rep = self.n_heads // self.n_kv_heads
-        if rep > 1:
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         mask = key_mask[:, None, None, :]  # [B, 1, 1, K] bool, True = may attend
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv_heads)
         return self.o_proj(y.transpose(1, 2).reshape(B, S, -1)), new_kv
 
 
