@@ -15,10 +15,10 @@ class Engine:
     tokenizer: object  # diffusion_lsp.model.tokenizer.Tokenizer
     meta: dict  # the checkpoint's config.json
 
-    def fill(self, requests, cfg=None):
+    def fill(self, requests, cfg=None, should_stop=None):
         from .model.sampler import fill
 
-        return fill(self.model, self.tokenizer, requests, cfg)
+        return fill(self.model, self.tokenizer, requests, cfg, should_stop)
 
 
 def pick_device(name: str = "auto") -> str:

@@ -10,6 +10,7 @@ the canvas is recomputed between refreshes; the prefix and suffix keys/values ar
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -52,6 +53,7 @@ class FillResult:
     tokens: int  # real (non-filler) tokens committed
     ms: float
     budget_hit: bool = False
+    cancelled: bool = False  # abandoned between steps because should_stop said so; text is empty
     canvas: list[int] = field(default_factory=list, repr=False)  # all canvas ids, fillers included
 
 
@@ -123,8 +125,12 @@ def _canvas_logits(model, batch: _Batch, cfg: SamplerConfig, step: int) -> torch
 
 
 @torch.inference_mode()
-def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None) -> list[FillResult]:
-    """Infill every request; the batch runs one forward pass per step for all unfinished rows."""
+def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None,
+         should_stop: Callable[[int], bool] | None = None) -> list[FillResult]:
+    """Infill every request; the batch runs one forward pass per step for all unfinished rows.
+
+    should_stop(i) is asked between denoising steps for each unfinished request i; when it says
+    True, the request is abandoned (result.cancelled) and the rest of the batch goes on."""
     cfg = cfg or SamplerConfig()
     t0 = time.perf_counter()
     if not requests:
@@ -142,6 +148,7 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
     forwards = [0] * len(rows)
     done_ms = [0.0] * len(rows)
     budget_hit = [False] * len(rows)
+    cancelled = [False] * len(rows)
     canvas = [[] for _ in rows]
     conf = [[] for _ in rows]
     step = 0
@@ -167,10 +174,17 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
                 canvas[i] = batch.x[b].gather(0, batch.canvas_idx[b, :n]).tolist()
                 conf[i] = batch.conf[b, :n].tolist()
                 done_ms[i], budget_hit[i] = now, out_of_time
+        if should_stop is not None:
+            for b, i in enumerate(batch.index.tolist()):
+                if not finished[b] and should_stop(i):
+                    cancelled[i], done_ms[i], finished[b] = True, now, True
         if finished.any():
             batch.keep((~finished).nonzero().squeeze(-1))
-    return [_result(req, row, tok, canvas[i], conf[i], forwards[i], done_ms[i], budget_hit[i])
-            for i, (req, row) in enumerate(zip(requests, rows))]
+    results = [_result(req, row, tok, canvas[i], conf[i], forwards[i], done_ms[i], budget_hit[i])
+               for i, (req, row) in enumerate(zip(requests, rows))]
+    for r, c in zip(results, cancelled):
+        r.cancelled = c
+    return results
 
 
 def _result(req, row: Row, tok: Tokenizer, ids, conf, forwards, ms, budget_hit) -> FillResult:

@@ -137,3 +137,13 @@ def test_long_context_is_cut_to_fit(tokenizer, oracle):
     model, _ = setup_oracle(tokenizer, oracle)
     (res,) = fill(model, tokenizer, [FillRequest("x = 1\n" * 2000, "y = 2\n" * 2000, 8)])
     assert res.forwards >= 1 and not math.isnan(sum(res.confidence))
+
+
+def test_should_stop_abandons_one_request_between_steps(tokenizer, oracle):
+    table = {q: tokenizer.encode(" ok")[0] for q in range(200)}
+    model = oracle(tokenizer, table)
+    reqs = [FillRequest("a = 1\n", "", 6), FillRequest("b = 2\n", "", 6)]
+    cfg = SamplerConfig(policy="one", heal=False)
+    kept, stopped = fill(model, tokenizer, reqs, cfg, should_stop=lambda i: i == 1)
+    assert stopped.cancelled and stopped.text == "" and stopped.forwards == 1
+    assert not kept.cancelled and kept.forwards == 6 and kept.text == fill(model, tokenizer, reqs[:1], cfg)[0].text
