@@ -1,7 +1,8 @@
 """`diffusion-lsp train`: train or resume a masked-diffusion model on a corpus folder.
 
     diffusion-lsp train --corpus data/corpus --out runs/small --preset small --minutes 5
-    torchrun --nproc_per_node 4 -m diffusion_lsp.cli train --corpus data/corpus --out runs/base --preset base --minutes 60
+    torchrun --nproc_per_node 4 -m diffusion_lsp.cli train --corpus data/corpus --out runs/base \
+        --preset base --minutes 60
 
 Rerunning the same command continues the run in --out (step, optimizer, elapsed time: --minutes
 and --steps are totals over all restarts).
@@ -10,6 +11,7 @@ and --steps are totals over all restarts).
 from __future__ import annotations
 
 import argparse
+import os
 
 # CLI flag -> ModelConfig field (overrides of the preset)
 MODEL_FLAGS = {"dim": "dim", "layers": "n_layers", "heads": "n_heads", "kv_heads": "n_kv_heads",
@@ -59,7 +61,7 @@ def run(args) -> int:
     try:
         cfg = TrainConfig(
             corpus=args.corpus, out=args.out, preset=args.preset,
-            model={field: getattr(args, flag) for flag, field in MODEL_FLAGS.items() if getattr(args, flag) is not None},
+            model={f: getattr(args, flag) for flag, f in MODEL_FLAGS.items() if getattr(args, flag) is not None},
             seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
             weight_decay=args.weight_decay, grad_clip=args.grad_clip, minutes=args.minutes, steps=args.steps,
             eval_every=args.eval_every, eval_batches=args.eval_batches, save_every_minutes=args.save_every_minutes,
@@ -72,5 +74,7 @@ def run(args) -> int:
         summary = train(cfg, progress_bar=not args.no_progress)
     except (TrainError, CheckpointError) as e:
         raise UserError(str(e)) from None
-    print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items() if k != "event"))
+    if os.environ.get("RANK", "0") == "0":
+        fields = (f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items() if k != "event")
+        print(" ".join(fields))
     return 0

@@ -23,6 +23,7 @@ class TrainConfig:
     lr: float = 1e-3  # peak learning rate
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     warmup_steps: int = 100
+    warmup_frac: float = 0.05  # warmup also ends once this fraction of the budget is used
     weight_decay: float = 0.1  # on matrices only, not norms
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
@@ -50,6 +51,8 @@ class TrainConfig:
             raise ValueError(f"minutes and steps must be positive, got {self.minutes}, {self.steps}")
         if self.autocast not in AUTOCAST:
             raise ValueError(f"autocast must be one of {', '.join(AUTOCAST)}, got {self.autocast!r}")
+        if not 0.0 <= self.warmup_frac < 1.0:
+            raise ValueError(f"warmup_frac must be in [0, 1), got {self.warmup_frac}")
         if self.seq_len < 8 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError(f"bad seq_len/batch_size/lr: {self.seq_len}, {self.batch_size}, {self.lr}")
         if self.eval_every < 0 or self.eval_batches < 0 or self.warmup_steps < 0 or self.threads < 0:

@@ -25,6 +25,7 @@ from .runtime import Runtime, setup
 from .state import Progress, TrainError, has_run, load_run, save_run
 
 VAL_SEED = 0  # validation batches are the same for every run, so losses compare across runs
+SYNC_EVERY = 8  # under torchrun, rank 0's clock is broadcast every this many steps (a blocking sync)
 
 
 class MaskedDiffusionLoss(nn.Module):
@@ -62,11 +63,13 @@ def model_config(cfg: TrainConfig, tok: Tokenizer) -> ModelConfig:
 
 
 def lr_at(cfg: TrainConfig, step: int, elapsed_s: float) -> float:
-    """Linear warmup over warmup_steps, then cosine to lr * min_lr_ratio over the budget (whichever
-    of steps and minutes is closer to running out)."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
+    """Linear warmup, then cosine to lr * min_lr_ratio over the budget. `done` is the fraction of
+    the budget used (whichever of steps and minutes is closer to running out); warmup ends after
+    warmup_steps or warmup_frac of the budget, whichever comes first (short CPU runs)."""
     done = max(step / cfg.steps if cfg.steps else 0.0, elapsed_s / (60 * cfg.minutes) if cfg.minutes else 0.0)
+    warm = max((step + 1) / max(cfg.warmup_steps, 1), done / cfg.warmup_frac if cfg.warmup_frac else 1.0)
+    if warm < 1.0:
+        return cfg.lr * warm
     floor = cfg.lr * cfg.min_lr_ratio
     return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * min(done, 1.0)))
 
@@ -122,9 +125,11 @@ def _prepare(cfg: TrainConfig, rt: Runtime, out: Path):
         raise TrainError(f"no train.jsonl in corpus folder {corpus}")
     if has_run(out):
         model, tok, state, prog = load_run(out, rt.device)
-        if model.config != model_config(cfg, tok):
-            raise TrainError(f"{out} holds a {model.config} model; this command asks for "
-                             f"{model_config(cfg, tok)} (use another --out)")
+        want, have = model_config(cfg, tok).to_dict(), model.config.to_dict()
+        diff = [f"{k}={have[k]} (asked {want[k]})" for k in have if k != "max_seq_len" and have[k] != want[k]]
+        if diff:
+            raise TrainError(f"{out} holds a different model: {', '.join(diff)}; use another --out")
+        model.config.max_seq_len = want["max_seq_len"]  # a resumed run may train on longer rows
         changed = sorted(k for k, v in cfg.to_dict().items() if state["config"].get(k) != v)
         if rt.main and changed:
             print(f"resuming {out} at step {prog.step}; changed settings: {', '.join(changed)}")
@@ -182,12 +187,14 @@ def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
     bar = None
     if progress_bar and rt.main:
         total = cfg.steps if cfg.steps is not None else round(60 * cfg.minutes)
-        bar = tqdm(total=total, initial=prog.step if cfg.steps is not None else min(int(prog.elapsed_s), total),
-                   unit="step" if cfg.steps is not None else "s", dynamic_ncols=True)
+        timed = cfg.steps is None
+        bar = tqdm(total=total, initial=min(int(prog.elapsed_s), total) if timed else prog.step, dynamic_ncols=True,
+                   unit="step", bar_format="{l_bar}{bar}| {n}/{total}s{postfix}" if timed else None)
     summary_loss = float("nan")
     try:
         while True:
-            prog.elapsed_s = rt.broadcast_float(start_elapsed + time.perf_counter() - t0)
+            if rt.world_size == 1 or prog.step % SYNC_EVERY == 0:  # every rank: same lr, same last step
+                prog.elapsed_s = rt.broadcast_float(start_elapsed + time.perf_counter() - t0)
             if _finished(cfg, prog.step, prog.elapsed_s):
                 break
             lr = lr_at(cfg, prog.step, prog.elapsed_s)
@@ -211,7 +218,8 @@ def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
                 summary_loss = float(window["loss"]) / window["n"]
                 rate = window["tokens"] / (now - window["t"])
                 if bar is not None:
-                    bar.set_postfix(loss=f"{summary_loss:.3f}", tok_s=f"{rate:,.0f}", lr=f"{lr:.2e}", refresh=False)
+                    bar.set_postfix(step=prog.step, loss=f"{summary_loss:.3f}", tok_s=f"{rate:,.0f}",
+                                    lr=f"{lr:.2e}", refresh=False)
                 if is_eval:
                     _log(out, {"event": "eval", "step": prog.step, "elapsed_s": round(prog.elapsed_s, 1),
                                "tokens": prog.tokens, "lr": lr, "train_loss": summary_loss,
@@ -230,6 +238,7 @@ def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
         if bar is not None:
             bar.close()
     run_s = time.perf_counter() - t0
+    prog.elapsed_s = start_elapsed + run_s  # only rank 0 saves it
     summary = {"event": "end", "step": prog.step, "elapsed_s": round(prog.elapsed_s, 1), "tokens": prog.tokens,
                "train_loss": summary_loss if window["n"] == 0 else float(window["loss"]) / window["n"],
                "tokens_per_s": round((prog.step - start_step) * tokens_per_step / max(run_s, 1e-9))}
