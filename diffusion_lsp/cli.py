@@ -16,6 +16,7 @@ COMMANDS = {
     "data": "diffusion_lsp.data.command",
     "train": "diffusion_lsp.train.command",
     "eval": "diffusion_lsp.evals.command",
+    "serve": "diffusion_lsp.server.command",
 }
 
 

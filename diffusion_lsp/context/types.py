@@ -49,6 +49,9 @@ class CompletionContext:
     line_suffix: str  # the rest of the current line after the cursor
     indent: str  # indentation of the cursor's line
     extras: dict = field(default_factory=dict)  # diagnostics for logs and tests
+    scope_indent: str = ""  # BLOCK: lines of the fill must be indented at least this much
+    document: Document | None = None  # the document gather() read; postprocess checks syntax on it
+    parse_window: tuple[int, int] | None = None  # (start, end) offsets parsed for the syntax check
 
 
 @dataclass

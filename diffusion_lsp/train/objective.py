@@ -26,6 +26,11 @@ import torch
 import torch.nn.functional as F
 
 
+# canvas sizes the sampler is called with (span kinds in the server, eval splits): training on them
+# teaches the model to end a short fill with many fillers
+CANVAS_SIZES = (16, 32, 64, 96, 128)
+
+
 @dataclass
 class ObjectiveConfig:
     eps: float = 1e-3  # t ~ U(eps, 1); eps keeps the 1/t weight finite
@@ -33,11 +38,12 @@ class ObjectiveConfig:
     max_span: int = 64  # FIM middle: 1..max_span real tokens
     line_rate: float = 0.5  # fraction of FIM middles that are whole lines (HumanEval single/multi-line)
     min_extra: int = 4  # canvas N = m + U(0, max(min_extra, m)) so the model sees trailing fillers
+    canvas_rate: float = 0.5  # fraction of FIM canvases sized like the server's instead (CANVAS_SIZES)
 
     def __post_init__(self):
         if not 0.0 < self.eps < 1.0:
             raise ValueError(f"eps must be in (0, 1), got {self.eps}")
-        for name in ("fim_rate", "line_rate"):
+        for name in ("fim_rate", "line_rate", "canvas_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.max_span < 1 or self.min_extra < 0:
@@ -127,7 +133,11 @@ def fim_row(tokens: np.ndarray, seq_len: int, tok, newline: np.ndarray, cfg: Obj
         span = int(rng.integers(0, len(tokens) - m + 1)), m
     a, m = span
     room = seq_len - len(bos) - m  # the canvas must fit in the row
-    extra = min(int(rng.integers(0, max(cfg.min_extra, m) + 1)), room)
+    if rng.random() < cfg.canvas_rate:  # a canvas as big as callers ask for, mostly filler
+        extra = int(rng.choice([c for c in CANVAS_SIZES if c >= m] or [m])) - m
+    else:
+        extra = int(rng.integers(0, max(cfg.min_extra, m) + 1))
+    extra = min(extra, room)
     d = max(0, a + extra - room)  # the canvas would run past the row: cut the prefix on the left
     ids = bos + [int(x) for x in tokens[d:a + m]] + [tok.filler_id] * extra + [int(x) for x in tokens[a + m:]]
     maskable = [False] * (len(bos) + a - d) + [True] * (m + extra)

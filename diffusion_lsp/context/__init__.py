@@ -1,0 +1,17 @@
+"""Context for a completion (span kind, prefix/suffix within a token budget, cross-file definitions)
+and post-processing of the model's fill. Pure modules: no LSP, no model.
+
+    ctx = gather(doc, offset, open_docs, recent_edits, budget, count_tokens)
+    suggestion = postprocess(ctx, fill.text, pieces, fill.confidence, threshold, reasons)
+"""
+
+from .gather import gather
+from .index import index_document
+from .languages import language_for
+from .postprocess import REJECTIONS, creates_parse_error, postprocess
+from .spans import CANVAS_TOKENS
+from .types import CompletionContext, ContextBudget, Document, EditSnippet, SpanKind, Suggestion
+
+__all__ = ["gather", "postprocess", "creates_parse_error", "index_document", "language_for", "REJECTIONS",
+           "CANVAS_TOKENS", "CompletionContext", "ContextBudget", "Document", "EditSnippet", "SpanKind",
+           "Suggestion"]

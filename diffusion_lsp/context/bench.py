@@ -1,0 +1,103 @@
+"""Server-overhead benchmark for context + post-processing: `python -m diffusion_lsp.context.bench`.
+
+Prints p50/p95 of gather(), postprocess() and both, on a 5,000-line Python file made of stdlib
+modules, with a real byte-level BPE counting tokens and two other open documents for cross-file
+context. Two scenarios: cursor jumps (every request at a new place) and typing (one character
+more per request at one place, the incremental path). Wall time and this thread's CPU time (the
+latter is steadier on a shared, loaded machine). Figures only; no assertion."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sysconfig
+import time
+from pathlib import Path
+
+from .gather import gather
+from .postprocess import postprocess
+from .types import ContextBudget, Document, EditSnippet
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+SOURCES = ["argparse.py", "textwrap.py", "shlex.py", "json/decoder.py", "json/encoder.py", "csv.py",
+           "ftplib.py", "pprint.py", "difflib.py", "calendar.py", "dataclasses.py"]
+
+
+def big_file(lines: int = 5000) -> str:
+    text = ""
+    for name in SOURCES:
+        text += (STDLIB / name).read_text() + "\n"
+        if text.count("\n") >= lines:
+            break
+    return "\n".join(text.split("\n")[:lines]) + "\n"
+
+
+def _fill(text: str, offset: int) -> tuple[str, list[str], list[float]]:
+    """A plausible fill that the suffix does not already have: 60 characters of code from elsewhere
+    in the file, in 4-character "tokens"."""
+    at = (offset * 7919 + 1000) % max(len(text) - 60, 1)
+    fill = text[at:at + 60]
+    pieces = [fill[i:i + 4] for i in range(0, len(fill), 4)]
+    return fill, pieces, [0.9] * len(pieces)
+
+
+def _pct(xs: list[float]) -> str:
+    xs = sorted(xs)
+    return f"p50 {statistics.median(xs):6.2f} ms  p95 {xs[int(0.95 * (len(xs) - 1))]:6.2f} ms"
+
+
+def run(n: int, seed: int) -> None:
+    from ..model.tokenizer import train_bpe
+
+    text = big_file()
+    tok = train_bpe([(STDLIB / s).read_text() for s in SOURCES[:4]], vocab_size=2048)
+    count = lambda s: len(tok.encode(s))  # noqa: E731
+    others = [Document(f"file:///w/{Path(s).name}", (STDLIB / s).read_text(), "python")
+              for s in ("textwrap.py", "shlex.py")]
+    edits = [EditSnippet("file:///w/shlex.py", "def split(s, comments=False, posix=True):")]
+    budget = ContextBudget()
+    rng = random.Random(seed)
+    uri = "file:///w/big.py"
+    print(f"file: {text.count(chr(10))} lines, {len(text)} chars; budget {budget}")
+
+    def one(doc: Document, offset: int, times: dict[str, list[float]]) -> None:
+        c0, t0 = time.thread_time(), time.perf_counter()
+        ctx = gather(doc, offset, others, edits, budget, count)
+        t1 = time.perf_counter()
+        fill, pieces, conf = _fill(doc.text, offset)
+        postprocess(ctx, fill, pieces, conf, 0.5)
+        c2, t2 = time.thread_time(), time.perf_counter()
+        for key, ms in (("gather", t1 - t0), ("postprocess", t2 - t1), ("total", t2 - t0),
+                        ("total (cpu)", c2 - c0)):
+            times[key].append(ms * 1e3)
+
+    gather(Document(uri, text, "python"), 0, others, edits, budget, count)  # index other documents
+    keys = ("gather", "postprocess", "total", "total (cpu)")
+    jumps = {k: [] for k in keys}
+    for _ in range(n):
+        offset = rng.randrange(len(text))
+        one(Document(uri, text, "python"), offset, jumps)
+    typing = {k: [] for k in keys}
+    for _ in range(max(n // 20, 1)):
+        offset = text.find("\n", rng.randrange(len(text)))
+        for ch in "result = self.value + 1"[:20]:
+            text = text[:offset] + ch + text[offset:]
+            offset += 1
+            one(Document(uri, text, "python"), offset, typing)
+    for name, times in (("cursor jumps", jumps), ("typing", typing)):
+        print(f"{name} ({len(times['total'])} requests)")
+        for key, xs in times.items():
+            print(f"  {key:12s} {_pct(xs)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=200, help="requests per scenario")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    run(args.n, args.seed)
+
+
+if __name__ == "__main__":
+    main()

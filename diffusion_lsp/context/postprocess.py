@@ -1,0 +1,176 @@
+"""From the model's fill to the suggestion shown, by rules applied in this order:
+
+1. drop a low-confidence tail: cut at the first token committed with confidence < threshold, then
+   back to a clean boundary (the last whole line, else the last whole word);
+2. stay within the scope: LINE and REST_OF_LINE stop at the first newline; BLOCK stops at a line
+   dedented below the block (keeping a closing-bracket line only when the suffix does not close it);
+3. drop text the suffix already has: last lines that repeat the next lines;
+4. balance brackets and quotes against the rest of the line: a fill that closes the auto-closed
+   characters after the cursor writes over them (replace_chars), and an end of the fill that the
+   rest of the line starts with is dropped (`x, y)` before `, y)`);
+5. reject a fill that makes the syntax worse: more parse errors in the window with the fill than
+   without (the server re-samples once; `creates_parse_error` is the same check on its own).
+
+Each rule that changes or rejects the fill appends a reason to `reasons`; rejections are one of
+REJECTIONS, so the caller can tell "parse-error" (worth a re-sample) from the rest."""
+
+from __future__ import annotations
+
+import re
+
+from .languages import language_for
+from .lines import indent_at, width
+from .overlap import balance_closers, drop_duplicate_lines, drop_line_overlap, reduce_replace
+from .parsing import error_count, errors_with_insertion, parse_window
+from .types import CompletionContext, SpanKind, Suggestion
+
+REJECTIONS = ("empty", "low-confidence", "out-of-scope", "duplicate", "parse-error")
+CHECK_LINES_BEFORE, CHECK_LINES_AFTER = 60, 30  # window of creates_parse_error without a context
+_PARTIAL_WORD = re.compile(r"[A-Za-z0-9_]+$")
+
+
+def _line_prefix(ctx: CompletionContext) -> str:
+    return ctx.prefix[ctx.prefix.rfind("\n") + 1:]
+
+
+def drop_low_confidence(text: str, pieces: list[str] | None, confidence: list[float] | None,
+                        threshold: float) -> tuple[str, int]:
+    """(text, tokens dropped). `pieces` (each token's decoded text) locate the cut; when they do not
+    add up to `text` (token healing puts the healed text in the first piece) the difference is
+    taken from the front."""
+    if not confidence or threshold <= 0:
+        return text, 0
+    low = next((i for i, c in enumerate(confidence) if c < threshold), None)
+    if low is None:
+        return text, 0
+    if pieces is not None and len(pieces) == len(confidence):
+        joined = "".join(pieces)
+        lead = len(joined) - len(text) if len(joined) >= len(text) else 0
+        cut = min(max(sum(len(p) for p in pieces[:low]) - lead, 0), len(text))
+    else:
+        cut = round(len(text) * low / len(confidence))
+    kept = text[:cut]
+    if cut < len(text) and text[cut] != "\n":  # the kept part ends mid-line
+        nl = kept.rfind("\n")
+        if nl >= 0 and kept[:nl].strip():
+            kept = kept[:nl]
+        elif _PARTIAL_WORD.search(kept) and (text[cut].isalnum() or text[cut] == "_"):
+            kept = _PARTIAL_WORD.sub("", kept)
+    return kept, len(confidence) - low
+
+
+def keep_scope(ctx: CompletionContext, text: str) -> str:
+    """The part of the fill inside the current scope (see the module docstring, rule 2)."""
+    if ctx.kind is not SpanKind.BLOCK:
+        nl = text.find("\n")
+        return text if nl < 0 else text[:nl]
+    lines = text.split("\n")
+    line_prefix = _line_prefix(ctx)
+    if not line_prefix.strip() and lines[0].strip() and \
+            width(line_prefix + indent_at(lines[0], 0)) < width(ctx.scope_indent):
+        return ""  # the fill starts outside the block it was asked for
+    braces = ctx.language != "python"
+    for j in range(1, len(lines)):
+        line = lines[j]
+        if not line.strip() or width(indent_at(line, 0)) >= width(ctx.scope_indent):
+            continue
+        keep = j
+        if braces and all(c in ")]};," for c in line.strip()) and not _closed_after(ctx):
+            keep = j + 1  # the block's own closing line, which the suffix does not have
+        return "\n".join(lines[:keep])
+    return text
+
+
+def _closed_after(ctx: CompletionContext) -> bool:
+    """Whether the text after the cursor closes the block: a closer on the cursor's line or a next
+    non-blank line, dedented below the block, that starts with one."""
+    if any(c in ")]}" for c in ctx.line_suffix):
+        return True
+    for line in ctx.suffix.split("\n")[1:]:
+        if line.strip():
+            return line.lstrip()[0] in ")]}" and width(indent_at(line, 0)) < width(ctx.scope_indent)
+    return False
+
+
+def _tidy_end(ctx: CompletionContext, text: str) -> str:
+    if ctx.kind is SpanKind.BLOCK and ctx.line_suffix.strip():
+        return text.rstrip() + "\n" + ctx.indent  # the closer after the cursor gets its own line
+    return text.rstrip() if not ctx.line_suffix.strip() else text
+
+
+def postprocess(ctx: CompletionContext, text: str, pieces: list[str] | None = None,
+                confidence: list[float] | None = None, threshold: float = 0.0,
+                reasons: list[str] | None = None, check_syntax: bool = True) -> Suggestion | None:
+    """The suggestion to show for a fill, or None (with the rejection appended to `reasons`)."""
+    reasons = reasons if reasons is not None else []
+
+    def reject(why: str) -> None:
+        reasons.append(why)
+        return None
+
+    if not text.strip():
+        return reject("empty")
+    text, dropped = drop_low_confidence(text, pieces, confidence, threshold)
+    if dropped:
+        reasons.append(f"tail:{dropped}")
+        if not text.strip():
+            return reject("low-confidence")
+    scoped = keep_scope(ctx, text)
+    if scoped != text:
+        reasons.append("scope")
+        if not scoped.strip():
+            return reject("out-of-scope")
+    text = scoped
+    line_prefix = _line_prefix(ctx)
+    text, k = drop_duplicate_lines(text, line_prefix, ctx.suffix)
+    if k:
+        reasons.append(f"duplicate-lines:{k}")
+    replace = 0
+    if ctx.kind is not SpanKind.BLOCK:
+        text, replace = balance_closers(text, line_prefix, ctx.line_suffix)
+        text, n = drop_line_overlap(text, ctx.line_suffix[replace:])
+        text, replace = reduce_replace(text, replace, ctx.line_suffix)
+        if n:
+            reasons.append(f"overlap:{n}")
+        if replace:
+            reasons.append(f"replace:{replace}")
+    if not text.strip():
+        return reject("duplicate")
+    text = _tidy_end(ctx, text)
+    suggestion = Suggestion(text, replace)
+    if check_syntax and ctx.document is not None and ctx.parse_window is not None and \
+            _worse_syntax(ctx, suggestion):
+        return reject("parse-error")
+    return suggestion
+
+
+def _worse_syntax(ctx: CompletionContext, s: Suggestion) -> bool:
+    spec = language_for(ctx.language)
+    doc = ctx.document
+    win = parse_window(spec, doc.text, *ctx.parse_window, key=doc.uri)
+    if win is None:
+        return False
+    after = errors_with_insertion(spec, win, ctx.offset, s.text, s.replace_chars)
+    return after is not None and after > error_count(win.tree.root_node)
+
+
+def creates_parse_error(doc_text: str, offset: int, suggestion: Suggestion, language: str | None,
+                        key: str = "") -> bool:
+    """Whether inserting `suggestion` at `offset` leaves more parse errors than there were, counted
+    in the lines around the cursor (a whole-file reparse would cost far more than the 5 ms budget).
+    `language` is a languageId or canonical name; unknown languages never fail the check."""
+    spec = language_for(language)
+    if spec is None:
+        return False
+    offset = min(max(offset, 0), len(doc_text))
+    start = end = offset
+    for _ in range(CHECK_LINES_BEFORE):
+        start = doc_text.rfind("\n", 0, max(start - 1, 0)) + 1 if start > 0 else 0
+    for _ in range(CHECK_LINES_AFTER):
+        nl = doc_text.find("\n", end + 1) if end < len(doc_text) else -1
+        end = len(doc_text) if nl < 0 else nl
+    win = parse_window(spec, doc_text, start, end, key=key)
+    if win is None:
+        return False
+    after = errors_with_insertion(spec, win, offset, suggestion.text, suggestion.replace_chars)
+    return after is not None and after > error_count(win.tree.root_node)

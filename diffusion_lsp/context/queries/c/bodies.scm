@@ -1,0 +1,2 @@
+(compound_statement) @body
+(field_declaration_list) @body

@@ -1,0 +1,1 @@
+(translation_unit (_) @unit)

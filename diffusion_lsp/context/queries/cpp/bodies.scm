@@ -1,0 +1,3 @@
+(compound_statement) @body
+(field_declaration_list) @body
+(declaration_list) @body

@@ -1,0 +1,3 @@
+(translation_unit (_) @unit)
+(declaration_list (_) @unit)
+(field_declaration_list (_) @unit)

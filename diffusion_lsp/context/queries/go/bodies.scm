@@ -1,0 +1,2 @@
+(block) @body
+(field_declaration_list) @body

@@ -1,0 +1,1 @@
+(import_spec path: (interpreted_string_literal) @module)

@@ -1,0 +1,1 @@
+(source_file (_) @unit)

@@ -1,0 +1,2 @@
+(import_declaration (scoped_identifier) @module)
+(import_declaration (identifier) @module)

@@ -1,0 +1,3 @@
+(statement_block) @body
+(class_body) @body
+(switch_body) @body

@@ -1,0 +1,3 @@
+(use_declaration argument: (_) @module)
+(mod_item name: (identifier) @module)
+(extern_crate_declaration name: (identifier) @module)

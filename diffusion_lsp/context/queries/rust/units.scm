@@ -1,0 +1,2 @@
+(source_file (_) @unit)
+(declaration_list (_) @unit)

@@ -1,0 +1,3 @@
+(program (_) @unit)
+(class_body (_) @unit)
+(function_declaration) @unit

@@ -1,0 +1,170 @@
+"""The language server's side of the worker socket (asyncio): connect to a running worker or
+start one, send fills, route answers and state events, notice when the worker goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .wire import MAX_LINE, WIRE_VERSION, decode, encode
+
+SPAWN_TIMEOUT_S = 60.0  # the worker prints "ready" once its socket listens, before loading the model
+CONNECT_TRIES = 40  # when another session is starting the worker: 40 x 0.25 s
+
+
+@dataclass(frozen=True)
+class Launch:
+    socket: Path
+    model: str | None
+    device: str = "auto"
+    threads: int | None = None
+    idle_exit_s: float = 600.0
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "diffusion_lsp.server.worker", "--socket", str(self.socket),
+               "--device", self.device, "--idle-exit", str(self.idle_exit_s)]
+        if self.model:
+            cmd += ["--model", str(self.model)]
+        if self.threads:
+            cmd += ["--threads", str(self.threads)]
+        return cmd
+
+
+class WorkerUnavailable(Exception):
+    """The worker could not be started or reached; the message says why."""
+
+
+class WorkerClient:
+    """on_event(message) gets hello/state events; on_lost(reason) is called when a connected
+    worker goes away (crash, kill) while we did not ask it to."""
+
+    def __init__(self, launch: Launch, on_event: Callable[[dict], None], on_lost: Callable[[str], None]):
+        self.launch, self.on_event, self.on_lost = launch, on_event, on_lost
+        self.pid: int | None = None
+        self.state = "stopped"  # stopped | loading | ready | failed
+        self.error: str | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, asyncio.Future] = {}
+        self._connecting: asyncio.Task | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._closed = False
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None
+
+    async def start(self) -> None:
+        """Connect, starting the worker when nobody serves the socket. One attempt at a time;
+        raises WorkerUnavailable."""
+        if self.connected:
+            return
+        if self._connecting is None or self._connecting.done():
+            self._connecting = asyncio.ensure_future(self._connect())
+        await asyncio.shield(self._connecting)
+
+    async def fill(self, rid: int, key: str, request: dict) -> dict | None:
+        """The worker's answer for one fill, or None when it is unavailable or not ready.
+        Cancelling this coroutine sends a cancel, so the worker abandons the work."""
+        if not self.connected or self.state != "ready":
+            return None
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        self._send({"op": "fill", "id": rid, "key": key, **request})
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            self._send({"op": "cancel", "id": rid})
+            raise
+        finally:
+            self._pending.pop(rid, None)
+
+    async def close(self) -> None:
+        """Disconnect; the worker itself stays for other sessions until it idles out."""
+        self._closed = True
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def _send(self, message: dict) -> None:
+        if self._writer is not None:
+            self._writer.write(encode(message))
+
+    async def _connect(self) -> None:
+        path = str(self.launch.socket)
+        spawned = False
+        for _ in range(CONNECT_TRIES):
+            try:
+                reader, writer = await asyncio.open_unix_connection(path, limit=MAX_LINE)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if not spawned:
+                    spawned = True
+                    await self._spawn()
+                    continue
+                await asyncio.sleep(0.25)  # another session's worker is binding the socket
+        else:
+            raise WorkerUnavailable(f"no worker answers on {path}")
+        hello = decode(await reader.readline())
+        if hello.get("event") != "hello" or hello.get("version") != WIRE_VERSION:
+            writer.close()
+            raise WorkerUnavailable(f"the worker on {path} speaks another protocol: {hello!r}")
+        self._writer = writer
+        self._event(hello)
+        asyncio.ensure_future(self._read(reader, writer))
+
+    async def _spawn(self) -> None:
+        log = open(f"{self.launch.socket}.log", "ab", buffering=0)
+        os.chmod(log.name, 0o600)
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.launch.command(), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=log, start_new_session=True)  # outlives this session: others may share it
+        finally:
+            log.close()
+        try:
+            line = await asyncio.wait_for(self._proc.stdout.readline(), SPAWN_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise WorkerUnavailable(f"the worker did not start in {SPAWN_TIMEOUT_S:.0f} s") from None
+        if not line:
+            code = await self._proc.wait()
+            raise WorkerUnavailable(f"the worker exited with code {code} before listening "
+                                    f"(see {self.launch.socket}.log)")
+
+    def _event(self, message: dict) -> None:
+        if message.get("event") == "hello":
+            self.pid = message.get("pid")
+        self.state, self.error = message.get("state", self.state), message.get("error")
+        self.on_event(message)
+
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while line := await reader.readline():
+                message = decode(line)
+                if "event" in message:
+                    self._event(message)
+                elif (fut := self._pending.get(message.get("id"))) is not None and not fut.done():
+                    fut.set_result(message)
+        except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        if self._writer is not writer:  # closed on purpose, or already replaced
+            return
+        self._writer, self.state = None, "stopped"
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_result(None)
+        writer.close()
+        if not self._closed:
+            self.on_lost(await self._exit_reason())
+
+    async def _exit_reason(self) -> str:
+        if self._proc is not None and self.pid == self._proc.pid:
+            try:
+                code = await asyncio.wait_for(self._proc.wait(), 2.0)
+                return f"the model worker (pid {self.pid}) exited with code {code}"
+            except asyncio.TimeoutError:
+                pass
+        return f"the connection to the model worker (pid {self.pid}) was lost"

@@ -1,0 +1,46 @@
+"""Counters the server reports with the `diffusionLsp/stats` request: requests, answers, cache
+hits, superseded and cancelled requests, Copilot-style shown/accepted feedback, latencies."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field, fields
+
+WINDOW = 1000  # latencies kept for the percentiles
+
+
+def percentile(values, q: float) -> float | None:
+    """Nearest-rank percentile (q in [0, 100]); None for no values."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+@dataclass
+class Stats:
+    requests: int = 0  # textDocument/inlineCompletion received
+    answered: int = 0  # answered with at least one item
+    empty: int = 0  # answered with no item (nothing to say, bad input, model unavailable)
+    cache_hits: int = 0  # answered from the cache (exact or type-ahead), no model call
+    model_calls: int = 0  # fills sent to the worker (a parse-error re-sample counts again)
+    superseded: int = 0  # dropped because a newer request for the same document arrived
+    cancelled: int = 0  # $/cancelRequest from the client
+    bad_input: int = 0  # unknown document, position past the end, huge line, binary, language
+    errors: int = 0  # unexpected failures (logged, answered empty)
+    parse_rejects: int = 0  # fills dropped because they broke the parse
+    shown: int = 0  # textDocument/didShowCompletion
+    accepted: int = 0  # the item's accept command ran
+    partially_accepted: int = 0  # textDocument/didPartiallyAcceptCompletion
+    accepted_chars: int = 0  # characters accepted partially
+    worker_crashes: int = 0
+    latency_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
+    model_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
+
+    def report(self, **extra) -> dict:
+        counts = {f.name: getattr(self, f.name) for f in fields(self) if f.type in ("int", int)}
+        lat = {f"p{q}": percentile(self.latency_ms, q) for q in (50, 95, 99)}
+        model = {f"p{q}": percentile(self.model_ms, q) for q in (50, 95, 99)}
+        return {"counts": counts, "latency_ms": lat, "model_ms": model, **extra}

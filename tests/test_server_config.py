@@ -1,0 +1,115 @@
+"""Editor settings: every bad value falls back and is reported; nothing raises."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from diffusion_lsp.server.config import POLICIES, Config, ModelSettings, camel, parse_config, snake
+
+
+def test_no_settings_are_the_defaults():
+    assert parse_config(None) == (Config(), [])
+    assert parse_config({}) == (Config(), [])
+
+
+def test_camel_and_snake_keys_inside_or_outside_a_section():
+    raw = {"completion": {"debounceMs": 40, "confidence_cut": 0.5}, "sampling": {"policy": "topk"}}
+    for settings in (raw, {"diffusionLsp": raw}, {"diffusion-lsp": raw}):
+        cfg, problems = parse_config(settings)
+        assert problems == []
+        assert (cfg.completion.debounce_ms, cfg.completion.confidence_cut, cfg.sampling.policy) == (40, 0.5, "topk")
+
+
+@pytest.mark.parametrize("section, key, value, field", [
+    ("completion", "debounceMs", "soon", "debounce_ms"),
+    ("completion", "debounceMs", -5, "debounce_ms"),
+    ("completion", "debounceMs", True, "debounce_ms"),  # a bool is not a number here
+    ("completion", "maxContextTokens", 1e9, "max_context_tokens"),
+    ("completion", "enable", "yes", "enable"),
+    ("completion", "disabledLanguages", "python", "disabled_languages"),
+    ("sampling", "threshold", 0, "threshold"),
+    ("sampling", "threshold", float("nan"), "threshold"),
+    ("sampling", "policy", "beam", "policy"),
+    ("model", "device", "tpu", "device"),
+    ("model", "threads", 0, "threads"),
+])
+def test_a_bad_value_falls_back_and_is_reported(section, key, value, field):
+    cfg, problems = parse_config({section: {key: value}})
+    assert getattr(getattr(cfg, section), field) == getattr(getattr(Config(), section), field)
+    assert len(problems) == 1 and f"{section}.{key}" in problems[0] and "default" in problems[0]
+
+
+def test_unknown_keys_and_wrong_shapes_are_reported_and_ignored():
+    cfg, problems = parse_config({"completion": {"typo": 1}, "model": 3, "extra": {}})
+    assert cfg == Config()
+    assert [p.split()[0:3] for p in problems] == [["unknown", "setting", "completion.typo"],
+                                                  ["model", "should", "be"], ["unknown", "setting", "extra"]]
+    assert parse_config([1, 2])[1] == ["settings should be an object, got [1, 2] (ignored)"]
+
+
+def test_absent_and_bad_values_keep_the_command_line_base():
+    base = Config(model=ModelSettings(path="/ckpt", device="cpu"))
+    cfg, problems = parse_config({"model": {"device": "gpu!"}, "completion": {"debounceMs": 10}}, base)
+    assert (cfg.model.path, cfg.model.device, cfg.completion.debounce_ms) == ("/ckpt", "cpu", 10)
+    assert "using the default 'cpu'" in problems[0]
+
+
+def test_types_are_coerced_only_where_harmless():
+    cfg, problems = parse_config({"sampling": {"threshold": 1, "timeBudgetMs": None}, "model": {"threads": None}})
+    assert problems == [] and cfg.sampling.threshold == 1.0 and isinstance(cfg.sampling.threshold, float)
+
+
+def test_key_case_conversions():
+    assert snake("maxContextTokens") == "max_context_tokens" and snake("idle-exit-s") == "idle_exit_s"
+    assert camel("max_context_tokens") == "maxContextTokens"
+
+
+def test_policies_match_the_sampler_and_the_server_never_imports_torch():
+    from diffusion_lsp.model.policies import POLICIES as SAMPLER_POLICIES
+
+    assert POLICIES == SAMPLER_POLICIES
+    code = "import sys, diffusion_lsp.server.server, diffusion_lsp.server.session; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+class RecordingUi:
+    def __init__(self):
+        self.shown, self.logged = [], []
+
+    def show(self, kind, message):
+        self.shown.append((kind, message))
+
+    def log(self, kind, message):
+        self.logged.append((kind, message))
+
+    async def progress_begin(self, title, message):
+        return None
+
+    def progress_end(self, token, message):
+        pass
+
+
+def test_the_session_shows_each_bad_setting_and_keeps_serving_flags():
+    from diffusion_lsp.server.session import ServeOptions, Session
+
+    ui = RecordingUi()
+    session = Session(ServeOptions(model="/ckpt", worker_socket="/tmp/x.sock"), ui)
+    session.configure({"diffusionLsp": {"completion": {"debounceMs": "soon"}, "model": {"device": "tpu"}}})
+    assert [kind for kind, _ in ui.shown] == ["warning", "warning"]
+    assert all(m.startswith("diffusion-lsp settings: ") for _, m in ui.shown)
+    launch = session.launch()
+    assert (launch.model, str(launch.socket), launch.device) == ("/ckpt", "/tmp/x.sock", "auto")
+
+
+def test_recent_edits_keep_the_newest_text_of_a_spot():
+    from diffusion_lsp.server.session import ServeOptions, Session
+
+    session = Session(ServeOptions(), RecordingUi())
+    text = "a = 1\nb = 2\nc = 3\nd = 4\ne = 5\nf = 6\ng = 7\n"
+    session.note_edit("file:///a.py", text, 1, 0)
+    session.note_edit("file:///a.py", text.replace("b = 2", "b = 22"), 1, 0)  # typing on: replaced
+    session.note_edit("file:///a.py", text, 6, 0)  # elsewhere: kept
+    assert [e.text for e in session.recent_edits] == ["a = 1\nb = 22\nc = 3\nd = 4", "e = 5\nf = 6\ng = 7\n"]
