@@ -7,6 +7,14 @@ import dataclasses
 from dataclasses import dataclass, field
 
 
+def strict_from_dict(cls, d: dict, what: str):
+    """cls(**d), rejecting unknown keys loudly (a typo in a config must not be silently ignored)."""
+    unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ValueError(f"unknown {what} keys: {', '.join(unknown)}")
+    return cls(**d)
+
+
 @dataclass
 class ModelConfig:
     vocab_size: int = 8192
@@ -41,11 +49,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown model config keys: {', '.join(unknown)}")
-        return cls(**d)
+        return strict_from_dict(cls, d, "model config")
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "ModelConfig":
@@ -97,8 +101,4 @@ class SpecialTokens:
 
     @classmethod
     def from_dict(cls, d: dict) -> "SpecialTokens":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown special token keys: {', '.join(unknown)}")
-        return cls(**d)
+        return strict_from_dict(cls, d, "special token")

@@ -76,11 +76,9 @@ async def client(script_checkpoint, tmp_path_factory):
                "--worker-socket", str(socket)]
     client = await ClientServerConfig(server_command=command).start()
     await within(client.initialize_session(types.InitializeParams(capabilities=CAPS, initialization_options=OPTIONS)))
-    ended = client.wait_for_notification(types.PROGRESS)  # the model load's $/progress
-    open_doc(client, "file:///warmup.py", "x = 1\n")
+    open_doc(client, "file:///warmup.py", "x = 1\n")  # starts the worker; its $/progress ends once loaded
     while not any(isinstance(v, types.WorkDoneProgressEnd) for vs in client.progress_reports.values() for v in vs):
-        await within(ended)
-        ended = client.wait_for_notification(types.PROGRESS)
+        await within(asyncio.wrap_future(client.protocol.wait_for_notification(types.PROGRESS)))
     yield client
     await within(client.shutdown_session())
     await client.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ..model.config import strict_from_dict
 from .objective import ObjectiveConfig
 
 AUTOCAST = ("auto", "bf16", "off")
@@ -63,8 +64,4 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown train config keys: {', '.join(unknown)}")
-        return cls(**d)
+        return strict_from_dict(cls, d, "train config")
