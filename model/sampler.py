@@ -155,7 +155,7 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
     while len(batch.index):
         logits = _constrain(_canvas_logits(model, batch, cfg, step), batch, tok)
         step += 1
-        pred, p, entropy = token_stats(logits)
+        pred, p, entropy = token_stats(logits, entropy=cfg.policy == "eb")
         eligible = block_eligible(batch.masked, cfg.block_size)
         commit = select(cfg.policy, p, entropy, eligible, tau=cfg.threshold, k=cfg.k, gamma=cfg.gamma)
         out_of_time = cfg.time_budget_ms is not None and (time.perf_counter() - t0) * 1e3 > cfg.time_budget_ms
