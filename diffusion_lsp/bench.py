@@ -32,6 +32,9 @@ def register(sub):
     s.add_argument("--device", default="auto")
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(run=run)
+    from . import bench_lsp
+
+    bench_lsp.register(bench)  # `bench lsp`: latency through the real server
 
 
 def workload_files() -> list[Path]:

@@ -15,7 +15,7 @@ from . import positions
 from .cache import CompletionCache
 from .config import Config
 from .context_api import ContextApi, budget_for
-from .stats import Stats
+from .stats import Stats, Timing
 
 
 class BadInput(Exception):
@@ -92,13 +92,17 @@ class Completer:
         if (old := self._latest.get(doc.uri)) is not None:
             old.superseded.set()
         self._latest[doc.uri] = ticket
+        timing = Timing(self.stats.requests)
+        t0 = time.perf_counter()
         try:
-            return await self._complete(ticket, doc, offset, list(open_docs), list(recent_edits))
+            return await self._complete(ticket, timing, doc, offset, list(open_docs), list(recent_edits))
         finally:
+            timing.total_ms = (time.perf_counter() - t0) * 1e3
+            self.stats.timings.append(timing)
             if self._latest.get(doc.uri) is ticket:
                 del self._latest[doc.uri]
 
-    async def _complete(self, ticket, doc, offset, open_docs, recent_edits) -> Suggestion | None:
+    async def _complete(self, ticket, timing, doc, offset, open_docs, recent_edits) -> Suggestion | None:
         cc = self.cfg.completion
         if doc.language_id in cc.disabled_languages:
             raise BadInput(f"completion is disabled for {doc.language_id!r}")
@@ -106,26 +110,31 @@ class Completer:
         hit, cached = self.cache.lookup(doc.uri, prefix, suffix)
         if hit:
             self.stats.cache_hits += 1
+            timing.source = "cache"
             return cached
+        t0 = time.perf_counter()
         if cc.debounce_ms and await _set_within(ticket.superseded, cc.debounce_ms / 1000):
             return self._superseded()
+        t1 = time.perf_counter()
         ctx = self.context.gather(doc, offset, open_docs, recent_edits, budget_for(cc.max_context_tokens),
                                   self.count_tokens)
+        timing.wait_ms, timing.context_ms = (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3
         if ctx.language is None:
             raise BadInput(f"unsupported language {doc.language_id!r}")
+        timing.kind = ctx.kind.value
         sampling = _sampling(self.cfg)
-        sug, broke = await self._sample(ticket, doc, ctx, ctx.max_tokens, sampling)
+        sug, broke = await self._sample(ticket, timing, doc, ctx, ctx.max_tokens, sampling)
         if broke:  # re-sample once, shorter and more careful: fewer tokens committed per step
             self.stats.parse_rejects += 1
             careful = {**sampling, "threshold": max(sampling["threshold"], 0.97)}
-            sug, broke = await self._sample(ticket, doc, ctx, max(4, ctx.max_tokens // 2), careful)
+            sug, broke = await self._sample(ticket, timing, doc, ctx, max(4, ctx.max_tokens // 2), careful)
             self.stats.parse_rejects += broke
         if not ticket.superseded.is_set():
             self.cache.put(doc.uri, prefix, suffix, sug)
         return sug
 
-    async def _sample(self, ticket: _Ticket, doc: Document, ctx: CompletionContext, max_tokens: int,
-                      sampling: dict) -> tuple[Suggestion | None, bool]:
+    async def _sample(self, ticket: _Ticket, timing: Timing, doc: Document, ctx: CompletionContext,
+                      max_tokens: int, sampling: dict) -> tuple[Suggestion | None, bool]:
         """(suggestion, broke the parse); (None, False) when superseded."""
         if ticket.superseded.is_set():
             return self._superseded(), False
@@ -140,15 +149,22 @@ class Completer:
             waiter.cancel()
             if not task.done():
                 task.cancel()
+            t1 = time.perf_counter()
+            timing.model_ms += (t1 - t0) * 1e3
         if not task.done() or task.cancelled():
             return self._superseded(), False
         fill = task.result()
         if fill is None:
             raise Unavailable("the model is not ready")
-        self.stats.model_ms.append((time.perf_counter() - t0) * 1e3)
+        self.stats.model_ms.append((t1 - t0) * 1e3)
+        timing.source = "model"
+        timing.worker_ms += fill.ms
         cc = self.cfg.completion
-        return self.context.finish(ctx, doc.text, fill.text, fill.pieces, fill.confidence, cc.confidence_cut,
-                                   cc.reject_parse_errors)
+        try:
+            return self.context.finish(ctx, doc.text, fill.text, fill.pieces, fill.confidence, cc.confidence_cut,
+                                       cc.reject_parse_errors)
+        finally:
+            timing.post_ms += (time.perf_counter() - t1) * 1e3
 
     def _superseded(self) -> None:
         self.stats.superseded += 1

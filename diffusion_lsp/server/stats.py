@@ -1,13 +1,15 @@
 """Counters the server reports with the `diffusionLsp/stats` request: requests, answers, cache
-hits, superseded and cancelled requests, Copilot-style shown/accepted feedback, latencies."""
+hits, superseded and cancelled requests, Copilot-style shown/accepted feedback, latencies, and
+where the time of the last requests went (read by `diffusion-lsp bench lsp`)."""
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 
 WINDOW = 1000  # latencies kept for the percentiles
+RECENT = 128  # per-request timings sent with each report
 
 
 def percentile(values, q: float) -> float | None:
@@ -17,6 +19,27 @@ def percentile(values, q: float) -> float | None:
         return None
     rank = max(1, math.ceil(q / 100 * len(ordered)))
     return ordered[min(rank, len(ordered)) - 1]
+
+
+@dataclass
+class Timing:
+    """Where one completion's time went, in ms. `seq` numbers requests as `Stats.requests` counts
+    them, so a client that sends one request at a time can match its own to these."""
+
+    seq: int
+    kind: str | None = None  # the span kind; None when no context was gathered (cache hit, refusal)
+    source: str = "none"  # model | cache | none
+    total_ms: float = 0.0  # the completer's whole time: cache, debounce, context, model, post-processing
+    wait_ms: float = 0.0  # debounce
+    context_ms: float = 0.0  # gather: tree-sitter, prefix and suffix, cross-file
+    model_ms: float = 0.0  # waiting for the worker (a re-sample included)
+    worker_ms: float = 0.0  # the worker's own time for the fills, as it reports it
+    post_ms: float = 0.0  # post-processing with its syntax check
+
+    @property
+    def overhead_ms(self) -> float:
+        """The server's own work: everything but waiting for the worker or the debounce."""
+        return self.total_ms - self.model_ms - self.wait_ms
 
 
 @dataclass
@@ -38,9 +61,13 @@ class Stats:
     worker_crashes: int = 0
     latency_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     model_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
+    timings: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)  # of Timing
 
     def report(self, **extra) -> dict:
         counts = {f.name: getattr(self, f.name) for f in fields(self) if f.type in ("int", int)}
         lat = {f"p{q}": percentile(self.latency_ms, q) for q in (50, 95, 99)}
         model = {f"p{q}": percentile(self.model_ms, q) for q in (50, 95, 99)}
-        return {"counts": counts, "latency_ms": lat, "model_ms": model, **extra}
+        overhead = {f"p{q}": percentile([t.overhead_ms for t in self.timings], q) for q in (50, 95, 99)}
+        recent = [asdict(t) for t in list(self.timings)[-RECENT:]]
+        return {"counts": counts, "latency_ms": lat, "model_ms": model, "overhead_ms": overhead,
+                "timings": recent, **extra}

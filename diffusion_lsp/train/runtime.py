@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..engine import default_threads
+
 
 @dataclass
 class Runtime:
@@ -63,21 +65,6 @@ def choose_amp_dtype(mode: str, device: torch.device) -> torch.dtype | None:
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
     return torch.bfloat16 if device.type == "cpu" and cpu_has_native_bf16() else None
-
-
-def default_threads(local_world_size: int) -> int:
-    """The cores idle now (cores minus the 1-minute load average), split between this machine's
-    processes. Oversubscribing hurts badly: on a shared 2-core box with load 3, a `small` step on
-    2048 tokens took 7.0 s with 2 threads and 1.6 s with 1 (OpenMP barriers wait on descheduled threads)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        cores = os.cpu_count() or 1
-    try:
-        idle = cores - int(os.getloadavg()[0] + 0.5)
-    except OSError:
-        idle = cores
-    return max(1, max(idle, 1) // max(local_world_size, 1))
 
 
 def setup(device: str = "auto", autocast: str = "auto", threads: int = 0) -> Runtime:

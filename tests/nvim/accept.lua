@@ -1,0 +1,136 @@
+-- Drives one headless Neovim session for tests/test_neovim.py, after tests/nvim/init.lua:
+-- open the spec's file, wait for the model to load, then for each case put the cursor there, enter
+-- insert mode, wait for the ghost text, accept it with vim.lsp.inline_completion.get() and record
+-- what was shown and what the line became. Writes the result as JSON and quits, also on failure
+-- and on the watchdog. Every wait is on an event or a predicate (vim.wait), never a fixed sleep.
+--
+--   DIFFUSION_LSP_SPEC: JSON file {file, result, ready_ms, ghost_ms, watchdog_ms,
+--                                  cases = [{line (1-based), col (0-based byte), append}]}
+local api = vim.api
+local spec = vim.json.decode(table.concat(vim.fn.readfile(assert(vim.env.DIFFUSION_LSP_SPEC)), '\n'))
+local ghost_ns = api.nvim_create_namespace('nvim.lsp.inline_completion') -- the namespace it draws in
+local result = { cases = {} }
+local done = false
+
+local function finish(err)
+  if done then
+    return
+  end
+  done = true
+  result.error = err
+  vim.fn.writefile({ vim.json.encode(result) }, spec.result)
+  vim.cmd('qall!')
+end
+
+--- Resume the driver coroutine; an error in it ends the session with that error.
+local function resume(co)
+  local ok, err = coroutine.resume(co)
+  if not ok then
+    finish('driver error: ' .. tostring(err))
+  end
+end
+
+vim.defer_fn(function()
+  finish(('watchdog: the session took more than %d ms'):format(spec.watchdog_ms))
+end, spec.watchdog_ms)
+
+--- The ghost text on screen ("\n" between virtual lines) and how it is drawn, or nil.
+local function ghost()
+  local marks = api.nvim_buf_get_extmarks(0, ghost_ns, 0, -1, { details = true })
+  if #marks == 0 then
+    return nil
+  end
+  local details = marks[1][4]
+  local lines, first = {}, {}
+  for _, chunk in ipairs(details.virt_text or {}) do
+    first[#first + 1] = chunk[1]
+  end
+  lines[1] = table.concat(first)
+  for _, virt_line in ipairs(details.virt_lines or {}) do
+    local parts = {}
+    for _, chunk in ipairs(virt_line) do
+      parts[#parts + 1] = chunk[1]
+    end
+    lines[#lines + 1] = table.concat(parts)
+  end
+  return { text = table.concat(lines, '\n'), pos = details.virt_text_pos, row = marks[1][2], col = marks[1][3] }
+end
+
+--- Run `start` and suspend this coroutine until `event` fires (the mode switches happen only once
+--- the current callback has returned to Neovim's main loop).
+local function after(event, start)
+  local me = coroutine.running()
+  api.nvim_create_autocmd(event, {
+    once = true,
+    callback = function()
+      vim.schedule(function()
+        resume(me)
+      end)
+    end,
+  })
+  start()
+  coroutine.yield()
+end
+
+local function run_case(case)
+  api.nvim_win_set_cursor(0, { case.line, case.col })
+  local before = api.nvim_buf_get_lines(0, case.line - 1, case.line, true)[1]
+  after('InsertEnter', function()
+    vim.cmd(case.append and 'startinsert!' or 'startinsert')
+  end)
+  local record = { before = before, insert_cursor = api.nvim_win_get_cursor(0) }
+  local shown
+  if vim.wait(spec.ghost_ms, function()
+    shown = ghost()
+    return shown ~= nil and shown.row == case.line - 1 -- not a late answer for an earlier case
+  end, 10) then
+    record.ghost = shown
+    record.accepted = vim.lsp.inline_completion.get() -- applies the item on the next loop turn
+    vim.wait(spec.ghost_ms, function()
+      return api.nvim_buf_get_lines(0, case.line - 1, case.line, true)[1] ~= before
+    end, 10)
+  end
+  record.line = api.nvim_buf_get_lines(0, case.line - 1, case.line, true)[1]
+  record.cursor = api.nvim_win_get_cursor(0)
+  after('InsertLeave', function()
+    vim.cmd('stopinsert')
+  end)
+  return record
+end
+
+local function main()
+  local loaded = false
+  api.nvim_create_autocmd('LspProgress', {
+    callback = function(ev)
+      local value = ev.data.params.value
+      loaded = loaded or (type(value) == 'table' and value.kind == 'end')
+    end,
+  })
+  local function running()
+    return #vim.lsp.get_clients({ name = 'diffusion-lsp' }) > 0
+  end
+  vim.cmd.edit(vim.fn.fnameescape(spec.file))
+  if not vim.wait(spec.ghost_ms, running, 20) then -- vim.lsp.enable starts it on a later loop turn
+    return finish('diffusion-lsp did not start for ' .. spec.file .. ' (see tests/nvim/init.lua)')
+  end
+  if not vim.wait(spec.ready_ms, function()
+    return loaded or not running()
+  end, 20) or not loaded then
+    return finish(('the model did not load ($/progress end) within %d ms, or the server exited'):format(spec.ready_ms))
+  end
+  local client = vim.lsp.get_clients({ bufnr = 0, name = 'diffusion-lsp' })[1]
+  if not client then
+    return finish('diffusion-lsp is not attached to ' .. spec.file)
+  end
+  result.offset_encoding = client.offset_encoding
+  for _, case in ipairs(spec.cases) do
+    result.cases[#result.cases + 1] = run_case(case)
+  end
+  local reply = client:request_sync('diffusionLsp/stats', {}, spec.ghost_ms, 0)
+  result.stats = reply and reply.result
+  finish(nil)
+end
+
+vim.schedule(function()
+  resume(coroutine.create(main))
+end)
