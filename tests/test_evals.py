@@ -46,3 +46,19 @@ def test_eval_command_reports_model_and_baselines(tiny_checkpoint, capsys):
 def test_missing_data_is_a_clear_error(tiny_checkpoint, tmp_path, capsys):
     code = main(["eval", "humaneval-infill", "--model", str(tiny_checkpoint), "--data", str(tmp_path)])
     assert code == 2 and "data not found" in capsys.readouterr().err
+
+
+def test_heldout_reports_loss_and_exact_match_beside_baselines(tiny_checkpoint, tmp_path, capsys):
+    from conftest import corpus_texts
+
+    with (tmp_path / "val.jsonl").open("w") as f:
+        for i, text in enumerate(corpus_texts()[:2]):
+            f.write(json.dumps({"package": f"pkg{i}", "path": "m.py", "text": text}) + "\n")
+    code = main(["eval", "heldout", "--model", str(tiny_checkpoint), "--corpus", str(tmp_path), "--lines", "3",
+                 "--crops", "2", "--seq-len", "32", "--max-tokens", "4", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["packages"] == ["pkg0", "pkg1"] and out["lines"] == 3
+    assert all(0 < out[f"loss@{r}"] < 20 for r in (0.15, 0.5, 0.85)) and 0 < out["unigram_loss"] < 20
+    assert out["exact_match_empty"] == 0.0  # picked lines are never blank
+    code = main(["eval", "heldout", "--model", str(tiny_checkpoint), "--corpus", str(tmp_path / "none")])
+    assert code == 2 and "data build" in capsys.readouterr().err

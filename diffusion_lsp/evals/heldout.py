@@ -104,10 +104,11 @@ def run(args) -> int:
     fills = [r.get("text", "").split("\n", 1)[0] for r in records]
     exact = sum(f.strip() == line.strip() for f, (_, _, line, _) in zip(fills, picks)) / len(picks)
     copy_prev = sum(prev.strip() == line.strip() for _, _, line, prev in picks) / len(picks)
+    empty = sum(line.strip() == "" for _, _, line, _ in picks) / len(picks)
     tokens = sum(r.get("tokens", 0) for r in records)
     result = {"packages": sorted({d["package"] for d in docs}), "files": len(docs), **loss,
               "lines": len(picks), "exact_match": exact, "exact_match_copy_previous_line": copy_prev,
-              "exact_match_empty": 0.0, "forwards_per_token": sum(r.get("forwards", 0) for r in records) / max(tokens, 1),
+              "exact_match_empty": empty, "forwards_per_token": sum(r.get("forwards", 0) for r in records) / max(tokens, 1),
               "ms_per_line": wall * 1e3 / len(picks), "policy": args.policy}
     if args.json:
         print(json.dumps(result))
@@ -117,6 +118,6 @@ def run(args) -> int:
         print(f"masked-token loss at {rate:.0%} masked: {loss[f'loss@{rate}']:.3f} nats "
               f"(ppl {math.exp(loss[f'loss@{rate}']):.1f}); unigram baseline {loss['unigram_loss']:.3f}")
     print(f"single-line exact match ({len(picks)} lines, {args.policy}): {exact:.1%}; "
-          f"copy-previous-line baseline {copy_prev:.1%}; empty baseline 0.0%")
+          f"copy-previous-line baseline {copy_prev:.1%}; empty baseline {empty:.1%}")
     print(f"forwards per token {result['forwards_per_token']:.3f}, {result['ms_per_line']:.0f} ms per line")
     return 0
