@@ -16,6 +16,7 @@ def register(sub):
     p.add_argument("--at", metavar="LINE:COL", help="1-based line and column (in characters) of the cursor")
     p.add_argument("--batch", metavar="IN.jsonl", help="one request per line: id, prefix, suffix, max_tokens")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the bare text")
+    p.add_argument("--one-line", action="store_true", help="stop once the fill's first line is written")
     add_sampler_args(p)
     p.set_defaults(run=run)
 
@@ -32,6 +33,8 @@ def add_sampler_args(p):
     p.add_argument("--no-cache", action="store_true", help="recompute the whole context every step")
     p.add_argument("--refresh-every", type=int, default=None, metavar="K", help="refresh the cache every K steps")
     p.add_argument("--time-budget-ms", type=float, default=None, help="commit the rest greedily past this")
+    p.add_argument("--no-trailing-fillers", action="store_true",
+                   help="do not end the fill at the first committed filler (for comparison)")
     p.add_argument("--batch-size", type=int, default=8, help="requests decoded together in --batch mode")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when present)")
 
@@ -42,7 +45,8 @@ def sampler_config(args):
     try:
         return SamplerConfig(policy=args.policy, threshold=args.threshold, k=args.k, gamma=args.gamma,
                              block_size=args.block_size, use_cache=not args.no_cache,
-                             refresh_every=args.refresh_every, time_budget_ms=args.time_budget_ms)
+                             refresh_every=args.refresh_every, time_budget_ms=args.time_budget_ms,
+                             trailing_fillers=not args.no_trailing_fillers)
     except ValueError as e:
         raise UserError(str(e)) from None
 
@@ -107,7 +111,7 @@ def run(args) -> int:
     from .model.canvas import FillRequest
 
     try:
-        (res,) = engine.fill([FillRequest(prefix, suffix, args.max_tokens)], cfg)
+        (res,) = engine.fill([FillRequest(prefix, suffix, args.max_tokens, one_line=args.one_line)], cfg)
     except ValueError as e:
         raise UserError(str(e)) from None
     if args.json:

@@ -1,6 +1,6 @@
 """`diffusion-lsp fim --batch IN.jsonl`: the path every evaluation uses.
 
-Each input line is one request {id, prefix, suffix, max_tokens?}; each output line is one result
+Each input line is one request {id, prefix, suffix, max_tokens?, one_line?}; each output line is one result
 {id, text, tokens, forwards, ms}, or {id, error} for a bad line, in input order. Requests are
 decoded `--batch-size` at a time, one forward pass per step for the whole batch."""
 
@@ -30,7 +30,10 @@ def parse_request(line: str, lineno: int, default_max: int):
         return {"id": rid, "line": lineno, "error": f"line {lineno}: 'prefix' and 'suffix' must be strings"}
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         return {"id": rid, "line": lineno, "error": f"line {lineno}: 'max_tokens' must be a positive integer"}
-    return FillRequest(prefix=prefix, suffix=suffix, max_tokens=max_tokens, id=rid)
+    one_line = obj.get("one_line", False)
+    if not isinstance(one_line, bool):
+        return {"id": rid, "line": lineno, "error": f"line {lineno}: 'one_line' must be true or false"}
+    return FillRequest(prefix=prefix, suffix=suffix, max_tokens=max_tokens, id=rid, one_line=one_line)
 
 
 def read_lines(path: str) -> list[str]:

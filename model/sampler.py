@@ -3,7 +3,10 @@
 Each request becomes a row `prefix | N x mask | suffix`. Every step runs one forward pass for all
 unfinished rows, predicts every masked canvas position, and an unmasking policy (policies.py)
 commits some of them. The model writes real tokens followed by filler tokens; fillers are
-stripped, so the fill's length adapts up to N. With the context cache (Fast-dLLM dual cache) only
+stripped, so the fill's length adapts up to N; as in training, fillers only ever trail the fill, so
+committing one at position k commits fillers at every later position, and no position before a
+committed real token may become one. A one-line request is done as soon as a committed newline
+has no masked position before it. With the context cache (Fast-dLLM dual cache) only
 the canvas is recomputed between refreshes; the prefix and suffix keys/values are reused.
 """
 
@@ -31,6 +34,7 @@ class SamplerConfig:
     refresh_every: int | None = None  # recompute the whole context every k steps; None: never
     time_budget_ms: float | None = None  # past this, commit every remaining position greedily
     heal: bool = True  # token healing at the cursor
+    trailing_fillers: bool = True  # fillers only end a fill: one committed filler fills the rest
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -68,6 +72,7 @@ class _Batch:
         self.x = torch.full((B, S), pad_id, dtype=torch.long, device=device)
         self.key_mask = torch.zeros(B, S, dtype=torch.bool, device=device)
         self.canvas_valid = torch.zeros(B, N, dtype=torch.bool, device=device)
+        self.one_line = torch.tensor([r.one_line for r in rows], dtype=torch.bool, device=device)
         starts = torch.tensor([r.start for r in rows], device=device)
         for i, r in enumerate(rows):
             self.x[i, : len(r.ids)] = torch.tensor(r.ids)
@@ -89,7 +94,7 @@ class _Batch:
             self.context_mask[i, r.start - shift : r.start + r.length] = False
 
     def keep(self, rows: torch.Tensor):
-        for name in ("index", "x", "key_mask", "canvas_valid", "active_idx", "active_valid", "canvas_idx",
+        for name in ("index", "x", "key_mask", "canvas_valid", "one_line", "active_idx", "active_valid", "canvas_idx",
                      "logit_idx", "positions", "masked", "conf", "context_mask", "allowed_first"):
             setattr(self, name, getattr(self, name)[rows])
         if self.cache is not None:
@@ -98,30 +103,79 @@ class _Batch:
             self.cache.key_mask = self.cache.key_mask[rows]
 
 
-def _constrain(logits: torch.Tensor, batch: _Batch, tok: Tokenizer) -> torch.Tensor:
-    """Never predict mask/bos; with token healing, canvas[0] must start with the typed text."""
+def _constrain(logits: torch.Tensor, rows, cols, batch: _Batch, tok: Tokenizer, trailing: bool) -> torch.Tensor:
+    """logits [M, V] of the masked positions (rows, cols): never predict mask/bos; with token
+    healing, canvas[0] must start with the typed text; with trailing fillers, no filler before a
+    committed real token."""
     logits = logits.float()
     banned = [i for i in (tok.mask_id, tok.bos_id) if i is not None]
-    logits[..., banned] = float("-inf")
+    logits[:, banned] = float("-inf")
     if batch.allowed_first.shape[1]:
-        healing = batch.allowed_first.any(-1)
-        logits[:, 0] = logits[:, 0].masked_fill(healing[:, None] & ~batch.allowed_first, float("-inf"))
+        at0 = (cols == 0) & batch.allowed_first.any(-1)[rows]
+        logits[at0] = logits[at0].masked_fill(~batch.allowed_first[rows[at0]], float("-inf"))
+    if trailing:
+        cur = batch.x.gather(1, batch.canvas_idx)
+        real = ~batch.masked & batch.canvas_valid & (cur != tok.filler_id)
+        at = torch.arange(real.shape[1], device=real.device)
+        last_real = torch.where(real, at, -1).max(-1).values
+        logits[cols < last_real[rows], tok.filler_id] = float("-inf")
     return logits
 
 
-def _canvas_logits(model, batch: _Batch, cfg: SamplerConfig, step: int) -> torch.Tensor:
-    """One forward pass -> logits for every canvas position [B, N, V]."""
+def _canvas_hidden(model, batch: _Batch, cfg: SamplerConfig, step: int) -> torch.Tensor:
+    """One forward pass -> hidden states of every canvas position [B, N, D]."""
     refresh = batch.cache is None or (cfg.refresh_every and step % cfg.refresh_every == 0)
     if not cfg.use_cache or refresh:
         h, cache = model.hidden(batch.x, batch.positions, batch.key_mask)
         if cfg.use_cache:
             batch.cache = cache.masked(batch.context_mask)
-        h = h.gather(1, batch.logit_idx[..., None].expand(-1, -1, h.shape[-1]))
-    else:
-        tokens = batch.x.gather(1, batch.active_idx)
-        h, _ = model.hidden(tokens, batch.active_idx, batch.active_valid, batch.cache)
-        h = h[:, : batch.logit_idx.shape[1]]
-    return model.logits(h)
+        return h.gather(1, batch.logit_idx[..., None].expand(-1, -1, h.shape[-1]))
+    tokens = batch.x.gather(1, batch.active_idx)
+    h, _ = model.hidden(tokens, batch.active_idx, batch.active_valid, batch.cache)
+    return h[:, : batch.logit_idx.shape[1]]
+
+
+def _predict(model, batch: _Batch, cfg: SamplerConfig, step: int, tok: Tokenizer):
+    """One denoising step's prediction at the masked positions, as [B, N] (pred, conf, entropy);
+    the output head runs on the masked positions only (committed ones need no logits)."""
+    h = _canvas_hidden(model, batch, cfg, step)
+    rows, cols = batch.masked.nonzero(as_tuple=True)
+    logits = _constrain(model.logits(h[rows, cols]), rows, cols, batch, tok, cfg.trailing_fillers)
+    pred_m, p_m, h_m = token_stats(logits, entropy=cfg.policy == "eb")
+    shape = batch.masked.shape
+    pred = torch.zeros(shape, dtype=torch.long, device=h.device).index_put_((rows, cols), pred_m)
+    conf = torch.zeros(shape, device=h.device).index_put_((rows, cols), p_m)
+    entropy = None if h_m is None else torch.zeros(shape, device=h.device).index_put_((rows, cols), h_m)
+    return pred, conf, entropy
+
+
+def _commit(batch: _Batch, commit: torch.Tensor, pred: torch.Tensor, p: torch.Tensor, filler: int,
+            trailing: bool) -> None:
+    cur = batch.x.gather(1, batch.canvas_idx)
+    new = torch.where(commit, pred, cur)
+    batch.conf = torch.where(commit, p, batch.conf)
+    batch.masked &= ~commit
+    if trailing:
+        seen = ((~batch.masked & batch.canvas_valid & (new == filler)).cumsum(-1) > 0) & batch.masked
+        new = torch.where(seen, filler, new)
+        batch.masked &= ~seen
+    batch.x.scatter_(1, batch.canvas_idx, new)
+
+
+def _line_written(batch: _Batch, newline: torch.Tensor) -> torch.Tensor:
+    """[B] bool: one-line rows whose first committed newline has no masked position before it."""
+    cur = batch.x.gather(1, batch.canvas_idx)
+    at = torch.arange(cur.shape[1], device=cur.device)
+    n = cur.shape[1]
+    first_nl = torch.where(newline[cur] & ~batch.masked & batch.canvas_valid, at, n).min(-1).values
+    first_masked = torch.where(batch.masked, at, n).min(-1).values
+    return batch.one_line & (first_nl < first_masked)
+
+
+def _first_line(ids: list[int], newline: set[int], filler: int) -> list[int]:
+    """Everything after the first newline token becomes filler (also positions left masked)."""
+    k = next((j for j, t in enumerate(ids) if t in newline), len(ids))
+    return ids[: k + 1] + [filler] * (len(ids) - k - 1)
 
 
 @torch.inference_mode()
@@ -151,27 +205,31 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
     cancelled = [False] * len(rows)
     canvas = [[] for _ in rows]
     conf = [[] for _ in rows]
+    newline, newline_ids = None, set(tok.newline_ids) if any(r.one_line for r in requests) else set()
+    if newline_ids:
+        newline = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)
+        newline[tok.newline_ids] = True
     step = 0
     while len(batch.index):
-        logits = _constrain(_canvas_logits(model, batch, cfg, step), batch, tok)
+        pred, p, entropy = _predict(model, batch, cfg, step, tok)
         step += 1
-        pred, p, entropy = token_stats(logits, entropy=cfg.policy == "eb")
         eligible = block_eligible(batch.masked, cfg.block_size)
         commit = select(cfg.policy, p, entropy, eligible, tau=cfg.threshold, k=cfg.k, gamma=cfg.gamma)
         out_of_time = cfg.time_budget_ms is not None and (time.perf_counter() - t0) * 1e3 > cfg.time_budget_ms
         if out_of_time:
             commit = batch.masked
-        cur = batch.x.gather(1, batch.canvas_idx)
-        batch.x.scatter_(1, batch.canvas_idx, torch.where(commit, pred, cur))
-        batch.conf = torch.where(commit, p, batch.conf)
-        batch.masked &= ~commit
+        _commit(batch, commit, pred, p, tok.filler_id, cfg.trailing_fillers)
         finished = ~batch.masked.any(-1)
+        if newline is not None:
+            finished |= _line_written(batch, newline)
         now = (time.perf_counter() - t0) * 1e3
         for b, (i, done) in enumerate(zip(batch.index.tolist(), finished.tolist())):
             forwards[i] += 1
             if done:
                 n = rows[i].length
                 canvas[i] = batch.x[b].gather(0, batch.canvas_idx[b, :n]).tolist()
+                if requests[i].one_line:
+                    canvas[i] = _first_line(canvas[i], newline_ids, tok.filler_id)
                 conf[i] = batch.conf[b, :n].tolist()
                 done_ms[i], budget_hit[i] = now, out_of_time
         if should_stop is not None:

@@ -57,6 +57,12 @@ class Tokenizer:
         )
         return [p for p, _ in pairs], [i for _, i in pairs]
 
+    @cached_property
+    def newline_ids(self) -> list[int]:
+        """Ids of the non-special tokens whose text holds a newline (one-line fills stop at them)."""
+        pieces, ids = self._sorted_pieces
+        return sorted(i for p, i in zip(pieces, ids) if "\n" in p)
+
     def ids_starting_with(self, text: str) -> list[int]:
         """Ids of the tokens whose text starts with `text` (token healing's allowed first tokens)."""
         pieces, ids = self._sorted_pieces

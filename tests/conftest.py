@@ -60,20 +60,19 @@ class OracleModel(torch.nn.Module):
         return h, (KVCache([], [], key_mask) if cache is None else None)
 
     def logits(self, h):
-        B, S, _ = h.shape
         V = self.config.vocab_size
-        out = torch.full((B, S, V), -1e4)
-        for b in range(B):
-            for s in range(S):
-                q, left_mask = int(h[b, s, 0]), bool(h[b, s, 1])
-                target = self.table.get(q, self.tok.filler_id)
-                p = self.p_hi if (q in self.easy or not left_mask) else self.p_lo
-                rest = (1 - p) / (V - 1)
-                out[b, s] = torch.log(torch.tensor(rest))
-                out[b, s, target] = torch.log(torch.tensor(p))
-                if q in self.rival:  # a rival token more likely than the target
-                    out[b, s, self.rival[q]] = torch.log(torch.tensor(min(0.98, p + 0.3)))
-        return out
+        flat = h.reshape(-1, h.shape[-1])
+        out = torch.full((flat.shape[0], V), -1e4)
+        for s in range(flat.shape[0]):
+            q, left_mask = int(flat[s, 0]), bool(flat[s, 1])
+            target = self.table.get(q, self.tok.filler_id)
+            p = self.p_hi if (q in self.easy or not left_mask) else self.p_lo
+            rest = (1 - p) / (V - 1)
+            out[s] = torch.log(torch.tensor(rest))
+            out[s, target] = torch.log(torch.tensor(p))
+            if q in self.rival:  # a rival token more likely than the target
+                out[s, self.rival[q]] = torch.log(torch.tensor(min(0.98, p + 0.3)))
+        return out.reshape(*h.shape[:-1], V)
 
 
 @pytest.fixture

@@ -101,6 +101,8 @@ def test_batch_mode_reports_bad_lines_and_continues(tiny_checkpoint, tmp_path, c
         json.dumps({"id": "d", "prefix": "import ", "suffix": "", "max_tokens": 0}),
         json.dumps({"id": "e", "prefix": "x = ", "suffix": "\ny = x\n"}),
         json.dumps({"id": "f", "prefix": "x", "max_tokens": 100000}),
+        json.dumps({"id": "g", "prefix": "x = ", "one_line": "yes"}),
+        json.dumps({"id": "h", "prefix": "x = ", "suffix": "\ny = x\n", "one_line": True}),
     ]
     batch = tmp_path / "in.jsonl"
     batch.write_text("\n".join(lines) + "\n")
@@ -108,11 +110,12 @@ def test_batch_mode_reports_bad_lines_and_continues(tiny_checkpoint, tmp_path, c
                  "--max-tokens", "4"])
     out, err = capsys.readouterr()
     records = [json.loads(s) for s in out.splitlines()]
-    assert code == 0 and [r["id"] for r in records] == ["a", None, "c", "d", "e", "f"]
+    assert code == 0 and [r["id"] for r in records] == ["a", None, "c", "d", "e", "f", "g", "h"]
     assert {"text", "tokens", "forwards", "ms"} <= set(records[0]) and "error" not in records[4]
     assert "not valid JSON" in records[1]["error"] and "must be strings" in records[2]["error"]
     assert "max_tokens" in records[3]["error"] and "does not fit" in records[5]["error"]
-    assert "4 of 6 requests failed" in err
+    assert "one_line" in records[6]["error"] and records[7]["text"].count("\n") <= 1
+    assert "5 of 8 requests failed" in err
 
 
 def test_console_script_end_to_end(tiny_checkpoint, src):

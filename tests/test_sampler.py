@@ -40,23 +40,56 @@ def test_confident_oracle_is_reproduced_in_one_pass_and_filler_is_stripped(token
 def test_dependent_oracle_threshold_needs_fewer_passes_than_tokens(tokenizer, oracle, shift):
     # every third position is easy; the others become sure once their left neighbour is written
     model, ids = setup_oracle(tokenizer, oracle, max_tokens=12, shift=shift, easy=range(0, 1000, 3))
-    threshold = run(model, tokenizer, SamplerConfig(heal=False), max_tokens=12)
-    one = run(model, tokenizer, SamplerConfig(policy="one", heal=False), max_tokens=12)
+    plain = SamplerConfig(heal=False, trailing_fillers=False)
+    threshold = run(model, tokenizer, plain, max_tokens=12)
+    one = run(model, tokenizer, SamplerConfig(policy="one", heal=False, trailing_fillers=False), max_tokens=12)
     assert threshold.text == one.text == ANSWER
     assert one.forwards == 12  # one committed position per pass over the whole canvas
     assert threshold.forwards == 3
 
 
+def test_a_committed_filler_fills_the_rest_of_the_canvas(tokenizer, oracle):
+    # left to right, one position per pass: the answer's 3 tokens, then one filler ends the fill
+    model, ids = setup_oracle(tokenizer, oracle, max_tokens=12)
+    res = run(model, tokenizer, SamplerConfig(policy="one", heal=False), max_tokens=12)
+    assert res.text == ANSWER and res.forwards == len(ids) + 1 < 12
+
+
+@pytest.mark.parametrize("trailing", [False, True])
+def test_fillers_never_come_before_a_committed_real_token(tokenizer, oracle, trailing):
+    # the table leaves a hole at positions 3-4 (filler) before a sure token at 5, committed first
+    row = build_row(FillRequest(PREFIX, SUFFIX, 8), tokenizer, 512, heal=False)
+    a, b, c, d = (tokenizer.encode(w)[0] for w in (" a", " +", " b", " c"))
+    table = {row.start + j: t for j, t in zip((0, 1, 2, 5), (a, b, c, d))}
+    model = oracle(tokenizer, table, easy={row.start + 5}, p_lo=0.5)
+    res = run(model, tokenizer, SamplerConfig(heal=False, trailing_fillers=trailing))
+    real = [t != tokenizer.filler_id for t in res.canvas]
+    first_filler = real.index(False)
+    assert all(real[:6]) == trailing  # the hole got real tokens only under the rule
+    assert not any(real[first_filler:]) or not trailing
+
+
+def test_one_line_request_stops_once_its_first_line_is_written(tokenizer, oracle):
+    answer = " a + b\n    c = d\n    e = f"
+    model, ids = setup_oracle(tokenizer, oracle, answer=answer, max_tokens=16)
+    cfg = SamplerConfig(policy="one", heal=False)
+    whole = run(model, tokenizer, cfg, max_tokens=16)
+    (line,) = fill(model, tokenizer, [FillRequest(PREFIX, SUFFIX, 16, one_line=True)], cfg)
+    assert whole.text == answer
+    assert line.text.split("\n")[0] == " a + b" and line.text.count("\n") == 1
+    assert line.forwards < whole.forwards
+
+
 def test_topk_commits_k_per_step(tokenizer, oracle):
     model, _ = setup_oracle(tokenizer, oracle, max_tokens=9)
-    res = run(model, tokenizer, SamplerConfig(policy="topk", k=3, heal=False), max_tokens=9)
+    res = run(model, tokenizer, SamplerConfig(policy="topk", k=3, heal=False, trailing_fillers=False), max_tokens=9)
     assert res.text == ANSWER and res.forwards == 3
 
 
 def test_entropy_bounded_commits_more_when_confident(tokenizer, oracle):
     sure, _ = setup_oracle(tokenizer, oracle, max_tokens=8, easy=range(1000))
     unsure, _ = setup_oracle(tokenizer, oracle, max_tokens=8, p_hi=0.6, p_lo=0.6)
-    cfg = SamplerConfig(policy="eb", gamma=1.0, heal=False)  # sure: ~0.12 nats each; unsure: ~3.2
+    cfg = SamplerConfig(policy="eb", gamma=1.0, heal=False, trailing_fillers=False)  # sure: ~0.12 nats each; unsure: ~3.2
     assert run(sure, tokenizer, cfg).forwards == 1
     res = run(unsure, tokenizer, cfg)
     assert res.text == ANSWER and res.forwards == 8  # each uncertain position alone exceeds gamma
@@ -64,7 +97,7 @@ def test_entropy_bounded_commits_more_when_confident(tokenizer, oracle):
 
 def test_semi_autoregressive_blocks(tokenizer, oracle):
     model, _ = setup_oracle(tokenizer, oracle, max_tokens=12, easy=range(1000))
-    res = run(model, tokenizer, SamplerConfig(block_size=4, heal=False), max_tokens=12)
+    res = run(model, tokenizer, SamplerConfig(block_size=4, heal=False, trailing_fillers=False), max_tokens=12)
     assert res.text == ANSWER and res.forwards == 3  # one pass per block even when all are sure
 
 

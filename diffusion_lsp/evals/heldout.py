@@ -99,7 +99,7 @@ def run(args) -> int:
     engine = engine_from_args(args)
     loss = masked_token_loss(engine, docs, args.crops, args.seq_len, rng)
     picks = pick_lines(docs, args.lines, rng)
-    requests = [FillRequest(p, s, args.max_tokens, id=i) for i, (p, s, _, _) in enumerate(picks)]
+    requests = [FillRequest(p, s, args.max_tokens, id=i, one_line=True) for i, (p, s, _, _) in enumerate(picks)]
     records, wall = decode_all(engine, requests, cfg, args.batch_size, desc=args.policy)
     fills = [r.get("text", "").split("\n", 1)[0] for r in records]
     exact = sum(f.strip() == line.strip() for f, (_, _, line, _) in zip(fills, picks)) / len(picks)

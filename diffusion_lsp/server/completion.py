@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ..context.types import CompletionContext, Document, Suggestion
+from ..context.types import CompletionContext, Document, SpanKind, Suggestion
 from . import positions
 from .cache import CompletionCache
 from .config import Config
@@ -138,7 +138,8 @@ class Completer:
         """(suggestion, broke the parse); (None, False) when superseded."""
         if ticket.superseded.is_set():
             return self._superseded(), False
-        request = {"prefix": ctx.prefix, "suffix": ctx.suffix, "max_tokens": max_tokens, "sampling": sampling}
+        request = {"prefix": ctx.prefix, "suffix": ctx.suffix, "max_tokens": max_tokens, "sampling": sampling,
+                   "one_line": ctx.kind is not SpanKind.BLOCK}  # post-processing keeps one line of those
         self.stats.model_calls += 1
         t0 = time.perf_counter()
         task = asyncio.ensure_future(self.fill(next(self._ids), ticket.uri, request))

@@ -96,11 +96,12 @@ class Worker:
 
         rid, key = msg.get("id"), str(msg.get("key", ""))
         prefix, suffix, n, sampling = (msg.get(k) for k in ("prefix", "suffix", "max_tokens", "sampling"))
+        one_line = msg.get("one_line", False)
         if not (isinstance(prefix, str) and isinstance(suffix, str) and isinstance(n, int) and n >= 1
-                and isinstance(sampling, dict)):
+                and isinstance(sampling, dict) and isinstance(one_line, bool)):
             conn.send({"id": rid, "ok": False, "reason": "error", "error": "bad fill request"})
             return
-        job = Job(conn, rid, key, FillRequest(prefix, suffix, n, id=rid), sampling)
+        job = Job(conn, rid, key, FillRequest(prefix, suffix, n, id=rid, one_line=one_line), sampling)
         with self.cond:
             if self.state == "failed":
                 conn.send({"id": rid, "ok": False, "reason": "model", "error": self.error})
