@@ -23,6 +23,14 @@ def test_reference_passes_and_wrong_completions_fail(split):
     assert run_all(wrong) == [False, False]
 
 
+@needs_data
+def test_sample_spreads_over_the_functions_of_a_split():
+    first = humaneval.load_split("multi-line", limit=10)
+    spread = humaneval.load_split("multi-line", sample=10)
+    assert len(spread) == 10 and spread[0] == first[0]
+    assert len({t["task_id"].split("/")[2] for t in spread}) == 10 > len({t["task_id"].split("/")[2] for t in first})
+
+
 def test_timeouts_and_crashes_fail():
     assert run_all(["while True: pass", "raise SystemExit(3)", "x = 1"], timeout=1.0) == [False, False, True]
 

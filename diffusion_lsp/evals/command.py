@@ -18,6 +18,8 @@ def register(sub):
     h.add_argument("--split", default="single-line",
                    choices=("single-line", "multi-line", "random-span", "random-span-light"))
     h.add_argument("--limit", type=int, default=None, help="first N tasks only")
+    h.add_argument("--sample", type=int, default=None, metavar="N",
+                   help="N tasks spread evenly over the split (a quicker estimate over every function)")
     h.add_argument("--data", default=None, help="folder with the HumanEval-*Infilling.jsonl.gz files")
     h.add_argument("--timeout", type=float, default=3.0, help="seconds per program (default 3)")
     h.add_argument("--json", action="store_true", help="print one JSON object")
@@ -57,7 +59,8 @@ def run_humaneval(args) -> int:
     from .execute import run_all
 
     try:
-        tasks = humaneval.load_split(args.split, Path(args.data) if args.data else None, args.limit)
+        tasks = humaneval.load_split(args.split, Path(args.data) if args.data else None, args.limit,
+                                     args.sample)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
     cfg = sampler_config(args)

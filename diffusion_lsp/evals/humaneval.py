@@ -28,7 +28,10 @@ def default_data_dir() -> Path:
     return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "human-eval-infilling"
 
 
-def load_split(split: str, data_dir: Path | None = None, limit: int | None = None) -> list[dict]:
+def load_split(split: str, data_dir: Path | None = None, limit: int | None = None,
+               sample: int | None = None) -> list[dict]:
+    """The split's records: the first `limit`, or `sample` of them spread evenly over the file (the
+    splits list each function's spans together, so a spread sample covers every function)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
     path = (data_dir or default_data_dir()) / SPLITS[split]
@@ -36,6 +39,8 @@ def load_split(split: str, data_dir: Path | None = None, limit: int | None = Non
         raise FileNotFoundError(f"HumanEval infilling data not found: {path} (set DIFFUSION_LSP_DATA)")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         records = [json.loads(line) for line in f if line.strip()]
+    if sample and sample < len(records):
+        records = [records[i * len(records) // sample] for i in range(sample)]
     return records[:limit] if limit else records
 
 
