@@ -246,6 +246,12 @@ async def _run(args, files: list[tuple[str, str, str]]) -> int:
                   "and the handler around the completer")
             rng = random.Random(args.seed)
             for i, (name, uri, text) in enumerate(files):
+                before = (await lsp.stats())["counts"]
                 samples = await replay(lsp, uri, text, args, rng)
                 print_figures(name, text.count("\n"), summarise(samples), big=i == len(files) - 1)
+                after = (await lsp.stats())["counts"]
+                calls, rejects = (after[k] - before[k] for k in ("model_calls", "parse_rejects"))
+                asked = sum(s.row in MODEL_ROWS for s in samples)
+                print(f"  model calls: {calls} for {asked} completions ({rejects} fills broke the parse: "
+                      "re-sampled once, shorter)")
     return 0

@@ -50,3 +50,5 @@ def test_bench_lsp_runs_end_to_end_and_prints_the_rows(tiny_checkpoint, capsys):
         assert len(re.findall(rf"^{row} +\d+ +\d", out, re.M)) == 2, out
     assert out.count("goals: single-line p50") == 2
     assert "goal on the 5,000-line file: server overhead p95" in out
+    calls = [int(n) for n, asked in re.findall(r"model calls: (\d+) for (\d+) completions", out) if int(asked)]
+    assert len(calls) == 2 and min(calls) >= 1
