@@ -93,7 +93,7 @@ def test_loss_is_weighted_mean_and_ignores_padding():
 def test_fim_rows_mask_only_the_canvas_with_fillers_after_the_middle(corpus, line_rate):
     tok = train_bpe([_source(i) for i in range(20)], vocab_size=300)
     newline = newline_table(tok)
-    cfg = ObjectiveConfig(line_rate=line_rate, max_span=16)
+    cfg = ObjectiveConfig(line_rate=line_rate, max_span=16, text_lines=0.0)
     rng = np.random.default_rng(1)
     files = [np.array(tok.encode(_source(i))) for i in range(20)]
     aligned = with_prefix = 0
@@ -117,6 +117,26 @@ def test_fim_rows_mask_only_the_canvas_with_fillers_after_the_middle(corpus, lin
             aligned += bool(newline[row.ids[a - 1]] and newline[row.ids[a + m - 1]])
     if line_rate == 1.0:
         assert aligned > 0.75 * with_prefix > 75  # whole lines whenever the crop has a short enough one
+
+
+def test_text_line_middles_are_whole_lines_tokenized_on_their_own():
+    tok = train_bpe([_source(i) for i in range(20)], vocab_size=300)
+    cfg = ObjectiveConfig(line_rate=1.0, text_lines=1.0, max_span=16, canvas_rate=0.0)
+    rng = np.random.default_rng(2)
+    indented = 0
+    for k in range(100):
+        crop = np.array(tok.encode(_source(k % 20)))[:60]
+        row = fim_row(crop, 64, tok, newline_table(tok), cfg, rng)
+        canvas = np.flatnonzero(row.maskable)
+        a, b = canvas[0], canvas[-1] + 1
+        middle_ids = [int(t) for t in row.ids[a:b] if t != tok.filler_id]
+        prefix, middle = tok.decode(row.ids[1:a].tolist()), tok.decode(middle_ids)
+        suffix = tok.decode(row.ids[b:][row.valid[b:]].tolist())
+        assert prefix + middle + suffix in tok.decode(crop.tolist())  # same text, cut elsewhere
+        assert prefix.endswith("\n") and middle.endswith("\n")  # cut at line starts, in text
+        assert tok.encode(middle) == middle_ids and tok.encode(prefix) == row.ids[1:a].tolist()
+        indented += middle.startswith(" ")  # the indentation is the middle's, not glued to the prefix
+    assert indented > 20
 
 
 def test_batches_are_deterministic_and_scored_positions_counted(corpus):

@@ -39,11 +39,12 @@ class ObjectiveConfig:
     line_rate: float = 0.5  # fraction of FIM middles that are whole lines (HumanEval single/multi-line)
     min_extra: int = 4  # canvas N = m + U(0, max(min_extra, m)) so the model sees trailing fillers
     canvas_rate: float = 0.5  # fraction of FIM canvases sized like the server's instead (CANVAS_SIZES)
+    text_lines: float = 0.5  # fraction of whole-line middles cut at text line starts (see _text_lines)
 
     def __post_init__(self):
         if not 0.0 < self.eps < 1.0:
             raise ValueError(f"eps must be in (0, 1), got {self.eps}")
-        for name in ("fim_rate", "line_rate", "canvas_rate"):
+        for name in ("fim_rate", "line_rate", "canvas_rate", "text_lines"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.max_span < 1 or self.min_extra < 0:
@@ -114,6 +115,27 @@ def _line_span(newline: np.ndarray, max_span: int, rng: np.random.Generator) -> 
     return s, int(rng.choice(cand)) - s + 1
 
 
+def _text_lines(tokens: np.ndarray, a: int, m: int, tok) -> tuple[np.ndarray, int, int] | None:
+    """A token-aligned line span re-cut where a caller cuts it: in text, at line starts. The prefix
+    ends with its newline, the middle holds whole lines with their indentation and their newline,
+    the suffix starts with the next line's indentation, and each part is tokenized on its own (as
+    HumanEval infilling and `fim` send them). Token-aligned spans leave the indentation glued to
+    the newline on the other side, which a model trained only on them never sees at a line start.
+    -> (tokens, a, m) re-tokenized, or None when a cut would split a character."""
+    parts = [tok.decode([int(x) for x in tokens[i:j]]) for i, j in ((0, a), (a, a + m), (a + m, len(tokens)))]
+    if any("\ufffd" in p for p in parts):
+        return None
+    prefix, middle, suffix = parts
+    cut = prefix.rfind("\n") + 1
+    prefix, middle = prefix[:cut], prefix[cut:] + middle
+    cut = middle.rfind("\n") + 1
+    if cut == 0:
+        return None
+    middle, suffix = middle[:cut], middle[cut:] + suffix
+    ids = [tok.encode(p) for p in (prefix, middle, suffix)]
+    return np.array(ids[0] + ids[1] + ids[2], dtype=np.int64), len(ids[0]), len(ids[1])
+
+
 def fim_row(tokens: np.ndarray, seq_len: int, tok, newline: np.ndarray, cfg: ObjectiveConfig,
             rng: np.random.Generator) -> Row:
     """`[bos] + prefix + middle + (N - m) fillers + suffix`, cut to seq_len on the suffix side (and
@@ -128,6 +150,10 @@ def fim_row(tokens: np.ndarray, seq_len: int, tok, newline: np.ndarray, cfg: Obj
     span = None
     if rng.random() < cfg.line_rate:
         span = _line_span(newline[tokens], cfg.max_span, rng)
+        if span is not None and rng.random() < cfg.text_lines:
+            recut = _text_lines(tokens, *span, tok)
+            if recut is not None:
+                tokens, span = recut[0], recut[1:]
     if span is None:
         m = int(rng.integers(1, min(cfg.max_span, len(tokens)) + 1))
         span = int(rng.integers(0, len(tokens) - m + 1)), m
