@@ -88,6 +88,7 @@ class _Batch:
         self.masked = self.canvas_valid.clone()
         self.conf = torch.zeros(B, N, device=device)
         self.allowed_first = torch.zeros(B, 0, dtype=torch.bool, device=device)
+        self.newline_first = torch.zeros(B, 0, dtype=torch.bool, device=device)  # [B, V] one-line rows
         self.cache = None
         self.context_mask = self.key_mask.clone()  # what the active block sees in the cache
         for i, r in enumerate(rows):
@@ -95,7 +96,8 @@ class _Batch:
 
     def keep(self, rows: torch.Tensor):
         for name in ("index", "x", "key_mask", "canvas_valid", "one_line", "active_idx", "active_valid", "canvas_idx",
-                     "logit_idx", "positions", "masked", "conf", "context_mask", "allowed_first"):
+                     "logit_idx", "positions", "masked", "conf", "context_mask", "allowed_first",
+                     "newline_first"):
             setattr(self, name, getattr(self, name)[rows])
         if self.cache is not None:
             self.cache.keys = [k[rows] for k in self.cache.keys]
@@ -162,19 +164,32 @@ def _commit(batch: _Batch, commit: torch.Tensor, pred: torch.Tensor, p: torch.Te
     batch.x.scatter_(1, batch.canvas_idx, new)
 
 
+def _newline_first(tok: Tokenizer, rows: list[Row], newline: torch.Tensor) -> torch.Tensor:
+    """[B, V]: which tokens at canvas[0] end the first line. A healed row's first token starts with
+    the prefix's last token (maybe "\n\n"): only a newline after that text counts."""
+    table = newline.expand(len(rows), -1).clone()
+    for i, r in enumerate(rows):
+        if r.healed:
+            table[i] = False
+            table[i, [t for t in r.first_allowed if "\n" in tok.decode([t])[len(r.healed):]]] = True
+    return table
+
+
 def _line_written(batch: _Batch, newline: torch.Tensor) -> torch.Tensor:
     """[B] bool: one-line rows whose first committed newline has no masked position before it."""
     cur = batch.x.gather(1, batch.canvas_idx)
     at = torch.arange(cur.shape[1], device=cur.device)
     n = cur.shape[1]
-    first_nl = torch.where(newline[cur] & ~batch.masked & batch.canvas_valid, at, n).min(-1).values
+    is_nl = newline[cur]
+    is_nl[:, 0] = batch.newline_first.gather(1, cur[:, :1]).squeeze(1)
+    first_nl = torch.where(is_nl & ~batch.masked & batch.canvas_valid, at, n).min(-1).values
     first_masked = torch.where(batch.masked, at, n).min(-1).values
     return batch.one_line & (first_nl < first_masked)
 
 
-def _first_line(ids: list[int], newline: set[int], filler: int) -> list[int]:
+def _first_line(ids: list[int], newline: set[int], filler: int, first_ends_line: bool) -> list[int]:
     """Everything after the first newline token becomes filler (also positions left masked)."""
-    k = next((j for j, t in enumerate(ids) if t in newline), len(ids))
+    k = 0 if first_ends_line else next((j for j, t in enumerate(ids) if j and t in newline), len(ids))
     return ids[: k + 1] + [filler] * (len(ids) - k - 1)
 
 
@@ -209,6 +224,7 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
     if newline_ids:
         newline = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)
         newline[tok.newline_ids] = True
+        batch.newline_first = _newline_first(tok, rows, newline)
     step = 0
     while len(batch.index):
         pred, p, entropy = _predict(model, batch, cfg, step, tok)
@@ -229,7 +245,8 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
                 n = rows[i].length
                 canvas[i] = batch.x[b].gather(0, batch.canvas_idx[b, :n]).tolist()
                 if requests[i].one_line:
-                    canvas[i] = _first_line(canvas[i], newline_ids, tok.filler_id)
+                    ends = bool(batch.newline_first[b, canvas[i][0]])
+                    canvas[i] = _first_line(canvas[i], newline_ids, tok.filler_id, ends)
                 conf[i] = batch.conf[b, :n].tolist()
                 done_ms[i], budget_hit[i] = now, out_of_time
         if should_stop is not None:

@@ -129,6 +129,18 @@ def test_token_healing_continues_the_word(tokenizer, oracle):
     assert res.tokens == 0  # the healed token re-types what was there, plus the "o"
 
 
+def test_a_healed_newline_does_not_end_a_one_line_fill(tokenizer, oracle):
+    # the prefix ends with "\n": healing re-types it in the first token ("\n   "), which is not
+    # the end of the line being written
+    prefix, answer = "def f(x):\n    y = x\n", "\n    return y\n    z = 1\n"
+    model, _ = setup_oracle(tokenizer, oracle, prefix=prefix, answer=answer, max_tokens=12, heal=True)
+    cfg = SamplerConfig(policy="one")
+    (whole,) = fill(model, tokenizer, [FillRequest(prefix, SUFFIX, 12)], cfg)
+    (line,) = fill(model, tokenizer, [FillRequest(prefix, SUFFIX, 12, one_line=True)], cfg)
+    assert whole.text == answer[1:]
+    assert line.text.split("\n")[0] == "    return y" and line.forwards < whole.forwards
+
+
 def test_batch_of_mixed_requests_matches_each_alone(tokenizer, oracle):
     requests = [
         FillRequest(PREFIX, SUFFIX, 8, id="a"),
