@@ -36,6 +36,8 @@ def register(sub) -> None:
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--fim-rate", type=float, default=0.5, help="fraction of fill-in-the-middle rows")
+    p.add_argument("--text-lines", type=float, default=0.5,
+                   help="fraction of whole-line FIM middles cut at text line starts (default 0.5)")
     p.add_argument("--max-span", type=int, default=64, help="longest FIM middle in tokens")
     p.add_argument("--eval-every", type=int, default=200, help="steps between validation losses (0: never)")
     p.add_argument("--eval-batches", type=int, default=4)
@@ -66,7 +68,8 @@ def run(args) -> int:
             weight_decay=args.weight_decay, grad_clip=args.grad_clip, minutes=args.minutes, steps=args.steps,
             eval_every=args.eval_every, eval_batches=args.eval_batches, save_every_minutes=args.save_every_minutes,
             autocast=args.autocast, seed=args.seed, threads=args.threads, device=args.device,
-            objective=ObjectiveConfig(fim_rate=args.fim_rate, max_span=args.max_span),
+            objective=ObjectiveConfig(fim_rate=args.fim_rate, max_span=args.max_span,
+                                      text_lines=args.text_lines),
         )
     except ValueError as e:  # bad flag values
         raise UserError(str(e)) from None
