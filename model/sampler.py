@@ -3,9 +3,9 @@
 Each request becomes a row `prefix | N x mask | suffix`. Every step runs one forward pass for all
 unfinished rows, predicts every masked canvas position, and an unmasking policy (policies.py)
 commits some of them. The model writes real tokens followed by filler tokens; fillers are
-stripped, so the fill's length adapts up to N; as in training, fillers only ever trail the fill, so
-committing one at position k commits fillers at every later position, and no position before a
-committed real token may become one. A one-line request is done as soon as a committed newline
+stripped, so the fill's length adapts up to N; as in training, a fill is at least one real token
+and fillers only ever trail it, so committing one at position k commits fillers at every later
+position, and neither position 0 nor one before a committed real token may become one. A one-line request is done as soon as a committed newline
 has no masked position before it. With the context cache (Fast-dLLM dual cache) only
 the canvas is recomputed between refreshes; the prefix and suffix keys/values are reused.
 """
@@ -34,7 +34,7 @@ class SamplerConfig:
     refresh_every: int | None = None  # recompute the whole context every k steps; None: never
     time_budget_ms: float | None = None  # past this, commit every remaining position greedily
     heal: bool = True  # token healing at the cursor
-    trailing_fillers: bool = True  # fillers only end a fill: one committed filler fills the rest
+    trailing_fillers: bool = True  # a fill is real tokens then fillers, as in training (see module doc)
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -108,7 +108,7 @@ class _Batch:
 def _constrain(logits: torch.Tensor, rows, cols, batch: _Batch, tok: Tokenizer, trailing: bool) -> torch.Tensor:
     """logits [M, V] of the masked positions (rows, cols): never predict mask/bos; with token
     healing, canvas[0] must start with the typed text; with trailing fillers, no filler before a
-    committed real token."""
+    committed real token, nor at canvas[0] (training never has an empty middle)."""
     logits = logits.float()
     banned = [i for i in (tok.mask_id, tok.bos_id) if i is not None]
     logits[:, banned] = float("-inf")
@@ -120,7 +120,7 @@ def _constrain(logits: torch.Tensor, rows, cols, batch: _Batch, tok: Tokenizer, 
         real = ~batch.masked & batch.canvas_valid & (cur != tok.filler_id)
         at = torch.arange(real.shape[1], device=real.device)
         last_real = torch.where(real, at, -1).max(-1).values
-        logits[cols < last_real[rows], tok.filler_id] = float("-inf")
+        logits[(cols < last_real[rows]) | (cols == 0), tok.filler_id] = float("-inf")
     return logits
 
 

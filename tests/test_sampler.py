@@ -55,6 +55,13 @@ def test_a_committed_filler_fills_the_rest_of_the_canvas(tokenizer, oracle):
     assert res.text == ANSWER and res.forwards == len(ids) + 1 < 12
 
 
+def test_a_fill_has_at_least_one_real_token(tokenizer, oracle):
+    model = oracle(tokenizer, {}, easy=range(1000))  # predicts filler everywhere
+    assert run(model, tokenizer, SamplerConfig(heal=False, trailing_fillers=False)).tokens == 0
+    res = run(model, tokenizer)
+    assert res.tokens == 1 and res.canvas[0] != tokenizer.filler_id
+
+
 @pytest.mark.parametrize("trailing", [False, True])
 def test_fillers_never_come_before_a_committed_real_token(tokenizer, oracle, trailing):
     # the table leaves a hole at positions 3-4 (filler) before a sure token at 5, committed first
