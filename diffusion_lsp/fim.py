@@ -33,6 +33,7 @@ def add_sampler_args(p):
     p.add_argument("--no-cache", action="store_true", help="recompute the whole context every step")
     p.add_argument("--refresh-every", type=int, default=None, metavar="K", help="refresh the cache every K steps")
     p.add_argument("--time-budget-ms", type=float, default=None, help="commit the rest greedily past this")
+    p.add_argument("--no-heal", action="store_true", help="no token healing at the cursor")
     p.add_argument("--no-trailing-fillers", action="store_true",
                    help="do not end the fill at the first committed filler (for comparison)")
     p.add_argument("--batch-size", type=int, default=8, help="requests decoded together in --batch mode")
@@ -46,7 +47,7 @@ def sampler_config(args):
         return SamplerConfig(policy=args.policy, threshold=args.threshold, k=args.k, gamma=args.gamma,
                              block_size=args.block_size, use_cache=not args.no_cache,
                              refresh_every=args.refresh_every, time_budget_ms=args.time_budget_ms,
-                             trailing_fillers=not args.no_trailing_fillers)
+                             trailing_fillers=not args.no_trailing_fillers, heal=not args.no_heal)
     except ValueError as e:
         raise UserError(str(e)) from None
 
