@@ -68,5 +68,15 @@ def test_heldout_reports_loss_and_exact_match_beside_baselines(tiny_checkpoint, 
     assert code == 0 and out["packages"] == ["pkg0", "pkg1"] and out["lines"] == 3
     assert all(0 < out[f"loss@{r}"] < 20 for r in (0.15, 0.5, 0.85)) and 0 < out["unigram_loss"] < 20
     assert out["exact_match_empty"] == 0.0  # picked lines are never blank
+    assert out["edit_similarity_empty"] == 0.0 and 0.0 <= out["edit_similarity"] <= 1.0
     code = main(["eval", "heldout", "--model", str(tiny_checkpoint), "--corpus", str(tmp_path / "none")])
     assert code == 2 and "data build" in capsys.readouterr().err
+
+
+def test_edit_similarity_scores_near_misses_between_exact_and_nothing():
+    from diffusion_lsp.evals.heldout import edit_similarity
+
+    line = "    return total / len(values)\n"
+    assert edit_similarity("return total / len(values)", line) == 1.0
+    assert 0.5 < edit_similarity("return total / len(vals)", line) < 1.0
+    assert edit_similarity("", line) == 0.0 and edit_similarity("", "") == 1.0
