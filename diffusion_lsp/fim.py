@@ -29,7 +29,8 @@ def add_sampler_args(p):
     p.add_argument("--threshold", type=float, default=0.9, help="confidence threshold (threshold policy)")
     p.add_argument("--k", type=int, default=2, help="tokens per step (topk policy)")
     p.add_argument("--gamma", type=float, default=0.5, help="entropy budget per step (eb policy)")
-    p.add_argument("--block-size", type=int, default=None, help="semi-autoregressive block size")
+    p.add_argument("--block-size", type=int, default=8,
+                   help="semi-autoregressive block size (default 8; 0: the whole canvas is one block)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole context every step")
     p.add_argument("--refresh-every", type=int, default=None, metavar="K", help="refresh the cache every K steps")
     p.add_argument("--time-budget-ms", type=float, default=None, help="commit the rest greedily past this")
@@ -45,7 +46,7 @@ def sampler_config(args):
 
     try:
         return SamplerConfig(policy=args.policy, threshold=args.threshold, k=args.k, gamma=args.gamma,
-                             block_size=args.block_size, use_cache=not args.no_cache,
+                             block_size=args.block_size or None, use_cache=not args.no_cache,
                              refresh_every=args.refresh_every, time_budget_ms=args.time_budget_ms,
                              trailing_fillers=not args.no_trailing_fillers, heal=not args.no_heal)
     except ValueError as e:

@@ -29,7 +29,9 @@ class SamplerConfig:
     threshold: float = 0.9  # threshold policy: commit every position at least this confident
     k: int = 2  # topk policy: positions committed per step
     gamma: float = 0.5  # eb policy: entropy budget per step (nats)
-    block_size: int | None = None  # semi-autoregressive blocks; None: the whole canvas is one block
+    # semi-autoregressive blocks (LLaDA); None: the whole canvas is one block. 8: on held-out code a
+    # whole-canvas confidence order commits the far fillers first and squeezes the fill to nothing
+    block_size: int | None = 8
     use_cache: bool = True  # reuse prefix/suffix keys and values across steps
     refresh_every: int | None = None  # recompute the whole context every k steps; None: never
     time_budget_ms: float | None = None  # past this, commit every remaining position greedily

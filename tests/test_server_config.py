@@ -33,6 +33,7 @@ def test_camel_and_snake_keys_inside_or_outside_a_section():
     ("sampling", "threshold", 0, "threshold"),
     ("sampling", "threshold", float("nan"), "threshold"),
     ("sampling", "policy", "beam", "policy"),
+    ("sampling", "blockSize", -1, "block_size"),
     ("model", "device", "tpu", "device"),
     ("model", "threads", 0, "threads"),
 ])
@@ -65,6 +66,15 @@ def test_types_are_coerced_only_where_harmless():
 def test_key_case_conversions():
     assert snake("maxContextTokens") == "max_context_tokens" and snake("idle-exit-s") == "idle_exit_s"
     assert camel("max_context_tokens") == "maxContextTokens"
+
+
+def test_sampling_settings_make_the_worker_s_sampler_config():
+    from diffusion_lsp.model.sampler import SamplerConfig
+    from diffusion_lsp.server.completion import _sampling
+
+    assert SamplerConfig(**_sampling(Config())) == SamplerConfig()
+    cfg, problems = parse_config({"sampling": {"blockSize": 0, "policy": "one"}})
+    assert problems == [] and SamplerConfig(**_sampling(cfg)) == SamplerConfig(block_size=None, policy="one")
 
 
 def test_policies_match_the_sampler_and_the_server_never_imports_torch():

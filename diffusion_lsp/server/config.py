@@ -37,6 +37,7 @@ class SamplingSettings:
     policy: str = field(default="threshold", metadata=_check(lambda v: v in POLICIES, " or ".join(POLICIES)))
     threshold: float = field(default=0.9, metadata=_check(lambda v: 0 < v <= 1, "in (0, 1]"))
     heal: bool = True  # token healing at the cursor
+    block_size: int = field(default=8, metadata=_check(lambda v: v >= 0, ">= 0 (0: one block)"))
     time_budget_ms: float | None = field(default=None, metadata=_check(lambda v: v is None or v > 0, "> 0"))
 
 
