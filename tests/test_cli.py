@@ -137,3 +137,15 @@ def test_bench_sampler_prints_every_configuration(tiny_checkpoint, capsys):
             [("threshold", "on"), ("threshold", "off"), ("one", "on"), ("one", "off")])
         assert all(float(r[3]) >= 1 for r in rows)
     assert out.count("ratios: one/threshold forwards") == 3
+
+
+def test_idle_cores_come_from_the_cpu_time_sample_else_the_load_average(monkeypatch):
+    from diffusion_lsp import engine
+
+    samples = iter([(100, 200), (175, 300)])  # 75 of 100 jiffies idle
+    monkeypatch.setattr(engine, "_cpu_times", lambda: next(samples))
+    assert engine.idle_cores(4, sample_s=0) == 3
+    monkeypatch.setattr(engine, "_cpu_times", lambda: None)
+    monkeypatch.setattr(engine.os, "getloadavg", lambda: (1.2, 1.0, 1.0))
+    assert engine.idle_cores(4, sample_s=0) == 3 and engine.idle_cores(1, sample_s=0) == 0
+    assert engine.default_threads(1) >= 1
