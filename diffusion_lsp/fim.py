@@ -46,7 +46,7 @@ def sampler_config(args):
 
     try:
         return SamplerConfig(policy=args.policy, threshold=args.threshold, k=args.k, gamma=args.gamma,
-                             block_size=args.block_size or None, use_cache=not args.no_cache,
+                             block_size=args.block_size, use_cache=not args.no_cache,
                              refresh_every=args.refresh_every, time_budget_ms=args.time_budget_ms,
                              trailing_fillers=not args.no_trailing_fillers, heal=not args.no_heal)
     except ValueError as e:

@@ -28,7 +28,6 @@ class Row:
     length: int  # canvas length
     healed: str = ""  # text of the prefix token moved into the canvas ("" when none)
     first_allowed: list[int] = field(default_factory=list)  # allowed ids at canvas[0] when healing
-    one_line: bool = False
 
 
 def _heal(prefix_ids: list[int], tok: Tokenizer) -> tuple[list[int], str, list[int]]:
@@ -63,4 +62,4 @@ def build_row(req: FillRequest, tok: Tokenizer, max_seq_len: int, heal: bool) ->
         prefix = prefix[len(prefix) - (room - keep_suffix):] if room - keep_suffix else []
     start = len(bos) + len(prefix)
     ids = bos + prefix + [tok.mask_id] * n + suffix
-    return Row(ids=ids, start=start, length=n, healed=healed, first_allowed=allowed, one_line=req.one_line)
+    return Row(ids=ids, start=start, length=n, healed=healed, first_allowed=allowed)

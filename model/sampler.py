@@ -3,11 +3,12 @@
 Each request becomes a row `prefix | N x mask | suffix`. Every step runs one forward pass for all
 unfinished rows, predicts every masked canvas position, and an unmasking policy (policies.py)
 commits some of them. The model writes real tokens followed by filler tokens; fillers are
-stripped, so the fill's length adapts up to N; as in training, a fill is at least one real token
-and fillers only ever trail it, so committing one at position k commits fillers at every later
-position, and neither position 0 nor one before a committed real token may become one. A one-line request is done as soon as a committed newline
-has no masked position before it. With the context cache (Fast-dLLM dual cache) only
-the canvas is recomputed between refreshes; the prefix and suffix keys/values are reused.
+stripped, so the fill's length adapts up to N. As in training, a fill is at least one real token
+and fillers only ever trail it: committing one at position k commits fillers at every later
+position, and neither position 0 nor one before a committed real token may become one. A one-line
+request is done as soon as a committed newline has no masked position before it. With the context
+cache (Fast-dLLM dual cache) only the canvas is recomputed between refreshes; the prefix and suffix
+keys/values are reused.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class SamplerConfig:
     threshold: float = 0.9  # threshold policy: commit every position at least this confident
     k: int = 2  # topk policy: positions committed per step
     gamma: float = 0.5  # eb policy: entropy budget per step (nats)
-    # semi-autoregressive blocks (LLaDA); None: the whole canvas is one block. 8: on held-out code a
+    # semi-autoregressive blocks (LLaDA); 0 or None: the whole canvas is one block. 8: on held-out code a
     # whole-canvas confidence order commits the far fillers first and squeezes the fill to nothing
     block_size: int | None = 8
     use_cache: bool = True  # reuse prefix/suffix keys and values across steps
@@ -43,8 +44,8 @@ class SamplerConfig:
             raise ValueError(f"unknown unmasking policy {self.policy!r}; choose from {', '.join(POLICIES)}")
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
-        if self.k < 1 or (self.block_size is not None and self.block_size < 1):
-            raise ValueError("k and block_size must be at least 1")
+        if self.k < 1 or (self.block_size or 0) < 0:
+            raise ValueError(f"k must be at least 1 and block_size at least 0, got {self.k}, {self.block_size}")
         if self.refresh_every is not None and self.refresh_every < 1:
             raise ValueError(f"refresh_every must be at least 1, got {self.refresh_every}")
 
@@ -66,7 +67,7 @@ class FillResult:
 class _Batch:
     """Tensors for the rows still decoding; shrinks as rows finish."""
 
-    def __init__(self, rows: list[Row], pad_id: int, shift: int, device):
+    def __init__(self, rows: list[Row], one_line: list[bool], pad_id: int, shift: int, device):
         B, N = len(rows), max(r.length for r in rows)
         # wide enough that every row's active block [start - shift, start + N) stays inside it
         S = max(max(len(r.ids) for r in rows), max(r.start for r in rows) + N)
@@ -74,7 +75,7 @@ class _Batch:
         self.x = torch.full((B, S), pad_id, dtype=torch.long, device=device)
         self.key_mask = torch.zeros(B, S, dtype=torch.bool, device=device)
         self.canvas_valid = torch.zeros(B, N, dtype=torch.bool, device=device)
-        self.one_line = torch.tensor([r.one_line for r in rows], dtype=torch.bool, device=device)
+        self.one_line = torch.tensor(one_line, dtype=torch.bool, device=device)
         starts = torch.tensor([r.start for r in rows], device=device)
         for i, r in enumerate(rows):
             self.x[i, : len(r.ids)] = torch.tensor(r.ids)
@@ -211,7 +212,7 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
         raise ValueError("a model with shifted logits needs a tokenizer with a bos token")
     device = next(model.parameters()).device
     rows = [build_row(r, tok, model.config.max_seq_len, cfg.heal) for r in requests]
-    batch = _Batch(rows, tok.filler_id, shift, device)
+    batch = _Batch(rows, [r.one_line for r in requests], tok.filler_id, shift, device)
     if any(r.healed for r in rows):
         batch.allowed_first = torch.zeros(len(rows), model.config.vocab_size, dtype=torch.bool, device=device)
         for i, r in enumerate(rows):

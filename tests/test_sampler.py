@@ -182,6 +182,8 @@ def test_bad_requests_raise_value_error(tokenizer, oracle):
         fill(model, tokenizer, [FillRequest("x", "", 10_000)])
     with pytest.raises(ValueError, match="policy"):
         SamplerConfig(policy="greedy")
+    with pytest.raises(ValueError, match="block_size"):
+        SamplerConfig(block_size=-1)
     assert fill(model, tokenizer, []) == []
 
 

@@ -74,7 +74,7 @@ def test_sampling_settings_make_the_worker_s_sampler_config():
 
     assert SamplerConfig(**_sampling(Config())) == SamplerConfig()
     cfg, problems = parse_config({"sampling": {"blockSize": 0, "policy": "one"}})
-    assert problems == [] and SamplerConfig(**_sampling(cfg)) == SamplerConfig(block_size=None, policy="one")
+    assert problems == [] and SamplerConfig(**_sampling(cfg)) == SamplerConfig(block_size=0, policy="one")
 
 
 def test_policies_match_the_sampler_and_the_server_never_imports_torch():

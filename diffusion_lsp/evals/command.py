@@ -66,7 +66,8 @@ def run_humaneval(args) -> int:
     cfg = sampler_config(args)
     engine = engine_from_args(args)
     max_tokens = args.max_tokens or humaneval.CANVAS[args.split]
-    requests = [FillRequest(t["prompt"], t["suffix"], max_tokens, id=t["task_id"], one_line=args.split == "single-line") for t in tasks]
+    one_line = args.split == "single-line"
+    requests = [FillRequest(t["prompt"], t["suffix"], max_tokens, id=t["task_id"], one_line=one_line) for t in tasks]
 
     def score(records):
         completions = [humaneval.postprocess(args.split, r.get("text", "")) for r in records]

@@ -119,17 +119,12 @@ def run(args) -> int:
     records, wall = decode_all(engine, requests, cfg, args.batch_size, desc=args.policy)
     fills = [r.get("text", "").split("\n", 1)[0] for r in records]
     lines = [line for _, _, line, _ in picks]
-    exact = mean_score(exact_match, fills, lines)
-    copy_prev = mean_score(exact_match, [prev for *_, prev in picks], lines)
-    empty = mean_score(exact_match, [""] * len(lines), lines)
-    similarity = {name: mean_score(edit_similarity, guesses, lines) for name, guesses in
-                  (("model", fills), ("copy_previous_line", [prev for *_, prev in picks]), ("empty", [""] * len(lines)))}
+    guesses = {"": fills, "_copy_previous_line": [prev for *_, prev in picks], "_empty": [""] * len(lines)}
+    scores = {f"{metric.__name__}{who}": mean_score(metric, guessed, lines)
+              for metric in (exact_match, edit_similarity) for who, guessed in guesses.items()}
     tokens = sum(r.get("tokens", 0) for r in records)
-    result = {"packages": sorted({d["package"] for d in docs}), "files": len(docs), **loss,
-              "lines": len(picks), "exact_match": exact, "exact_match_copy_previous_line": copy_prev,
-              "exact_match_empty": empty, "edit_similarity": similarity["model"],
-              "edit_similarity_copy_previous_line": similarity["copy_previous_line"],
-              "edit_similarity_empty": similarity["empty"], "forwards_per_token": sum(r.get("forwards", 0) for r in records) / max(tokens, 1),
+    result = {"packages": sorted({d["package"] for d in docs}), "files": len(docs), **loss, "lines": len(picks),
+              **scores, "forwards_per_token": sum(r.get("forwards", 0) for r in records) / max(tokens, 1),
               "ms_per_line": wall * 1e3 / len(picks), "policy": args.policy}
     if args.json:
         print(json.dumps(result))
@@ -138,9 +133,9 @@ def run(args) -> int:
     for rate in MASK_RATES:
         print(f"masked-token loss at {rate:.0%} masked: {loss[f'loss@{rate}']:.3f} nats "
               f"(ppl {math.exp(loss[f'loss@{rate}']):.1f}); unigram baseline {loss['unigram_loss']:.3f}")
-    print(f"single-line exact match ({len(picks)} lines, {args.policy}): {exact:.1%}; "
-          f"copy-previous-line baseline {copy_prev:.1%}; empty baseline {empty:.1%}")
-    print(f"single-line edit similarity: {similarity['model']:.1%}; copy-previous-line baseline "
-          f"{similarity['copy_previous_line']:.1%}; empty baseline {similarity['empty']:.1%}")
+    for metric, name in (("exact_match", f"exact match ({len(picks)} lines, {args.policy})"),
+                         ("edit_similarity", "edit similarity")):
+        print(f"single-line {name}: {scores[metric]:.1%}; copy-previous-line baseline "
+              f"{scores[metric + '_copy_previous_line']:.1%}; empty baseline {scores[metric + '_empty']:.1%}")
     print(f"forwards per token {result['forwards_per_token']:.3f}, {result['ms_per_line']:.0f} ms per line")
     return 0

@@ -175,7 +175,7 @@ class Completer:
 def _sampling(cfg: Config) -> dict:
     s = cfg.sampling
     return {"policy": s.policy, "threshold": s.threshold, "heal": s.heal, "time_budget_ms": s.time_budget_ms,
-            "block_size": s.block_size or None}
+            "block_size": s.block_size}
 
 
 async def _set_within(event: asyncio.Event, seconds: float) -> bool:

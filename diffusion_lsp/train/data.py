@@ -111,7 +111,9 @@ class TokenFiles:
 
 def newline_table(tok) -> np.ndarray:
     """[V] bool: which token ids decode to text containing a newline (line-aligned FIM spans)."""
-    return np.array(["\n" in tok.hf.decode([i], skip_special_tokens=False) for i in range(tok.vocab_size)])
+    table = np.zeros(tok.vocab_size, dtype=bool)
+    table[tok.newline_ids] = True
+    return table
 
 
 class Batches:
