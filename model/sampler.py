@@ -7,8 +7,10 @@ stripped, so the fill's length adapts up to N. As in training, a fill is at leas
 and fillers only ever trail it: committing one at position k commits fillers at every later
 position, and neither position 0 nor one before a committed real token may become one. A one-line
 request is done as soon as a committed newline has no masked position before it. With the context
-cache (Fast-dLLM dual cache) only the canvas is recomputed between refreshes; the prefix and suffix
-keys/values are reused.
+cache (Fast-dLLM dual cache) a step after the first full pass recomputes only a window of the
+canvas, the open block and the one before it, and writes the window's keys/values back; the
+prefix, the suffix and the rest of the canvas are reused from the cache. Only the open block's
+masked positions go through the output head.
 """
 
 from __future__ import annotations
@@ -65,47 +67,56 @@ class FillResult:
 
 
 class _Batch:
-    """Tensors for the rows still decoding; shrinks as rows finish."""
+    """Tensors for the rows still decoding; shrinks as rows finish. Each row has one spare column
+    past its tokens (`junk`), never attended to: window slots beyond a row's canvas point there."""
 
     def __init__(self, rows: list[Row], one_line: list[bool], pad_id: int, shift: int, device):
         B, N = len(rows), max(r.length for r in rows)
-        # wide enough that every row's active block [start - shift, start + N) stays inside it
-        S = max(max(len(r.ids) for r in rows), max(r.start for r in rows) + N)
+        S = max(len(r.ids) for r in rows)
+        self.shift, self.junk = shift, S
         self.index = torch.arange(B, device=device)  # which request each batch row is
-        self.x = torch.full((B, S), pad_id, dtype=torch.long, device=device)
-        self.key_mask = torch.zeros(B, S, dtype=torch.bool, device=device)
-        self.canvas_valid = torch.zeros(B, N, dtype=torch.bool, device=device)
-        self.one_line = torch.tensor(one_line, dtype=torch.bool, device=device)
-        starts = torch.tensor([r.start for r in rows], device=device)
+        self.x = torch.full((B, S + 1), pad_id, dtype=torch.long, device=device)
+        self.key_mask = torch.zeros(B, S + 1, dtype=torch.bool, device=device)
         for i, r in enumerate(rows):
             self.x[i, : len(r.ids)] = torch.tensor(r.ids)
             self.key_mask[i, : len(r.ids)] = True
-            self.canvas_valid[i, : r.length] = True
-        j = torch.arange(N + shift, device=device)
-        # active block: canvas positions, plus the one before them when logits are shifted
-        self.active_idx = starts[:, None] - shift + j  # [B, N + shift]
-        self.active_valid = torch.cat([torch.ones(B, shift, dtype=torch.bool, device=device), self.canvas_valid], 1)
-        self.canvas_idx = self.active_idx[:, shift:]  # [B, N]
-        self.logit_idx = self.active_idx[:, :N]  # outputs that predict the canvas
-        self.positions = torch.arange(S, device=device).expand(B, S)
+        self.start = torch.tensor([r.start for r in rows], device=device)
+        self.length = torch.tensor([r.length for r in rows], device=device)
+        self.canvas_valid = torch.arange(N, device=device) < self.length[:, None]  # [B, N]
+        self.canvas_idx = torch.where(self.canvas_valid, self.start[:, None] + torch.arange(N, device=device), S)
+        self.positions = torch.arange(S + 1, device=device).expand(B, S + 1)
+        self.one_line = torch.tensor(one_line, dtype=torch.bool, device=device)
         self.masked = self.canvas_valid.clone()
         self.conf = torch.zeros(B, N, device=device)
         self.allowed_first = torch.zeros(B, 0, dtype=torch.bool, device=device)
         self.newline_first = torch.zeros(B, 0, dtype=torch.bool, device=device)  # [B, V] one-line rows
         self.cache = None
-        self.context_mask = self.key_mask.clone()  # what the active block sees in the cache
-        for i, r in enumerate(rows):
-            self.context_mask[i, r.start - shift : r.start + r.length] = False
 
     def keep(self, rows: torch.Tensor):
-        for name in ("index", "x", "key_mask", "canvas_valid", "one_line", "active_idx", "active_valid", "canvas_idx",
-                     "logit_idx", "positions", "masked", "conf", "context_mask", "allowed_first",
-                     "newline_first"):
+        for name in ("index", "x", "key_mask", "start", "length", "canvas_valid", "canvas_idx", "positions",
+                     "one_line", "masked", "conf", "allowed_first", "newline_first"):
             setattr(self, name, getattr(self, name)[rows])
         if self.cache is not None:
             self.cache.keys = [k[rows] for k in self.cache.keys]
             self.cache.values = [v[rows] for v in self.cache.values]
-            self.cache.key_mask = self.cache.key_mask[rows]
+
+    def window(self, block_size: int | None, whole: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The canvas positions a cached step recomputes: the open block and the one before it (its
+        last commits were still masks when its keys/values were cached); the whole canvas without
+        blocks. Returns (first canvas column [B], absolute indices [B, W + shift], valid [B, W + shift]);
+        with shifted logits the position before the window comes first, since it predicts the first."""
+        B, N = self.masked.shape
+        at = torch.arange(N, device=self.x.device)
+        if not block_size or whole:
+            first_col, width = torch.zeros(B, dtype=torch.long, device=self.x.device), N
+        else:
+            block = torch.where(self.masked, at, N).min(-1).values // block_size
+            back = block_size if bool((block > 0).any()) else 0
+            first_col = (block * block_size - back).clamp(min=0)
+            width = min(N, block_size + back)
+        cols = first_col[:, None] + torch.arange(-self.shift, width, device=self.x.device)
+        valid = cols < self.length[:, None]
+        return first_col, torch.where(valid, self.start[:, None] + cols, self.junk), valid
 
 
 def _constrain(logits: torch.Tensor, rows, cols, batch: _Batch, tok: Tokenizer, trailing: bool) -> torch.Tensor:
@@ -127,25 +138,32 @@ def _constrain(logits: torch.Tensor, rows, cols, batch: _Batch, tok: Tokenizer, 
     return logits
 
 
-def _canvas_hidden(model, batch: _Batch, cfg: SamplerConfig, step: int) -> torch.Tensor:
-    """One forward pass -> hidden states of every canvas position [B, N, D]."""
+def _hidden_at(model, batch: _Batch, cfg: SamplerConfig, step: int, rows, cols, whole: bool) -> torch.Tensor:
+    """One forward pass -> hidden states [M, D] of the outputs that predict canvas positions (rows, cols).
+
+    Full pass: every position, and the cache is (re)filled. Cached step: the window only; it sees
+    the cache everywhere else, and its fresh keys/values are written back into the cache."""
     refresh = batch.cache is None or (cfg.refresh_every and step % cfg.refresh_every == 0)
     if not cfg.use_cache or refresh:
         h, cache = model.hidden(batch.x, batch.positions, batch.key_mask)
         if cfg.use_cache:
-            batch.cache = cache.masked(batch.context_mask)
-        return h.gather(1, batch.logit_idx[..., None].expand(-1, -1, h.shape[-1]))
-    tokens = batch.x.gather(1, batch.active_idx)
-    h, _ = model.hidden(tokens, batch.active_idx, batch.active_valid, batch.cache)
-    return h[:, : batch.logit_idx.shape[1]]
+            batch.cache = cache
+        return h[rows, batch.start[rows] + cols - batch.shift]
+    first_col, idx, valid = batch.window(cfg.block_size, whole)
+    batch.cache.key_mask = batch.key_mask.scatter(1, idx, False)  # the window is attended fresh
+    h, fresh = model.hidden(batch.x.gather(1, idx), idx, valid, batch.cache)
+    for cached, new in zip(batch.cache.keys + batch.cache.values, fresh.keys + fresh.values):
+        cached.scatter_(2, idx[:, None, :, None].expand_as(new), new)
+    return h[rows, cols - first_col[rows]]
 
 
-def _predict(model, batch: _Batch, cfg: SamplerConfig, step: int, tok: Tokenizer):
-    """One denoising step's prediction at the masked positions, as [B, N] (pred, conf, entropy);
-    the output head runs on the masked positions only (committed ones need no logits)."""
-    h = _canvas_hidden(model, batch, cfg, step)
-    rows, cols = batch.masked.nonzero(as_tuple=True)
-    logits = _constrain(model.logits(h[rows, cols]), rows, cols, batch, tok, cfg.trailing_fillers)
+def _predict(model, batch: _Batch, cfg: SamplerConfig, step: int, tok: Tokenizer, eligible: torch.Tensor,
+             whole: bool):
+    """One denoising step's prediction, as [B, N] (pred, conf, entropy) at the eligible positions
+    (zeros elsewhere); only they need logits."""
+    rows, cols = eligible.nonzero(as_tuple=True)
+    h = _hidden_at(model, batch, cfg, step, rows, cols, whole)
+    logits = _constrain(model.logits(h), rows, cols, batch, tok, cfg.trailing_fillers)
     pred_m, p_m, h_m = token_stats(logits, entropy=cfg.policy == "eb")
     shape = batch.masked.shape
     pred = torch.zeros(shape, dtype=torch.long, device=h.device).index_put_((rows, cols), pred_m)
@@ -230,13 +248,12 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
         batch.newline_first = _newline_first(tok, rows, newline)
     step = 0
     while len(batch.index):
-        pred, p, entropy = _predict(model, batch, cfg, step, tok)
-        step += 1
-        eligible = block_eligible(batch.masked, cfg.block_size)
-        commit = select(cfg.policy, p, entropy, eligible, tau=cfg.threshold, k=cfg.k, gamma=cfg.gamma)
         out_of_time = cfg.time_budget_ms is not None and (time.perf_counter() - t0) * 1e3 > cfg.time_budget_ms
-        if out_of_time:
-            commit = batch.masked
+        eligible = batch.masked if out_of_time else block_eligible(batch.masked, cfg.block_size)
+        pred, p, entropy = _predict(model, batch, cfg, step, tok, eligible, out_of_time)
+        step += 1
+        commit = eligible if out_of_time else select(cfg.policy, p, entropy, eligible, tau=cfg.threshold, k=cfg.k,
+                                                      gamma=cfg.gamma)
         _commit(batch, commit, pred, p, tok.filler_id, cfg.trailing_fillers)
         finished = ~batch.masked.any(-1)
         if newline is not None:

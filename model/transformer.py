@@ -5,8 +5,9 @@ two modes used by the sampler (Fast-dLLM "dual cache", Wu et al. 2025):
 
 - full: all positions of each row; returns logits and a `KVCache` with every position's keys/values;
 - cached: only the active positions (the canvas) are run; they attend to the cached keys/values
-  of the rest of the row plus their own fresh ones. When the canvas has not changed since the
-  cache was filled, this equals the full pass on those positions.
+  of the rest of the row plus their own fresh ones, and the fresh ones come back so the caller
+  can write them into the cache. When nothing changed since the cache was filled, this equals
+  the full pass on those positions.
 """
 
 from __future__ import annotations
@@ -37,10 +38,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        return self.weight * F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float):
@@ -49,6 +47,22 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float):
     freqs = positions.float()[..., None] * inv_freq  # [B, S, D/2]
     emb = torch.cat([freqs, freqs], dim=-1)[:, None]  # [B, 1, S, D]
     return emb.cos(), emb.sin()
+
+
+class RopeTable:
+    """rope_cos_sin for positions 0..n-1, computed once and indexed: a denoising step on a few
+    positions should not rebuild the table."""
+
+    def __init__(self, head_dim: int, theta: float):
+        self.head_dim, self.theta, self.cos, self.sin = head_dim, theta, None, None
+
+    def __call__(self, positions: torch.Tensor):
+        need = int(positions.max()) + 1 if positions.numel() else 1
+        if self.cos is None or self.cos.shape[0] < need or self.cos.device != positions.device:
+            n = max(need, 2 * (0 if self.cos is None else self.cos.shape[0]), 512)
+            cos, sin = rope_cos_sin(torch.arange(n, device=positions.device)[None], self.head_dim, self.theta)
+            self.cos, self.sin = cos[0, 0], sin[0, 0]  # [n, D]
+        return self.cos[positions][:, None], self.sin[positions][:, None]
 
 
 def apply_rope(x, cos, sin):
@@ -119,6 +133,7 @@ class DiffusionTransformer(nn.Module):
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.rope = RopeTable(cfg.head_dim, cfg.rope_theta)
         self.apply(self._init)
 
     @staticmethod
@@ -129,9 +144,11 @@ class DiffusionTransformer(nn.Module):
             nn.init.zeros_(m.bias)
 
     def hidden(self, tokens, positions, key_mask, cache: KVCache | None = None):
-        """Final hidden states [B, S, dim] and, in full mode, the new KVCache."""
+        """Final hidden states [B, S, dim] and the keys/values of these positions as a KVCache: in
+        full mode the cache of the whole row, in cached mode the fresh entries of the active ones."""
         x = self.embed(tokens)
-        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
+        cos, sin = self.rope(positions)
+        fresh_mask = key_mask
         if cache is not None:
             key_mask = torch.cat([cache.key_mask, key_mask], dim=1)
         keys, values = [], []
@@ -140,15 +157,14 @@ class DiffusionTransformer(nn.Module):
             x, (k, v) = layer(x, cos, sin, key_mask, past)
             keys.append(k)
             values.append(v)
-        new_cache = KVCache(keys, values, key_mask) if cache is None else None
-        return self.norm(x), new_cache
+        return self.norm(x), KVCache(keys, values, fresh_mask)
 
     def logits(self, h):
         weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(h, weight)
 
     def forward(self, tokens, positions=None, key_mask=None, cache: KVCache | None = None):
-        """tokens [B, S] -> (logits [B, S, V], KVCache or None).
+        """tokens [B, S] -> (logits [B, S, V], KVCache of these positions).
 
         positions: absolute positions [B, S] (default 0..S-1); key_mask: [B, S] bool, False for
         padding. With `cache`, tokens are the active positions only and the cache's key_mask says

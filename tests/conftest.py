@@ -57,7 +57,7 @@ class OracleModel(torch.nn.Module):
         if shift:  # output i predicts position i + 1, whose left neighbour is token i
             left_is_mask = tokens == self.tok.mask_id
         h = torch.stack([(positions + shift).float(), left_is_mask.float()], -1)  # [B, S, 2]
-        return h, (KVCache([], [], key_mask) if cache is None else None)
+        return h, KVCache([], [], key_mask)
 
     def logits(self, h):
         V = self.config.vocab_size

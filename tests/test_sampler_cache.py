@@ -1,0 +1,69 @@
+"""The sampler's context cache on a real (tiny, random) transformer: a cached step recomputes a window
+of the canvas, attends to the cache everywhere else and writes its fresh keys/values back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from diffusion_lsp.model.canvas import FillRequest, build_row
+from diffusion_lsp.model.config import ModelConfig
+from diffusion_lsp.model.policies import block_eligible
+from diffusion_lsp.model.sampler import SamplerConfig, _Batch, _hidden_at
+from diffusion_lsp.model.transformer import DiffusionTransformer
+
+REQUESTS = [FillRequest("def add(a, b):\n    return", "\n\nprint(add(1, 2))\n", 12),
+            FillRequest("import os\n", "x = 1\n", 6)]  # a shorter canvas: window slots past it are junk
+
+
+def setup(tok, shift: bool):
+    torch.manual_seed(0)
+    model = DiffusionTransformer(ModelConfig.preset("tiny", vocab_size=tok.vocab_size, shift_logits=shift)).eval()
+    rows = [build_row(r, tok, 512, heal=False) for r in REQUESTS]
+    return model, _Batch(rows, [False, False], tok.filler_id, int(shift), "cpu")
+
+
+def step(model, batch, cfg, n, whole=False):
+    eligible = batch.masked if whole else block_eligible(batch.masked, cfg.block_size)
+    rows, cols = eligible.nonzero(as_tuple=True)
+    return rows, cols, _hidden_at(model, batch, cfg, n, rows, cols, whole)
+
+
+@pytest.mark.parametrize("shift", [False, True])
+@torch.inference_mode()
+def test_a_cached_step_equals_the_full_pass_when_nothing_changed(tokenizer, shift):
+    model, batch = setup(tokenizer, shift)
+    cfg = SamplerConfig(block_size=4)
+    _, _, full = step(model, batch, cfg, 0)
+    _, _, cached = step(model, batch, cfg, 1)
+    torch.testing.assert_close(cached, full, atol=1e-4, rtol=1e-4)
+    _, _, whole = step(model, batch, cfg, 2, whole=True)  # the time-budget step: every masked position
+    _, _, whole_full = step(model, batch, SamplerConfig(use_cache=False), 0, whole=True)
+    torch.testing.assert_close(whole, whole_full, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("shift", [False, True])
+@torch.inference_mode()
+def test_a_cached_step_writes_its_window_back_and_nothing_else(tokenizer, shift):
+    model, batch = setup(tokenizer, shift)
+    cfg = SamplerConfig(block_size=4)
+    step(model, batch, cfg, 0)
+    # commit the first block of each row: the next window is blocks 0 and 1
+    written = tokenizer.encode(" a + b + c")[:4]
+    assert len(written) == 4
+    batch.masked[:, :4] = False
+    batch.x.scatter_(1, batch.canvas_idx[:, :4], torch.tensor([written, written]))
+    before = [k.clone() for k in batch.cache.keys]
+    rows, cols, _ = step(model, batch, cfg, 1)
+    assert sorted(set(cols.tolist())) == [4, 5, 6, 7]  # only the open block gets logits
+    _, fresh = model.hidden(batch.x, batch.positions, batch.key_mask)
+    for b, length in enumerate(batch.length.tolist()):
+        start = int(batch.start[b])
+        window = set(range(start - int(shift), start + min(8, length)))
+        for pos in range(batch.junk):
+            now, old = batch.cache.keys[0][b, :, pos], before[0][b, :, pos]
+            if pos in window:  # layer 0 keys depend only on the token and its position: exact
+                torch.testing.assert_close(now, fresh.keys[0][b, :, pos], atol=1e-5, rtol=1e-5)
+            else:  # the prefix, the rest of the canvas and the suffix are left as cached
+                assert torch.equal(now, old), (b, pos)
+    assert not batch.cache.key_mask[:, batch.junk].any()  # the junk column is never attended to
