@@ -169,6 +169,21 @@ def test_a_fill_that_adds_a_parse_error_is_rejected(language, src, good, bad):
     assert not creates_parse_error(text, ctx.offset, Suggestion(good), language)
 
 
+@pytest.mark.parametrize("language,src,fill,kept", [
+    ("python", "class T:\n    def test(self):\n        self█\n\n    def g(self):\n        pass\n",
+     ".assertEqual(self.append(self.args, self.append(x", ".assertEqual"),
+    ("python", "def f(x):\n    y = x█\n    return y\n", ' + g(x) + h("a, b', " + g(x) + h"),
+    ("javascript", "function f(x) {\n  x█\n  return x;\n}\n", ".map((v) => [v, g(v", ".map"),
+    ("python", "def f(x):\n    fo█\n    return x\n", "o = self.name_from_name)", "o = self.name_from_name"),
+])
+def test_a_fill_that_leaves_a_bracket_open_or_closes_one_it_never_opened_is_cut_before_it(language, src, fill, kept):
+    ctx = ctx_for(src, language)
+    s, reasons = run(ctx, fill)
+    assert s.text == kept and reasons[-1] == f"unbalanced:{len(fill) - len(kept)}"
+    assert not creates_parse_error(ctx.document.text, ctx.offset, s, language)
+    assert creates_parse_error(ctx.document.text, ctx.offset, Suggestion(fill), language)
+
+
 def test_an_existing_error_elsewhere_does_not_block_a_good_fill():
     ctx = ctx_for("def broken(:\n    pass\n\ndef f(x):\n    return █\n")
     assert run(ctx, "x * 2")[0].text == "x * 2"

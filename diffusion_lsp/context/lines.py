@@ -49,6 +49,26 @@ def unclosed_brackets(s: str) -> int:
     return len(stack)
 
 
+def unbalanced_cuts(s: str) -> list[int]:
+    """Where to cut `s` so that it leaves nothing open, longest first: before the first bracket or
+    quote it opens and never closes, and before its first closer that closes nothing in `s`."""
+    stack, quote, stray = [], None, None  # stack: indices of open brackets; quote: (char, index)
+    for i, ch in enumerate(s):
+        if quote:
+            quote = None if ch == quote[0] and s[i - 1:i] != "\\" else quote
+        elif ch in QUOTES:
+            quote = (ch, i)
+        elif ch in OPENERS:
+            stack.append(i)
+        elif ch in CLOSERS:
+            if stack and s[stack[-1]] == PAIRS[ch]:
+                stack.pop()
+            elif stray is None:
+                stray = i
+    opened = min(stack[:1] + ([quote[1]] if quote else []), default=None)
+    return sorted({c for c in (opened, stray) if c is not None}, reverse=True)
+
+
 def strip_comment(line: str, markers: tuple[str, ...]) -> str:
     """The line without a trailing comment (naive: ignores markers inside strings)."""
     for m in markers:

@@ -9,7 +9,10 @@
    characters after the cursor writes over them (replace_chars), and an end of the fill that the
    rest of the line starts with is dropped (`x, y)` before `, y)`);
 5. reject a fill that makes the syntax worse: more parse errors in the window with the fill than
-   without (the server re-samples once; `creates_parse_error` is the same check on its own).
+   without. A fill that leaves a bracket or quote open (it ran out of canvas, say), or closes one
+   it never opened, is first cut before that character and checked again (at most twice); only
+   when that fails too is it rejected (the server
+   re-samples once; `creates_parse_error` is the same check on its own).
 
 Each rule that changes or rejects the fill appends a reason to `reasons`; rejections are one of
 REJECTIONS, so the caller can tell "parse-error" (worth a re-sample) from the rest."""
@@ -19,7 +22,7 @@ from __future__ import annotations
 import re
 
 from .languages import language_for
-from .lines import indent_at, width
+from .lines import indent_at, unbalanced_cuts, width
 from .overlap import balance_closers, drop_duplicate_lines, drop_line_overlap, reduce_replace
 from .parsing import error_count, errors_with_insertion, parse_window
 from .types import CompletionContext, SpanKind, Suggestion
@@ -140,8 +143,20 @@ def postprocess(ctx: CompletionContext, text: str, pieces: list[str] | None = No
     suggestion = Suggestion(text, replace)
     if check_syntax and ctx.document is not None and ctx.parse_window is not None and \
             _worse_syntax(ctx, suggestion):
-        return reject("parse-error")
+        return _cut_unbalanced(ctx, text, replace, reasons)
     return suggestion
+
+
+def _cut_unbalanced(ctx: CompletionContext, text: str, replace: int, reasons: list[str]) -> Suggestion | None:
+    """The longest cut of a fill that broke the syntax that leaves nothing open and does not break
+    it, else None with the "parse-error" rejection."""
+    for cut in [] if replace else unbalanced_cuts(text):
+        kept = text[:cut].rstrip()
+        if kept.strip() and not _worse_syntax(ctx, suggestion := Suggestion(_tidy_end(ctx, kept))):
+            reasons.append(f"unbalanced:{len(text) - len(kept)}")
+            return suggestion
+    reasons.append("parse-error")
+    return None
 
 
 def _worse_syntax(ctx: CompletionContext, s: Suggestion) -> bool:
