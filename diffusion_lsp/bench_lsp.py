@@ -250,8 +250,9 @@ async def _run(args, files: list[tuple[str, str, str]]) -> int:
                 samples = await replay(lsp, uri, text, args, rng)
                 print_figures(name, text.count("\n"), summarise(samples), big=i == len(files) - 1)
                 after = (await lsp.stats())["counts"]
-                calls, rejects = (after[k] - before[k] for k in ("model_calls", "parse_rejects"))
+                calls, rejects, reused = (after[k] - before[k] for k in ("model_calls", "parse_rejects",
+                                                                          "reused_fills"))
                 asked = sum(s.row in MODEL_ROWS for s in samples)
                 print(f"  model calls: {calls} for {asked} completions ({rejects} fills broke the parse: "
-                      "re-sampled once, shorter)")
+                      f"re-sampled once, shorter); {reused} started from the document's last fill")
     return 0

@@ -16,11 +16,15 @@ class Engine:
     model: object  # DiffusionTransformer
     tokenizer: object  # diffusion_lsp.model.tokenizer.Tokenizer
     meta: dict  # the checkpoint's config.json
+    memo: object = None  # diffusion_lsp.model.reuse.ContextMemo: requests with a `doc` reuse its last fill
 
     def fill(self, requests, cfg=None, should_stop=None):
+        from .model.reuse import ContextMemo
         from .model.sampler import fill
 
-        return fill(self.model, self.tokenizer, requests, cfg, should_stop)
+        if self.memo is None:
+            self.memo = ContextMemo()
+        return fill(self.model, self.tokenizer, requests, cfg, should_stop, self.memo)
 
 
 def pick_device(name: str = "auto") -> str:

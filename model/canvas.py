@@ -19,6 +19,7 @@ class FillRequest:
     max_tokens: int = 32  # canvas size N: the fill has at most this many tokens
     id: object = None
     one_line: bool = False  # the caller keeps the first line only: stop once it is written
+    doc: str | None = None  # the document: its next fill may reuse this one's context (reuse.py)
 
 
 @dataclass

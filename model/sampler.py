@@ -23,7 +23,9 @@ import torch
 
 from .canvas import FillRequest, Row, build_row
 from .policies import POLICIES, block_eligible, select, token_stats
+from .reuse import ContextMemo, Entry, Plan, warm_row
 from .tokenizer import Tokenizer
+from .transformer import KVCache
 
 
 @dataclass
@@ -40,6 +42,7 @@ class SamplerConfig:
     time_budget_ms: float | None = None  # past this, commit every remaining position greedily
     heal: bool = True  # token healing at the cursor
     trailing_fillers: bool = True  # a fill is real tokens then fillers, as in training (see module doc)
+    reuse_context: bool = True  # with a ContextMemo: start from the document's last fill (reuse.py)
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -63,6 +66,7 @@ class FillResult:
     ms: float
     budget_hit: bool = False
     cancelled: bool = False  # abandoned between steps because should_stop said so; text is empty
+    reused: int = 0  # positions whose keys/values came from the document's last fill (reuse.py)
     canvas: list[int] = field(default_factory=list, repr=False)  # all canvas ids, fillers included
 
 
@@ -91,6 +95,7 @@ class _Batch:
         self.allowed_first = torch.zeros(B, 0, dtype=torch.bool, device=device)
         self.newline_first = torch.zeros(B, 0, dtype=torch.bool, device=device)  # [B, V] one-line rows
         self.cache = None
+        self.rows, self.plans = rows, None  # with plans, the first pass starts from earlier fills (reuse.py)
 
     def keep(self, rows: torch.Tensor):
         for name in ("index", "x", "key_mask", "start", "length", "canvas_valid", "canvas_idx", "positions",
@@ -138,22 +143,49 @@ def _constrain(logits: torch.Tensor, rows, cols, batch: _Batch, tok: Tokenizer, 
     return logits
 
 
+def _cached_pass(model, batch: _Batch, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Run positions idx [B, W] against the cache, write their keys/values back -> hidden [B, W, D]."""
+    batch.cache.key_mask = batch.key_mask.scatter(1, idx, False)  # these are attended fresh
+    h, fresh = model.hidden(batch.x.gather(1, idx), idx, valid, batch.cache)
+    for cached, new in zip(batch.cache.keys + batch.cache.values, fresh.keys + fresh.values):
+        cached.scatter_(2, idx[:, None, :, None].expand_as(new), new)
+    return h
+
+
+def _warm_start(model, batch: _Batch, plans: list[Plan], rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first pass from the documents' last fills: the cache is their lined-up keys/values and
+    only the rest of each row runs. -> (hidden [B, W, D], slot of each position in it [B, S + 1])."""
+    size, theta = batch.x.shape[1], model.config.rope_theta
+    layers = len(plans[0].entry.keys)
+    keys, values = ([torch.stack([warm_row(p, i, kind, size, r.start, r.length, theta) for p, r in zip(plans, rows)])
+                     for i in range(layers)] for kind in ("keys", "values"))
+    batch.cache = KVCache(keys, values, batch.key_mask)
+    todo = [list(range(min(p.prefix, r.start - batch.shift), r.start + r.length))
+            + list(range(r.start + r.length + p.suffix, len(r.ids))) for p, r in zip(plans, rows)]
+    width = max(len(t) for t in todo)
+    idx = torch.tensor([t + [batch.junk] * (width - len(t)) for t in todo], device=batch.x.device)
+    h = _cached_pass(model, batch, idx, idx != batch.junk)
+    slot = torch.zeros_like(batch.x).scatter_(1, idx, torch.arange(width, device=idx.device).expand_as(idx))
+    return h, slot
+
+
 def _hidden_at(model, batch: _Batch, cfg: SamplerConfig, step: int, rows, cols, whole: bool) -> torch.Tensor:
     """One forward pass -> hidden states [M, D] of the outputs that predict canvas positions (rows, cols).
 
     Full pass: every position, and the cache is (re)filled. Cached step: the window only; it sees
     the cache everywhere else, and its fresh keys/values are written back into the cache."""
+    at = batch.start[rows] + cols - batch.shift
+    if batch.cache is None and batch.plans:
+        h, slot = _warm_start(model, batch, batch.plans, batch.rows)
+        return h[rows, slot[rows, at]]
     refresh = batch.cache is None or (cfg.refresh_every and step % cfg.refresh_every == 0)
     if not cfg.use_cache or refresh:
         h, cache = model.hidden(batch.x, batch.positions, batch.key_mask)
         if cfg.use_cache:
             batch.cache = cache
-        return h[rows, batch.start[rows] + cols - batch.shift]
+        return h[rows, at]
     first_col, idx, valid = batch.window(cfg.block_size, whole)
-    batch.cache.key_mask = batch.key_mask.scatter(1, idx, False)  # the window is attended fresh
-    h, fresh = model.hidden(batch.x.gather(1, idx), idx, valid, batch.cache)
-    for cached, new in zip(batch.cache.keys + batch.cache.values, fresh.keys + fresh.values):
-        cached.scatter_(2, idx[:, None, :, None].expand_as(new), new)
+    h = _cached_pass(model, batch, idx, valid)
     return h[rows, cols - first_col[rows]]
 
 
@@ -216,11 +248,13 @@ def _first_line(ids: list[int], newline: set[int], filler: int, first_ends_line:
 
 @torch.inference_mode()
 def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None,
-         should_stop: Callable[[int], bool] | None = None) -> list[FillResult]:
+         should_stop: Callable[[int], bool] | None = None, memo: ContextMemo | None = None) -> list[FillResult]:
     """Infill every request; the batch runs one forward pass per step for all unfinished rows.
 
     should_stop(i) is asked between denoising steps for each unfinished request i; when it says
-    True, the request is abandoned (result.cancelled) and the rest of the batch goes on."""
+    True, the request is abandoned (result.cancelled) and the rest of the batch goes on. With a
+    memo, each finished row is remembered under its request's `doc`, and when every request of
+    the batch lines up with its document's last fill, the first pass starts from those."""
     cfg = cfg or SamplerConfig()
     t0 = time.perf_counter()
     if not requests:
@@ -246,6 +280,10 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
         newline = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)
         newline[tok.newline_ids] = True
         batch.newline_first = _newline_first(tok, rows, newline)
+    reuse = memo is not None and cfg.use_cache and cfg.reuse_context
+    if reuse:
+        plans = [memo.plan(req.doc, r.ids, r.start, r.length) for req, r in zip(requests, rows)]
+        batch.plans = plans if all(plans) else None
     step = 0
     while len(batch.index):
         out_of_time = cfg.time_budget_ms is not None and (time.perf_counter() - t0) * 1e3 > cfg.time_budget_ms
@@ -269,6 +307,8 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
                     canvas[i] = _first_line(canvas[i], newline_ids, tok.filler_id, ends)
                 conf[i] = batch.conf[b, :n].tolist()
                 done_ms[i], budget_hit[i] = now, out_of_time
+                if reuse and requests[i].doc:
+                    _remember(memo, requests[i].doc, rows[i], batch, b, batch.plans and batch.plans[i])
         if should_stop is not None:
             for b, i in enumerate(batch.index.tolist()):
                 if not finished[b] and should_stop(i):
@@ -277,9 +317,15 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
             batch.keep((~finished).nonzero().squeeze(-1))
     results = [_result(req, row, tok, canvas[i], conf[i], forwards[i], done_ms[i], budget_hit[i])
                for i, (req, row) in enumerate(zip(requests, rows))]
-    for r, c in zip(results, cancelled):
-        r.cancelled = c
+    for i, (r, c) in enumerate(zip(results, cancelled)):
+        r.cancelled, r.reused = c, batch.plans[i].reused() if batch.plans else 0
     return results
+
+
+def _remember(memo: ContextMemo, doc: str | None, row: Row, batch: _Batch, b: int, plan: Plan | None) -> None:
+    n = len(row.ids)
+    keys, values = ([t[b, :, :n].clone() for t in tensors] for tensors in (batch.cache.keys, batch.cache.values))
+    memo.put(doc, Entry(row.ids, row.start, row.length, keys, values, plan.entry.age + 1 if plan else 0))
 
 
 def _result(req, row: Row, tok: Tokenizer, ids, conf, forwards, ms, budget_hit) -> FillResult:

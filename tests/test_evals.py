@@ -73,6 +73,34 @@ def test_heldout_reports_loss_and_exact_match_beside_baselines(tiny_checkpoint, 
     assert code == 2 and "data build" in capsys.readouterr().err
 
 
+def test_typing_fills_every_keystroke_fresh_and_from_the_last_fill(tiny_checkpoint, tmp_path, capsys):
+    from conftest import corpus_texts
+
+    with (tmp_path / "val.jsonl").open("w") as f:
+        f.write(json.dumps({"package": "pkg", "path": "m.py", "text": corpus_texts()[0]}) + "\n")
+    code = main(["eval", "typing", "--model", str(tiny_checkpoint), "--corpus", str(tmp_path), "--lines", "3",
+                 "--chars", "2", "--context", "96", "--max-tokens", "4", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["lines"] == 3 and 3 <= out["fills"] <= 9
+    assert out["fresh"]["reused_share"] == 0.0
+    assert out["reuse"]["reused_share"] >= 0.5  # every keystroke after a line's first
+    for mode in ("fresh", "reuse"):
+        assert 0.0 <= out[mode]["edit_similarity"] <= 1.0 and out[mode]["forwards_mean"] >= 1
+
+
+def test_typing_context_is_cut_at_whole_lines_within_the_budget():
+    from diffusion_lsp.evals.typing import cut_context, keystrokes
+
+    count = lambda s: len(s.split())  # noqa: E731
+    prefix = "".join(f"a{i} = {i}\n" for i in range(100))
+    suffix = "".join(f"b{i} = {i}\n" for i in range(100))
+    p, s = cut_context(prefix, suffix, count, 30, 12)
+    assert prefix.endswith(p) and suffix.startswith(s) and p.startswith("a") and s.endswith("\n")
+    assert count(p) <= 30 and count(s) <= 12 and count(p) > 20
+    steps = keystrokes(p, s, "    x = 1\n", 2)
+    assert [t for *_, t in steps] == ["", "x", "x "] and steps[1][0] == p + "    x"
+
+
 def test_edit_similarity_scores_near_misses_between_exact_and_nothing():
     from diffusion_lsp.evals.heldout import edit_similarity
 

@@ -43,7 +43,7 @@ class FakeEngine:
             if all(stopped):
                 break
         return [SimpleNamespace(text=r.prefix.upper(), token_ids=[ord(c) for c in r.prefix.upper()],
-                                confidence=[1.0] * len(r.prefix), ms=1.0, forwards=1, cancelled=s)
+                                confidence=[1.0] * len(r.prefix), ms=1.0, forwards=1, cancelled=s, reused=0)
                 for r, s in zip(requests, stopped)]
 
 

@@ -27,8 +27,10 @@ def register(sub):
     add_sampler_args(h)
     h.set_defaults(run=run_humaneval, max_tokens=None)
     from .heldout import register as register_heldout
+    from .typing import register as register_typing
 
     register_heldout(ev)
+    register_typing(ev)
 
 
 def decode_all(engine, requests, cfg, batch_size: int, desc: str):

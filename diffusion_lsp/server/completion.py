@@ -58,6 +58,7 @@ class Fill:
     pieces: list[str]  # per-token text, "".join(pieces) == text
     confidence: list[float]  # per token
     ms: float = 0.0
+    reused: int = 0  # context positions the worker reused from this document's last fill
 
 
 FillFn = Callable[[int, str, dict], Awaitable["Fill | None"]]  # (request id, document key, request)
@@ -160,6 +161,7 @@ class Completer:
         self.stats.model_ms.append((t1 - t0) * 1e3)
         timing.source = "model"
         timing.worker_ms += fill.ms
+        self.stats.reused_fills += fill.reused > 0
         cc = self.cfg.completion
         try:
             return self.context.finish(ctx, doc.text, fill.text, fill.pieces, fill.confidence, cc.confidence_cut,

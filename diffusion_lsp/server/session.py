@@ -165,7 +165,8 @@ class Session:
                 self.ui.log("error", f"fill failed: {reply.get('error')}")
             return None
         text = reply.get("text", "")
-        return Fill(text, reply.get("pieces") or [text], reply.get("confidence") or [1.0], reply.get("ms", 0.0))
+        return Fill(text, reply.get("pieces") or [text], reply.get("confidence") or [1.0], reply.get("ms", 0.0),
+                    reply.get("reused", 0))
 
     async def close(self) -> None:
         if self.worker is not None:

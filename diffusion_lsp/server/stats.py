@@ -49,6 +49,7 @@ class Stats:
     empty: int = 0  # answered with no item (nothing to say, bad input, model unavailable)
     cache_hits: int = 0  # answered from the cache (exact or type-ahead), no model call
     model_calls: int = 0  # fills sent to the worker (a parse-error re-sample counts again)
+    reused_fills: int = 0  # fills whose first pass started from the document's last fill
     superseded: int = 0  # dropped because a newer request for the same document arrived
     cancelled: int = 0  # $/cancelRequest from the client
     bad_input: int = 0  # unknown document, position past the end, huge line, binary, language

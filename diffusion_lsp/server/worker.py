@@ -101,7 +101,7 @@ class Worker:
                 and isinstance(sampling, dict) and isinstance(one_line, bool)):
             conn.send({"id": rid, "ok": False, "reason": "error", "error": "bad fill request"})
             return
-        job = Job(conn, rid, key, FillRequest(prefix, suffix, n, id=rid, one_line=one_line), sampling)
+        job = Job(conn, rid, key, FillRequest(prefix, suffix, n, id=rid, one_line=one_line, doc=key), sampling)
         with self.cond:
             if self.state == "failed":
                 conn.send({"id": rid, "ok": False, "reason": "model", "error": self.error})
@@ -181,7 +181,8 @@ class Worker:
         if job.stop.is_set() or r.cancelled:
             return {"id": job.id, "ok": False, "reason": job.reason}
         return {"id": job.id, "ok": True, "text": r.text, "confidence": r.confidence, "ms": r.ms,
-                "pieces": token_pieces(self.engine.tokenizer, r.token_ids, r.text), "forwards": r.forwards}
+                "pieces": token_pieces(self.engine.tokenizer, r.token_ids, r.text), "forwards": r.forwards,
+                "reused": r.reused}
 
 
 class ModelMissing(Exception):
