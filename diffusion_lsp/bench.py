@@ -1,6 +1,6 @@
 """`diffusion-lsp bench sampler`: forward passes and milliseconds per span, threshold vs
-one-token-per-step decoding, with and without the context cache, measured side by side in one run.
-Prints figures and ratios; asserts nothing."""
+one-token-per-step decoding, with and without the context cache, and on CPU int8 vs float32
+weights, measured side by side in one run. Prints figures and ratios; asserts nothing."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def register(sub):
     s.add_argument("--context", type=int, default=256, help="prefix tokens; the suffix gets half (default 256)")
     s.add_argument("--threshold", type=float, default=0.9)
     s.add_argument("--device", default="auto")
+    s.add_argument("--precision", choices=("auto", "fp32", "int8"), default="auto",
+                   help="weights of the main rows (auto: int8 on CPU); on CPU the other one gets a row too")
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(run=run)
     from . import bench_lsp
@@ -64,40 +66,56 @@ def make_spans(tok, n_per_length: int, context: int, seed: int):
 
 
 def run(args) -> int:
-    from .engine import load_engine
+    from .engine import load_engine, pick_device
+    from .model.quantize import int8_available
     from .model.checkpoint import CheckpointError
     from .model.sampler import SamplerConfig
 
     try:
-        engine = load_engine(args.model, device=args.device)
-    except CheckpointError as e:
+        engine = load_engine(args.model, device=args.device, precision=args.precision)
+        other = None
+        if args.precision != "fp32" and engine.model.int8_head is not None:
+            other = ("fp32", load_engine(args.model, device=args.device, precision="fp32"))
+        elif pick_device(args.device) == "cpu" and int8_available():
+            other = ("int8", load_engine(args.model, device="cpu", precision="int8"))
+    except (CheckpointError, ValueError) as e:
         raise UserError(str(e)) from None
     if not workload_files():
         raise UserError("no workload files found in the Python standard library")
     spans = make_spans(engine.tokenizer, args.spans, args.context, args.seed)
-    engine.fill([spans[SPAN_LENGTHS[0]][0]])  # warm-up
-    print(f"model: {args.model or 'embedded default'}  spans/length: {args.spans}  context: {args.context} tokens")
-    header = f"{'span':>5} {'policy':>10} {'cache':>5} {'fwd/span':>9} {'ms/span':>8} {'tok/s':>7} {'exact':>6}"
+    main = "int8" if engine.model.int8_head is not None else "fp32"
+    engines = {main: engine} | (dict([other]) if other else {})
+    for e in engines.values():
+        e.fill([spans[SPAN_LENGTHS[0]][0]])  # warm-up
+    print(f"model: {args.model or 'embedded default'}  spans/length: {args.spans}  context: {args.context} tokens  "
+          f"weights: {main}")
+    header = (f"{'span':>5} {'policy':>10} {'cache':>5} {'weights':>7} {'fwd/span':>9} {'ms/span':>8} {'tok/s':>7} "
+              f"{'exact':>6}")
     print(header)
     print("-" * len(header))
+    rows = [(policy, cache, main) for policy, cache in CONFIGS] + [("threshold", True, w) for w in engines if w != main]
     for length, reqs in spans.items():
         figures = {}
-        for policy, cache in CONFIGS:
+        for policy, cache, weights in rows:
             cfg = SamplerConfig(policy=policy, threshold=args.threshold, use_cache=cache, heal=False)
             fwd, ms, toks, exact = [], [], [], 0
             for req in reqs:
                 t0 = time.perf_counter()
-                (res,) = engine.fill([req], cfg)
+                (res,) = engines[weights].fill([req], cfg)
                 ms.append((time.perf_counter() - t0) * 1e3)
                 fwd.append(res.forwards)
                 toks.append(res.tokens)
                 exact += res.text.strip() == str(req.id).strip()
-            figures[policy, cache] = (statistics.mean(fwd), statistics.mean(ms))
+            f = figures[policy, cache, weights] = (statistics.mean(fwd), statistics.mean(ms))
             tps = sum(toks) / (sum(ms) / 1e3)
-            print(f"{length:>5} {policy:>10} {'on' if cache else 'off':>5} {figures[policy, cache][0]:>9.1f} "
-                  f"{figures[policy, cache][1]:>8.1f} {tps:>7.0f} {exact:>3}/{len(reqs)}")
-        (f_t, ms_t), (f_o, ms_o) = figures["threshold", True], figures["one", True]
-        print(f"{'':>5} ratios: one/threshold forwards {f_o / f_t:.2f}x, ms {ms_o / ms_t:.2f}x; "
-              f"no-cache/cache ms: threshold {figures['threshold', False][1] / ms_t:.2f}x, "
-              f"one {figures['one', False][1] / ms_o:.2f}x")
+            print(f"{length:>5} {policy:>10} {'on' if cache else 'off':>5} {weights:>7} {f[0]:>9.1f} {f[1]:>8.1f} "
+                  f"{tps:>7.0f} {exact:>3}/{len(reqs)}")
+        (f_t, ms_t), (f_o, ms_o) = figures["threshold", True, main], figures["one", True, main]
+        line = (f"{'':>5} ratios: one/threshold forwards {f_o / f_t:.2f}x, ms {ms_o / ms_t:.2f}x; "
+                f"no-cache/cache ms: threshold {figures['threshold', False, main][1] / ms_t:.2f}x, "
+                f"one {figures['one', False, main][1] / ms_o:.2f}x")
+        if other:
+            ms_fp32, ms_int8 = (figures["threshold", True, w][1] for w in ("fp32", "int8"))
+            line += f"; fp32/int8 ms {ms_fp32 / ms_int8:.2f}x"
+        print(line)
     return 0

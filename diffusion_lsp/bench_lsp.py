@@ -40,6 +40,8 @@ def register(bench) -> None:
     p.add_argument("--context", type=int, default=512, help="context tokens (completion.maxContextTokens)")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, help="the worker's torch threads (model.threads; default: torch's)")
+    p.add_argument("--precision", choices=("auto", "fp32", "int8"), default="auto",
+                   help="the worker's weights (model.precision; auto: int8 on CPU)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=run)
 
@@ -230,7 +232,7 @@ async def _run(args, files: list[tuple[str, str, str]]) -> int:
     from .bench_lsp_client import BenchClient
 
     options = {"completion": {"maxContextTokens": args.context, "debounceMs": 0}, "worker": {"idleExitS": 0},
-               "model": {"threads": args.threads}}
+               "model": {"threads": args.threads, "precision": args.precision}}
     with tempfile.TemporaryDirectory(prefix="diffusion-lsp-bench-", ignore_cleanup_errors=True) as tmp:
         cmd = [sys.executable, "-m", "diffusion_lsp", "serve", "--device", args.device,
                "--worker-socket", str(Path(tmp) / "worker.sock")] + (["--model", args.model] if args.model else [])
@@ -238,7 +240,7 @@ async def _run(args, files: list[tuple[str, str, str]]) -> int:
         async with BenchClient(cmd, options) as lsp:
             worker = await lsp.wait_for_model()
             print(f"model: {args.model or 'embedded default'}  device: {args.device}  "
-                  f"threads: {args.threads or 'default'}  worker pid {worker['pid']} ready in "
+                  f"threads: {args.threads or 'default'}  precision: {args.precision}  worker pid {worker['pid']} ready in "
                   f"{time.perf_counter() - t0:.1f} s  context: {args.context} tokens  "
                   f"requests per file: {args.requests}")
             print("ms. model: the worker's fill time; server overhead: the server's own work (cache, tree-sitter "

@@ -72,9 +72,14 @@ def default_threads(local_world_size: int) -> int:
     return max(1, max(idle_cores(cores), 1) // max(local_world_size, 1))
 
 
-def load_engine(path: str | Path | None = None, device: str = "auto", threads: int | None = None) -> Engine:
+PRECISIONS = ("auto", "fp32", "int8")
+
+
+def load_engine(path: str | Path | None = None, device: str = "auto", threads: int | None = None,
+                precision: str = "auto") -> Engine:
     """Load a checkpoint folder (default: the embedded model). Raises CheckpointError when the
-    folder is missing or corrupt."""
+    folder is missing or corrupt. precision "auto": int8 weights on a CPU that has the kernels
+    (model/quantize.py), the checkpoint's own elsewhere; "int8" only on CPU."""
     import torch
 
     from .model.checkpoint import CheckpointError, load_checkpoint
@@ -85,5 +90,13 @@ def load_engine(path: str | Path | None = None, device: str = "auto", threads: i
     folder = Path(path) if path else DEFAULT_MODEL
     if path is None and not (folder / "config.json").exists():
         raise CheckpointError(f"the embedded default model is missing ({folder}); pass --model DIR")
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose from {', '.join(PRECISIONS)}")
+    if precision == "int8" and device != "cpu":
+        raise ValueError(f"int8 weights are for CPU inference, not {device}")
     model, tokenizer, meta = load_checkpoint(folder, device=device)
+    from .model.quantize import int8_available, quantize_int8
+
+    if precision == "int8" or (precision == "auto" and device == "cpu" and int8_available()):
+        quantize_int8(model)
     return Engine(model, tokenizer, meta)

@@ -39,6 +39,8 @@ def add_sampler_args(p):
                    help="do not end the fill at the first committed filler (for comparison)")
     p.add_argument("--batch-size", type=int, default=8, help="requests decoded together in --batch mode")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when present)")
+    p.add_argument("--precision", choices=("auto", "fp32", "int8"), default="auto",
+                   help="weights: auto is int8 on CPU (model/quantize.py), the checkpoint's own on GPU")
 
 
 def sampler_config(args):
@@ -58,8 +60,8 @@ def engine_from_args(args):
     from .model.checkpoint import CheckpointError
 
     try:
-        return load_engine(args.model, device=args.device)
-    except CheckpointError as e:
+        return load_engine(args.model, device=args.device, precision=args.precision)
+    except (CheckpointError, ValueError) as e:
         raise UserError(str(e)) from None
 
 

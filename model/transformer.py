@@ -134,6 +134,7 @@ class DiffusionTransformer(nn.Module):
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.rope = RopeTable(cfg.head_dim, cfg.rope_theta)
+        self.int8_head = None  # quantize.py: the output head as an int8 Linear (CPU inference)
         self.apply(self._init)
 
     @staticmethod
@@ -160,6 +161,8 @@ class DiffusionTransformer(nn.Module):
         return self.norm(x), KVCache(keys, values, fresh_mask)
 
     def logits(self, h):
+        if self.int8_head is not None:
+            return self.int8_head(h)
         weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(h, weight)
 

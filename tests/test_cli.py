@@ -129,14 +129,19 @@ def test_console_script_end_to_end(tiny_checkpoint, src):
 
 
 def test_bench_sampler_prints_every_configuration(tiny_checkpoint, capsys):
+    from diffusion_lsp.model.quantize import int8_available
+
     assert main(["bench", "sampler", "--model", str(tiny_checkpoint), "--spans", "1", "--context", "32"]) == 0
     out = capsys.readouterr().out
     for length in ("8", "32", "64"):
         rows = [s.split() for s in out.splitlines() if s.split()[:1] == [length]]
-        assert sorted((r[1], r[2]) for r in rows) == sorted(
-            [("threshold", "on"), ("threshold", "off"), ("one", "on"), ("one", "off")])
-        assert all(float(r[3]) >= 1 for r in rows)
+        weights = "int8" if int8_available() else "fp32"  # on CPU the main rows are int8, one fp32 row beside
+        want = [("threshold", "on"), ("threshold", "off"), ("one", "on"), ("one", "off")]
+        assert sorted((r[1], r[2], r[3]) for r in rows) == sorted(
+            [(p, c, weights) for p, c in want] + ([("threshold", "on", "fp32")] if int8_available() else []))
+        assert all(float(r[4]) >= 1 for r in rows)
     assert out.count("ratios: one/threshold forwards") == 3
+    assert out.count("fp32/int8 ms") == (3 if int8_available() else 0)
 
 
 def test_idle_cores_come_from_the_cpu_time_sample_else_the_load_average(monkeypatch):

@@ -62,7 +62,7 @@ def test_moved_keys_equal_fresh_ones_in_the_first_layer(tokenizer, flags):
 def test_a_fill_starts_from_the_documents_last_fill(tiny_checkpoint):
     from diffusion_lsp.engine import load_engine
 
-    engine = load_engine(tiny_checkpoint, device="cpu", threads=1)
+    engine = load_engine(tiny_checkpoint, device="cpu", threads=1, precision="fp32")  # exact keys to compare
     tok, model, cfg = engine.tokenizer, engine.model, SamplerConfig(heal=False)
     memo = ContextMemo()
     req = FillRequest(PREFIX, SUFFIX, 8, doc="file:///a.py")

@@ -36,6 +36,7 @@ def test_camel_and_snake_keys_inside_or_outside_a_section():
     ("sampling", "blockSize", -1, "block_size"),
     ("model", "device", "tpu", "device"),
     ("model", "threads", 0, "threads"),
+    ("model", "precision", "fp8", "precision"),
 ])
 def test_a_bad_value_falls_back_and_is_reported(section, key, value, field):
     cfg, problems = parse_config({section: {key: value}})

@@ -155,6 +155,7 @@ def test_the_socket_is_owner_only_and_one_worker_holds_it(tmp_path, monkeypatch)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     path = wire.default_socket(None, "cpu")
     assert path.parent == folder and path != wire.default_socket(None, "cuda")
+    assert path != wire.default_socket(None, "cpu", "fp32")  # another precision: another worker
     listener, lock = bind(path)
     try:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600

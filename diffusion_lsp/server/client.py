@@ -23,10 +23,11 @@ class Launch:
     device: str = "auto"
     threads: int | None = None
     idle_exit_s: float = 600.0
+    precision: str = "auto"
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "diffusion_lsp.server.worker", "--socket", str(self.socket),
-               "--device", self.device, "--idle-exit", str(self.idle_exit_s)]
+               "--device", self.device, "--idle-exit", str(self.idle_exit_s), "--precision", self.precision]
         if self.model:
             cmd += ["--model", str(self.model)]
         if self.threads:

@@ -30,6 +30,8 @@ class ModelSettings:
     device: str = field(default="auto", metadata=_check(lambda v: bool(re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v)),
                                                          "auto, cpu, mps, cuda or cuda:N"))
     threads: int | None = field(default=None, metadata=_check(lambda v: v is None or v >= 1, ">= 1"))
+    precision: str = field(default="auto", metadata=_check(lambda v: v in ("auto", "fp32", "int8"),
+                                                           "auto, fp32 or int8 (int8: CPU only)"))
 
 
 @dataclass

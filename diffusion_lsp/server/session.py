@@ -98,8 +98,9 @@ class Session:
 
     def launch(self) -> Launch:
         m, w = self.cfg.model, self.cfg.worker
-        socket = w.socket or default_socket(m.path, m.device)
-        return Launch(socket=socket, model=m.path, device=m.device, threads=m.threads, idle_exit_s=w.idle_exit_s)
+        socket = w.socket or default_socket(m.path, m.device, m.precision)
+        return Launch(socket=socket, model=m.path, device=m.device, threads=m.threads, idle_exit_s=w.idle_exit_s,
+                      precision=m.precision)
 
     # ---- the worker ----
     async def ensure_worker(self) -> WorkerClient | None:

@@ -47,10 +47,10 @@ def ensure_private_dir(folder: Path) -> None:
                            f"(found mode {stat.S_IMODE(info.st_mode):o}, uid {info.st_uid})")
 
 
-def default_socket(model: str | None, device: str) -> Path:
-    """One worker per (checkpoint folder, device): sessions with the same model share it."""
+def default_socket(model: str | None, device: str, precision: str = "auto") -> Path:
+    """One worker per (checkpoint folder, device, precision): sessions with the same model share it."""
     model_key = str(Path(model).resolve()) if model else "<embedded>"
-    digest = hashlib.sha256(f"{model_key}\0{device}".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{model_key}\0{device}\0{precision}".encode()).hexdigest()[:16]
     return private_dir() / f"worker-{digest}.sock"
 
 

@@ -147,7 +147,7 @@ class Worker:
             self.engine.fill([FillRequest("def f(x):\n", "\n", 4)])  # first-call kernel set-up, off the clock
         except Exception as e:
             log.exception("model failed to load")
-            expected = type(e).__name__ in ("CheckpointError", "ModelMissing")  # the message says it all
+            expected = type(e).__name__ in ("CheckpointError", "ModelMissing", "ValueError")  # the message says it
             self._set_state("failed", str(e) if expected else f"{type(e).__name__}: {e}")
             return
         self._set_state("ready")
@@ -189,12 +189,12 @@ class ModelMissing(Exception):
     pass
 
 
-def load_model(model: str | None, device: str, threads: int | None):
+def load_model(model: str | None, device: str, threads: int | None, precision: str = "auto"):
     if model and not (Path(model) / "config.json").is_file():  # fail fast, before importing torch
         raise ModelMissing(f"no checkpoint at {model} (config.json is missing)")
     from ..engine import load_engine
 
-    return load_engine(model, device=device, threads=threads)
+    return load_engine(model, device=device, threads=threads, precision=precision)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int)
+    p.add_argument("--precision", default="auto", choices=("auto", "fp32", "int8"))
     p.add_argument("--idle-exit", type=float, default=600.0, help="seconds without clients before exiting")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
@@ -212,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         print("busy", flush=True)  # the spawner connects to the worker that holds the lock
         return 0
     listener, _lock = bound
-    worker = Worker(lambda: load_model(args.model, args.device, args.threads), str(args.model or "<embedded>"))
+    worker = Worker(lambda: load_model(args.model, args.device, args.threads, args.precision),
+                    str(args.model or "<embedded>"))
     print(f"ready {os.getpid()}", flush=True)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # whoever read that line may be gone
     threading.Thread(target=worker.run, daemon=True).start()
