@@ -6,7 +6,9 @@ commits some of them. The model writes real tokens followed by filler tokens; fi
 stripped, so the fill's length adapts up to N. As in training, a fill is at least one real token
 and fillers only ever trail it: committing one at position k commits fillers at every later
 position, and neither position 0 nor one before a committed real token may become one. A one-line
-request is done as soon as a committed newline has no masked position before it. With the context
+request is done as soon as a committed newline has no masked position before it; with
+`stop_below`, any request is done once a token committed below that confidence has none before it
+(a caller that drops the tail from such a token has its answer). With the context
 cache (Fast-dLLM dual cache) a step after the first full pass recomputes only a window of the
 canvas, the open block and the one before it, and writes the window's keys/values back; the
 prefix, the suffix and the rest of the canvas are reused from the cache. Only the open block's
@@ -43,6 +45,9 @@ class SamplerConfig:
     heal: bool = True  # token healing at the cursor
     trailing_fillers: bool = True  # a fill is real tokens then fillers, as in training (see module doc)
     reuse_context: bool = True  # with a ContextMemo: start from the document's last fill (reuse.py)
+    # done once a real token committed below this confidence has no masked position before it: a caller
+    # that drops a fill's tail from its first token below this (the server's confidenceCut) needs no more
+    stop_below: float = 0.0
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -51,6 +56,8 @@ class SamplerConfig:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
         if self.k < 1 or (self.block_size or 0) < 0:
             raise ValueError(f"k must be at least 1 and block_size at least 0, got {self.k}, {self.block_size}")
+        if not 0.0 <= self.stop_below <= 1.0:
+            raise ValueError(f"stop_below must be in [0, 1], got {self.stop_below}")
         if self.refresh_every is not None and self.refresh_every < 1:
             raise ValueError(f"refresh_every must be at least 1, got {self.refresh_every}")
 
@@ -240,6 +247,17 @@ def _line_written(batch: _Batch, newline: torch.Tensor) -> torch.Tensor:
     return batch.one_line & (first_nl < first_masked)
 
 
+def _low_written(batch: _Batch, floor: float, filler: int) -> torch.Tensor:
+    """[B] bool: rows with a real token committed below `floor` and no masked position before it."""
+    cur = batch.x.gather(1, batch.canvas_idx)
+    at = torch.arange(cur.shape[1], device=cur.device)
+    n = cur.shape[1]
+    low = ~batch.masked & batch.canvas_valid & (cur != filler) & (batch.conf < floor)
+    first_low = torch.where(low, at, n).min(-1).values
+    first_masked = torch.where(batch.masked, at, n).min(-1).values
+    return first_low < first_masked
+
+
 def _first_line(ids: list[int], newline: set[int], filler: int, first_ends_line: bool) -> list[int]:
     """Everything after the first newline token becomes filler (also positions left masked)."""
     k = 0 if first_ends_line else next((j for j, t in enumerate(ids) if j and t in newline), len(ids))
@@ -296,12 +314,15 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
         finished = ~batch.masked.any(-1)
         if newline is not None:
             finished |= _line_written(batch, newline)
+        if cfg.stop_below > 0:
+            finished |= _low_written(batch, cfg.stop_below, tok.filler_id)
         now = (time.perf_counter() - t0) * 1e3
         for b, (i, done) in enumerate(zip(batch.index.tolist(), finished.tolist())):
             forwards[i] += 1
             if done:
                 n = rows[i].length
-                canvas[i] = batch.x[b].gather(0, batch.canvas_idx[b, :n]).tolist()
+                canvas[i] = [tok.filler_id if t == tok.mask_id else t  # left masked after an early stop
+                             for t in batch.x[b].gather(0, batch.canvas_idx[b, :n]).tolist()]
                 if requests[i].one_line:
                     ends = bool(batch.newline_first[b, canvas[i][0]])
                     canvas[i] = _first_line(canvas[i], newline_ids, tok.filler_id, ends)

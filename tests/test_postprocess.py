@@ -156,7 +156,7 @@ def test_brackets_inside_strings_of_the_fill_are_ignored():
 @pytest.mark.parametrize("language,src,good,bad", [
     ("python", "def f(x):\n    y = x + 1\n    █\n    return y\n", "y += 2", "y = (x +"),
     ("javascript", "function f(x) {\n  █\n  return x;\n}\n", "x += 1;", "x = ) 1;"),
-    ("go", "package main\n\nfunc f(x int) int {\n\t█\n\treturn x\n}\n", "x++", "x = }"),
+    ("go", "package main\n\nfunc f(x int) int {\n\t█\n\treturn x\n}\n", "x++", "x = = 1"),
     ("java", "class A {\n    int f(int x) {\n        █\n        return x;\n    }\n}\n", "x += 1;", "x += ;;)"),
 ])
 def test_a_fill_that_adds_a_parse_error_is_rejected(language, src, good, bad):
@@ -175,8 +175,10 @@ def test_a_fill_that_adds_a_parse_error_is_rejected(language, src, good, bad):
     ("python", "def f(x):\n    y = x█\n    return y\n", ' + g(x) + h("a, b', " + g(x) + h"),
     ("javascript", "function f(x) {\n  x█\n  return x;\n}\n", ".map((v) => [v, g(v", ".map"),
     ("python", "def f(x):\n    fo█\n    return x\n", "o = self.name_from_name)", "o = self.name_from_name"),
+    ("python", "def f(x):\n    y = x█\n    return y\n", " + x.total.", " + x.total"),  # a dangling operator
+    ("python", "def f(x):\n    y = x█\n    return y\n", " + g(x, h.", " + g"),
 ])
-def test_a_fill_that_leaves_a_bracket_open_or_closes_one_it_never_opened_is_cut_before_it(language, src, fill, kept):
+def test_a_fill_that_dangles_leaves_a_bracket_open_or_closes_one_it_never_opened_is_cut(language, src, fill, kept):
     ctx = ctx_for(src, language)
     s, reasons = run(ctx, fill)
     assert s.text == kept and reasons[-1] == f"unbalanced:{len(fill) - len(kept)}"

@@ -38,8 +38,8 @@ def test_replace_range_covers_the_replaced_characters_on_the_line_only():
 class FakeFill:
     """Answers `text`; with `hold`, waits until released (or is cancelled, which it records)."""
 
-    def __init__(self, text="foo()", hold=False):
-        self.text, self.calls, self.cancelled = text, [], []
+    def __init__(self, text="foo()", hold=False, delay_s=0.0):
+        self.text, self.calls, self.cancelled, self.delay_s = text, [], [], delay_s
         self.started, self.release = asyncio.Event(), asyncio.Event()
         if not hold:
             self.release.set()
@@ -49,6 +49,7 @@ class FakeFill:
         self.started.set()
         try:
             await self.release.wait()
+            await asyncio.sleep(self.delay_s)
         except asyncio.CancelledError:
             self.cancelled.append(rid)
             raise
@@ -137,6 +138,21 @@ def test_a_fill_that_breaks_the_parse_is_resampled_once(errors, expected, calls)
     assert len(fill.calls) == calls
     if calls == 2:
         assert fill.calls[1]["max_tokens"] == 8 and fill.calls[1]["sampling"]["threshold"] >= 0.97
+
+
+def test_single_line_fills_get_the_line_budget_and_a_late_parse_error_is_not_resampled():
+    fill = FakeFill(delay_s=0.05)  # 50 ms: past half of a 20 ms budget
+    completer = make(fill, parse_errors=[True, False], lineBudgetMs=20)
+    assert asyncio.run(completer.complete(DOC, 4)) is None
+    assert len(fill.calls) == 1 and fill.calls[0]["sampling"]["time_budget_ms"] == 20
+    assert completer.stats.parse_rejects == completer.stats.resamples_skipped == 1
+    fill = FakeFill(delay_s=0.05)
+    completer = make(fill, parse_errors=[True, False], lineBudgetMs=10_000)
+    assert asyncio.run(completer.complete(DOC, 4)) == Suggestion("foo()")
+    assert len(fill.calls) == 2 and 9_000 < fill.calls[1]["sampling"]["time_budget_ms"] < 10_000  # what is left
+    fill = FakeFill()
+    asyncio.run(make(fill, lineBudgetMs=None).complete(DOC, 4))
+    assert fill.calls[0]["sampling"]["time_budget_ms"] is None
 
 
 def test_unsupported_and_disabled_languages_are_refused():

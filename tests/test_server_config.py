@@ -73,9 +73,12 @@ def test_sampling_settings_make_the_worker_s_sampler_config():
     from diffusion_lsp.model.sampler import SamplerConfig
     from diffusion_lsp.server.completion import _sampling
 
-    assert SamplerConfig(**_sampling(Config())) == SamplerConfig()
-    cfg, problems = parse_config({"sampling": {"blockSize": 0, "policy": "one"}})
-    assert problems == [] and SamplerConfig(**_sampling(cfg)) == SamplerConfig(block_size=0, policy="one")
+    assert SamplerConfig(**_sampling(Config(), None)) == SamplerConfig(stop_below=0.3)  # completion.confidenceCut
+    cfg, problems = parse_config({"sampling": {"blockSize": 0, "policy": "one", "timeBudgetMs": 500},
+                                  "completion": {"confidenceCut": 0}})
+    assert problems == [] and SamplerConfig(**_sampling(cfg, None)) == SamplerConfig(block_size=0, policy="one",
+                                                                                     time_budget_ms=500)
+    assert SamplerConfig(**_sampling(cfg, 200)).time_budget_ms == 200  # a single-line budget: the tighter one
 
 
 def test_policies_match_the_sampler_and_the_server_never_imports_torch():

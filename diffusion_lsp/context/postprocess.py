@@ -9,9 +9,10 @@
    characters after the cursor writes over them (replace_chars), and an end of the fill that the
    rest of the line starts with is dropped (`x, y)` before `, y)`);
 5. reject a fill that makes the syntax worse: more parse errors in the window with the fill than
-   without. A fill that leaves a bracket or quote open (it ran out of canvas, say), or closes one
-   it never opened, is first cut before that character and checked again (at most twice); only
-   when that fails too is it rejected (the server
+   without. A fill that ends on a dangling operator (`x = self.`), leaves a bracket or quote open
+   (it ran out of canvas, say), or closes one it never opened, is first cut before that and
+   checked again (at most three times, keeping at least a quarter of it); only when that fails
+   too is it rejected (the server
    re-samples once; `creates_parse_error` is the same check on its own).
 
 Each rule that changes or rejects the fill appends a reason to `reasons`; rejections are one of
@@ -30,6 +31,7 @@ from .types import CompletionContext, SpanKind, Suggestion
 REJECTIONS = ("empty", "low-confidence", "out-of-scope", "duplicate", "parse-error")
 CHECK_LINES_BEFORE, CHECK_LINES_AFTER = 60, 30  # window of creates_parse_error without a context
 _PARTIAL_WORD = re.compile(r"[A-Za-z0-9_]+$")
+_DANGLING = re.compile(r"[\s.,;:=+\-*/%&|^<>!~@?\\]+$")  # operators and separators that need something after
 
 
 def _line_prefix(ctx: CompletionContext) -> str:
@@ -148,11 +150,17 @@ def postprocess(ctx: CompletionContext, text: str, pieces: list[str] | None = No
 
 
 def _cut_unbalanced(ctx: CompletionContext, text: str, replace: int, reasons: list[str]) -> Suggestion | None:
-    """The longest cut of a fill that broke the syntax that leaves nothing open and does not break
-    it, else None with the "parse-error" rejection."""
-    for cut in [] if replace else unbalanced_cuts(text):
-        kept = text[:cut].rstrip()
-        if kept.strip() and not _worse_syntax(ctx, suggestion := Suggestion(_tidy_end(ctx, kept))):
+    """The longest cut of a fill that broke the syntax that does not break it: without a dangling
+    operator at the end (`x = self.`), then before what it leaves open or closes without opening.
+    Else None with the "parse-error" rejection."""
+    cuts = [] if replace else [len(text)] + unbalanced_cuts(text)
+    tried, solid = {text}, len("".join(text.split()))
+    for cut in cuts:
+        kept = _DANGLING.sub("", text[:cut])
+        if kept in tried or 4 * len("".join(kept.split())) < solid:  # keep at least a quarter of the fill
+            continue
+        tried.add(kept)
+        if not _worse_syntax(ctx, suggestion := Suggestion(_tidy_end(ctx, kept))):
             reasons.append(f"unbalanced:{len(text) - len(kept)}")
             return suggestion
     reasons.append("parse-error")

@@ -123,13 +123,18 @@ class Completer:
         if ctx.language is None:
             raise BadInput(f"unsupported language {doc.language_id!r}")
         timing.kind = ctx.kind.value
-        sampling = _sampling(self.cfg)
+        budget = cc.line_budget_ms if ctx.kind is not SpanKind.BLOCK else None
+        sampling = _sampling(self.cfg, budget)
         sug, broke = await self._sample(ticket, timing, doc, ctx, ctx.max_tokens, sampling)
-        if broke:  # re-sample once, shorter and more careful: fewer tokens committed per step
+        if broke:
             self.stats.parse_rejects += 1
-            careful = {**sampling, "threshold": max(sampling["threshold"], 0.97)}
-            sug, broke = await self._sample(ticket, timing, doc, ctx, max(4, ctx.max_tokens // 2), careful)
-            self.stats.parse_rejects += broke
+            left = None if budget is None else budget - (time.perf_counter() - t1) * 1e3
+            if left is None or left > budget / 2:  # re-sample once, shorter and more careful
+                careful = {**_sampling(self.cfg, left), "threshold": max(sampling["threshold"], 0.97)}
+                sug, broke = await self._sample(ticket, timing, doc, ctx, max(4, ctx.max_tokens // 2), careful)
+                self.stats.parse_rejects += broke
+            else:
+                self.stats.resamples_skipped += 1
         if not ticket.superseded.is_set():
             self.cache.put(doc.uri, prefix, suffix, sug)
         return sug
@@ -174,10 +179,13 @@ class Completer:
         return None
 
 
-def _sampling(cfg: Config) -> dict:
+def _sampling(cfg: Config, budget_ms: float | None) -> dict:
+    """The worker's SamplerConfig fields: the time budget is the tighter of sampling.timeBudgetMs and
+    `budget_ms`; a fill stops at its first token below completion.confidenceCut (dropped anyway)."""
     s = cfg.sampling
-    return {"policy": s.policy, "threshold": s.threshold, "heal": s.heal, "time_budget_ms": s.time_budget_ms,
-            "block_size": s.block_size}
+    budgets = [b for b in (s.time_budget_ms, budget_ms) if b is not None]
+    return {"policy": s.policy, "threshold": s.threshold, "heal": s.heal, "block_size": s.block_size,
+            "time_budget_ms": min(budgets) if budgets else None, "stop_below": cfg.completion.confidence_cut}
 
 
 async def _set_within(event: asyncio.Event, seconds: float) -> bool:

@@ -50,6 +50,9 @@ class CompletionSettings:
     max_context_tokens: int = field(default=512, metadata=_check(lambda v: 32 <= v <= 8192, "between 32 and 8192"))
     confidence_cut: float = field(default=0.3, metadata=_check(lambda v: 0 <= v <= 1, "in [0, 1]"))
     reject_parse_errors: bool = True  # drop (after one re-sample) a fill that breaks the parse
+    # single-line completions: the fills' time budget (past it the rest is committed at once), and a
+    # parse-error re-sample starts only within its first half; None: no budget
+    line_budget_ms: float | None = field(default=200.0, metadata=_check(lambda v: v is None or v > 0, "> 0"))
     disabled_languages: list[str] = field(default_factory=list)  # editor languageIds
     max_line_chars: int = field(default=5000, metadata=_check(lambda v: v >= 80, ">= 80"))
     cache_size: int = field(default=256, metadata=_check(lambda v: v >= 0, ">= 0"))

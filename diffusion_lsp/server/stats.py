@@ -55,6 +55,7 @@ class Stats:
     bad_input: int = 0  # unknown document, position past the end, huge line, binary, language
     errors: int = 0  # unexpected failures (logged, answered empty)
     parse_rejects: int = 0  # fills dropped because they broke the parse
+    resamples_skipped: int = 0  # broke the parse past half of completion.lineBudgetMs: no re-sample
     shown: int = 0  # textDocument/didShowCompletion
     accepted: int = 0  # the item's accept command ran
     partially_accepted: int = 0  # textDocument/didPartiallyAcceptCompletion
