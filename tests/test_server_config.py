@@ -127,3 +127,6 @@ def test_recent_edits_keep_the_newest_text_of_a_spot():
     session.note_edit("file:///a.py", text.replace("b = 2", "b = 22"), 1, 0)  # typing on: replaced
     session.note_edit("file:///a.py", text, 6, 0)  # elsewhere: kept
     assert [e.text for e in session.recent_edits] == ["a = 1\nb = 22\nc = 3\nd = 4", "e = 5\nf = 6\ng = 7\n"]
+    big = "".join(f"x{i} = {i}\n" for i in range(5000))
+    session.note_edit("file:///b.py", big, 0, 5000)  # a whole file replaced: its first lines only
+    assert session.recent_edits[-1].text == "".join(f"x{i} = {i}\n" for i in range(15)).rstrip("\n")

@@ -85,8 +85,8 @@ def _render_def(d: Definition, c: str) -> str:
 
 
 def _render_edit(e: EditSnippet, c: str) -> str:
-    lines = [line[:MAX_LINE_CHARS].rstrip() for line in e.text.strip("\n").splitlines()]
-    body = "\n".join(f"{c} {line}".rstrip() for line in lines[:MAX_EDIT_LINES])
+    lines = e.text.strip("\n").split("\n", MAX_EDIT_LINES)[:MAX_EDIT_LINES]  # never split a whole file
+    body = "\n".join(f"{c} {line[:MAX_LINE_CHARS].rstrip()}".rstrip() for line in lines)
     return f"{c} recent edit in {file_label(e.uri)}:\n{body}\n"
 
 

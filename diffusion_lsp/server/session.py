@@ -20,6 +20,7 @@ from .wire import default_socket
 
 RESTARTS_PER_MINUTE = 3  # beyond this, a crashed worker restarts on the next request only
 EDIT_CONTEXT_LINES = 2  # lines kept around an edit for the recent-edits context
+EDIT_MAX_LINES = 12  # at most this many of the edit's own lines
 
 
 class Ui(Protocol):
@@ -177,7 +178,8 @@ class Session:
     def note_edit(self, uri: str, text: str, line: int, new_lines: int) -> None:
         """Remember the lines around an edit (in the edited text) as recent-edit context."""
         lines = text.split("\n")
-        lo, hi = max(0, line - EDIT_CONTEXT_LINES), line + new_lines + EDIT_CONTEXT_LINES + 1
+        lo = max(0, line - EDIT_CONTEXT_LINES)
+        hi = min(line + new_lines, lo + EDIT_MAX_LINES) + EDIT_CONTEXT_LINES + 1  # not a whole replaced file
         snippet = "\n".join(lines[lo:hi])
         last = self._last_edit
         if self.recent_edits and last[0] == uri and abs(last[1] - line) <= EDIT_CONTEXT_LINES:
