@@ -133,10 +133,11 @@ def cross_file(doc: Document, spec: LanguageSpec | None, open_docs: Iterable[Doc
             continue
         block = _render_edit(e, c)
         n = count_tokens(block)
-        if out.tokens + n <= budget:
-            edits.append(block)
-            out.tokens += n
-            out.items.append(f"edit:{file_label(e.uri)}")
+        if out.tokens + n > budget:
+            break  # newest first: an older edit does not jump the queue (nor is it tokenized for nothing)
+        edits.append(block)
+        out.tokens += n
+        out.items.append(f"edit:{file_label(e.uri)}")
     parts = [f"{c} file: {label}\n" + "".join(bs) for label, bs in blocks.items()] + edits
     out.text = "".join(parts)
     return out
