@@ -10,6 +10,7 @@ QUOTES = "\"'`"
 PAIRS = {")": "(", "]": "[", "}": "{"}
 TRAILERS = CLOSERS + QUOTES + ";,"  # what may follow the cursor and still count as an empty line end
 MAX_SCAN_LINES = 200  # how far line searches look before giving up
+INDENT_SCAN_LINES = 64  # lines above the cursor that show the file's indentation step
 _WS = re.compile(r"[ \t]*")
 
 
@@ -109,7 +110,7 @@ def indent_unit(text: str, line_start: int, default: str) -> str:
     """The smallest indentation step among the lines above `line_start` (the file's style)."""
     steps: dict[str, int] = {}
     pos, prev = line_start, None
-    for _ in range(MAX_SCAN_LINES):
+    for _ in range(INDENT_SCAN_LINES):
         if pos <= 0:
             break
         start = text.rfind("\n", 0, pos - 1) + 1
