@@ -293,3 +293,13 @@ def test_token_counts_are_memoized_per_counter():
     first = len(calls)
     gather(doc, text.index("value_50"), count_tokens=count)
     assert first > 10 and len(calls) == first
+
+
+def test_prepare_loads_a_known_language_ahead_of_its_first_completion():
+    from diffusion_lsp.context.languages import QUERY_NAMES, language_for, prepare, query_for
+
+    query_for.cache_clear()
+    assert prepare("python", "file:///w/a.py") and prepare("rust", "file:///w/a.rs")
+    assert query_for.cache_info().currsize == 2 * len(QUERY_NAMES)  # compiled once, kept
+    assert not prepare("plaintext", "file:///w/notes.txt")
+    assert language_for("python", "") is not None

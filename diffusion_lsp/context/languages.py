@@ -131,3 +131,14 @@ def query_for(spec: LanguageSpec, name: str):
         return tree_sitter.Query(lang, source)
     except (tree_sitter.QueryError, ValueError) as e:
         raise RuntimeError(f"queries/{spec.query_dir}/{name}.scm does not compile for {spec.name}: {e}")
+
+
+def prepare(language_id: str, uri: str = "") -> bool:
+    """Load the grammar and compile the queries of a document's language ahead of its first
+    completion (a few ms, once per language). False for a language we do not know."""
+    spec = language_for(language_id, uri)
+    if spec is None or parser_for(spec) is None:
+        return False
+    for name in QUERY_NAMES:
+        query_for(spec, name)
+    return True

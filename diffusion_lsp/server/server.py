@@ -7,6 +7,7 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
+from ..context.languages import prepare
 from ..context.types import Document
 from . import positions
 from .completion import replace_range
@@ -90,6 +91,11 @@ def did_change_configuration(ls: DiffusionServer, params: types.DidChangeConfigu
 
 
 async def did_open(ls: DiffusionServer, params: types.DidOpenTextDocumentParams) -> None:
+    doc = params.text_document
+    try:  # the grammar and queries, before the first completion pays for them
+        prepare(doc.language_id, doc.uri)
+    except Exception as e:  # a broken query is our bug: say so, keep serving
+        ls.session.ui.log("error", f"preparing {doc.language_id}: {type(e).__name__}: {e}")
     await ls.session.ensure_worker()  # start the model on demand, before the first completion
 
 
