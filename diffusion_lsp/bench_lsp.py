@@ -8,7 +8,9 @@ for a completion after each keystroke (single-line completions), one request at 
 with no debounce would. For each kind it prints p50/p95 of the end-to-end latency the client saw,
 the model's time (the worker's own figure) and the server's overhead (tree-sitter, context,
 post-processing: the server's time minus waiting for the worker), from the per-request timings of
-`diffusionLsp/stats`, with the goals beside them. Prints figures; asserts nothing."""
+`diffusionLsp/stats`, with the goals beside them; and what the user saw: the share of requests
+with a suggestion, and the edit similarity to the real line of what was typed plus the
+suggestion's first line (what accepting it gives). Prints figures; asserts nothing."""
 
 from __future__ import annotations
 
@@ -101,6 +103,16 @@ def default_file() -> Path:
 class Sample:
     e2e_ms: float  # request sent -> answer received, on the client
     timing: dict | None  # the server's Timing for it (diffusion_lsp.server.stats)
+    shown: str = ""  # the suggestion's text ("" for none)
+    typed: str = ""  # what the user had typed of the line
+    line: str = ""  # the line the user goes on to type (stripped)
+
+    @property
+    def similarity(self) -> float:
+        """Edit similarity of what the line would be with the suggestion's first line accepted."""
+        from .evals.heldout import edit_similarity
+
+        return edit_similarity(self.typed + self.shown.split("\n", 1)[0], self.line)
 
     @property
     def row(self) -> str:
@@ -140,7 +152,8 @@ def summarise(samples: list[Sample]) -> dict[str, dict[str, float | None]]:
                   "lsp": [s.e2e_ms - tt for s, tt in zip(mine, total)]}
         if row not in MODEL_ROWS:  # no context, model or post-processing to measure
             series = {k: v for k, v in series.items() if k in ("e2e", "overhead", "lsp")}
-        figures = {"n": len(mine)}
+        figures = {"n": len(mine), "shown": sum(bool(s.shown.strip()) for s in mine) / len(mine),
+                   "similarity": sum(s.similarity for s in mine) / len(mine)}
         for name in ("e2e", "model", "overhead", "context", "post", "ipc", "lsp"):
             values = series.get(name, [])
             figures[f"{name}50"], figures[f"{name}95"] = _pct(values, 50), _pct(values, 95)
@@ -162,9 +175,10 @@ def print_figures(name: str, n_lines: int, rows: dict, big: bool) -> None:
     print(f"\n{name} ({n_lines:,} lines)")
     print(f"{'':14}{'n':>5} {'end-to-end':^15} {'model':^15} {'server overhead':^15}"
           f" {'context':>7} {'post':>7} {'ipc':>7} {'lsp':>7}")
-    print(f"{'':19}" + "".join(f" {'p' + str(q):>7}" for _, q in columns))
+    print(f"{'':19}" + "".join(f" {'p' + str(q):>7}" for _, q in columns) + "   shown  line sim")
     for row, f in rows.items():
-        print(f"{row:14}{f['n']:>5}" + "".join(f" {_ms(f[f'{c}{q}']):>7}" for c, q in columns))
+        print(f"{row:14}{f['n']:>5}" + "".join(f" {_ms(f[f'{c}{q}']):>7}" for c, q in columns)
+              + f" {f['shown']:>7.0%} {f['similarity']:>9.1%}")
     single = rows.get("single-line", {})
     print(f"  goals: single-line p50 {_goal(single.get('e2e50'), GOAL_P50_MS)}, "
           f"p95 {_goal(single.get('e2e95'), GOAL_P95_MS)}")
@@ -200,15 +214,16 @@ async def replay(lsp, uri: str, text: str, args, rng: random.Random) -> list[Sam
         lsp.change(uri, (site.line, opener), (site.last, end), "")  # the body is gone
         typed = site.indent
         lsp.change(uri, (site.line, opener), (site.line, opener), "\n" + typed)  # Enter, auto-indented
-        e2e = [await lsp.complete(uri, site.line + 1, typed)]
+        answers = [(await lsp.complete(uri, site.line + 1, typed), "")]
         for ch in site.first[: max(0, min(args.chars, args.requests - len(samples) - 1))]:
             lsp.change(uri, (site.line + 1, typed), (site.line + 1, typed), ch)
             typed += ch
-            e2e.append(await lsp.complete(uri, site.line + 1, typed))
+            answers.append((await lsp.complete(uri, site.line + 1, typed), typed[len(site.indent):]))
         lsp.replace_all(uri, text)
         report = await lsp.stats()
         timings = {t["seq"]: t for t in report["timings"]}
-        samples += [Sample(ms, timings.get(seq + 1 + i)) for i, ms in enumerate(e2e)]
+        samples += [Sample(ms, timings.get(seq + 1 + i), shown, before, site.first)
+                    for i, ((ms, shown), before) in enumerate(answers)]
         seq = report["counts"]["requests"]
     lsp.close(uri)
     return samples

@@ -144,15 +144,18 @@ class BenchClient:
     def replace_all(self, uri: str, text: str) -> None:
         self._changed(uri, types.TextDocumentContentChangeWholeDocument(text=text))
 
-    async def complete(self, uri: str, line: int, before: str) -> float:
-        """Ask for an inline completion with the cursor after `before` on `line`; the
-        milliseconds until the answer came."""
+    async def complete(self, uri: str, line: int, before: str) -> tuple[float, str]:
+        """Ask for an inline completion with the cursor after `before` on `line` -> (the
+        milliseconds until the answer came, the first item's text or "")."""
         params = types.InlineCompletionParams(
             context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
             text_document=types.TextDocumentIdentifier(uri=uri), position=self._position((line, before)))
         t0 = time.perf_counter()
-        await asyncio.wait_for(self.client.text_document_inline_completion_async(params), REQUEST_TIMEOUT_S)
-        return (time.perf_counter() - t0) * 1e3
+        got = await asyncio.wait_for(self.client.text_document_inline_completion_async(params), REQUEST_TIMEOUT_S)
+        ms = (time.perf_counter() - t0) * 1e3
+        items = got.items if isinstance(got, types.InlineCompletionList) else got or []
+        text = items[0].insert_text if items else ""
+        return ms, text if isinstance(text, str) else text.value
 
     async def stats(self) -> dict:
         return plain(await asyncio.wait_for(self.client.protocol.send_request_async(STATS, {}), REQUEST_TIMEOUT_S))

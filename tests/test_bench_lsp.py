@@ -27,6 +27,13 @@ d = {"a": 1,
 '''
 
 
+def test_a_sample_scores_the_line_the_suggestion_would_make():
+    from diffusion_lsp.bench_lsp import Sample
+
+    assert Sample(1.0, None, "turn x\n    y = 1", "re", "return x").similarity == 1.0
+    assert Sample(1.0, None, "", "re", "return x").similarity < Sample(1.0, None, "turn", "re", "return x").similarity
+
+
 def test_sites_are_block_openers_with_an_indented_body():
     assert find_sites(CODE.split("\n")) == [
         Site(line=3, last=7, indent="    ", first="if x:  # a comment"),
@@ -50,5 +57,6 @@ def test_bench_lsp_runs_end_to_end_and_prints_the_rows(tiny_checkpoint, capsys):
         assert len(re.findall(rf"^{row} +\d+ +\d", out, re.M)) == 2, out
     assert out.count("goals: single-line p50") == 2
     assert "goal on the 5,000-line file: server overhead p95" in out
+    assert len(re.findall(r"^single-line .* \d+% +\d+\.\d%$", out, re.M)) == 2, out  # shown, line similarity
     calls = [int(n) for n, asked in re.findall(r"model calls: (\d+) for (\d+) completions", out) if int(asked)]
     assert len(calls) == 2 and min(calls) >= 1
