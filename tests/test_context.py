@@ -127,6 +127,32 @@ def test_prefix_and_suffix_are_whole_lines_within_budget():
     assert approx_tokens(text[start:offset]) <= used and approx_tokens(text[offset:end]) <= used_s
 
 
+def test_an_opened_document_is_counted_ahead_in_batches_and_cutting_finds_it_counted():
+    from diffusion_lsp.context.cutting import MemoCounter
+
+    class Counter:
+        def __init__(self):
+            self.calls, self.batches = 0, 0
+
+        def __call__(self, s):
+            self.calls += 1
+            return approx_tokens(s)
+
+        def many(self, items):
+            self.batches += 1
+            return [approx_tokens(s) for s in items]
+
+    text = _lines(400)
+    counter = Counter()
+    memo = MemoCounter(counter)
+    assert memo.prime(text, chunk=128) == 401 and counter.batches == 4  # 400 lines and the empty last one
+    offset = text.index("value_200")
+    assert take_prefix(text, offset, 100, memo) == take_prefix(text, offset, 100, approx_tokens)
+    assert take_suffix(text, offset, 50, memo) == take_suffix(text, offset, 50, approx_tokens)
+    assert counter.calls <= 2  # only the cursor's own line pieces; every whole line was counted ahead
+    assert memo.prime(text) == 0  # nothing new
+
+
 def test_gather_cuts_within_budget_and_keeps_the_cursor_line():
     text = _lines(300) + "result = comp"
     ctx = gather(Document("file:///w/a.py", text, "python"), len(text), budget=ContextBudget(64, 32, 0))

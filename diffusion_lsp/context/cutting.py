@@ -32,11 +32,27 @@ class MemoCounter:
         n = self.memo.get(s)
         if n is None:
             n = self.count(s)
-            if len(s) <= MEMO_MAX_CHARS:
-                if len(self.memo) >= MEMO_SIZE:
-                    self.memo.clear()
-                self.memo[s] = n
+            self._keep(s, n)
         return n
+
+    def _keep(self, s: str, n: int) -> None:
+        if len(s) <= MEMO_MAX_CHARS:
+            if len(self.memo) >= MEMO_SIZE:
+                self.memo.clear()
+            self.memo[s] = n
+
+    def prime(self, text: str, chunk: int = 512) -> int:
+        """Count every line of `text` ("line\n", as the cutters ask) ahead of time, in batches when
+        the counter can (`count.many`), so that the first completion after a jump to anywhere in an
+        opened document finds its lines counted. Returns the lines counted."""
+        todo = list(dict.fromkeys(line + "\n" for line in text.split("\n")[:MEMO_SIZE // 2]))
+        todo = [s for s in todo if s not in self.memo and len(s) <= MEMO_MAX_CHARS]
+        many = getattr(self.count, "many", None)
+        for i in range(0, len(todo), chunk):
+            part = todo[i:i + chunk]
+            for s, n in zip(part, many(part) if many else map(self.count, part)):
+                self._keep(s, n)
+        return len(todo)
 
 
 _MEMOS: "weakref.WeakKeyDictionary[Callable, MemoCounter]" = weakref.WeakKeyDictionary()
@@ -101,7 +117,7 @@ def take_suffix(text: str, offset: int, budget: int, count: CountTokens) -> tupl
         end = len(text) if end < 0 else end
         if end - offset > cap:
             break
-        n = count(text[pos:end])
+        n = count(text[pos + 1:end + 1])  # the next line with its newline, as prime() counts lines
         if used + n > budget:
             break
         used, pos = used + n, end

@@ -68,6 +68,19 @@ def budget_for(max_context_tokens: int) -> ContextBudget:
                          cross_file_tokens=cross)
 
 
+class TokenCounter:
+    """Token counts with a Hugging Face tokenizer; many() counts a batch in one call."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def __call__(self, text: str) -> int:
+        return len(self.tok.encode(text, add_special_tokens=False).ids) if text else 0
+
+    def many(self, texts: list[str]) -> list[int]:
+        return [len(e.ids) for e in self.tok.encode_batch(texts, add_special_tokens=False)]
+
+
 def token_counter(model_dir: str | Path | None) -> Callable[[str], int]:
     """Count with the checkpoint's tokenizer.json (no torch needed); ~4 characters a token without."""
     try:
@@ -75,8 +88,7 @@ def token_counter(model_dir: str | Path | None) -> Callable[[str], int]:
 
         from ..engine import DEFAULT_MODEL
 
-        tok = Tokenizer.from_file(str(Path(model_dir or DEFAULT_MODEL) / "tokenizer.json"))
-        return lambda text: len(tok.encode(text, add_special_tokens=False).ids) if text else 0
+        return TokenCounter(Tokenizer.from_file(str(Path(model_dir or DEFAULT_MODEL) / "tokenizer.json")))
     except Exception:
         return lambda text: (len(text) + 3) // 4
 

@@ -3,6 +3,8 @@ model work here; the model lives in the worker process)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
@@ -96,7 +98,9 @@ async def did_open(ls: DiffusionServer, params: types.DidOpenTextDocumentParams)
         prepare(doc.language_id, doc.uri)
     except Exception as e:  # a broken query is our bug: say so, keep serving
         ls.session.ui.log("error", f"preparing {doc.language_id}: {type(e).__name__}: {e}")
+    primed = asyncio.ensure_future(ls.session.prime(doc.text))
     await ls.session.ensure_worker()  # start the model on demand, before the first completion
+    await primed
 
 
 def did_change(ls: DiffusionServer, params: types.DidChangeTextDocumentParams) -> None:

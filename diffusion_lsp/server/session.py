@@ -175,6 +175,16 @@ class Session:
             await self.worker.close()
 
     # ---- documents and completions ----
+    async def prime(self, text: str) -> None:
+        """Count an opened document's line tokens in a thread (the tokenizer releases the GIL), so
+        the first completion after a jump anywhere in it finds them counted."""
+        from ..context.cutting import memoized
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, memoized(self.completer.count_tokens).prime, text)
+        except Exception as e:  # an optimisation only: completions count what they need themselves
+            self.ui.log("warning", f"counting the document's tokens ahead failed: {type(e).__name__}: {e}")
+
     def note_edit(self, uri: str, text: str, line: int, new_lines: int) -> None:
         """Remember the lines around an edit (in the edited text) as recent-edit context."""
         lines = text.split("\n")
