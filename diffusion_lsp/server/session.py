@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..context.types import Document, EditSnippet, Suggestion
+from . import positions
 from .client import Launch, WorkerClient, WorkerUnavailable
 from .completion import BadInput, Completer, Fill, Unavailable, locate
 from .config import Config, ModelSettings, WorkerSettings, parse_config
@@ -187,10 +188,18 @@ class Session:
 
     def note_edit(self, uri: str, text: str, line: int, new_lines: int) -> None:
         """Remember the lines around an edit (in the edited text) as recent-edit context."""
-        lines = text.split("\n")
         lo = max(0, line - EDIT_CONTEXT_LINES)
         hi = min(line + new_lines, lo + EDIT_MAX_LINES) + EDIT_CONTEXT_LINES + 1  # not a whole replaced file
-        snippet = "\n".join(lines[lo:hi])
+        span = positions.line_span(text, lo)  # lines lo..hi-1, without splitting the whole document
+        if span is None:
+            return
+        end = span[0]
+        for _ in range(hi - lo):
+            nl = text.find("\n", end)
+            end = len(text) + 1 if nl < 0 else nl + 1
+            if nl < 0:
+                break
+        snippet = text[span[0]:end - 1]
         last = self._last_edit
         if self.recent_edits and last[0] == uri and abs(last[1] - line) <= EDIT_CONTEXT_LINES:
             self.recent_edits.pop()  # the same spot, edited again (typing): keep the newest text only
