@@ -30,7 +30,7 @@ def quantize_int8(model) -> None:
     cfg = model.config
     weight = model.embed.weight if model.lm_head is None else model.lm_head.weight
     head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
-    head.weight = nn.Parameter(weight.detach().clone(), requires_grad=False)
+    head.weight = nn.Parameter(weight.detach(), requires_grad=False)  # shared: quantizing makes the int8 copy
     with warnings.catch_warnings():  # eager-mode quantization is deprecated in favour of torchao
         warnings.simplefilter("ignore")
         spec = {nn.Linear: per_channel_dynamic_qconfig}
