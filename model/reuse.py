@@ -80,9 +80,6 @@ class ContextMemo:
         while len(self.entries) > self.max_entries:
             self.entries.popitem(last=False)
 
-    def clear(self) -> None:
-        self.entries.clear()
-
 
 def warm_row(plan: Plan, layer: int, kind: str, size: int, start: int, length: int, theta: float) -> torch.Tensor:
     """[Hkv, size, D] keys (kind "keys", rotated by the shift) or values of one layer for the new
