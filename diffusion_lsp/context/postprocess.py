@@ -12,8 +12,8 @@
    without. A fill that ends on a dangling operator (`x = self.`), leaves a bracket or quote open
    (it ran out of canvas, say), or closes one it never opened, is first cut before that and
    checked again (at most three times, keeping at least a quarter of it); only when that fails
-   too is it rejected (the server
-   re-samples once; `creates_parse_error` is the same check on its own).
+   too is it rejected (the server re-samples once; `creates_parse_error` is the same check on
+   its own).
 
 Each rule that changes or rejects the fill appends a reason to `reasons`; rejections are one of
 REJECTIONS, so the caller can tell "parse-error" (worth a re-sample) from the rest."""
@@ -150,9 +150,9 @@ def postprocess(ctx: CompletionContext, text: str, pieces: list[str] | None = No
 
 
 def _cut_unbalanced(ctx: CompletionContext, text: str, replace: int, reasons: list[str]) -> Suggestion | None:
-    """The longest cut of a fill that broke the syntax that does not break it: without a dangling
-    operator at the end (`x = self.`), then before what it leaves open or closes without opening.
-    Else None with the "parse-error" rejection."""
+    """A fill that broke the syntax, cut to its longest start that does not: first without a
+    dangling operator at the end (`x = self.`), then before what it leaves open or closes without
+    opening. None, with the "parse-error" rejection, when no cut helps."""
     cuts = [] if replace else [len(text)] + unbalanced_cuts(text)
     tried, solid = {text}, len("".join(text.split()))
     for cut in cuts:
