@@ -10,6 +10,7 @@ import sysconfig
 import time
 from pathlib import Path
 
+from .engine import PRECISIONS
 from .errors import UserError
 
 # Real code the embedded model was not trained on: CPython's own test suite (the training corpus
@@ -30,7 +31,7 @@ def register(sub):
     s.add_argument("--context", type=int, default=256, help="prefix tokens; the suffix gets half (default 256)")
     s.add_argument("--threshold", type=float, default=0.9)
     s.add_argument("--device", default="auto")
-    s.add_argument("--precision", choices=("auto", "fp32", "int8"), default="auto",
+    s.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="weights of the main rows (auto: int8 on CPU); on CPU the other one gets a row too")
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(run=run)

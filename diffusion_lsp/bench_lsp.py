@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .engine import PRECISIONS
 from .errors import UserError
 
 GOAL_P50_MS, GOAL_P95_MS, GOAL_OVERHEAD_MS = 100.0, 250.0, 5.0  # single-line latency; overhead on 5,000 lines
@@ -42,7 +43,7 @@ def register(bench) -> None:
     p.add_argument("--context", type=int, default=512, help="context tokens (completion.maxContextTokens)")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, help="the worker's torch threads (model.threads; default: torch's)")
-    p.add_argument("--precision", choices=("auto", "fp32", "int8"), default="auto",
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="the worker's weights (model.precision; auto: int8 on CPU)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=run)
@@ -255,8 +256,8 @@ async def _run(args, files: list[tuple[str, str, str]]) -> int:
         async with BenchClient(cmd, options) as lsp:
             worker = await lsp.wait_for_model()
             print(f"model: {args.model or 'embedded default'}  device: {args.device}  "
-                  f"threads: {args.threads or 'default'}  precision: {args.precision}  worker pid {worker['pid']} ready in "
-                  f"{time.perf_counter() - t0:.1f} s  context: {args.context} tokens  "
+                  f"threads: {args.threads or 'default'}  precision: {args.precision}  worker pid {worker['pid']} "
+                  f"ready in {time.perf_counter() - t0:.1f} s  context: {args.context} tokens  "
                   f"requests per file: {args.requests}")
             print("ms. model: the worker's fill time; server overhead: the server's own work (cache, tree-sitter "
                   "and context, post-processing); ipc: the worker socket and queue; lsp: JSON-RPC, document sync "

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from .engine import PRECISIONS
 from .errors import UserError
 
 
@@ -39,7 +40,7 @@ def add_sampler_args(p):
                    help="do not end the fill at the first committed filler (for comparison)")
     p.add_argument("--batch-size", type=int, default=8, help="requests decoded together in --batch mode")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when present)")
-    p.add_argument("--precision", choices=("auto", "fp32", "int8"), default="auto",
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="weights: auto is int8 on CPU (model/quantize.py), the checkpoint's own on GPU")
 
 

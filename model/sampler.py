@@ -159,9 +159,10 @@ def _cached_pass(model, batch: _Batch, idx: torch.Tensor, valid: torch.Tensor) -
     return h
 
 
-def _warm_start(model, batch: _Batch, plans: list[Plan], rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor]:
+def _warm_start(model, batch: _Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """The first pass from the documents' last fills: the cache is their lined-up keys/values and
     only the rest of each row runs. -> (hidden [B, W, D], slot of each position in it [B, S + 1])."""
+    plans, rows = batch.plans, batch.rows
     size, theta = batch.x.shape[1], model.config.rope_theta
     layers = len(plans[0].entry.keys)
     keys, values = ([torch.stack([warm_row(p, i, kind, size, r.start, r.length, theta) for p, r in zip(plans, rows)])
@@ -183,7 +184,7 @@ def _hidden_at(model, batch: _Batch, cfg: SamplerConfig, step: int, rows, cols, 
     the cache everywhere else, and its fresh keys/values are written back into the cache."""
     at = batch.start[rows] + cols - batch.shift
     if batch.cache is None and batch.plans:
-        h, slot = _warm_start(model, batch, batch.plans, batch.rows)
+        h, slot = _warm_start(model, batch)
         return h[rows, slot[rows, at]]
     refresh = batch.cache is None or (cfg.refresh_every and step % cfg.refresh_every == 0)
     if not cfg.use_cache or refresh:
@@ -235,27 +236,20 @@ def _newline_first(tok: Tokenizer, rows: list[Row], newline: torch.Tensor) -> to
     return table
 
 
-def _line_written(batch: _Batch, newline: torch.Tensor) -> torch.Tensor:
-    """[B] bool: one-line rows whose first committed newline has no masked position before it."""
-    cur = batch.x.gather(1, batch.canvas_idx)
-    at = torch.arange(cur.shape[1], device=cur.device)
-    n = cur.shape[1]
+def _settled(batch: _Batch, hit: torch.Tensor) -> torch.Tensor:
+    """[B] bool: rows whose first committed canvas position where `hit` [B, N] holds has no masked
+    position before it, so nothing decoded later can change the fill up to there."""
+    n = hit.shape[1]
+    at = torch.arange(n, device=hit.device)
+    first_hit = torch.where(hit & ~batch.masked & batch.canvas_valid, at, n).min(-1).values
+    return first_hit < torch.where(batch.masked, at, n).min(-1).values
+
+
+def _line_written(batch: _Batch, cur: torch.Tensor, newline: torch.Tensor) -> torch.Tensor:
+    """[B] bool: one-line rows whose first line is written (cur: the canvas ids [B, N])."""
     is_nl = newline[cur]
     is_nl[:, 0] = batch.newline_first.gather(1, cur[:, :1]).squeeze(1)
-    first_nl = torch.where(is_nl & ~batch.masked & batch.canvas_valid, at, n).min(-1).values
-    first_masked = torch.where(batch.masked, at, n).min(-1).values
-    return batch.one_line & (first_nl < first_masked)
-
-
-def _low_written(batch: _Batch, floor: float, filler: int) -> torch.Tensor:
-    """[B] bool: rows with a real token committed below `floor` and no masked position before it."""
-    cur = batch.x.gather(1, batch.canvas_idx)
-    at = torch.arange(cur.shape[1], device=cur.device)
-    n = cur.shape[1]
-    low = ~batch.masked & batch.canvas_valid & (cur != filler) & (batch.conf < floor)
-    first_low = torch.where(low, at, n).min(-1).values
-    first_masked = torch.where(batch.masked, at, n).min(-1).values
-    return first_low < first_masked
+    return batch.one_line & _settled(batch, is_nl)
 
 
 def _first_line(ids: list[int], newline: set[int], filler: int, first_ends_line: bool) -> list[int]:
@@ -312,10 +306,11 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
                                                       gamma=cfg.gamma)
         _commit(batch, commit, pred, p, tok.filler_id, cfg.trailing_fillers)
         finished = ~batch.masked.any(-1)
+        cur = batch.x.gather(1, batch.canvas_idx)
         if newline is not None:
-            finished |= _line_written(batch, newline)
-        if cfg.stop_below > 0:
-            finished |= _low_written(batch, cfg.stop_below, tok.filler_id)
+            finished |= _line_written(batch, cur, newline)
+        if cfg.stop_below > 0:  # a real token below stop_below: the caller drops the fill from it
+            finished |= _settled(batch, (cur != tok.filler_id) & (batch.conf < cfg.stop_below))
         now = (time.perf_counter() - t0) * 1e3
         for b, (i, done) in enumerate(zip(batch.index.tolist(), finished.tolist())):
             forwards[i] += 1

@@ -95,7 +95,7 @@ def test_typing_context_is_cut_at_whole_lines_within_the_budget():
     prefix = "".join(f"a{i} = {i}\n" for i in range(100))
     suffix = "".join(f"b{i} = {i}\n" for i in range(100))
     p, s = cut_context(prefix, suffix, count, 30, 12)
-    assert prefix.endswith(p) and suffix.startswith(s) and p.startswith("a") and s.endswith("\n")
+    assert prefix.endswith(p) and suffix.startswith(s) and p.startswith("a") and suffix[len(s)] == "\n"  # line ends
     assert count(p) <= 30 and count(s) <= 12 and count(p) > 20
     steps = keystrokes(p, s, "    x = 1\n", 2)
     assert [t for *_, t in steps] == ["", "x", "x "] and steps[1][0] == p + "    x"

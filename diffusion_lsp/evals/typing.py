@@ -32,14 +32,14 @@ def register(ev) -> None:
 
 
 def cut_context(prefix: str, suffix: str, count, prefix_tokens: int, suffix_tokens: int) -> tuple[str, str]:
-    """The last whole lines of `prefix` and first whole lines of `suffix` within the budgets."""
-    lines = prefix.splitlines(keepends=True)
-    while len(lines) > 1 and count("".join(lines)) > prefix_tokens:
-        lines = lines[max(1, len(lines) // 8):]  # drop from the top, an eighth at a time
-    after = suffix.splitlines(keepends=True)
-    while len(after) > 1 and count("".join(after)) > suffix_tokens:
-        after = after[: len(after) - max(1, len(after) // 8)]
-    return "".join(lines), "".join(after)
+    """The last whole lines of `prefix` and first whole lines of `suffix` within the budgets, cut
+    by the language server's own cutters."""
+    from ..context.cutting import memoized, take_prefix, take_suffix
+
+    count = memoized(count)
+    start, _ = take_prefix(prefix, len(prefix), prefix_tokens, count)
+    end, _ = take_suffix(suffix, 0, suffix_tokens, count)
+    return prefix[start:], suffix[:end]
 
 
 def keystrokes(prefix: str, suffix: str, line: str, chars: int) -> list[tuple[str, str, str]]:

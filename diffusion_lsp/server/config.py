@@ -15,6 +15,8 @@ import types
 import typing
 from dataclasses import dataclass, field
 
+from ..engine import PRECISIONS  # no torch: engine imports it only when loading
+
 # model/policies.py POLICIES, repeated here so the server process never imports torch (a test checks)
 POLICIES = ("threshold", "topk", "eb", "one")
 SECTIONS = ("diffusionLsp", "diffusion-lsp", "diffusion_lsp")
@@ -30,7 +32,7 @@ class ModelSettings:
     device: str = field(default="auto", metadata=_check(lambda v: bool(re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v)),
                                                          "auto, cpu, mps, cuda or cuda:N"))
     threads: int | None = field(default=None, metadata=_check(lambda v: v is None or v >= 1, ">= 1"))
-    precision: str = field(default="auto", metadata=_check(lambda v: v in ("auto", "fp32", "int8"),
+    precision: str = field(default="auto", metadata=_check(lambda v: v in PRECISIONS,
                                                            "auto, fp32 or int8 (int8: CPU only)"))
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..engine import PRECISIONS
 from .listener import Conn, bind, serve
 from .wire import WIRE_VERSION
 
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int)
-    p.add_argument("--precision", default="auto", choices=("auto", "fp32", "int8"))
+    p.add_argument("--precision", default="auto", choices=PRECISIONS)
     p.add_argument("--idle-exit", type=float, default=600.0, help="seconds without clients before exiting")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
