@@ -10,7 +10,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from .engine import PRECISIONS
+from .model.settings import PRECISIONS, LaunchSettings, SamplerConfig
 from .errors import UserError
 
 # Real code the embedded model was not trained on: CPython's own test suite (the training corpus
@@ -70,15 +70,15 @@ def run(args) -> int:
     from .engine import load_engine, pick_device
     from .model.quantize import int8_available
     from .model.checkpoint import CheckpointError
-    from .model.sampler import SamplerConfig
 
     try:
-        engine = load_engine(args.model, device=args.device, precision=args.precision)
+        launch = LaunchSettings(path=args.model, device=args.device, precision=args.precision)
+        engine = load_engine(launch)
         other = None
         if args.precision != "fp32" and engine.model.int8_head is not None:
-            other = ("fp32", load_engine(args.model, device=args.device, precision="fp32"))
+            other = ("fp32", load_engine(launch.replace(precision="fp32")))
         elif pick_device(args.device) == "cpu" and int8_available():
-            other = ("int8", load_engine(args.model, device="cpu", precision="int8"))
+            other = ("int8", load_engine(launch.replace(device="cpu", precision="int8")))
     except (CheckpointError, ValueError) as e:
         raise UserError(str(e)) from None
     if not workload_files():

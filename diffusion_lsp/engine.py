@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .model.settings import PRECISIONS, LaunchSettings
+
 DEFAULT_MODEL = Path(__file__).parent / "checkpoints" / "default"
 
 
@@ -72,11 +74,7 @@ def default_threads(local_world_size: int) -> int:
     return max(1, max(idle_cores(cores), 1) // max(local_world_size, 1))
 
 
-PRECISIONS = ("auto", "fp32", "int8")
-
-
-def load_engine(path: str | Path | None = None, device: str = "auto", threads: int | None = None,
-                precision: str = "auto") -> Engine:
+def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
     """Load a checkpoint folder (default: the embedded model). Raises CheckpointError when the
     folder is missing or corrupt. precision "auto": int8 weights on a CPU that has the kernels
     (model/quantize.py), the checkpoint's own elsewhere; "int8" only on CPU."""
@@ -84,14 +82,13 @@ def load_engine(path: str | Path | None = None, device: str = "auto", threads: i
 
     from .model.checkpoint import CheckpointError, load_checkpoint
 
-    device = pick_device(device)
+    path, precision = launch.path, launch.precision
+    device = pick_device(launch.device)
     if device == "cpu":
-        torch.set_num_threads(threads or default_threads(1))
+        torch.set_num_threads(launch.threads or default_threads(1))
     folder = Path(path) if path else DEFAULT_MODEL
     if path is None and not (folder / "config.json").exists():
         raise CheckpointError(f"the embedded default model is missing ({folder}); pass --model DIR")
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; choose from {', '.join(PRECISIONS)}")
     if precision == "int8" and device != "cpu":
         raise ValueError(f"int8 weights are for CPU inference, not {device}")
     model, tokenizer, meta = load_checkpoint(folder, device=device)

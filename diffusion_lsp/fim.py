@@ -6,8 +6,12 @@ import json
 import sys
 from pathlib import Path
 
-from .engine import PRECISIONS
 from .errors import UserError
+from .model.settings import LaunchSettings, SamplerConfig, add_args, from_args
+
+# the sampler fields a command line sets (stop_below and reuse_context are the server's)
+SAMPLER_FLAGS = ("policy", "threshold", "k", "gamma", "block_size", "use_cache", "refresh_every", "time_budget_ms",
+                 "heal", "trailing_fillers")
 
 
 def register(sub):
@@ -23,45 +27,26 @@ def register(sub):
 
 
 def add_sampler_args(p):
-    """Model and sampler options shared by fim, bench and eval."""
-    p.add_argument("--model", metavar="DIR", help="checkpoint folder (default: the embedded model)")
+    """Model and sampler options shared by fim, bench and eval: flags made from the settings' fields."""
+    add_args(p, LaunchSettings)
     p.add_argument("--max-tokens", type=int, default=32, metavar="N", help="canvas size (default 32)")
-    p.add_argument("--policy", choices=("threshold", "topk", "eb", "one"), default="threshold")
-    p.add_argument("--threshold", type=float, default=0.9, help="confidence threshold (threshold policy)")
-    p.add_argument("--k", type=int, default=2, help="tokens per step (topk policy)")
-    p.add_argument("--gamma", type=float, default=0.5, help="entropy budget per step (eb policy)")
-    p.add_argument("--block-size", type=int, default=8,
-                   help="semi-autoregressive block size (default 8; 0: the whole canvas is one block)")
-    p.add_argument("--no-cache", action="store_true", help="recompute the whole context every step")
-    p.add_argument("--refresh-every", type=int, default=None, metavar="K", help="refresh the cache every K steps")
-    p.add_argument("--time-budget-ms", type=float, default=None, help="commit the rest greedily past this")
-    p.add_argument("--no-heal", action="store_true", help="no token healing at the cursor")
-    p.add_argument("--no-trailing-fillers", action="store_true",
-                   help="do not end the fill at the first committed filler (for comparison)")
+    add_args(p, SamplerConfig, only=tuple(f for f in SAMPLER_FLAGS))
     p.add_argument("--batch-size", type=int, default=8, help="requests decoded together in --batch mode")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when present)")
-    p.add_argument("--precision", choices=PRECISIONS, default="auto",
-                   help="weights: auto is int8 on CPU (model/quantize.py), the checkpoint's own on GPU")
 
 
-def sampler_config(args):
-    from .model.sampler import SamplerConfig
-
+def sampler_config(args) -> SamplerConfig:
     try:
-        return SamplerConfig(policy=args.policy, threshold=args.threshold, k=args.k, gamma=args.gamma,
-                             block_size=args.block_size, use_cache=not args.no_cache,
-                             refresh_every=args.refresh_every, time_budget_ms=args.time_budget_ms,
-                             trailing_fillers=not args.no_trailing_fillers, heal=not args.no_heal)
+        return from_args(SamplerConfig, args)
     except ValueError as e:
         raise UserError(str(e)) from None
 
 
-def engine_from_args(args):
+def engine_from_args(args, **launch):
     from .engine import load_engine
     from .model.checkpoint import CheckpointError
 
     try:
-        return load_engine(args.model, device=args.device, precision=args.precision)
+        return load_engine(from_args(LaunchSettings, args, **launch))
     except (CheckpointError, ValueError) as e:
         raise UserError(str(e)) from None
 

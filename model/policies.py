@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-POLICIES = ("threshold", "topk", "eb", "one")
+from .settings import POLICIES
 
 
 def token_stats(logits: torch.Tensor, entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

@@ -24,42 +24,11 @@ from dataclasses import dataclass, field
 import torch
 
 from .canvas import FillRequest, Row, build_row
-from .policies import POLICIES, block_eligible, select, token_stats
+from .policies import block_eligible, select, token_stats
 from .reuse import ContextMemo, Entry, Plan, warm_row
+from .settings import SamplerConfig
 from .tokenizer import Tokenizer
 from .transformer import KVCache
-
-
-@dataclass
-class SamplerConfig:
-    policy: str = "threshold"
-    threshold: float = 0.9  # threshold policy: commit every position at least this confident
-    k: int = 2  # topk policy: positions committed per step
-    gamma: float = 0.5  # eb policy: entropy budget per step (nats)
-    # semi-autoregressive blocks (LLaDA); 0 or None: the whole canvas is one block. 8: on held-out code a
-    # whole-canvas confidence order commits the far fillers first and squeezes the fill to nothing
-    block_size: int | None = 8
-    use_cache: bool = True  # reuse prefix/suffix keys and values across steps
-    refresh_every: int | None = None  # recompute the whole context every k steps; None: never
-    time_budget_ms: float | None = None  # past this, commit every remaining position greedily
-    heal: bool = True  # token healing at the cursor
-    trailing_fillers: bool = True  # a fill is real tokens then fillers, as in training (see module doc)
-    reuse_context: bool = True  # with a ContextMemo: start from the document's last fill (reuse.py)
-    # done once a real token committed below this confidence has no masked position before it: a caller
-    # that drops a fill's tail from its first token below this (the server's confidenceCut) needs no more
-    stop_below: float = 0.0
-
-    def __post_init__(self):
-        if self.policy not in POLICIES:
-            raise ValueError(f"unknown unmasking policy {self.policy!r}; choose from {', '.join(POLICIES)}")
-        if not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
-        if self.k < 1 or (self.block_size or 0) < 0:
-            raise ValueError(f"k must be at least 1 and block_size at least 0, got {self.k}, {self.block_size}")
-        if not 0.0 <= self.stop_below <= 1.0:
-            raise ValueError(f"stop_below must be in [0, 1], got {self.stop_below}")
-        if self.refresh_every is not None and self.refresh_every < 1:
-            raise ValueError(f"refresh_every must be at least 1, got {self.refresh_every}")
 
 
 @dataclass

@@ -9,7 +9,7 @@ from diffusion_lsp.engine import load_engine
 from diffusion_lsp.model.canvas import FillRequest
 from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.quantize import int8_available, quantize_int8
-from diffusion_lsp.model.sampler import SamplerConfig
+from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
 from diffusion_lsp.model.transformer import DiffusionTransformer
 
 pytestmark = pytest.mark.skipif(not int8_available(), reason="no int8 CPU kernels in this PyTorch build")
@@ -32,12 +32,12 @@ def test_int8_logits_stay_close_to_float32(flags):
 
 
 def test_the_engine_uses_int8_on_cpu_only_when_asked_or_auto(tiny_checkpoint):
-    auto = load_engine(tiny_checkpoint, device="cpu", threads=1)
-    fp32 = load_engine(tiny_checkpoint, device="cpu", threads=1, precision="fp32")
+    auto = load_engine(LaunchSettings(str(tiny_checkpoint), device="cpu", threads=1))
+    fp32 = load_engine(LaunchSettings(str(tiny_checkpoint), device="cpu", threads=1, precision="fp32"))
     assert auto.model.int8_head is not None and fp32.model.int8_head is None
     reqs = [FillRequest("def f(x):\n    return", "\n", 6)]
     assert auto.fill(reqs, SamplerConfig())[0].forwards >= 1
     with pytest.raises(ValueError, match="CPU"):
-        load_engine(tiny_checkpoint, device="cuda", precision="int8")
+        load_engine(LaunchSettings(str(tiny_checkpoint), device="cuda", precision="int8"))
     with pytest.raises(ValueError, match="precision"):
-        load_engine(tiny_checkpoint, device="cpu", precision="fp16")
+        LaunchSettings(str(tiny_checkpoint), device="cpu", precision="fp16")

@@ -8,7 +8,8 @@ import torch
 from diffusion_lsp.model.canvas import FillRequest, build_row
 from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.reuse import ContextMemo, Entry, warm_row
-from diffusion_lsp.model.sampler import SamplerConfig, fill
+from diffusion_lsp.model.sampler import fill
+from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
 from diffusion_lsp.model.transformer import DiffusionTransformer
 
 PREFIX = "def area(width, height):\n    result = width * height\n    return res"
@@ -62,7 +63,7 @@ def test_moved_keys_equal_fresh_ones_in_the_first_layer(tokenizer, flags):
 def test_a_fill_starts_from_the_documents_last_fill(tiny_checkpoint):
     from diffusion_lsp.engine import load_engine
 
-    engine = load_engine(tiny_checkpoint, device="cpu", threads=1, precision="fp32")  # exact keys to compare
+    engine = load_engine(LaunchSettings(str(tiny_checkpoint), device="cpu", threads=1, precision="fp32"))  # exact keys to compare
     tok, model, cfg = engine.tokenizer, engine.model, SamplerConfig(heal=False)
     memo = ContextMemo()
     req = FillRequest(PREFIX, SUFFIX, 8, doc="file:///a.py")

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from diffusion_lsp.model.canvas import FillRequest, build_row
-from diffusion_lsp.model.sampler import SamplerConfig, fill
+from diffusion_lsp.model.sampler import fill
+from diffusion_lsp.model.settings import SamplerConfig
 
 PREFIX = "def add(a, b):\n    return"
 SUFFIX = "\n\nprint(add(1, 2))\n"
@@ -40,9 +41,9 @@ def test_confident_oracle_is_reproduced_in_one_pass_and_filler_is_stripped(token
 def test_dependent_oracle_threshold_needs_fewer_passes_than_tokens(tokenizer, oracle, shift):
     # every third position is easy; the others become sure once their left neighbour is written
     model, ids = setup_oracle(tokenizer, oracle, max_tokens=12, shift=shift, easy=range(0, 1000, 3))
-    plain = SamplerConfig(heal=False, trailing_fillers=False, block_size=None)
+    plain = SamplerConfig(heal=False, trailing_fillers=False, block_size=0)
     threshold = run(model, tokenizer, plain, max_tokens=12)
-    one = run(model, tokenizer, SamplerConfig(policy="one", heal=False, trailing_fillers=False, block_size=None), max_tokens=12)
+    one = run(model, tokenizer, SamplerConfig(policy="one", heal=False, trailing_fillers=False, block_size=0), max_tokens=12)
     assert threshold.text == one.text == ANSWER
     assert one.forwards == 12  # one committed position per pass over the whole canvas
     assert threshold.forwards == 3
@@ -57,7 +58,7 @@ def test_a_committed_filler_fills_the_rest_of_the_canvas(tokenizer, oracle):
 
 def test_a_fill_has_at_least_one_real_token(tokenizer, oracle):
     model = oracle(tokenizer, {}, easy=range(1000))  # predicts filler everywhere
-    assert run(model, tokenizer, SamplerConfig(heal=False, trailing_fillers=False, block_size=None)).tokens == 0
+    assert run(model, tokenizer, SamplerConfig(heal=False, trailing_fillers=False, block_size=0)).tokens == 0
     res = run(model, tokenizer)
     assert res.tokens == 1 and res.canvas[0] != tokenizer.filler_id
 
@@ -102,7 +103,7 @@ def test_a_fill_stops_at_its_first_token_below_stop_below(tokenizer, oracle):
 
 def test_topk_commits_k_per_step(tokenizer, oracle):
     model, _ = setup_oracle(tokenizer, oracle, max_tokens=9)
-    res = run(model, tokenizer, SamplerConfig(policy="topk", k=3, heal=False, trailing_fillers=False, block_size=None), max_tokens=9)
+    res = run(model, tokenizer, SamplerConfig(policy="topk", k=3, heal=False, trailing_fillers=False, block_size=0), max_tokens=9)
     assert res.text == ANSWER and res.forwards == 3
 
 

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from diffusion_lsp.server.config import POLICIES, Config, ModelSettings, camel, parse_config, snake
+from diffusion_lsp.model.settings import LaunchSettings
+from diffusion_lsp.server.config import Config, camel, parse_config, snake
 
 
 def test_no_settings_are_the_defaults():
@@ -53,7 +54,7 @@ def test_unknown_keys_and_wrong_shapes_are_reported_and_ignored():
 
 
 def test_absent_and_bad_values_keep_the_command_line_base():
-    base = Config(model=ModelSettings(path="/ckpt", device="cpu"))
+    base = Config(model=LaunchSettings(path="/ckpt", device="cpu"))
     cfg, problems = parse_config({"model": {"device": "gpu!"}, "completion": {"debounceMs": 10}}, base)
     assert (cfg.model.path, cfg.model.device, cfg.completion.debounce_ms) == ("/ckpt", "cpu", 10)
     assert "using the default 'cpu'" in problems[0]
@@ -70,21 +71,18 @@ def test_key_case_conversions():
 
 
 def test_sampling_settings_make_the_worker_s_sampler_config():
-    from diffusion_lsp.model.sampler import SamplerConfig
+    from diffusion_lsp.model.settings import SamplerConfig
     from diffusion_lsp.server.completion import _sampling
 
-    assert SamplerConfig(**_sampling(Config(), None)) == SamplerConfig(stop_below=0.3)  # completion.confidenceCut
+    assert SamplerConfig.from_wire(_sampling(Config(), None)) == SamplerConfig(stop_below=0.3)  # completion.confidenceCut
     cfg, problems = parse_config({"sampling": {"blockSize": 0, "policy": "one", "timeBudgetMs": 500},
                                   "completion": {"confidenceCut": 0}})
-    assert problems == [] and SamplerConfig(**_sampling(cfg, None)) == SamplerConfig(block_size=0, policy="one",
+    assert problems == [] and SamplerConfig.from_wire(_sampling(cfg, None)) == SamplerConfig(block_size=0, policy="one",
                                                                                      time_budget_ms=500)
-    assert SamplerConfig(**_sampling(cfg, 200)).time_budget_ms == 200  # a single-line budget: the tighter one
+    assert SamplerConfig.from_wire(_sampling(cfg, 200)).time_budget_ms == 200  # a single-line budget: the tighter one
 
 
-def test_policies_match_the_sampler_and_the_server_never_imports_torch():
-    from diffusion_lsp.model.policies import POLICIES as SAMPLER_POLICIES
-
-    assert POLICIES == SAMPLER_POLICIES
+def test_the_server_never_imports_torch():
     code = "import sys, diffusion_lsp.server.server, diffusion_lsp.server.session; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
@@ -115,7 +113,7 @@ def test_the_session_shows_each_bad_setting_and_keeps_serving_flags():
     assert [kind for kind, _ in ui.shown] == ["warning", "warning"]
     assert all(m.startswith("diffusion-lsp settings: ") for _, m in ui.shown)
     launch = session.launch()
-    assert (launch.model, str(launch.socket), launch.device) == ("/ckpt", "/tmp/x.sock", "auto")
+    assert (launch.settings.path, str(launch.socket), launch.settings.device) == ("/ckpt", "/tmp/x.sock", "auto")
 
 
 def test_recent_edits_keep_the_newest_text_of_a_spot():

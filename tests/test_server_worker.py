@@ -177,7 +177,7 @@ def test_the_client_over_a_real_socket_fills_cancels_and_notices_a_lost_worker(t
 
     async def go():
         lost, ready = asyncio.Event(), asyncio.Event()
-        client = WorkerClient(Launch(socket=tmp_path / "w.sock", model=None),
+        client = WorkerClient(Launch(socket=tmp_path / "w.sock"),
                               on_event=lambda m: m.get("state") == "ready" and ready.set(),
                               on_lost=lambda reason: lost.set())
         await client.start()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..model.settings import LaunchSettings
 from .wire import MAX_LINE, WIRE_VERSION, decode, encode
 
 SPAWN_TIMEOUT_S = 60.0  # the worker prints "ready" once its socket listens, before loading the model
@@ -19,20 +20,12 @@ CONNECT_TRIES = 40  # when another session is starting the worker: 40 x 0.25 s
 @dataclass(frozen=True)
 class Launch:
     socket: Path
-    model: str | None
-    device: str = "auto"
-    threads: int | None = None
+    settings: LaunchSettings = LaunchSettings()
     idle_exit_s: float = 600.0
-    precision: str = "auto"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "diffusion_lsp.server.worker", "--socket", str(self.socket),
-               "--device", self.device, "--idle-exit", str(self.idle_exit_s), "--precision", self.precision]
-        if self.model:
-            cmd += ["--model", str(self.model)]
-        if self.threads:
-            cmd += ["--threads", str(self.threads)]
-        return cmd
+        return [sys.executable, "-m", "diffusion_lsp.server.worker", "--socket", str(self.socket),
+                "--idle-exit", str(self.idle_exit_s), *self.settings.to_argv()]
 
 
 class WorkerUnavailable(Exception):

@@ -184,8 +184,8 @@ def _sampling(cfg: Config, budget_ms: float | None) -> dict:
     `budget_ms`; a fill stops at its first token below completion.confidenceCut (dropped anyway)."""
     s = cfg.sampling
     budgets = [b for b in (s.time_budget_ms, budget_ms) if b is not None]
-    return {"policy": s.policy, "threshold": s.threshold, "heal": s.heal, "block_size": s.block_size,
-            "time_budget_ms": min(budgets) if budgets else None, "stop_below": cfg.completion.confidence_cut}
+    return s.replace(time_budget_ms=max(min(budgets), 0.0) if budgets else None,
+                     stop_below=cfg.completion.confidence_cut).to_wire()
 
 
 async def _set_within(event: asyncio.Event, seconds: float) -> bool:

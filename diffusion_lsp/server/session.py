@@ -14,7 +14,8 @@ from ..context.types import Document, EditSnippet, Suggestion
 from . import positions
 from .client import Launch, WorkerClient, WorkerUnavailable
 from .completion import BadInput, Completer, Fill, Unavailable, locate
-from .config import Config, ModelSettings, WorkerSettings, parse_config
+from ..model.settings import LaunchSettings
+from .config import Config, WorkerSettings, parse_config
 from .context_api import load_context_api, token_counter
 from .stats import Stats
 from .wire import default_socket
@@ -69,7 +70,7 @@ class ServeOptions:
 class Session:
     def __init__(self, options: ServeOptions, ui: Ui):
         self.ui = ui
-        self.base = Config(model=ModelSettings(path=options.model, device=options.device),
+        self.base = Config(model=LaunchSettings(path=options.model, device=options.device),
                            worker=WorkerSettings(socket=options.worker_socket))
         self.cfg = self.base
         self.stats = Stats()
@@ -101,8 +102,7 @@ class Session:
     def launch(self) -> Launch:
         m, w = self.cfg.model, self.cfg.worker
         socket = w.socket or default_socket(m.path, m.device, m.precision)
-        return Launch(socket=socket, model=m.path, device=m.device, threads=m.threads, idle_exit_s=w.idle_exit_s,
-                      precision=m.precision)
+        return Launch(socket=socket, settings=m, idle_exit_s=w.idle_exit_s)
 
     # ---- the worker ----
     async def ensure_worker(self) -> WorkerClient | None:

@@ -9,7 +9,6 @@ a running one is abandoned between denoising steps (sampler `should_stop`). Prot
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import threading
@@ -17,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engine import PRECISIONS
+from ..model.settings import LaunchSettings, SamplerConfig, add_args, from_args
 from .listener import Conn, bind, serve
 from .wire import WIRE_VERSION
 
@@ -51,7 +50,7 @@ class Job:
     id: object
     key: str
     request: object  # FillRequest
-    sampling: dict
+    sampling: SamplerConfig
     stop: threading.Event = field(default_factory=threading.Event)
     reason: str = "cancelled"
 
@@ -99,8 +98,13 @@ class Worker:
         prefix, suffix, n, sampling = (msg.get(k) for k in ("prefix", "suffix", "max_tokens", "sampling"))
         one_line = msg.get("one_line", False)
         if not (isinstance(prefix, str) and isinstance(suffix, str) and isinstance(n, int) and n >= 1
-                and isinstance(sampling, dict) and isinstance(one_line, bool)):
+                and isinstance(one_line, bool)):
             conn.send({"id": rid, "ok": False, "reason": "error", "error": "bad fill request"})
+            return
+        try:
+            sampling = SamplerConfig.from_wire(sampling)
+        except ValueError as e:  # refused for this request alone, before it can join a batch
+            conn.send({"id": rid, "ok": False, "reason": "error", "error": f"bad sampling settings: {e}"})
             return
         job = Job(conn, rid, key, FillRequest(prefix, suffix, n, id=rid, one_line=one_line, doc=key), sampling)
         with self.cond:
@@ -156,17 +160,15 @@ class Worker:
             with self.cond:
                 while not self.queue:
                     self.cond.wait()
-                first = json.dumps(self.queue[0].sampling, sort_keys=True)
-                batch = [j for j in self.queue if json.dumps(j.sampling, sort_keys=True) == first][: self.max_batch]
+                first = self.queue[0].sampling
+                batch = [j for j in self.queue if j.sampling == first][: self.max_batch]
                 for job in batch:
                     self.queue.remove(job)
             self._decode(batch)
 
     def _decode(self, batch: list[Job]) -> None:
-        from ..model.sampler import SamplerConfig
-
         try:
-            results = self.engine.fill([j.request for j in batch], SamplerConfig(**batch[0].sampling),
+            results = self.engine.fill([j.request for j in batch], batch[0].sampling,
                                        should_stop=lambda i: batch[i].stop.is_set())
             replies = [self._reply(j, r) for j, r in zip(batch, results)]
         except Exception as e:  # a bad request (e.g. sampling values) fails its batch, not the worker
@@ -190,21 +192,18 @@ class ModelMissing(Exception):
     pass
 
 
-def load_model(model: str | None, device: str, threads: int | None, precision: str = "auto"):
-    if model and not (Path(model) / "config.json").is_file():  # fail fast, before importing torch
-        raise ModelMissing(f"no checkpoint at {model} (config.json is missing)")
+def load_model(launch: LaunchSettings):
+    if launch.path and not (Path(launch.path) / "config.json").is_file():  # fail fast, before importing torch
+        raise ModelMissing(f"no checkpoint at {launch.path} (config.json is missing)")
     from ..engine import load_engine
 
-    return load_engine(model, device=device, threads=threads, precision=precision)
+    return load_engine(launch)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m diffusion_lsp.server.worker")
     p.add_argument("--socket", required=True)
-    p.add_argument("--model")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int)
-    p.add_argument("--precision", default="auto", choices=PRECISIONS)
+    add_args(p, LaunchSettings)
     p.add_argument("--idle-exit", type=float, default=600.0, help="seconds without clients before exiting")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
@@ -214,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         print("busy", flush=True)  # the spawner connects to the worker that holds the lock
         return 0
     listener, _lock = bound
-    worker = Worker(lambda: load_model(args.model, args.device, args.threads, args.precision),
-                    str(args.model or "<embedded>"))
+    launch = from_args(LaunchSettings, args)
+    worker = Worker(lambda: load_model(launch), str(launch.path or "<embedded>"))
     print(f"ready {os.getpid()}", flush=True)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # whoever read that line may be gone
     threading.Thread(target=worker.run, daemon=True).start()

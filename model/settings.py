@@ -1,0 +1,215 @@
+"""The settings that travel, each defined once and torch-free: how to sample a fill (`SamplerConfig`)
+and how to launch a model (`LaunchSettings`).
+
+The language server reads them from the editor's settings, sends a SamplerConfig to the worker
+over the socket (`to_wire` / `from_wire`), the worker batches requests by it (it is frozen, so it
+is its own batch key), and the command line and the benchmarks make their flags from the same
+fields (`add_args` / `from_args`). Each field carries its own check in its metadata
+(`check(test, need)`): `__post_init__` refuses a bad value with a ValueError naming it, and the
+editor settings parser (server/config.py) falls back to the default and reports it instead."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+
+POLICIES = ("threshold", "topk", "eb", "one")  # model/policies.py implements them
+PRECISIONS = ("auto", "fp32", "int8")
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+
+def check(test, need: str, **more) -> dict:
+    """Field metadata: `test(value)` must hold; `need` says what a good value is, for messages.
+    More keys: `flag` (the command-line flag, when not --field-name / --no-field-name), `dest` (its
+    argparse name, when not the field's), `help`,
+    `editor=False` (not an editor setting: the server derives it)."""
+    return {"check": test, "need": need, **more}
+
+
+def coerce(value, hint) -> tuple[bool, object]:
+    """(ok, value) for a JSON value against a field's type hint: no bool for an int, no NaN."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None:
+            return type(None) in args, None
+        return coerce(value, next(a for a in args if a is not type(None)))
+    if hint is bool:
+        return isinstance(value, bool), value
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return ok, float(value) if ok else value
+    if hint is str:
+        return isinstance(value, str), value
+    if typing.get_origin(hint) is list:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value), value
+    raise TypeError(f"settings field type {hint!r} is not supported")
+
+
+def field_problem(f: dataclasses.Field, hint, value) -> str | None:
+    """Why `value` is not valid for field `f`, or None when it is."""
+    ok, coerced = coerce(value, hint)
+    test = f.metadata.get("check")
+    if ok and test is not None and coerced is not None and not test(coerced):
+        ok = False
+    if ok:
+        return None
+    need = f.metadata.get("need") or getattr(hint, "__name__", str(hint))
+    return f"{f.name}={value!r} is not valid ({need})"
+
+
+def _validate(obj) -> None:
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        why = field_problem(f, hints[f.name], getattr(obj, f.name))
+        if why is not None:
+            raise ValueError(why)
+
+
+def _from_dict(cls, raw):
+    """Strict: a dict with known keys and valid values (missing keys keep their defaults)."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{cls.__name__} should be an object, got {type(raw).__name__}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(str(k) for k in raw if k not in names)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name in raw:
+            ok, values[f.name] = coerce(raw[f.name], hints[f.name])
+            if not ok:
+                raise ValueError(field_problem(f, hints[f.name], raw[f.name]))
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How one fill is decoded (sampler.py). Frozen: equal configs decode in one batch."""
+
+    policy: str = field(default="threshold", metadata=check(lambda v: v in POLICIES, " or ".join(POLICIES),
+                                                             help="unmasking policy"))
+    threshold: float = field(default=0.9, metadata=check(lambda v: 0 < v <= 1, "in (0, 1]",
+                                                          help="threshold policy: commit every position this sure"))
+    k: int = field(default=2, metadata=check(lambda v: 1 <= v <= 1024, "between 1 and 1024",
+                                             help="topk policy: positions committed per step"))
+    gamma: float = field(default=0.5, metadata=check(lambda v: 0 < v <= 100, "in (0, 100]",
+                                                      help="eb policy: entropy budget per step (nats)"))
+    # semi-autoregressive blocks (LLaDA); 0: the whole canvas is one block. 8: on held-out code a
+    # whole-canvas confidence order commits the far fillers first and squeezes the fill to nothing
+    block_size: int = field(default=8, metadata=check(lambda v: 0 <= v <= 4096, "between 0 and 4096 (0: one block)",
+                                                       help="semi-autoregressive block size (0: one block)"))
+    use_cache: bool = field(default=True, metadata=check(None, "true or false", flag="--no-cache",
+                                                          help="recompute the whole context every step"))
+    refresh_every: int | None = field(default=None, metadata=check(lambda v: v >= 1, ">= 1",
+                                                                    help="refresh the context cache every K steps"))
+    time_budget_ms: float | None = field(default=None, metadata=check(
+        lambda v: 0 <= v <= 600_000, "between 0 and 600000", help="past this, commit the rest greedily"))
+    heal: bool = field(default=True, metadata=check(None, "true or false", help="no token healing at the cursor"))
+    trailing_fillers: bool = field(default=True, metadata=check(
+        None, "true or false", help="keep decoding after a committed filler (by default a filler ends the fill)"))
+    reuse_context: bool = field(default=True, metadata=check(
+        None, "true or false", help="do not start from the document's last fill (model/reuse.py)"))
+    # done once a real token committed below this confidence has no masked position before it: a caller
+    # that drops a fill's tail from its first token below this (the server's confidenceCut) needs no more
+    stop_below: float = field(default=0.0, metadata=check(lambda v: 0 <= v <= 1, "in [0, 1]", editor=False,
+                                                           help="stop at the first token below this confidence"))
+
+    def __post_init__(self):
+        _validate(self)
+
+    def to_wire(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_wire(cls, raw) -> SamplerConfig:
+        """ValueError naming the bad key or value."""
+        return _from_dict(cls, raw)
+
+    def replace(self, **changes) -> SamplerConfig:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """Which model to load and where: `load_engine`, the worker's command line, `model.*` settings."""
+
+    path: str | None = field(default=None, metadata=check(None, "a checkpoint folder", flag="--model", dest="model",
+                                                           help="checkpoint folder (default: the embedded model)"))
+    device: str = field(default="auto", metadata=check(lambda v: bool(_DEVICE.fullmatch(v)),
+                                                        "auto, cpu, mps, cuda or cuda:N",
+                                                        help="cpu, cuda, cuda:1, ... (default: cuda when present)"))
+    threads: int | None = field(default=None, metadata=check(lambda v: 1 <= v <= 1024, "between 1 and 1024",
+                                                              help="torch threads on CPU (default: the idle cores)"))
+    precision: str = field(default="auto", metadata=check(
+        lambda v: v in PRECISIONS, "auto, fp32 or int8 (int8: CPU only)",
+        help="weights: auto is int8 on CPU (model/quantize.py), the checkpoint's own on GPU"))
+
+    def __post_init__(self):
+        _validate(self)
+
+    def to_argv(self) -> list[str]:
+        """The flags `add_args` reads back into these settings."""
+        return to_argv(self)
+
+    @classmethod
+    def from_wire(cls, raw) -> LaunchSettings:
+        return _from_dict(cls, raw)
+
+    def replace(self, **changes) -> LaunchSettings:
+        return dataclasses.replace(self, **changes)
+
+
+# ---- command-line flags, made from the fields ----
+
+def _flag(f: dataclasses.Field, default) -> str:
+    if "flag" in f.metadata:
+        return f.metadata["flag"]
+    name = f.name.replace("_", "-")
+    return f"--no-{name}" if default is True else f"--{name}"
+
+
+def add_args(p: argparse.ArgumentParser, cls, defaults=None, only: tuple[str, ...] | None = None) -> None:
+    """One flag per field of `cls` (or of `only`), with `defaults` (an instance) as the defaults.
+    A true boolean becomes --no-NAME; values are checked by the class when `from_args` builds it."""
+    defaults = defaults if defaults is not None else cls()
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if only is not None and f.name not in only:
+            continue
+        default, hint = getattr(defaults, f.name), hints[f.name]
+        flag, dest, help_ = _flag(f, default), f.metadata.get("dest", f.name), f.metadata.get("help")
+        if hint is bool:
+            p.add_argument(flag, dest=dest, action="store_false" if default else "store_true", default=default,
+                           help=help_)
+            continue
+        base = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+        choices = POLICIES if f.name == "policy" else PRECISIONS if f.name == "precision" else None
+        p.add_argument(flag, dest=dest, type=base, default=default, choices=choices,
+                       help=f"{help_} (default {default})" if help_ else None)
+
+
+def from_args(cls, args: argparse.Namespace, **overrides):
+    """The instance `add_args` flags describe; ValueError naming a bad value."""
+    values = {f.name: getattr(args, f.metadata.get("dest", f.name)) for f in dataclasses.fields(cls)
+              if hasattr(args, f.metadata.get("dest", f.name))}
+    return cls(**{**values, **overrides})
+
+
+def to_argv(obj) -> list[str]:
+    """Flags for the fields of `obj` that differ from their defaults."""
+    defaults, out = type(obj)(), []
+    for f in dataclasses.fields(obj):
+        value, default = getattr(obj, f.name), getattr(defaults, f.name)
+        if value == default:
+            continue
+        flag = _flag(f, default)
+        out += [flag] if isinstance(default, bool) else [flag, str(value)]
+    return out
