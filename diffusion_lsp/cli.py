@@ -9,7 +9,7 @@ import sys
 
 from .errors import UserError
 
-# subcommand -> module; each module defines register(subparsers) and run(args) -> exit code
+# subcommand -> module whose register(subparsers) adds its parsers, each with a run(args) -> exit code
 COMMANDS = {
     "fim": "diffusion_lsp.fim",
     "bench": "diffusion_lsp.bench",

@@ -1,17 +1,14 @@
-"""`diffusion-lsp fim`: headless fill-in-the-middle, one position of a file or a JSONL batch."""
+"""`diffusion-lsp fim`: headless fill-in-the-middle at one position of a file; `--batch` hands a
+JSONL batch to fim_batch.py."""
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from .errors import UserError
-from .model.settings import LaunchSettings, SamplerConfig, add_args, from_args
-
-# the sampler fields a command line sets (stop_below and reuse_context are the server's)
-SAMPLER_FLAGS = ("policy", "threshold", "k", "gamma", "block_size", "use_cache", "refresh_every", "time_budget_ms",
-                 "heal", "trailing_fillers")
+from .fim_batch import result_record, run_batch
+from .options import add_fill_args, engine_for, launch_settings, read_source, sampler_config
 
 
 def register(sub):
@@ -22,48 +19,8 @@ def register(sub):
     p.add_argument("--batch", metavar="IN.jsonl", help="one request per line: id, prefix, suffix, max_tokens")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the bare text")
     p.add_argument("--one-line", action="store_true", help="stop once the fill's first line is written")
-    add_sampler_args(p)
+    add_fill_args(p)
     p.set_defaults(run=run)
-
-
-def add_sampler_args(p):
-    """Model and sampler options shared by fim, bench and eval: flags made from the settings' fields."""
-    add_args(p, LaunchSettings)
-    p.add_argument("--max-tokens", type=int, default=32, metavar="N", help="canvas size (default 32)")
-    add_args(p, SamplerConfig, only=tuple(f for f in SAMPLER_FLAGS))
-    p.add_argument("--batch-size", type=int, default=8, help="requests decoded together in --batch mode")
-
-
-def sampler_config(args) -> SamplerConfig:
-    try:
-        return from_args(SamplerConfig, args)
-    except ValueError as e:
-        raise UserError(str(e)) from None
-
-
-def engine_from_args(args, **launch):
-    from .engine import load_engine
-    from .model.checkpoint import CheckpointError
-
-    try:
-        return load_engine(from_args(LaunchSettings, args, **launch))
-    except (CheckpointError, ValueError) as e:
-        raise UserError(str(e)) from None
-
-
-def read_source(file: str) -> str:
-    """The file's text; binary or non-UTF-8 input is an error, an empty file is fine."""
-    try:
-        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
-    except OSError as e:
-        raise UserError(f"cannot read {file}: {e.strerror}") from None
-    name = "stdin" if file == "-" else file
-    if b"\x00" in data:
-        raise UserError(f"{name} looks binary (it contains NUL bytes)")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{name} is not UTF-8 (bad byte at offset {e.start})") from None
 
 
 def split_at(text: str, at: str) -> tuple[str, str]:
@@ -85,20 +42,18 @@ def split_at(text: str, at: str) -> tuple[str, str]:
 
 
 def run(args) -> int:
+    cfg, launch = sampler_config(args), launch_settings(args)
     if args.batch:
         if args.file or args.at:
             raise UserError("--batch takes no FILE or --at")
-        from .fim_batch import run_batch
-
-        return run_batch(args)
+        return run_batch(args, cfg, launch)
     if not args.file or not args.at:
         raise UserError("fim needs FILE and --at LINE:COL (or --batch IN.jsonl)")
     if args.max_tokens < 1:
         raise UserError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     prefix, suffix = split_at(read_source(args.file), args.at)
-    cfg = sampler_config(args)
-    engine = engine_from_args(args)
-    from .model.canvas import FillRequest
+    engine = engine_for(launch)
+    from .model.canvas import FillRequest  # the tokenizers library: kept off --help
 
     try:
         (res,) = engine.fill([FillRequest(prefix, suffix, args.max_tokens, one_line=args.one_line)], cfg)
@@ -110,11 +65,3 @@ def run(args) -> int:
         sys.stdout.write(res.text)
         sys.stdout.flush()
     return 0
-
-
-def result_record(res, with_confidence: bool = False) -> dict:
-    out = {"text": res.text, "tokens": res.tokens, "forwards": res.forwards, "ms": round(res.ms, 2)}
-    if with_confidence:
-        out["confidence"] = [round(c, 4) for c in res.confidence]
-        out["budget_hit"] = res.budget_hit
-    return out

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
+import time
 
 from .errors import UserError
-from .fim import engine_from_args, result_record, sampler_config
+from .model.settings import LaunchSettings, SamplerConfig
+from .options import engine_for, read_bytes
 
 
 def parse_request(line: str, lineno: int, default_max: int):
     """-> FillRequest, or an error record for a bad line."""
-    from .model.canvas import FillRequest
+    from .model.canvas import FillRequest  # the tokenizers library: kept off --help
 
     try:
         obj = json.loads(line)
@@ -36,21 +37,12 @@ def parse_request(line: str, lineno: int, default_max: int):
     return FillRequest(prefix=prefix, suffix=suffix, max_tokens=max_tokens, id=rid, one_line=one_line)
 
 
-def read_lines(path: str) -> list[str]:
-    try:
-        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}") from None
-    return data.decode("utf-8", errors="replace").splitlines()
-
-
-def run_batch(args) -> int:
+def run_batch(args, cfg: SamplerConfig, launch: LaunchSettings) -> int:
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
-    lines = read_lines(args.batch)
+    lines = read_bytes(args.batch).decode("utf-8", errors="replace").splitlines()
     items = [parse_request(s, n, args.max_tokens) for n, s in enumerate(lines, 1) if s.strip()]
-    cfg = sampler_config(args)
-    engine = engine_from_args(args)
+    engine = engine_for(launch)
     errors = 0
     for record in fill_records(engine, items, cfg, args.batch_size):
         errors += "error" in record
@@ -61,10 +53,26 @@ def run_batch(args) -> int:
     return 0
 
 
+def result_record(res, with_confidence: bool = False) -> dict:
+    """The JSON record of one FillResult: what `fim --json` prints and each `--batch` line holds."""
+    out = {"text": res.text, "tokens": res.tokens, "forwards": res.forwards, "ms": round(res.ms, 2)}
+    if with_confidence:
+        out["confidence"] = [round(c, 4) for c in res.confidence]
+        out["budget_hit"] = res.budget_hit
+    return out
+
+
+def decode_all(engine, requests, cfg, batch_size: int, desc: str) -> tuple[list[dict], float]:
+    """Every request through the batch path -> (records, wall seconds): what the evaluations time."""
+    t0 = time.perf_counter()
+    records = list(fill_records(engine, requests, cfg, batch_size, desc=desc))
+    return records, time.perf_counter() - t0
+
+
 def fill_records(engine, items, cfg, batch_size: int, desc: str = "fim"):
     """Yield one result record per item (FillRequest or error record), in order, batch by batch,
     with a progress bar on stderr."""
-    from tqdm import tqdm
+    from tqdm import tqdm  # kept off --help
 
     with tqdm(total=len(items), desc=desc, unit="req", file=sys.stderr, disable=None) as bar:
         for i in range(0, len(items), batch_size):

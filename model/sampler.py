@@ -1,22 +1,27 @@
 """Masked-diffusion infilling of spans of unknown length, several requests batched together.
 
-Each request becomes a row `prefix | N x mask | suffix`. Every step runs one forward pass for all
-unfinished rows, predicts every masked canvas position, and an unmasking policy (policies.py)
-commits some of them. The model writes real tokens followed by filler tokens; fillers are
-stripped, so the fill's length adapts up to N. As in training, a fill is at least one real token
-and fillers only ever trail it: committing one at position k commits fillers at every later
-position, and neither position 0 nor one before a committed real token may become one. A one-line
-request is done as soon as a committed newline has no masked position before it; with
-`stop_below`, any request is done once a token committed below that confidence has none before it
-(a caller that drops the tail from such a token has its answer). With the context
-cache (Fast-dLLM dual cache) a step after the first full pass recomputes only a window of the
-canvas, the open block and the one before it, and writes the window's keys/values back; the
-prefix, the suffix and the rest of the canvas are reused from the cache. Only the open block's
-masked positions go through the output head.
+Each request becomes a row `prefix | N x mask | suffix` (canvas.py). `fill` is a thin loop around
+`_step`, one denoising step for the batch (the shape of gpt-fast's `decode_one_token`): one forward
+pass predicts the open block's masked positions of every unfinished row, an unmasking policy
+(policies.py) commits some of them, and the step says which rows are done. The loop keeps one record
+per request (`_Fill`), drops done rows from the batch and asks `should_stop` about the others.
+
+The model writes real tokens followed by filler tokens; fillers are stripped, so the fill's length
+adapts up to N. As in training, a fill is at least one real token and fillers only ever trail it:
+committing one at position k commits fillers at every later position, and neither position 0 nor
+one before a committed real token may become one. A one-line request is done as soon as a committed
+newline has no masked position before it; with `stop_below`, any request is done once a token
+committed below that confidence has none before it (a caller that drops the tail from such a token
+has its answer). With the context cache (Fast-dLLM dual cache) a step after the first full pass
+recomputes only a window of the canvas, the open block and the one before it, and writes the
+window's keys/values back; the prefix, the suffix and the rest of the canvas come from the cache.
+Only the open block's masked positions go through the output head. A result's per-token pieces
+are made once, in `_result`, by incremental decoding minus the healed text (`_text`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +41,7 @@ class FillResult:
     id: object
     text: str
     token_ids: list[int]
+    pieces: list[str]  # per emitted token, the text it completes: they add up to `text` (see _text)
     confidence: list[float]  # per emitted token, probability when it was committed
     forwards: int  # forward passes this request took part in
     tokens: int  # real (non-filler) tokens committed
@@ -46,42 +52,89 @@ class FillResult:
     canvas: list[int] = field(default_factory=list, repr=False)  # all canvas ids, fillers included
 
 
+@dataclass
+class _Fill:
+    """One request while it is decoded; `_result` turns it into its FillResult."""
+
+    req: FillRequest
+    row: Row
+    plan: Plan | None = None  # how its row lines up with the document's last fill (reuse.py)
+    forwards: int = 0
+    ms: float = 0.0
+    budget_hit: bool = False
+    cancelled: bool = False
+    canvas: list[int] = field(default_factory=list)  # [N] once done, fillers included
+    conf: list[float] = field(default_factory=list)  # [N] once done
+
+
+_FIXED = {"fixed": True}  # a _Batch field that is not one entry per batch row: keep() leaves it
+
+
+@dataclass(eq=False)
 class _Batch:
-    """Tensors for the rows still decoding; shrinks as rows finish. Each row has one spare column
-    past its tokens (`junk`), never attended to: window slots beyond a row's canvas point there."""
+    """The rows still decoding; shrinks as rows finish. Every field not marked _FIXED is per batch
+    row and `keep` indexes them all. Each row has one spare column past its tokens (`junk`), never
+    attended to: window slots beyond a row's canvas point there."""
 
-    def __init__(self, rows: list[Row], one_line: list[bool], pad_id: int, shift: int, device):
-        B, N = len(rows), max(r.length for r in rows)
-        S = max(len(r.ids) for r in rows)
-        self.shift, self.junk = shift, S
-        self.index = torch.arange(B, device=device)  # which request each batch row is
-        self.x = torch.full((B, S + 1), pad_id, dtype=torch.long, device=device)
-        self.key_mask = torch.zeros(B, S + 1, dtype=torch.bool, device=device)
+    index: torch.Tensor  # [B] which request each batch row is
+    x: torch.Tensor  # [B, S + 1] token ids
+    key_mask: torch.Tensor  # [B, S + 1] the row's own tokens
+    positions: torch.Tensor  # [B, S + 1]
+    start: torch.Tensor  # [B] first canvas position
+    length: torch.Tensor  # [B] canvas length
+    canvas_valid: torch.Tensor  # [B, N] canvas column inside the row's canvas
+    canvas_idx: torch.Tensor  # [B, N] absolute index of each canvas column (junk past the canvas)
+    masked: torch.Tensor  # [B, N]
+    conf: torch.Tensor  # [B, N] probability of each committed token when it was committed
+    one_line: torch.Tensor  # [B]
+    allowed_first: torch.Tensor  # [B, V] healed rows: the ids allowed at canvas[0]; [B, 0] without healing
+    newline_first: torch.Tensor  # [B, V] one-line rows: ids at canvas[0] that end the line; [B, 0] without
+    cache: KVCache | None = None  # per layer [B, Hkv, S + 1, D]
+    newline: torch.Tensor | None = field(default=None, metadata=_FIXED)  # [V] with one-line rows
+    shift: int = field(default=0, metadata=_FIXED)  # 1 when output i predicts position i + 1
+    rows: list[Row] = field(default_factory=list, metadata=_FIXED)  # per request, as built
+    plans: list[Plan] | None = field(default=None, metadata=_FIXED)  # per request: first pass from earlier fills
+
+    @property
+    def junk(self) -> int:
+        return self.x.shape[1] - 1
+
+    @classmethod
+    def build(cls, rows: list[Row], one_line: list[bool], tok: Tokenizer, vocab_size: int, shift: int,
+              device) -> _Batch:
+        B, N, S = len(rows), max(r.length for r in rows), max(len(r.ids) for r in rows)
+        x = torch.full((B, S + 1), tok.filler_id, dtype=torch.long, device=device)
+        key_mask = torch.zeros(B, S + 1, dtype=torch.bool, device=device)
+        allowed_first = torch.zeros(B, vocab_size if any(r.healed for r in rows) else 0, dtype=torch.bool,
+                                    device=device)
         for i, r in enumerate(rows):
-            self.x[i, : len(r.ids)] = torch.tensor(r.ids)
-            self.key_mask[i, : len(r.ids)] = True
-        self.start = torch.tensor([r.start for r in rows], device=device)
-        self.length = torch.tensor([r.length for r in rows], device=device)
-        self.canvas_valid = torch.arange(N, device=device) < self.length[:, None]  # [B, N]
-        self.canvas_idx = torch.where(self.canvas_valid, self.start[:, None] + torch.arange(N, device=device), S)
-        self.positions = torch.arange(S + 1, device=device).expand(B, S + 1)
-        self.one_line = torch.tensor(one_line, dtype=torch.bool, device=device)
-        self.masked = self.canvas_valid.clone()
-        self.conf = torch.zeros(B, N, device=device)
-        self.allowed_first = torch.zeros(B, 0, dtype=torch.bool, device=device)
-        self.newline_first = torch.zeros(B, 0, dtype=torch.bool, device=device)  # [B, V] one-line rows
-        self.cache = None
-        self.rows, self.plans = rows, None  # with plans, the first pass starts from earlier fills (reuse.py)
+            x[i, : len(r.ids)] = torch.tensor(r.ids)
+            key_mask[i, : len(r.ids)] = True
+            if r.healed:
+                allowed_first[i, r.first_allowed] = True
+        newline, newline_first = None, torch.zeros(B, 0, dtype=torch.bool, device=device)
+        if any(one_line):
+            newline = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+            newline[tok.newline_ids] = True
+            newline_first = _newline_first(tok, rows, newline)
+        start = torch.tensor([r.start for r in rows], device=device)
+        length = torch.tensor([r.length for r in rows], device=device)
+        at = torch.arange(N, device=device)
+        valid = at < length[:, None]
+        return cls(index=torch.arange(B, device=device), x=x, key_mask=key_mask,
+                   positions=torch.arange(S + 1, device=device).expand(B, S + 1), start=start, length=length,
+                   canvas_valid=valid, canvas_idx=torch.where(valid, start[:, None] + at, S), masked=valid.clone(),
+                   conf=torch.zeros(B, N, device=device), allowed_first=allowed_first, newline_first=newline_first,
+                   one_line=torch.tensor(one_line, dtype=torch.bool, device=device), newline=newline, shift=shift,
+                   rows=rows)
 
-    def keep(self, rows: torch.Tensor):
-        for name in ("index", "x", "key_mask", "start", "length", "canvas_valid", "canvas_idx", "positions",
-                     "one_line", "masked", "conf", "allowed_first", "newline_first"):
-            setattr(self, name, getattr(self, name)[rows])
-        if self.cache is not None:
-            self.cache.keys = [k[rows] for k in self.cache.keys]
-            self.cache.values = [v[rows] for v in self.cache.values]
+    def keep(self, kept: torch.Tensor) -> None:
+        """Only batch rows `kept` [B'] stay, in every per-row field."""
+        for f in dataclasses.fields(self):
+            if not f.metadata.get("fixed"):
+                setattr(self, f.name, _take(getattr(self, f.name), kept))
 
-    def window(self, block_size: int | None, whole: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def window(self, block_size: int, whole: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The canvas positions a cached step recomputes: the open block and the one before it (its
         last commits were still masks when its keys/values were cached); the whole canvas without
         blocks. Returns (first canvas column [B], absolute indices [B, W + shift], valid [B, W + shift]);
@@ -100,10 +153,28 @@ class _Batch:
         return first_col, torch.where(valid, self.start[:, None] + cols, self.junk), valid
 
 
-def _constrain(logits: torch.Tensor, rows, cols, batch: _Batch, tok: Tokenizer, trailing: bool) -> torch.Tensor:
+def _take(value, kept: torch.Tensor):
+    if isinstance(value, KVCache):
+        return KVCache([k[kept] for k in value.keys], [v[kept] for v in value.values], value.key_mask[kept])
+    return None if value is None else value[kept]
+
+
+def _newline_first(tok: Tokenizer, rows: list[Row], newline: torch.Tensor) -> torch.Tensor:
+    """[B, V]: which tokens at canvas[0] end the first line. A healed row's first token starts with
+    the prefix's last token (maybe "\n\n"): only a newline after that text counts."""
+    table = newline.expand(len(rows), -1).clone()
+    for i, r in enumerate(rows):
+        if r.healed:
+            table[i] = False
+            table[i, [t for t in r.first_allowed if "\n" in tok.decode([t])[len(r.healed):]]] = True
+    return table
+
+
+def _constrain(logits: torch.Tensor, rows, cols, batch: _Batch, tok: Tokenizer, cur: torch.Tensor,
+               trailing: bool) -> torch.Tensor:
     """logits [M, V] of the masked positions (rows, cols): never predict mask/bos; with token
     healing, canvas[0] must start with the typed text; with trailing fillers, no filler before a
-    committed real token, nor at canvas[0] (training never has an empty middle)."""
+    committed real token (cur: canvas ids [B, N]), nor at canvas[0] (training never has an empty middle)."""
     logits = logits.float()
     banned = [i for i in (tok.mask_id, tok.bos_id) if i is not None]
     logits[:, banned] = float("-inf")
@@ -111,7 +182,6 @@ def _constrain(logits: torch.Tensor, rows, cols, batch: _Batch, tok: Tokenizer, 
         at0 = (cols == 0) & batch.allowed_first.any(-1)[rows]
         logits[at0] = logits[at0].masked_fill(~batch.allowed_first[rows[at0]], float("-inf"))
     if trailing:
-        cur = batch.x.gather(1, batch.canvas_idx)
         real = ~batch.masked & batch.canvas_valid & (cur != tok.filler_id)
         at = torch.arange(real.shape[1], device=real.device)
         last_real = torch.where(real, at, -1).max(-1).values
@@ -166,13 +236,13 @@ def _hidden_at(model, batch: _Batch, cfg: SamplerConfig, step: int, rows, cols, 
     return h[rows, cols - first_col[rows]]
 
 
-def _predict(model, batch: _Batch, cfg: SamplerConfig, step: int, tok: Tokenizer, eligible: torch.Tensor,
-             whole: bool):
-    """One denoising step's prediction, as [B, N] (pred, conf, entropy) at the eligible positions
-    (zeros elsewhere); only they need logits."""
+def _predict(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, step: int, cur: torch.Tensor,
+             eligible: torch.Tensor, whole: bool):
+    """One forward pass -> [B, N] (pred, conf, entropy or None) at the eligible positions (zeros
+    elsewhere); only they need logits."""
     rows, cols = eligible.nonzero(as_tuple=True)
     h = _hidden_at(model, batch, cfg, step, rows, cols, whole)
-    logits = _constrain(model.logits(h), rows, cols, batch, tok, cfg.trailing_fillers)
+    logits = _constrain(model.logits(h), rows, cols, batch, tok, cur, cfg.trailing_fillers)
     pred_m, p_m, h_m = token_stats(logits, entropy=cfg.policy == "eb")
     shape = batch.masked.shape
     pred = torch.zeros(shape, dtype=torch.long, device=h.device).index_put_((rows, cols), pred_m)
@@ -181,9 +251,10 @@ def _predict(model, batch: _Batch, cfg: SamplerConfig, step: int, tok: Tokenizer
     return pred, conf, entropy
 
 
-def _commit(batch: _Batch, commit: torch.Tensor, pred: torch.Tensor, p: torch.Tensor, filler: int,
-            trailing: bool) -> None:
-    cur = batch.x.gather(1, batch.canvas_idx)
+def _commit(batch: _Batch, cur: torch.Tensor, commit: torch.Tensor, pred: torch.Tensor, p: torch.Tensor,
+            filler: int, trailing: bool) -> torch.Tensor:
+    """Write the committed predictions into the rows -> the new canvas ids [B, N]. With trailing
+    fillers, a committed filler also commits fillers at every later masked position."""
     new = torch.where(commit, pred, cur)
     batch.conf = torch.where(commit, p, batch.conf)
     batch.masked &= ~commit
@@ -192,17 +263,7 @@ def _commit(batch: _Batch, commit: torch.Tensor, pred: torch.Tensor, p: torch.Te
         new = torch.where(seen, filler, new)
         batch.masked &= ~seen
     batch.x.scatter_(1, batch.canvas_idx, new)
-
-
-def _newline_first(tok: Tokenizer, rows: list[Row], newline: torch.Tensor) -> torch.Tensor:
-    """[B, V]: which tokens at canvas[0] end the first line. A healed row's first token starts with
-    the prefix's last token (maybe "\n\n"): only a newline after that text counts."""
-    table = newline.expand(len(rows), -1).clone()
-    for i, r in enumerate(rows):
-        if r.healed:
-            table[i] = False
-            table[i, [t for t in r.first_allowed if "\n" in tok.decode([t])[len(r.healed):]]] = True
-    return table
+    return new
 
 
 def _settled(batch: _Batch, hit: torch.Tensor) -> torch.Tensor:
@@ -214,17 +275,43 @@ def _settled(batch: _Batch, hit: torch.Tensor) -> torch.Tensor:
     return first_hit < torch.where(batch.masked, at, n).min(-1).values
 
 
-def _line_written(batch: _Batch, cur: torch.Tensor, newline: torch.Tensor) -> torch.Tensor:
-    """[B] bool: one-line rows whose first line is written (cur: the canvas ids [B, N])."""
-    is_nl = newline[cur]
-    is_nl[:, 0] = batch.newline_first.gather(1, cur[:, :1]).squeeze(1)
-    return batch.one_line & _settled(batch, is_nl)
+def _done(batch: _Batch, cur: torch.Tensor, filler: int, stop_below: float) -> torch.Tensor:
+    """[B] bool: rows with nothing masked, one-line rows whose first line is written, and rows whose
+    first real token below stop_below is settled (the caller drops the fill from it). cur: [B, N]."""
+    done = ~batch.masked.any(-1)
+    if batch.newline is not None:
+        is_nl = batch.newline[cur]
+        is_nl[:, 0] = batch.newline_first.gather(1, cur[:, :1]).squeeze(1)
+        done |= batch.one_line & _settled(batch, is_nl)
+    if stop_below > 0:
+        done |= _settled(batch, (cur != filler) & (batch.conf < stop_below))
+    return done
 
 
-def _first_line(ids: list[int], newline: set[int], filler: int, first_ends_line: bool) -> list[int]:
-    """Everything after the first newline token becomes filler (also positions left masked)."""
-    k = 0 if first_ends_line else next((j for j, t in enumerate(ids) if j and t in newline), len(ids))
-    return ids[: k + 1] + [filler] * (len(ids) - k - 1)
+def _step(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, step: int, greedy: bool) -> torch.Tensor:
+    """One denoising step for every row of the batch -> [B] bool, the rows that are done.
+
+    The open semi-AR block's masked positions (all masked ones when `greedy`, past the time budget)
+    are predicted, the policy picks which to commit (greedy: every one), and they are committed."""
+    eligible = batch.masked if greedy else block_eligible(batch.masked, cfg.block_size)  # [B, N]
+    cur = batch.x.gather(1, batch.canvas_idx)  # [B, N] canvas ids
+    pred, p, entropy = _predict(model, tok, batch, cfg, step, cur, eligible, greedy)
+    commit = eligible if greedy else select(cfg.policy, p, entropy, eligible, tau=cfg.threshold, k=cfg.k,
+                                            gamma=cfg.gamma)
+    cur = _commit(batch, cur, commit, pred, p, tok.filler_id, cfg.trailing_fillers)
+    return _done(batch, cur, tok.filler_id, cfg.stop_below)
+
+
+def _canvas(batch: _Batch, b: int, f: _Fill, tok: Tokenizer) -> list[int]:
+    """Batch row b's canvas ids once it is done: masks left by an early stop become fillers, and in a
+    one-line row so does everything after the first newline token."""
+    ids = [tok.filler_id if t == tok.mask_id else t
+           for t in batch.x[b].gather(0, batch.canvas_idx[b, : f.row.length]).tolist()]
+    if not f.req.one_line:
+        return ids
+    newline = set(tok.newline_ids)
+    k = 0 if batch.newline_first[b, ids[0]] else next((j for j, t in enumerate(ids) if j and t in newline), len(ids))
+    return ids[: k + 1] + [tok.filler_id] * (len(ids) - k - 1)
 
 
 @torch.inference_mode()
@@ -244,81 +331,70 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
     if shift and tok.bos_id is None:
         raise ValueError("a model with shifted logits needs a tokenizer with a bos token")
     device = next(model.parameters()).device
-    rows = [build_row(r, tok, model.config.max_seq_len, cfg.heal) for r in requests]
-    batch = _Batch(rows, [r.one_line for r in requests], tok.filler_id, shift, device)
-    if any(r.healed for r in rows):
-        batch.allowed_first = torch.zeros(len(rows), model.config.vocab_size, dtype=torch.bool, device=device)
-        for i, r in enumerate(rows):
-            batch.allowed_first[i, r.first_allowed] = True
-    forwards = [0] * len(rows)
-    done_ms = [0.0] * len(rows)
-    budget_hit = [False] * len(rows)
-    cancelled = [False] * len(rows)
-    canvas = [[] for _ in rows]
-    conf = [[] for _ in rows]
-    newline, newline_ids = None, set(tok.newline_ids) if any(r.one_line for r in requests) else set()
-    if newline_ids:
-        newline = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)
-        newline[tok.newline_ids] = True
-        batch.newline_first = _newline_first(tok, rows, newline)
+    fills = [_Fill(r, build_row(r, tok, model.config.max_seq_len, cfg.heal)) for r in requests]
+    batch = _Batch.build([f.row for f in fills], [r.one_line for r in requests], tok, model.config.vocab_size,
+                         shift, device)
     reuse = memo is not None and cfg.use_cache and cfg.reuse_context
-    if reuse:
-        plans = [memo.plan(req.doc, r.ids, r.start, r.length) for req, r in zip(requests, rows)]
-        batch.plans = plans if all(plans) else None
+    plans = [memo.plan(f.req.doc, f.row.ids, f.row.start, f.row.length) for f in fills] if reuse else []
+    if plans and all(plans):  # every row lines up with its document's last fill
+        batch.plans = plans
+        for f, plan in zip(fills, plans):
+            f.plan = plan
     step = 0
     while len(batch.index):
-        out_of_time = cfg.time_budget_ms is not None and (time.perf_counter() - t0) * 1e3 > cfg.time_budget_ms
-        eligible = batch.masked if out_of_time else block_eligible(batch.masked, cfg.block_size)
-        pred, p, entropy = _predict(model, batch, cfg, step, tok, eligible, out_of_time)
+        greedy = cfg.time_budget_ms is not None and (time.perf_counter() - t0) * 1e3 > cfg.time_budget_ms
+        done = _step(model, tok, batch, cfg, step, greedy).tolist()
         step += 1
-        commit = eligible if out_of_time else select(cfg.policy, p, entropy, eligible, tau=cfg.threshold, k=cfg.k,
-                                                      gamma=cfg.gamma)
-        _commit(batch, commit, pred, p, tok.filler_id, cfg.trailing_fillers)
-        finished = ~batch.masked.any(-1)
-        cur = batch.x.gather(1, batch.canvas_idx)
-        if newline is not None:
-            finished |= _line_written(batch, cur, newline)
-        if cfg.stop_below > 0:  # a real token below stop_below: the caller drops the fill from it
-            finished |= _settled(batch, (cur != tok.filler_id) & (batch.conf < cfg.stop_below))
         now = (time.perf_counter() - t0) * 1e3
-        for b, (i, done) in enumerate(zip(batch.index.tolist(), finished.tolist())):
-            forwards[i] += 1
-            if done:
-                n = rows[i].length
-                canvas[i] = [tok.filler_id if t == tok.mask_id else t  # left masked after an early stop
-                             for t in batch.x[b].gather(0, batch.canvas_idx[b, :n]).tolist()]
-                if requests[i].one_line:
-                    ends = bool(batch.newline_first[b, canvas[i][0]])
-                    canvas[i] = _first_line(canvas[i], newline_ids, tok.filler_id, ends)
-                conf[i] = batch.conf[b, :n].tolist()
-                done_ms[i], budget_hit[i] = now, out_of_time
-                if reuse and requests[i].doc:
-                    _remember(memo, requests[i].doc, rows[i], batch, b, batch.plans and batch.plans[i])
-        if should_stop is not None:
-            for b, i in enumerate(batch.index.tolist()):
-                if not finished[b] and should_stop(i):
-                    cancelled[i], done_ms[i], finished[b] = True, now, True
-        if finished.any():
-            batch.keep((~finished).nonzero().squeeze(-1))
-    results = [_result(req, row, tok, canvas[i], conf[i], forwards[i], done_ms[i], budget_hit[i])
-               for i, (req, row) in enumerate(zip(requests, rows))]
-    for i, (r, c) in enumerate(zip(results, cancelled)):
-        r.cancelled, r.reused = c, batch.plans[i].reused() if batch.plans else 0
-    return results
+        for b, i in enumerate(batch.index.tolist()):
+            f = fills[i]
+            f.forwards += 1
+            if done[b]:
+                f.canvas, f.conf = _canvas(batch, b, f, tok), batch.conf[b, : f.row.length].tolist()
+                f.ms, f.budget_hit = now, greedy
+                if reuse and f.req.doc:
+                    _remember(memo, f, batch, b)
+            elif should_stop is not None and should_stop(i):
+                f.cancelled, f.ms, done[b] = True, now, True
+        if any(done):
+            batch.keep(torch.tensor([b for b, d in enumerate(done) if not d], dtype=torch.long, device=device))
+    return [_result(f, tok) for f in fills]
 
 
-def _remember(memo: ContextMemo, doc: str | None, row: Row, batch: _Batch, b: int, plan: Plan | None) -> None:
-    n = len(row.ids)
+def _remember(memo: ContextMemo, f: _Fill, batch: _Batch, b: int) -> None:
+    n = len(f.row.ids)
     keys, values = ([t[b, :, :n].clone() for t in tensors] for tensors in (batch.cache.keys, batch.cache.values))
-    memo.put(doc, Entry(row.ids, row.start, row.length, keys, values, plan.entry.age + 1 if plan else 0))
+    age = f.plan.entry.age + 1 if f.plan else 0
+    memo.put(f.req.doc, Entry(f.row.ids, f.row.start, f.row.length, keys, values, age))
 
 
-def _result(req, row: Row, tok: Tokenizer, ids, conf, forwards, ms, budget_hit) -> FillResult:
-    keep = [(t, c) for t, c in zip(ids, conf) if t != tok.filler_id]
-    kept_ids = [t for t, _ in keep]
-    text = tok.decode(kept_ids)
-    if row.healed:
-        text = text[len(row.healed):] if text.startswith(row.healed) else text
-    n_real = len(kept_ids) - (1 if row.healed and kept_ids else 0)
-    return FillResult(id=req.id, text=text, token_ids=kept_ids, confidence=[c for _, c in keep],
-                      forwards=forwards, tokens=n_real, ms=ms, budget_hit=budget_hit, canvas=ids)
+def _text(tok: Tokenizer, ids: list[int], healed: str) -> tuple[str, list[str]]:
+    """(text, pieces) of the emitted ids: the text without the healed prefix, and per token the part
+    of it that token completes. Incremental decoding: a multi-byte character split across tokens
+    lands on the token that completes it ("" on the others); the healed text, which the first token
+    re-types, is cut from the front."""
+    pieces, prev = [], ""
+    for k in range(1, len(ids) + 1):
+        cur = tok.decode(ids[:k])
+        if cur.endswith("\ufffd") and k < len(ids):
+            pieces.append("")
+            continue
+        pieces.append(cur[len(prev):] if cur.startswith(prev) else cur)
+        prev = cur
+    text = prev[len(healed):] if prev.startswith(healed) else prev
+    if "".join(pieces) != prev:  # a decoder that rewrites earlier text: all of it on the first token
+        return text, [text] + [""] * (len(ids) - 1)
+    cut = len(prev) - len(text)
+    for j, piece in enumerate(pieces):
+        pieces[j], cut = piece[cut:], max(cut - len(piece), 0)
+    return text, pieces
+
+
+def _result(f: _Fill, tok: Tokenizer) -> FillResult:
+    kept = [(t, c) for t, c in zip(f.canvas, f.conf) if t != tok.filler_id]
+    ids = [t for t, _ in kept]
+    text, pieces = _text(tok, ids, f.row.healed)
+    return FillResult(id=f.req.id, text=text, token_ids=ids, pieces=pieces, confidence=[c for _, c in kept],
+                      forwards=f.forwards, tokens=len(ids) - (1 if f.row.healed and ids else 0), ms=f.ms,
+                      budget_hit=f.budget_hit, cancelled=f.cancelled, reused=f.plan.reused() if f.plan else 0,
+                      canvas=f.canvas)

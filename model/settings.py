@@ -193,7 +193,7 @@ def add_args(p: argparse.ArgumentParser, cls, defaults=None, only: tuple[str, ..
         base = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
         choices = POLICIES if f.name == "policy" else PRECISIONS if f.name == "precision" else None
         p.add_argument(flag, dest=dest, type=base, default=default, choices=choices,
-                       help=f"{help_} (default {default})" if help_ else None)
+                       help=f"{help_} (default {default})" if help_ and "default" not in help_ else help_)
 
 
 def from_args(cls, args: argparse.Namespace, **overrides):

@@ -78,3 +78,85 @@ class OracleModel(torch.nn.Module):
 @pytest.fixture
 def oracle():
     return OracleModel
+
+
+# ---- a real LSP client against the real server process (pytest-lsp), shared by the e2e tests ----
+
+LSP_TIMEOUT = 60  # seconds: only reached when a test is failing
+
+
+async def within(awaitable, timeout: float = LSP_TIMEOUT):
+    import asyncio
+
+    return await asyncio.wait_for(awaitable, timeout)
+
+
+async def start_server(model, socket, caps, options, env: dict | None = None):
+    """A pytest-lsp client over `diffusion-lsp serve --model MODEL [--worker-socket SOCKET]`, initialized."""
+    import sys
+
+    from lsprotocol import types
+    from pytest_lsp import ClientServerConfig
+
+    command = [sys.executable, "-m", "diffusion_lsp", "serve", "--model", str(model)]
+    command += [] if socket is None else ["--worker-socket", str(socket)]
+    client = await ClientServerConfig(server_command=command, server_env=env).start()
+    client.init_result = await within(client.initialize_session(
+        types.InitializeParams(capabilities=caps, initialization_options=options)))
+    return client
+
+
+async def stop_server(client) -> None:
+    await within(client.shutdown_session())
+    await client.stop()
+
+
+async def loads_ended(client, n: int) -> None:
+    """Wait for the n-th model load to end ($/progress end)."""
+    from lsprotocol import types
+
+    def ended():
+        return sum(isinstance(v, types.WorkDoneProgressEnd) for vs in client.progress_reports.values() for v in vs)
+    while ended() < n:
+        await within(client.wait_for_notification(types.PROGRESS))
+
+
+def open_doc(client, uri: str, text: str, language: str = "python") -> None:
+    from lsprotocol import types
+
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text)))
+
+
+def completion_params(uri: str, line: int, character: int):
+    from lsprotocol import types
+
+    return types.InlineCompletionParams(
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, character))
+
+
+async def complete(client, uri: str, line: int, character: int) -> list:
+    from lsprotocol import types
+
+    result = await within(client.text_document_inline_completion_async(completion_params(uri, line, character)))
+    return list(result.items) if isinstance(result, types.InlineCompletionList) else list(result or [])
+
+
+class RecordingUi:
+    """The session's Ui (server/link.py) without LSP: what was shown, logged and reported as progress."""
+
+    def __init__(self):
+        self.shown, self.logged = [], []
+
+    def show(self, kind, message):
+        self.shown.append((kind, message))
+
+    def log(self, kind, message):
+        self.logged.append((kind, message))
+
+    async def progress_begin(self, title, message):
+        return "token"
+
+    def progress_end(self, token, message):
+        self.logged.append(("progress", message))

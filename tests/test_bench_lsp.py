@@ -1,13 +1,19 @@
-"""`diffusion-lsp bench lsp`: the typing replay's sites, the missing-model error, and one short run
-end to end on the tiny checkpoint that prints its rows. No timing is asserted: benchmarks print
-figures, tests check behaviour."""
+"""`diffusion-lsp bench lsp`: the typing replay's sites, the other open documents and their edits,
+the server it starts, the missing-model error, and one short run end to end on the tiny checkpoint
+that prints its rows. No timing is asserted: benchmarks print figures, tests check behaviour."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from diffusion_lsp.bench_lsp import Site, find_sites
-from diffusion_lsp.cli import main
+from diffusion_lsp.bench.figures import Sample
+from diffusion_lsp.bench.lsp import server_launch
+from diffusion_lsp.bench.replay import Crowd, Site, find_sites
+from diffusion_lsp.bench.workload import open_documents
+from diffusion_lsp.cli import build_parser, main
+from diffusion_lsp.model.settings import LaunchSettings
+from diffusion_lsp.server.config import parse_config
 
 CODE = '''\
 import os
@@ -28,8 +34,6 @@ d = {"a": 1,
 
 
 def test_a_sample_scores_the_line_the_suggestion_would_make():
-    from diffusion_lsp.bench_lsp import Sample
-
     assert Sample(1.0, None, "turn x\n    y = 1", "re", "return x").similarity == 1.0
     assert Sample(1.0, None, "", "re", "return x").similarity < Sample(1.0, None, "turn", "re", "return x").similarity
 
@@ -40,6 +44,60 @@ def test_sites_are_block_openers_with_an_indented_body():
         Site(line=4, last=5, indent="        ", first="return 1"),
         Site(line=10, last=11, indent="    ", first="pass"),
     ]
+
+
+def test_the_open_documents_are_large_distinct_stdlib_modules():
+    docs = open_documents(30)
+    uris, texts = [u for u, _ in docs], [t for _, t in docs]
+    assert len(docs) == 30 and len(set(uris)) == 30 and len(set(texts)) == 30  # copies are variants
+    assert all(t.count("\n") >= 1500 and len(t.encode()) < 2_000_000 for t in texts)  # indexed, yet large
+
+
+class Editor:
+    """Records what the replay sends, applying each change to its own copy of the text."""
+
+    def __init__(self):
+        self.texts: dict[str, str] = {}
+        self.changed: list[str] = []
+
+    def open(self, uri, text):
+        self.texts[uri] = text
+
+    def close(self, uri):
+        del self.texts[uri]
+
+    def change(self, uri, start, end, text):
+        lines = self.texts[uri].split("\n")
+        assert start == end and lines[start[0]].startswith(start[1])  # an insertion at a real position
+        offset = sum(len(s) + 1 for s in lines[: start[0]]) + len(start[1])
+        self.texts[uri] = self.texts[uri][:offset] + text + self.texts[uri][offset:]
+        self.changed.append(uri)
+
+
+def test_the_crowd_edits_its_first_documents_in_turn_at_their_end():
+    crowd = Crowd({"file:///a.py": "x = 1\n", "file:///b.py": "y = 2", "file:///c.py": "z = 3\n"}, edited=2)
+    editor = Editor()
+    crowd.open(editor)
+    for _ in range(3):
+        crowd.edit_next(editor)
+    assert editor.changed == ["file:///a.py", "file:///b.py", "file:///a.py"] and crowd.edited_docs == 2
+    assert editor.texts == crowd.docs  # the crowd knows the text the server has
+    assert editor.texts["file:///a.py"] == "x = 1\n_edited_0 = 0\n_edited_2 = 2\n"
+    assert editor.texts["file:///b.py"] == "y = 2\n_edited_1 = 1\n" and editor.texts["file:///c.py"] == "z = 3\n"
+    crowd.close(editor)
+    assert editor.texts == {}
+
+
+def test_the_server_starts_with_the_bench_s_launch_settings(tmp_path):
+    launch = LaunchSettings(path=str(tmp_path), device="cpu", threads=3, precision="fp32")
+    cmd, options = server_launch(launch, 256, tmp_path / "w.sock")
+    serve = build_parser().parse_args(cmd[cmd.index("serve"):])
+    assert (serve.model, serve.device, Path(serve.worker_socket)) == (str(tmp_path), "cpu", tmp_path / "w.sock")
+    cfg, problems = parse_config(options)
+    assert problems == [] and (cfg.model.threads, cfg.model.precision) == (3, "fp32")
+    assert cfg.completion.max_context_tokens == 256 and cfg.completion.debounce_ms == 0
+    cmd, _ = server_launch(LaunchSettings(), 256, tmp_path / "w.sock")
+    assert "--model" not in cmd  # the server's own default: the embedded model
 
 
 def test_a_missing_default_model_is_one_clear_line(monkeypatch, tmp_path, capsys):
@@ -53,10 +111,14 @@ def test_bench_lsp_runs_end_to_end_and_prints_the_rows(tiny_checkpoint, capsys):
     argv = ["bench", "lsp", "--model", str(tiny_checkpoint), "--requests", "4", "--chars", "2", "--threads", "1"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    for row in ("single-line", "multi-line"):  # one row per file
-        assert len(re.findall(rf"^{row} +\d+ +\d", out, re.M)) == 2, out
-    assert out.count("goals: single-line p50") == 2
-    assert "goal on the 5,000-line file: server overhead p95" in out
-    assert len(re.findall(r"^single-line .* \d+% +\d+\.\d%$", out, re.M)) == 2, out  # shown, line similarity
+    titles = re.findall(r"^\S.* \([\d,]+ lines.*\)$", out, re.M)
+    assert len(titles) == 3 and "while 30 large documents open" in titles[2], out  # one table per replay
+    for row in ("single-line", "multi-line"):  # one row per replay
+        assert len(re.findall(rf"^{row} +\d+ +\d", out, re.M)) == 3, out
+    assert out.count("goals: single-line p50") == 3
+    assert out.count("goal on the 5,000-line file: server overhead p95") == 2  # the big file, alone and crowded
+    assert len(re.findall(r"^single-line .* \d+% +\d+\.\d%$", out, re.M)) == 3, out  # shown, line similarity
     calls = [int(n) for n, asked in re.findall(r"model calls: (\d+) for (\d+) completions", out) if int(asked)]
-    assert len(calls) == 2 and min(calls) >= 1
+    assert len(calls) == 3 and min(calls) >= 1
+    edits = re.search(r"other documents: 30 open, (\d+) edits to (\d+) of them", out)
+    assert edits and int(edits[1]) >= 1 and int(edits[2]) >= 1  # one edit before each site

@@ -1,11 +1,16 @@
-"""`diffusion-lsp fim` end to end on a tiny checkpoint, and every bad input."""
+"""The command line: `fim` end to end on a tiny checkpoint and every bad input, the launch and sampler
+flags every model command shares, `bench sampler`, the default thread count, and how the package's
+modules import each other (no cycles; `--help` without torch)."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -153,4 +158,91 @@ def test_idle_cores_come_from_the_cpu_time_sample_else_the_load_average(monkeypa
     monkeypatch.setattr(engine, "_cpu_times", lambda: None)
     monkeypatch.setattr(engine.os, "getloadavg", lambda: (1.2, 1.0, 1.0))
     assert engine.idle_cores(4, sample_s=0) == 3 and engine.idle_cores(1, sample_s=0) == 0
-    assert engine.default_threads(1) >= 1
+
+
+@pytest.mark.parametrize("idle,processes,threads", [(6, 1, 6), (6, 2, 3), (6, 4, 1), (0, 1, 1), (3, 0, 3)])
+def test_default_threads_split_the_idle_cores_between_processes(monkeypatch, idle, processes, threads):
+    from diffusion_lsp import engine
+
+    monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(engine, "idle_cores", lambda cores: min(idle, cores))
+    assert engine.default_threads(processes) == threads
+
+
+MODEL_COMMANDS = [["fim", "FILE", "--at", "1:1"], ["fim", "--batch", "FILE"], ["bench", "sampler"], ["bench", "lsp"],
+                  ["eval", "humaneval-infill"], ["eval", "heldout"], ["eval", "typing"]]
+BAD_LAUNCH = [(["--device", "tpu"], "device='tpu' is not valid (auto, cpu, mps, cuda or cuda:N)"),
+              (["--threads", "0"], "threads=0 is not valid (between 1 and 1024)")]
+BAD_SAMPLING = [(["--threshold", "2"], "threshold=2.0 is not valid (in (0, 1])"),
+                (["--block-size", "-1"], "block_size=-1 is not valid")]  # bench lsp samples as the server does
+
+
+@pytest.mark.parametrize("command,flags,message", [
+    (c, f, m) for c in MODEL_COMMANDS for f, m in BAD_LAUNCH + (BAD_SAMPLING if c[:2] != ["bench", "lsp"] else [])
+], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_every_model_command_checks_the_shared_settings_first(src, capsys, command, flags, message):
+    """The launch and sampler flags come from model/settings.py for every command, and a bad value is
+    one line before any data is read or any model is loaded (no --model: none would load here)."""
+    code = main([str(src) if a == "FILE" else a for a in command] + flags)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith(f"diffusion-lsp: error: {message}") and "\n" not in err
+
+
+def test_help_imports_no_torch_tokenizer_tqdm_or_lsp_client():
+    code = ("import sys; from diffusion_lsp.cli import build_parser; build_parser(); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'tokenizers', 'tqdm', 'numpy', "
+            "'pygls', 'lsprotocol'}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
+
+
+def import_graph() -> dict[str, set[str]]:
+    """diffusion_lsp module -> the diffusion_lsp modules it imports, at module top or in a function."""
+    roots = {name: Path(importlib.import_module(name).__file__).parent
+             for name in ("diffusion_lsp", "diffusion_lsp.model", "diffusion_lsp.kernels")}
+    files = {}
+    for package, root in roots.items():
+        for f in root.rglob("*.py"):
+            name = ".".join([package, *f.relative_to(root).with_suffix("").parts]).removesuffix(".__init__")
+            if package == "diffusion_lsp" and name.split(".")[1:2] in (["model"], ["kernels"]):
+                continue  # mapped from their own folders
+            files[name] = f
+    graph = {}
+    for name, f in files.items():
+        package = name if f.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = set()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
+                module = ".".join(p for p in (base, node.module) if p)
+                targets = [f"{module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in files:  # `from . import x` names a module; `from .m import f` not
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def test_no_import_cycles_between_the_package_modules():
+    graph, cycles = import_graph(), []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        for target in sorted(graph[name]):
+            if state.get(target) == 1:
+                cycles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert len(graph) > 50 and "diffusion_lsp.fim_batch" in graph["diffusion_lsp.fim"]  # the graph sees imports
+    assert cycles == []

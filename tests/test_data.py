@@ -189,7 +189,12 @@ def test_cli_reports_bad_manifest_in_one_line(tmp_path, capsys):
 
 
 def test_cli_tokenizer(corpus, capsys):
+    from diffusion_lsp.model.config import SpecialTokens
+    from diffusion_lsp.model.tokenizer import Tokenizer
+
     out, _ = corpus
     assert main(["data", "tokenizer", "--corpus", str(out), "--vocab-size", "300"]) == 0
-    assert (out / "tokenizer.json").exists()
+    tok = Tokenizer.from_file(out / "tokenizer.json", SpecialTokens())  # with the special tokens a model needs
+    text = GOOD.decode() + "s = 'café'\n"
+    assert tok.vocab_size <= 300 and tok.decode(tok.encode(text)) == text and tok.mask_id != tok.filler_id
     assert "tokens/byte" in capsys.readouterr().out

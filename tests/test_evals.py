@@ -89,7 +89,7 @@ def test_typing_fills_every_keystroke_fresh_and_from_the_last_fill(tiny_checkpoi
 
 
 def test_typing_context_is_cut_at_whole_lines_within_the_budget():
-    from diffusion_lsp.evals.typing import cut_context, keystrokes
+    from diffusion_lsp.evals.typing_session import cut_context, keystrokes
 
     count = lambda s: len(s.split())  # noqa: E731
     prefix = "".join(f"a{i} = {i}\n" for i in range(100))
@@ -102,7 +102,7 @@ def test_typing_context_is_cut_at_whole_lines_within_the_budget():
 
 
 def test_edit_similarity_scores_near_misses_between_exact_and_nothing():
-    from diffusion_lsp.evals.heldout import edit_similarity
+    from diffusion_lsp.evals.metrics import edit_similarity
 
     line = "    return total / len(values)\n"
     assert edit_similarity("return total / len(values)", line) == 1.0

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from diffusion_lsp.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from diffusion_lsp.model.checkpoint import CheckpointError, load_checkpoint
 from diffusion_lsp.model.config import PRESETS, ModelConfig
 from diffusion_lsp.model.transformer import DiffusionTransformer
 
@@ -68,7 +68,21 @@ def test_num_params_matches_the_module():
     for flags in FLAGS:
         cfg = ModelConfig.preset("tiny", **flags)
         assert cfg.num_params() == sum(p.numel() for p in DiffusionTransformer(cfg).parameters())
-    assert set(PRESETS) >= {"tiny", "small", "base"}
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_builds_the_model_its_config_describes(name):
+    cfg = ModelConfig.preset(name)
+    assert {k: getattr(cfg, k) for k in PRESETS[name]} == PRESETS[name]
+    with torch.device("meta"):  # shapes only: the open checkpoints' sizes would not fit in a test
+        model = DiffusionTransformer(cfg)
+    assert sum(p.numel() for p in model.parameters()) == cfg.num_params()
+    assert model.embed.weight.shape == (cfg.vocab_size, cfg.dim) and len(model.layers) == cfg.n_layers
+    attn, mlp = model.layers[0].attn, model.layers[0].mlp
+    assert attn.q_proj.weight.shape == (cfg.n_heads * cfg.head_dim, cfg.dim)
+    assert attn.k_proj.weight.shape == (cfg.n_kv_heads * cfg.head_dim, cfg.dim) and cfg.n_heads % cfg.n_kv_heads == 0
+    assert mlp.up_proj.weight.shape == (cfg.hidden_dim, cfg.dim) and (attn.q_proj.bias is not None) == cfg.qkv_bias
+    assert (model.lm_head is None) == cfg.tie_embeddings and (attn.q_norm is not None) == cfg.qk_norm
 
 
 def test_checkpoint_round_trip(tiny_checkpoint, tokenizer):

@@ -35,8 +35,14 @@ def test_the_engine_uses_int8_on_cpu_only_when_asked_or_auto(tiny_checkpoint):
     auto = load_engine(LaunchSettings(str(tiny_checkpoint), device="cpu", threads=1))
     fp32 = load_engine(LaunchSettings(str(tiny_checkpoint), device="cpu", threads=1, precision="fp32"))
     assert auto.model.int8_head is not None and fp32.model.int8_head is None
-    reqs = [FillRequest("def f(x):\n    return", "\n", 6)]
-    assert auto.fill(reqs, SamplerConfig())[0].forwards >= 1
+    reqs = [FillRequest("def f(x):\n    return", "\n", 6), FillRequest("import os\n", "x = 1\n", 8)]
+    cfg = SamplerConfig(policy="one", trailing_fillers=False, block_size=0, heal=False)  # one position per pass
+    got, want = auto.fill(reqs, cfg), fp32.fill(reqs, cfg)
+    assert [r.forwards for r in got] == [r.forwards for r in want] == [6, 8]
+    quantize_int8(fp32.model)  # the same weights quantized by hand: the auto engine decoded with exactly these
+    by_hand = fp32.fill(reqs, cfg)
+    assert [(r.token_ids, r.confidence) for r in got] == [(r.token_ids, r.confidence) for r in by_hand]
+    assert [r.confidence for r in got] != [r.confidence for r in want]  # and not with the float32 ones
     with pytest.raises(ValueError, match="CPU"):
         load_engine(LaunchSettings(str(tiny_checkpoint), device="cuda", precision="int8"))
     with pytest.raises(ValueError, match="precision"):

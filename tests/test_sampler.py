@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from diffusion_lsp.model.canvas import FillRequest, build_row
@@ -202,9 +200,16 @@ def test_bad_requests_raise_value_error(tokenizer, oracle):
 
 
 def test_long_context_is_cut_to_fit(tokenizer, oracle):
-    model, _ = setup_oracle(tokenizer, oracle)
-    (res,) = fill(model, tokenizer, [FillRequest("x = 1\n" * 2000, "y = 2\n" * 2000, 8)])
-    assert res.forwards >= 1 and not math.isnan(sum(res.confidence))
+    # both sides are far too long for the oracle's 512 positions: the prefix keeps its end, the
+    # suffix its start (a quarter of the room), and the canvas sits where the cut row puts it
+    req = FillRequest("x = 1\n" * 2000, "y = 2\n" * 2000, 8)
+    row = build_row(req, tokenizer, 512, heal=False)
+    suffix = row.ids[row.start + row.length :]
+    assert len(row.ids) == 512 and len(suffix) == (512 - 1 - 8) // 4
+    assert tokenizer.decode(row.ids[: row.start]).endswith("x = 1\n") and tokenizer.decode(suffix).startswith("y = 2\n")
+    model = oracle(tokenizer, {row.start + i: t for i, t in enumerate(tokenizer.encode(ANSWER))}, easy=range(1000))
+    (res,) = fill(model, tokenizer, [req], SamplerConfig(heal=False))
+    assert res.text == ANSWER and res.forwards == 1
 
 
 def test_should_stop_abandons_one_request_between_steps(tokenizer, oracle):

@@ -3,6 +3,8 @@ of the canvas, attends to the cache everywhere else and writes its fresh keys/va
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -11,7 +13,7 @@ from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.policies import block_eligible
 from diffusion_lsp.model.sampler import _Batch, _hidden_at
 from diffusion_lsp.model.settings import SamplerConfig
-from diffusion_lsp.model.transformer import DiffusionTransformer
+from diffusion_lsp.model.transformer import DiffusionTransformer, KVCache
 
 REQUESTS = [FillRequest("def add(a, b):\n    return", "\n\nprint(add(1, 2))\n", 12),
             FillRequest("import os\n", "x = 1\n", 6)]  # a shorter canvas: window slots past it are junk
@@ -21,7 +23,7 @@ def setup(tok, shift: bool):
     torch.manual_seed(0)
     model = DiffusionTransformer(ModelConfig.preset("tiny", vocab_size=tok.vocab_size, shift_logits=shift)).eval()
     rows = [build_row(r, tok, 512, heal=False) for r in REQUESTS]
-    return model, _Batch(rows, [False, False], tok.filler_id, int(shift), "cpu")
+    return model, _Batch.build(rows, [False, False], tok, model.config.vocab_size, int(shift), "cpu")
 
 
 def step(model, batch, cfg, n, whole=False):
@@ -68,3 +70,21 @@ def test_a_cached_step_writes_its_window_back_and_nothing_else(tokenizer, shift)
             else:  # the prefix, the rest of the canvas and the suffix are left as cached
                 assert torch.equal(now, old), (b, pos)
     assert not batch.cache.key_mask[:, batch.junk].any()  # the junk column is never attended to
+
+
+@torch.inference_mode()
+def test_dropping_a_row_keeps_every_per_row_field_in_step(tokenizer):
+    model, batch = setup(tokenizer, False)
+    step(model, batch, SamplerConfig(block_size=4), 0)  # fills the cache
+    second = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    batch.keep(torch.tensor([1]))
+    for f in dataclasses.fields(batch):
+        now = getattr(batch, f.name)
+        if f.metadata.get("fixed") or now is None:
+            assert now is second[f.name]
+        elif isinstance(now, KVCache):
+            for got, was in zip(now.keys + now.values + [now.key_mask], second[f.name].keys + second[f.name].values
+                                + [second[f.name].key_mask]):
+                assert torch.equal(got, was[1:]), f.name
+        else:
+            assert torch.equal(now, second[f.name][1:]), f.name

@@ -1,25 +1,34 @@
-"""Completer without LSP or a model: input guards, cache, supersession, cancellation, the
-parse-error re-sample, and the replace range. The fill is a fake that waits on events."""
+"""Completer without LSP or a model, with the real context and post-processing: input guards, cache,
+supersession, cancellation, the parse-error re-sample, the replace range, context work off the
+event loop. The model is a fake link that waits on events."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
-from diffusion_lsp.context.types import CompletionContext, Document, SpanKind, Suggestion
-from diffusion_lsp.server.completion import BadInput, Completer, Fill, Unavailable, locate, replace_range
+from diffusion_lsp.context.types import Document, EditSnippet, Suggestion
+from diffusion_lsp.server.completion import Answer, BadInput, Completer, locate, replace_range
 from diffusion_lsp.server.config import parse_config
-from diffusion_lsp.server.context_api import ContextApi, postprocess
+from diffusion_lsp.server.indexer import Indexer
+from diffusion_lsp.server.link import Unavailable
 from diffusion_lsp.server.positions import UTF8, UTF16
 from diffusion_lsp.server.stats import Stats
+from diffusion_lsp.server.wire import Fill
+
+WAIT = 30  # seconds: only reached when a test is failing
+DOC = Document("file:///a.py", "import os\n\nprint(os.sep)\n", "python")
+CURSOR = (1, 0)  # the blank line: a one-line completion
 
 
 def test_locate_converts_and_refuses_bad_positions():
     text = "x = 'é😀'\ny = \n"
     assert locate(text, 1, 4, UTF16, 5000) == text.index("y") + 4
     assert locate(text, 0, 12, UTF8, 5000) == len("x = 'é😀'") and locate(text, 0, 11, UTF8, 5000) == 7
-    for line, column, reason in [(3, 0, "past the end of the document"), (1, 9, "past the end of its line")]:
+    for line, column, reason in [(3, 0, "past the end of the document"), (1, 9, "past the end of its line"),
+                                 (-1, 0, "past the end of the document"), (0, -1, "past the end of its line")]:
         with pytest.raises(BadInput, match=reason):
             locate(text, line, column, UTF16, 5000)
     with pytest.raises(BadInput, match="binary"):
@@ -35,165 +44,206 @@ def test_replace_range_covers_the_replaced_characters_on_the_line_only():
     assert replace_range(text, 3, Suggestion("1)", replace_chars=9), UTF16) == ((0, 3), (0, 4))
 
 
-class FakeFill:
-    """Answers `text`; with `hold`, waits until released (or is cancelled, which it records)."""
+class FakeLink:
+    """Answers `texts` in turn (the last one from then on); with `hold`, waits until released (or is
+    cancelled, which it records). Records each FillOrder."""
 
-    def __init__(self, text="foo()", hold=False, delay_s=0.0):
-        self.text, self.calls, self.cancelled, self.delay_s = text, [], [], delay_s
+    def __init__(self, *texts, hold=False, delay_s=0.0, error=None):
+        self.texts, self.orders, self.cancelled, self.delay_s, self.error = list(texts or ["os.getcwd()"]), [], 0, \
+            delay_s, error
         self.started, self.release = asyncio.Event(), asyncio.Event()
         if not hold:
             self.release.set()
 
-    async def __call__(self, rid, key, request):
-        self.calls.append(request)
+    async def fill(self, key, order):
+        self.orders.append(order)
         self.started.set()
+        if self.error is not None:
+            raise self.error
         try:
             await self.release.wait()
             await asyncio.sleep(self.delay_s)
         except asyncio.CancelledError:
-            self.cancelled.append(rid)
+            self.cancelled += 1
             raise
-        return Fill(self.text, [self.text], [0.99])
+        text = self.texts.pop(0) if len(self.texts) > 1 else self.texts[0]
+        return Fill(text, [text], [0.99], ms=1.0)
 
 
-def make(fill, parse_errors=(), language="python", **completion):
-    errors = list(parse_errors)
-
-    def gather(doc, offset, open_docs, recent_edits, budget, count_tokens):
-        return CompletionContext(prefix=doc.text[:offset], suffix=doc.text[offset:], kind=SpanKind.LINE,
-                                 max_tokens=16, language=language, offset=offset, line_suffix="", indent="")
-
-    api = ContextApi(gather, postprocess, lambda *a: errors.pop(0) if errors else False)
-    completer = Completer(fill, api, len, Stats())
+def make(link, count_tokens=len, edits=(), **completion):
+    logged = []
+    completer = Completer(link, Stats(), lambda kind, message: logged.append((kind, message)),
+                          lambda: list(edits), count_tokens)
     completer.configure(parse_config({"completion": {"confidenceCut": 0.0, **completion}})[0])
+    completer.logged = logged
     return completer
 
 
-DOC = Document("file:///a.py", "x = \n", "python")
-
-
 def test_answer_then_cache_hit_without_the_model():
-    fill = FakeFill()
-    completer = make(fill)
+    link = FakeLink()
+    completer = make(link)
 
     async def go():
-        return [await completer.complete(DOC, 4) for _ in range(2)]
+        return [await completer.complete(DOC, *CURSOR, UTF16) for _ in range(2)]
 
-    assert asyncio.run(go()) == [Suggestion("foo()")] * 2
-    assert len(fill.calls) == 1 and completer.stats.cache_hits == 1 and fill.calls[0]["max_tokens"] == 16
+    assert asyncio.run(go()) == [Answer("os.getcwd()")] * 2
+    assert len(link.orders) == 1 and completer.stats.cache_hits == 1
+    order = link.orders[0]
+    assert order.prefix.endswith("import os\n") and order.suffix == "\nprint(os.sep)\n" and order.one_line
+
+
+def test_an_answer_that_writes_over_the_auto_closed_bracket_carries_its_range():
+    doc = Document("file:///b.py", "import os\nprint()\n", "python")
+    answer = asyncio.run(make(FakeLink("os.sep) + 1")).complete(doc, 1, 6, UTF16))
+    assert answer == Answer("os.sep) + 1", ((1, 6), (1, 7)))
 
 
 def test_a_newer_request_supersedes_and_abandons_the_older_fill():
-    fill = FakeFill(hold=True)
-    completer = make(fill)
+    link = FakeLink(hold=True)
+    completer = make(link)
 
     async def go():
-        older = asyncio.ensure_future(completer.complete(DOC, 4))
-        await fill.started.wait()
-        newer = asyncio.ensure_future(completer.complete(Document(DOC.uri, "x = 1\n", "python"), 5))
+        older = asyncio.ensure_future(completer.complete(DOC, *CURSOR, UTF16))
+        await link.started.wait()
+        newer_doc = Document(DOC.uri, "import os\nx\nprint(os.sep)\n", "python")
+        newer = asyncio.ensure_future(completer.complete(newer_doc, 1, 1, UTF16))
         assert await older is None
-        fill.release.set()
+        link.release.set()
         return await newer
 
-    assert asyncio.run(go()) == Suggestion("foo()")
-    assert completer.stats.superseded == 1 and fill.cancelled == [1]
+    assert asyncio.run(go()) is not None
+    assert completer.stats.superseded == 1 and link.cancelled == 1
 
 
 def test_debounce_lets_a_newer_request_win_before_the_model_runs():
-    fill = FakeFill()
-    completer = make(fill, debounceMs=5000)
+    link = FakeLink()
+    completer = make(link, debounceMs=5000)
 
     async def go():
-        older = asyncio.ensure_future(completer.complete(DOC, 4))
+        older = asyncio.ensure_future(completer.complete(DOC, *CURSOR, UTF16))
         await asyncio.sleep(0)  # one loop turn (not a delay): the older request reaches its debounce
         completer.configure(parse_config({"completion": {"confidenceCut": 0.0}})[0])  # no debounce now
-        newer = asyncio.ensure_future(completer.complete(DOC, 4))
+        newer = asyncio.ensure_future(completer.complete(DOC, *CURSOR, UTF16))
         return await older, await newer
 
-    assert asyncio.run(go()) == (None, Suggestion("foo()"))
-    assert len(fill.calls) == 1 and completer.stats.superseded == 1
+    assert asyncio.run(go()) == (None, Answer("os.getcwd()"))
+    assert len(link.orders) == 1 and completer.stats.superseded == 1
 
 
 def test_cancelling_the_request_cancels_the_fill():
-    fill = FakeFill(hold=True)
-    completer = make(fill)
+    link = FakeLink(hold=True)
+    completer = make(link)
 
     async def go():
-        task = asyncio.ensure_future(completer.complete(DOC, 4))
-        await fill.started.wait()
+        task = asyncio.ensure_future(completer.complete(DOC, *CURSOR, UTF16))
+        await link.started.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(go())
-    assert fill.cancelled == [1]
+    assert link.cancelled == 1 and completer.stats.cancelled == 1
 
 
-@pytest.mark.parametrize("errors, expected, calls", [
-    ([True, False], Suggestion("foo()"), 2), ([True, True], None, 2), ([False], Suggestion("foo()"), 1)])
-def test_a_fill_that_breaks_the_parse_is_resampled_once(errors, expected, calls):
-    fill = FakeFill()
-    completer = make(fill, parse_errors=errors)
-    assert asyncio.run(completer.complete(DOC, 4)) == expected
-    assert len(fill.calls) == calls
+@pytest.mark.parametrize("texts, expected, calls", [
+    ([")(", "os.getcwd()"], Answer("os.getcwd()"), 2), ([")(", ")("], None, 2), (["os.getcwd()"], Answer("os.getcwd()"), 1)])
+def test_a_fill_that_breaks_the_parse_is_resampled_once_shorter_and_more_careful(texts, expected, calls):
+    link = FakeLink(*texts)
+    completer = make(link)
+    assert asyncio.run(completer.complete(DOC, *CURSOR, UTF16)) == expected
+    assert len(link.orders) == calls and completer.stats.parse_rejects == texts[:calls].count(")(")
     if calls == 2:
-        assert fill.calls[1]["max_tokens"] == 8 and fill.calls[1]["sampling"]["threshold"] >= 0.97
+        first, second = link.orders
+        assert second.max_tokens == first.max_tokens // 2 and second.sampling.threshold == 0.97
 
 
 def test_single_line_fills_get_the_line_budget_and_a_late_parse_error_is_not_resampled():
-    fill = FakeFill(delay_s=0.05)  # 50 ms: past half of a 20 ms budget
-    completer = make(fill, parse_errors=[True, False], lineBudgetMs=20)
-    assert asyncio.run(completer.complete(DOC, 4)) is None
-    assert len(fill.calls) == 1 and fill.calls[0]["sampling"]["time_budget_ms"] == 20
+    link = FakeLink(")(", "os.getcwd()", delay_s=0.05)  # 50 ms: past half of a 20 ms budget
+    completer = make(link, lineBudgetMs=20)
+    assert asyncio.run(completer.complete(DOC, *CURSOR, UTF16)) is None
+    assert len(link.orders) == 1 and link.orders[0].sampling.time_budget_ms == 20
     assert completer.stats.parse_rejects == completer.stats.resamples_skipped == 1
-    fill = FakeFill(delay_s=0.05)
-    completer = make(fill, parse_errors=[True, False], lineBudgetMs=10_000)
-    assert asyncio.run(completer.complete(DOC, 4)) == Suggestion("foo()")
-    assert len(fill.calls) == 2 and 9_000 < fill.calls[1]["sampling"]["time_budget_ms"] < 10_000  # what is left
-    fill = FakeFill()
-    asyncio.run(make(fill, lineBudgetMs=None).complete(DOC, 4))
-    assert fill.calls[0]["sampling"]["time_budget_ms"] is None
+    link = FakeLink(")(", "os.getcwd()")
+    completer = make(link, lineBudgetMs=60_000)
+    assert asyncio.run(completer.complete(DOC, *CURSOR, UTF16)) == Answer("os.getcwd()")
+    first, second = link.orders
+    assert first.sampling.time_budget_ms == 60_000 and 0 < second.sampling.time_budget_ms < 60_000  # what is left
+    link = FakeLink()
+    asyncio.run(make(link, lineBudgetMs=None).complete(DOC, *CURSOR, UTF16))
+    assert link.orders[0].sampling.time_budget_ms is None and link.orders[0].sampling.stop_below == 0.0
 
 
-def test_unsupported_and_disabled_languages_are_refused():
-    with pytest.raises(BadInput, match="unsupported language"):
-        asyncio.run(make(FakeFill(), language=None).complete(Document("file:///n.txt", "x", "plaintext"), 1))
-    with pytest.raises(BadInput, match="disabled"):
-        asyncio.run(make(FakeFill(), disabledLanguages=["python"]).complete(DOC, 4))
+def test_bad_input_is_logged_and_answered_empty():
+    completer = make(FakeLink())
+
+    async def go():
+        got = [await completer.complete(Document("file:///n.txt", "x", "plaintext"), 0, 1, UTF16),
+               await completer.complete(None, 0, 0, UTF16),
+               await completer.complete(DOC, -1, 0, UTF16),
+               await completer.complete(DOC, 0, 99, UTF16)]
+        completer.configure(parse_config({"completion": {"disabledLanguages": ["python"]}})[0])
+        return got + [await completer.complete(DOC, *CURSOR, UTF16)]
+
+    assert asyncio.run(go()) == [None] * 5
+    reasons = [m for _, m in completer.logged]
+    assert completer.stats.bad_input == 5 and completer.stats.errors == 0
+    for expected in ("unsupported language 'plaintext'", "unknown document", "past the end of the document",
+                     "past the end of its line", "disabled for 'python'"):
+        assert sum(expected in r for r in reasons) == 1, (expected, reasons)
 
 
 def test_an_unavailable_model_is_not_cached_as_nothing_to_say():
-    async def no_model(rid, key, request):
-        return None
-
-    completer = make(no_model)
-    with pytest.raises(Unavailable):
-        asyncio.run(completer.complete(DOC, 4))
-    assert len(completer.cache) == 0
+    link = FakeLink(error=Unavailable("the model worker is not available"))
+    completer = make(link)
+    assert asyncio.run(completer.complete(DOC, *CURSOR, UTF16)) is None
+    assert len(completer.cache) == 0 and completer.stats.empty == 1
+    assert completer.logged == [("debug", "no completion: the model worker is not available")]
 
 
-def test_finish_lets_a_syntax_checking_postprocess_say_why_it_rejects():
-    def native(ctx, text, pieces=None, confidence=None, threshold=0.0, reasons=None, check_syntax=True):
-        if check_syntax and "(" in text:
-            reasons.append("parse-error")
-            return None
-        return Suggestion(text) if text else None
+def test_a_lone_surrogate_in_the_document_does_not_stop_completions():
+    from diffusion_lsp.server.session import counter_for
 
-    api = ContextApi(None, native, lambda *a: pytest.fail("the native check is used"))
-    ctx = CompletionContext("x = ", "", SpanKind.LINE, 8, "python", 4, "", "")
-    assert api.finish(ctx, "x = ", "f(", ["f("], [1.0], 0.0, True) == (None, True)
-    assert api.finish(ctx, "x = ", "f(", ["f("], [1.0], 0.0, False) == (Suggestion("f("), False)
-    assert api.finish(ctx, "x = ", "", [], [], 0.0, True) == (None, False)
+    doc = Document("file:///s.py", "name = '\ud800'\nimport os\n\nprint(os.sep)\n", "python")
+    link = FakeLink()
+    completer = make(link, count_tokens=counter_for(None))  # the real tokenizer refuses lone surrogates
+    assert asyncio.run(completer.complete(doc, 2, 0, UTF16)) == Answer("os.getcwd()")
+    assert "\ufffd" in link.orders[0].prefix and "\ud800" not in link.orders[0].prefix
 
 
-def test_stats_report_counts_and_nearest_rank_percentiles():
-    from diffusion_lsp.server.stats import percentile
+def test_context_is_gathered_off_the_event_loop_with_the_recent_edits():
+    threads = []
 
-    assert percentile([], 50) is None
-    assert [percentile([5, 1, 3, 2, 4], q) for q in (0, 50, 95, 100)] == [1, 3, 5, 5]
-    stats = Stats(requests=3, shown=1)
-    stats.latency_ms.extend([10.0, 30.0, 20.0])
-    report = stats.report(worker={"pid": 7})
-    assert report["counts"]["requests"] == 3 and report["counts"]["shown"] == 1
-    assert report["latency_ms"] == {"p50": 20.0, "p95": 30.0, "p99": 30.0} and report["worker"] == {"pid": 7}
-    assert "latency_ms" not in report["counts"]
+    def count(text):
+        threads.append(threading.current_thread())
+        return len(text) // 3 + 1
+
+    edits = [EditSnippet("file:///other.py", "def helper_from_the_edit():\n    pass")]
+    link = FakeLink()
+    asyncio.run(make(link, count_tokens=count, edits=edits).complete(DOC, *CURSOR, UTF16))
+    assert threads and threading.main_thread() not in threads
+    assert "helper_from_the_edit" in link.orders[0].prefix
+
+
+def test_a_request_is_answered_while_a_large_document_is_still_being_indexed():
+    big = Document("file:///big.py", "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(20_000)), "python")
+    indexing, release, order = threading.Event(), threading.Event(), []
+
+    def slow_build(doc):
+        order.append("indexing started")
+        indexing.set()
+        release.wait(WAIT)
+        order.append("indexing done")
+
+    async def go():
+        indexer = Indexer({big.uri: big}.get, build=slow_build)
+        indexer.schedule(big.uri, now=True)
+        await asyncio.get_running_loop().run_in_executor(None, indexing.wait, WAIT)
+        answer = await make(FakeLink()).complete(DOC, *CURSOR, UTF16, open_docs=[big])
+        order.append("answered")
+        release.set()
+        await indexer.idle()
+        indexer.close()
+        return answer
+
+    assert asyncio.run(go()) == Answer("os.getcwd()")
+    assert order == ["indexing started", "answered", "indexing done"]

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from conftest import RecordingUi
 from diffusion_lsp.model.settings import LaunchSettings
 from diffusion_lsp.server.config import Config, camel, parse_config, snake
 
@@ -70,16 +71,32 @@ def test_key_case_conversions():
     assert camel("max_context_tokens") == "maxContextTokens"
 
 
-def test_sampling_settings_make_the_worker_s_sampler_config():
+def test_sampling_settings_make_the_worker_s_order():
+    from diffusion_lsp.context.types import CompletionContext, SpanKind
     from diffusion_lsp.model.settings import SamplerConfig
-    from diffusion_lsp.server.completion import _sampling
+    from diffusion_lsp.server.completion import Completer
+    from diffusion_lsp.server.stats import Stats
 
-    assert SamplerConfig.from_wire(_sampling(Config(), None)) == SamplerConfig(stop_below=0.3)  # completion.confidenceCut
+    completer = Completer(None, Stats(), print)
+    ctx = CompletionContext("x = ", "\n", SpanKind.LINE, 16, "python", 4, "", "")
+    completer.configure(Config())
+    assert completer._order(ctx, 16, None).sampling == SamplerConfig(stop_below=0.3)  # completion.confidenceCut
     cfg, problems = parse_config({"sampling": {"blockSize": 0, "policy": "one", "timeBudgetMs": 500},
                                   "completion": {"confidenceCut": 0}})
-    assert problems == [] and SamplerConfig.from_wire(_sampling(cfg, None)) == SamplerConfig(block_size=0, policy="one",
-                                                                                     time_budget_ms=500)
-    assert SamplerConfig.from_wire(_sampling(cfg, 200)).time_budget_ms == 200  # a single-line budget: the tighter one
+    completer.configure(cfg)
+    assert problems == [] and completer._order(ctx, 16, None).sampling == SamplerConfig(block_size=0, policy="one",
+                                                                                          time_budget_ms=500)
+    assert completer._order(ctx, 16, 200).sampling.time_budget_ms == 200  # a single-line budget: the tighter one
+    assert parse_config({"sampling": {"stopBelow": 0.5}})[1] == ["unknown setting sampling.stopBelow (ignored)"]
+
+
+@pytest.mark.parametrize("section, key, value", [
+    ("sampling", "blockSize", 10**12), ("sampling", "k", 10**9), ("sampling", "timeBudgetMs", 1e12),
+    ("completion", "maxLineChars", 10**12), ("completion", "cacheSize", 10**9), ("completion", "lineBudgetMs", 1e9),
+    ("worker", "idleExitS", 1e12), ("worker", "fillTimeoutS", 0), ("model", "threads", 10**6)])
+def test_settings_have_upper_bounds(section, key, value):
+    cfg, problems = parse_config({section: {key: value}})
+    assert cfg == Config() and len(problems) == 1 and f"{section}.{key}" in problems[0]
 
 
 def test_the_server_never_imports_torch():
@@ -87,44 +104,27 @@ def test_the_server_never_imports_torch():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 
-class RecordingUi:
-    def __init__(self):
-        self.shown, self.logged = [], []
-
-    def show(self, kind, message):
-        self.shown.append((kind, message))
-
-    def log(self, kind, message):
-        self.logged.append((kind, message))
-
-    async def progress_begin(self, title, message):
-        return None
-
-    def progress_end(self, token, message):
-        pass
-
-
 def test_the_session_shows_each_bad_setting_and_keeps_serving_flags():
     from diffusion_lsp.server.session import ServeOptions, Session
 
     ui = RecordingUi()
-    session = Session(ServeOptions(model="/ckpt", worker_socket="/tmp/x.sock"), ui)
+    session = Session(ServeOptions(LaunchSettings(path="/ckpt"), worker_socket="/tmp/x.sock"), ui, {}.get)
     session.configure({"diffusionLsp": {"completion": {"debounceMs": "soon"}, "model": {"device": "tpu"}}})
     assert [kind for kind, _ in ui.shown] == ["warning", "warning"]
     assert all(m.startswith("diffusion-lsp settings: ") for _, m in ui.shown)
-    launch = session.launch()
+    launch = session.link.launch
     assert (launch.settings.path, str(launch.socket), launch.settings.device) == ("/ckpt", "/tmp/x.sock", "auto")
 
 
 def test_recent_edits_keep_the_newest_text_of_a_spot():
-    from diffusion_lsp.server.session import ServeOptions, Session
+    from diffusion_lsp.server.history import RecentEdits
 
-    session = Session(ServeOptions(), RecordingUi())
+    edits = RecentEdits()
     text = "a = 1\nb = 2\nc = 3\nd = 4\ne = 5\nf = 6\ng = 7\n"
-    session.note_edit("file:///a.py", text, 1, 0)
-    session.note_edit("file:///a.py", text.replace("b = 2", "b = 22"), 1, 0)  # typing on: replaced
-    session.note_edit("file:///a.py", text, 6, 0)  # elsewhere: kept
-    assert [e.text for e in session.recent_edits] == ["a = 1\nb = 22\nc = 3\nd = 4", "e = 5\nf = 6\ng = 7\n"]
+    edits.note("file:///a.py", text, 1, 0)
+    edits.note("file:///a.py", text.replace("b = 2", "b = 22"), 1, 0)  # typing on: replaced
+    edits.note("file:///a.py", text, 6, 0)  # elsewhere: kept
+    assert [e.text for e in edits.oldest_first()] == ["a = 1\nb = 22\nc = 3\nd = 4", "e = 5\nf = 6\ng = 7\n"]
     big = "".join(f"x{i} = {i}\n" for i in range(5000))
-    session.note_edit("file:///b.py", big, 0, 5000)  # a whole file replaced: its first lines only
-    assert session.recent_edits[-1].text == "".join(f"x{i} = {i}\n" for i in range(15)).rstrip("\n")
+    edits.note("file:///b.py", big, 0, 5000)  # a whole file replaced: its first lines only
+    assert edits.oldest_first()[-1].text == "".join(f"x{i} = {i}\n" for i in range(15)).rstrip("\n")

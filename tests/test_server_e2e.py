@@ -8,20 +8,19 @@ import asyncio
 import os
 import signal
 import stat
-import sys
 
 import pytest
 import pytest_asyncio
 import torch
 from lsprotocol import types
 from pygls.exceptions import JsonRpcRequestCancelled
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
+from conftest import complete, completion_params, loads_ended, open_doc, start_server, stop_server, within
 from diffusion_lsp.model.checkpoint import load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 WORD = "foo"  # one token of the test tokenizer
-TIMEOUT = 60
 OPTIONS = {"sampling": {"heal": False}, "completion": {"confidenceCut": 0.0, "debounceMs": 0},
            "worker": {"idleExitS": 0}}
 CAPS = types.ClientCapabilities(
@@ -51,45 +50,8 @@ def echo_checkpoint(tiny_checkpoint, tmp_path_factory):
     return save_checkpoint(tmp_path_factory.mktemp("echo") / "echo", model, tok)
 
 
-async def within(awaitable):
-    return await asyncio.wait_for(awaitable, TIMEOUT)
-
-
-async def start(model, socket) -> LanguageClient:
-    command = [sys.executable, "-m", "diffusion_lsp", "serve", "--model", str(model), "--worker-socket", str(socket)]
-    client = await ClientServerConfig(server_command=command).start()
-    client.init_result = await within(client.initialize_session(
-        types.InitializeParams(capabilities=CAPS, initialization_options=OPTIONS)))
-    return client
-
-
-async def stop(client: LanguageClient) -> None:
-    await within(client.shutdown_session())
-    await client.stop()
-
-
-async def loads_ended(client: LanguageClient, n: int) -> None:
-    """Wait for the n-th model load to end ($/progress end)."""
-    def ended():
-        return sum(isinstance(v, types.WorkDoneProgressEnd) for vs in client.progress_reports.values() for v in vs)
-    while ended() < n:
-        await within(client.wait_for_notification(types.PROGRESS))
-
-
-def open_doc(client: LanguageClient, uri: str, text: str, language: str = "python") -> None:
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text)))
-
-
-def params(uri: str, line: int, character: int) -> types.InlineCompletionParams:
-    return types.InlineCompletionParams(
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, character))
-
-
-async def complete(client: LanguageClient, uri: str, line: int, character: int) -> list:
-    result = await within(client.text_document_inline_completion_async(params(uri, line, character)))
-    return list(result.items) if isinstance(result, types.InlineCompletionList) else list(result or [])
+async def start(model, socket, env=None) -> LanguageClient:
+    return await start_server(model, socket, CAPS, OPTIONS, env)
 
 
 async def stats(client: LanguageClient):
@@ -107,7 +69,7 @@ async def client(echo_checkpoint, tmp_path_factory):
     open_doc(client, "file:///warmup.py", "x = 1\n")
     await loads_ended(client, 1)
     yield client
-    await stop(client)
+    await stop_server(client)
 
 
 async def test_capabilities_advertise_inline_completion_and_utf8(client):
@@ -175,12 +137,19 @@ async def test_cancel_request_is_honoured(client):
     open_doc(client, "file:///c.py", "z = \n")
     before = (await stats(client)).counts
     pending = asyncio.wrap_future(client.protocol.send_request(  # sent now, before the cancel
-        types.TEXT_DOCUMENT_INLINE_COMPLETION, params("file:///c.py", 0, 4), msg_id="to-cancel"))
+        types.TEXT_DOCUMENT_INLINE_COMPLETION, completion_params("file:///c.py", 0, 4), msg_id="to-cancel"))
+    while (await stats(client)).counts.requests == before.requests:  # until it has reached its debounce
+        pass
     client.cancel_request(types.CancelParams(id="to-cancel"))
     with pytest.raises(JsonRpcRequestCancelled):
         await within(pending)
     configure(client)
     assert (await stats(client)).counts.cancelled == before.cancelled + 1
+
+
+async def test_a_percent_encoded_uri_is_the_same_document(client):
+    open_doc(client, "file:///with%20space.py", "w = \n")
+    assert (await complete(client, "file:///with%20space.py", 0, 4))[0].insert_text.startswith(WORD)
 
 
 async def test_a_newer_request_supersedes_an_older_one(client):
@@ -203,7 +172,7 @@ async def test_a_second_session_shares_the_running_worker(client, echo_checkpoin
         assert (await complete(other, "file:///s.py", 0, 4))[0].insert_text.startswith(WORD)
         assert (await stats(other)).worker.pid == first.pid
     finally:
-        await stop(other)
+        await stop_server(other)
 
 
 async def test_a_killed_worker_is_reported_once_and_restarted(client):
@@ -229,4 +198,57 @@ async def test_a_model_that_fails_to_load_is_explained_and_the_server_stays_up(t
         assert await complete(client, "file:///f.py", 0, 4) == []
         assert (await stats(client)).worker.state == "failed"
     finally:
-        await stop(client)
+        await stop_server(client)
+
+
+def settings(client: LanguageClient, **sections) -> None:
+    merged = {**OPTIONS, **{k: {**OPTIONS.get(k, {}), **v} for k, v in sections.items()}}
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"diffusionLsp": merged}))
+
+
+async def test_a_worker_that_stops_answering_gets_a_deadline_and_a_restart(echo_checkpoint, tmp_path):
+    client = await start(echo_checkpoint, tmp_path / "worker.sock")
+    pid = None
+    try:
+        settings(client, worker={"fillTimeoutS": 1})
+        open_doc(client, "file:///h.py", "h = \n")
+        await loads_ended(client, 1)
+        pid = (await stats(client)).worker.pid
+        os.kill(pid, signal.SIGSTOP)  # the worker hangs: no answer, not even to a ping
+        shown = client.wait_for_notification(types.WINDOW_SHOW_MESSAGE)
+        assert await complete(client, "file:///h.py", 0, 4) == []  # answered at the deadline
+        assert "does not answer; restarting it" in (await within(shown)).message
+        await loads_ended(client, 2)
+        open_doc(client, "file:///i.py", "i = \n")
+        assert (await complete(client, "file:///i.py", 0, 4))[0].insert_text.startswith(WORD)
+        after = await stats(client)
+        assert after.worker.pid != pid and after.counts.fill_timeouts == 1
+    finally:
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        await stop_server(client)
+
+
+async def test_switching_models_through_did_change_configuration(echo_checkpoint, tmp_path):
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}  # default sockets: one per model
+    client = await start(echo_checkpoint, None, env)
+    try:
+        open_doc(client, "file:///m.py", "m = \n")
+        await loads_ended(client, 1)
+        assert (await complete(client, "file:///m.py", 0, 4))[0].insert_text.startswith(WORD)
+        shown = client.wait_for_notification(types.WINDOW_SHOW_MESSAGE)
+        settings(client, model={"path": str(tmp_path / "missing")})
+        open_doc(client, "file:///n.py", "n = \n")  # starts the new model's worker
+        message = await within(shown)
+        assert "could not load the model" in message.message and "missing" in message.message
+        assert await complete(client, "file:///n.py", 0, 4) == []
+        settings(client, model={"path": str(echo_checkpoint)})
+        open_doc(client, "file:///o.py", "o = \n")
+        await loads_ended(client, 3)
+        assert (await complete(client, "file:///o.py", 0, 4))[0].insert_text.startswith(WORD)
+        assert (await stats(client)).worker.state == "ready"
+    finally:
+        await stop_server(client)

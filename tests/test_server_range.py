@@ -4,23 +4,20 @@ checkpoint rewired into a bigram chain (`scripted_checkpoint`), so every answer 
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 import torch
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
 
+from conftest import complete, loads_ended, open_doc, start_server, stop_server
 from diffusion_lsp.model.checkpoint import save_checkpoint
 from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.transformer import DiffusionTransformer
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 SCRIPT = ".foo(value) + 1"  # the chain: after ".", "foo(value) + 1"; after "(", "value) + 1"
-TIMEOUT = 60
 OPTIONS = {"sampling": {"heal": False}, "completion": {"confidenceCut": 0.0, "debounceMs": 0},
            "worker": {"idleExitS": 0}}
 CAPS = types.ClientCapabilities(
@@ -65,35 +62,13 @@ def script_checkpoint(tokenizer, tmp_path_factory) -> Path:
     return scripted_checkpoint(tokenizer, SCRIPT, tmp_path_factory.mktemp("script") / "script")
 
 
-async def within(awaitable):
-    return await asyncio.wait_for(awaitable, TIMEOUT)
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client(script_checkpoint, tmp_path_factory):
-    socket = tmp_path_factory.mktemp("sock") / "worker.sock"
-    command = [sys.executable, "-m", "diffusion_lsp", "serve", "--model", str(script_checkpoint),
-               "--worker-socket", str(socket)]
-    client = await ClientServerConfig(server_command=command).start()
-    await within(client.initialize_session(types.InitializeParams(capabilities=CAPS, initialization_options=OPTIONS)))
+    client = await start_server(script_checkpoint, tmp_path_factory.mktemp("sock") / "worker.sock", CAPS, OPTIONS)
     open_doc(client, "file:///warmup.py", "x = 1\n")  # starts the worker; its $/progress ends once loaded
-    while not any(isinstance(v, types.WorkDoneProgressEnd) for vs in client.progress_reports.values() for v in vs):
-        await within(asyncio.wrap_future(client.protocol.wait_for_notification(types.PROGRESS)))
+    await loads_ended(client, 1)
     yield client
-    await within(client.shutdown_session())
-    await client.stop()
-
-
-def open_doc(client: LanguageClient, uri: str, text: str) -> None:
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
-
-
-async def complete(client: LanguageClient, uri: str, line: int, character: int) -> list:
-    result = await within(client.text_document_inline_completion_async(types.InlineCompletionParams(
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, character))))
-    return list(result.items) if isinstance(result, types.InlineCompletionList) else list(result or [])
+    await stop_server(client)
 
 
 def apply(text: str, line: int, character: int, item) -> str:

@@ -13,10 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
+from diffusion_lsp.server import listener as listener_module
 from diffusion_lsp.server import wire
-from diffusion_lsp.server.client import Launch, WorkerClient
+from diffusion_lsp.server.client import Launch, WorkerClient, WorkerUnavailable
 from diffusion_lsp.server.listener import bind, serve
-from diffusion_lsp.server.worker import Worker, token_pieces
+from diffusion_lsp.server.wire import Fill, FillOrder
+from diffusion_lsp.server.worker import Worker
 
 WAIT = 30  # seconds: only reached when a test is failing
 SAMPLING = {"policy": "threshold", "threshold": 0.9}
@@ -42,8 +45,8 @@ class FakeEngine:
             stopped = [s or should_stop(i) for i, s in enumerate(stopped)]
             if all(stopped):
                 break
-        return [SimpleNamespace(text=r.prefix.upper(), token_ids=[ord(c) for c in r.prefix.upper()],
-                                confidence=[1.0] * len(r.prefix), ms=1.0, forwards=1, cancelled=s, reused=0)
+        return [SimpleNamespace(text=r.prefix.upper(), pieces=list(r.prefix.upper()), confidence=[1.0] * len(r.prefix),
+                                ms=1.0, forwards=1, cancelled=s, reused=0)
                 for r, s in zip(requests, stopped)]
 
 
@@ -78,15 +81,6 @@ def running():
     worker.connect(conn)
     yield worker, engine, conn
     engine.release.set()
-
-
-def test_token_pieces_add_up_to_the_text_even_across_multibyte_tokens(tokenizer):
-    ids = tokenizer.encode("s = 'é😀 naïve'\n    return s")
-    text = tokenizer.decode(ids)
-    pieces = token_pieces(tokenizer, ids, text)
-    assert "".join(pieces) == text and len(pieces) == len(ids)
-    healed = token_pieces(tokenizer, ids, text[2:])  # the sampler strips a healed prefix
-    assert "".join(healed) == text[2:] and len(healed) == len(ids)
 
 
 def test_a_running_fill_is_superseded_between_steps(running):
@@ -133,8 +127,34 @@ def test_bad_requests_are_answered_not_fatal(running):
     worker.handle(conn, {"op": "fill", "id": 1, "prefix": 3})
     worker.handle(conn, {"op": "dance", "id": 2})
     worker.handle(conn, {**fill(3), "sampling": {"policy": "beam"}})
-    assert [conn.reply(i)["reason"] for i in (1, 2, 3)] == ["error"] * 3
-    assert "beam" in conn.reply(3)["error"]
+    worker.handle(conn, {**fill(4), "max_tokens": True})
+    assert [conn.reply(i)["reason"] for i in (1, 2, 3, 4)] == ["error"] * 4
+    assert "beam" in conn.reply(3)["error"] and "max_tokens" in conn.reply(4)["error"]
+
+
+def test_a_bad_sampling_value_is_refused_alone_while_its_neighbours_decode(running):
+    worker, engine, conn = running
+    worker.handle(conn, fill(1, key="busy.py", prefix="busy"))
+    assert engine.started.wait(WAIT)
+    worker.handle(conn, fill(2, key="a.py", prefix="good"))
+    worker.handle(conn, {**fill(3, key="b.py", prefix="bad"), "sampling": {**SAMPLING, "block_size": 10**12}})
+    worker.handle(conn, fill(4, key="c.py", prefix="fine"))
+    assert conn.reply(3)["reason"] == "error" and "block_size" in conn.reply(3)["error"]
+    engine.release.set()
+    assert [conn.reply(i)["text"] for i in (1, 2, 4)] == ["BUSY", "GOOD", "FINE"]
+    assert engine.batches == [["busy"], ["good", "fine"]]
+
+
+def test_a_ping_is_answered_while_a_batch_runs(running):
+    worker, engine, conn = running
+    worker.handle(conn, {"op": "ping", "id": 1})
+    assert conn.reply(1) == {"id": 1, "ok": True, "pong": True, "busy_s": 0.0}
+    worker.handle(conn, fill(2))
+    assert engine.started.wait(WAIT)
+    worker.handle(conn, {"op": "ping", "id": 3})
+    assert conn.reply(3)["pong"] and worker.busy_since is not None and conn.reply(3)["busy_s"] >= 0.0
+    engine.release.set()
+    assert conn.reply(2)["ok"]
 
 
 def test_a_model_that_fails_to_load_answers_every_fill_with_the_reason():
@@ -152,6 +172,7 @@ def test_a_model_that_fails_to_load_answers_every_fill_with_the_reason():
 def test_the_socket_is_owner_only_and_one_worker_holds_it(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     folder = wire.private_dir()
+    wire.ensure_private_dir(folder)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     path = wire.default_socket(None, "cpu")
     assert path.parent == folder and path != wire.default_socket(None, "cuda")
@@ -165,7 +186,7 @@ def test_the_socket_is_owner_only_and_one_worker_holds_it(tmp_path, monkeypatch)
         os.close(lock)
     folder.chmod(0o755)
     with pytest.raises(RuntimeError, match="0700"):
-        wire.private_dir()
+        wire.ensure_private_dir(folder)
 
 
 def test_the_client_over_a_real_socket_fills_cancels_and_notices_a_lost_worker(tmp_path):
@@ -183,21 +204,153 @@ def test_the_client_over_a_real_socket_fills_cancels_and_notices_a_lost_worker(t
         await client.start()
         await asyncio.wait_for(ready.wait(), WAIT)
         assert client.pid == os.getpid()
-        held = asyncio.ensure_future(client.fill(1, "a.py", {**fill(1), "prefix": "held"}))
+        held = asyncio.ensure_future(client.fill("a.py", FillOrder("held", "", 4)))
         await asyncio.get_running_loop().run_in_executor(None, engine.started.wait, WAIT)
         held.cancel()  # what $/cancelRequest does: the worker must stop the fill between steps
         with pytest.raises(asyncio.CancelledError):
             await held
         engine.release.set()
-        answer = await asyncio.wait_for(client.fill(2, "a.py", {**fill(2), "prefix": "go"}), WAIT)
-        assert answer["text"] == "GO" and engine.batches[0] == ["held"]
+        answer = await asyncio.wait_for(client.fill("a.py", FillOrder("go", "", 4, sampling=SamplerConfig())), WAIT)
+        assert answer == Fill("GO", ["G", "O"], [1.0, 1.0], 1.0, 1, 0) and engine.batches[0] == ["held"]
         for conn in list(worker.conns):  # the worker goes away
             conn.sock.shutdown(socket.SHUT_RDWR)
         await asyncio.wait_for(lost.wait(), WAIT)
-        assert not client.connected and await client.fill(3, "a.py", fill(3)) is None
+        assert not client.connected
+        with pytest.raises(WorkerUnavailable):
+            await client.fill("a.py", FillOrder("x", "", 4))
 
     try:
         asyncio.run(go())
     finally:
         listener.close()
         os.close(lock)
+
+
+def _fake_worker_socket(path, lines: list[bytes]):
+    """A socket at `path` whose one connection gets `lines` and is then held open."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def talk():
+        conn, _ = server.accept()
+        for line in lines:
+            conn.sendall(line)
+        conn.recv(1)  # until the client hangs up
+
+    threading.Thread(target=talk, daemon=True).start()
+    return server
+
+
+def test_a_worker_of_another_wire_version_is_refused_with_a_clear_reason(tmp_path):
+    path = tmp_path / "w.sock"
+    server = _fake_worker_socket(path, [wire.encode({"event": "hello", "version": 1, "pid": 1, "state": "ready"})])
+    client = WorkerClient(Launch(socket=path), on_event=lambda m: None, on_lost=lambda r: None)
+    try:
+        with pytest.raises(WorkerUnavailable, match="protocol version .1, this server speaks 2"):
+            asyncio.run(client.start())
+    finally:
+        server.close()
+
+
+def test_an_over_long_line_from_the_worker_drops_the_connection(tmp_path, monkeypatch):
+    from diffusion_lsp.server import client as client_module
+
+    monkeypatch.setattr(client_module, "MAX_LINE", 4096)
+    path = tmp_path / "w.sock"
+    hello = wire.encode({"event": "hello", "version": wire.WIRE_VERSION, "pid": 1, "state": "ready", "model": "<embedded>"})
+    server = _fake_worker_socket(path, [hello, b'{"id": 1, "text": "' + b"x" * 10_000 + b'"}\n'])
+
+    async def go():
+        lost = asyncio.Event()
+        client = WorkerClient(Launch(socket=path), on_event=lambda m: None, on_lost=lambda r: lost.set())
+        await client.start()
+        fill = asyncio.ensure_future(client.fill("a.py", FillOrder("x", "", 4)))
+        await asyncio.wait_for(lost.wait(), WAIT)
+        with pytest.raises(WorkerUnavailable):
+            await fill
+        return client.connected
+
+    try:
+        assert asyncio.run(go()) is False
+    finally:
+        server.close()
+
+
+def test_the_worker_exits_once_its_last_client_has_gone(tmp_path):
+    worker = Worker(lambda: FakeEngine())
+    listener, lock = bind(tmp_path / "w.sock")
+    done = threading.Event()
+
+    def run():
+        serve(listener, worker, 0)
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(tmp_path / "w.sock"))
+        assert wire.decode(sock.makefile("rb").readline())["event"] == "hello"
+        assert not done.is_set()  # a client is connected: it stays
+        sock.close()
+        assert done.wait(WAIT)
+    finally:
+        listener.close()
+        os.close(lock)
+
+
+def test_a_client_that_stops_reading_is_dropped_without_stalling_the_sender(tmp_path, monkeypatch):
+    monkeypatch.setattr(listener_module, "SEND_TIMEOUT_S", 1)
+    worker = Worker(lambda: FakeEngine())
+    listener, lock = bind(tmp_path / "w.sock")
+    threading.Thread(target=serve, args=(listener, worker, 600), daemon=True).start()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(tmp_path / "w.sock"))  # and never reads
+    try:
+        with worker.cond:
+            assert worker.cond.wait_for(lambda: worker.conns, WAIT)
+            (conn,) = worker.conns
+        sent = threading.Event()
+
+        def flood():  # what the model thread does with answers: one blocked send must not hang it
+            for _ in range(64):
+                conn.send({"event": "state", "state": "ready", "error": "x" * 1_000_000})
+            sent.set()
+
+        threading.Thread(target=flood, daemon=True).start()
+        assert sent.wait(WAIT)
+        with worker.cond:
+            assert worker.cond.wait_for(lambda: not worker.conns, WAIT)  # dropped, cleaned up
+    finally:
+        sock.close()
+        listener.close()
+        os.close(lock)
+
+
+def test_a_socket_folder_that_does_not_exist_is_made_private_and_a_planted_socket_is_refused(tmp_path):
+    path = tmp_path / "new" / "deeper" / "w.sock"
+    wire.check_socket_path(path)
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    planted = tmp_path / "new" / "deeper" / "p.sock"
+    planted.symlink_to(tmp_path / "elsewhere.sock")
+    with pytest.raises(RuntimeError, match="not a socket owned by"):
+        wire.check_socket_path(planted)
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(RuntimeError, match="0700"):
+        wire.check_socket_path(shared / "w.sock")
+
+
+def test_a_shared_socket_whose_worker_serves_another_model_is_refused(tmp_path):
+    path = tmp_path / "w.sock"
+    hello = wire.encode({"event": "hello", "version": wire.WIRE_VERSION, "pid": 1, "state": "ready",
+                         "model": "/models/a"})
+    server = _fake_worker_socket(path, [hello])
+    client = WorkerClient(Launch(socket=path, settings=LaunchSettings(path="/models/b")), lambda m: None,
+                          lambda r: None)
+    try:
+        with pytest.raises(WorkerUnavailable, match="serves the model /models/a, not /models/b"):
+            asyncio.run(client.start())
+    finally:
+        server.close()

@@ -185,17 +185,30 @@ def test_resume_continues_steps_and_matches_an_uninterrupted_run(corpus, tmp_pat
         assert torch.allclose(p, q, atol=1e-5), name
 
 
-def test_command_time_budget_and_errors(corpus, tmp_path, capsys):
+def test_command_time_budget_and_errors(corpus, tmp_path, capsys, monkeypatch):
+    from diffusion_lsp.train import loop
+
+    clock = [0.0]  # the loop's clock: 0.25 s per training batch, whatever the machine's speed
+    get = Batches.get
+
+    def timed_get(self, step, fim_rate=None):
+        if fim_rate is None:  # a training batch (validation batches name their rate)
+            clock[0] += 0.25
+        return get(self, step, fim_rate)
+
+    monkeypatch.setattr(Batches, "get", timed_get)
+    monkeypatch.setattr(loop, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     parser = argparse.ArgumentParser()
     command.register(parser.add_subparsers())
     argv = ["train", "--corpus", str(corpus), "--out", str(tmp_path / "run"), "--preset", "tiny", "--seq-len", "32",
-            "--batch-size", "4", "--minutes", "0.01", "--threads", "1", "--device", "cpu", "--no-progress"]
+            "--batch-size", "4", "--minutes", "0.01", "--steps", "50", "--threads", "1", "--device", "cpu",
+            "--no-progress"]
     args = parser.parse_args(argv)
     assert args.run(args) == 0
     assert "step=" in capsys.readouterr().out and (tmp_path / "run" / "checkpoint" / "model.safetensors").is_file()
     state = torch.load(tmp_path / "run" / "train_state.pt", weights_only=True)
-    assert state["elapsed_s"] >= 0.6 and state["step"] >= 1
-    from diffusion_lsp.cli import UserError
+    assert state["step"] == 3 and state["elapsed_s"] == 0.75  # 0.6 s budget: it stops after the step that spent it
+    from diffusion_lsp.errors import UserError
     for bad in (["--corpus", str(tmp_path / "missing")], ["--preset", "huge", "--out", str(tmp_path / "new")],
                 ["--dim", "96", "--out", str(tmp_path / "run")]):
         args = parser.parse_args(argv + bad)

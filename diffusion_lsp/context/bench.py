@@ -11,26 +11,14 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sysconfig
 import time
 from pathlib import Path
 
+from ..bench.workload import BIG_SOURCES, STDLIB, big_file
+from ..model.tokenizer import train_bpe
 from .gather import gather
 from .postprocess import postprocess
 from .types import ContextBudget, Document, EditSnippet
-
-STDLIB = Path(sysconfig.get_paths()["stdlib"])
-SOURCES = ["argparse.py", "textwrap.py", "shlex.py", "json/decoder.py", "json/encoder.py", "csv.py",
-           "ftplib.py", "pprint.py", "difflib.py", "calendar.py", "dataclasses.py"]
-
-
-def big_file(lines: int = 5000) -> str:
-    text = ""
-    for name in SOURCES:
-        text += (STDLIB / name).read_text() + "\n"
-        if text.count("\n") >= lines:
-            break
-    return "\n".join(text.split("\n")[:lines]) + "\n"
 
 
 def _fill(text: str, offset: int) -> tuple[str, list[str], list[float]]:
@@ -48,10 +36,8 @@ def _pct(xs: list[float]) -> str:
 
 
 def run(n: int, seed: int) -> None:
-    from ..model.tokenizer import train_bpe
-
     text = big_file()
-    tok = train_bpe([(STDLIB / s).read_text() for s in SOURCES[:4]], vocab_size=2048)
+    tok = train_bpe([(STDLIB / s).read_text() for s in BIG_SOURCES[:4]], vocab_size=2048)
     count = lambda s: len(tok.encode(s))  # noqa: E731
     others = [Document(f"file:///w/{Path(s).name}", (STDLIB / s).read_text(), "python")
               for s in ("textwrap.py", "shlex.py")]

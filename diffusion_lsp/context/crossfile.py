@@ -92,14 +92,17 @@ def _render_edit(e: EditSnippet, c: str) -> str:
 
 def cross_file(doc: Document, spec: LanguageSpec | None, open_docs: Iterable[Document],
                recent_edits: Iterable[EditSnippet], near_before: str, near_after: str, kept: str,
-               budget: int, count_tokens: Callable[[str], int]) -> CrossFile:
+               budget: int, count_tokens: Callable[[str], int],
+               index_of: Callable[[Document], DocIndex | None] = index_document) -> CrossFile:
     """Render cross-file context for `doc` within `budget` tokens. `kept` is the prefix and suffix
-    text the model already sees: definitions and edits found there are not repeated."""
+    text the model already sees: definitions and edits found there are not repeated. `index_of`
+    gives another document's index: built on demand by default, `index.indexed` (never parses)
+    on the language server's request path."""
     out = CrossFile()
     if budget <= 0:
         return out
     c = spec.comment if spec else "#"
-    others = [i for i in (index_document(d) for d in open_docs if d.uri != doc.uri) if i is not None]
+    others = [i for i in (index_of(d) for d in open_docs if d.uri != doc.uri) if i is not None]
     others = _ranked(doc, spec, others)
     local = set(_LOCAL_DEF.findall(kept))
     blocks: dict[str, list[str]] = {}  # file label -> rendered definitions, in order of first use

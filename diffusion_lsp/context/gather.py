@@ -11,6 +11,7 @@ from typing import Callable, Iterable, Mapping
 
 from .crossfile import cross_file
 from .cutting import heuristic_unit_starts, memoized, snap_start, take_prefix, take_suffix
+from .index import DocIndex, index_document
 from .languages import LanguageSpec, language_for, query_for
 from .parsing import Window, parse_bounds, parse_window
 from .spans import decide_span
@@ -64,11 +65,13 @@ def _first_lines(s: str, n: int) -> str:
 
 def gather(doc: Document, offset: int, open_docs: Iterable[Document] | Mapping[str, Document] = (),
            recent_edits: Iterable[EditSnippet] = (), budget: ContextBudget | None = None,
-           count_tokens: Callable[[str], int] = approx_tokens) -> CompletionContext:
+           count_tokens: Callable[[str], int] = approx_tokens,
+           index_of: Callable[[Document], DocIndex | None] = index_document) -> CompletionContext:
     """Context for a completion at `offset` (a str index into doc.text; clamped to the text).
 
     open_docs may include `doc` itself (it is skipped); recent_edits are oldest first (a deque
-    appended to as edits happen): the newest get the cross-file budget first."""
+    appended to as edits happen): the newest get the cross-file budget first. `index_of` gives
+    the other documents' definitions (crossfile.cross_file)."""
     t0 = time.perf_counter()
     count_tokens = memoized(count_tokens)
     budget = budget or ContextBudget()
@@ -98,7 +101,7 @@ def gather(doc: Document, offset: int, open_docs: Iterable[Document] | Mapping[s
         open_docs = open_docs.values()
     xf = cross_file(doc, spec, open_docs, recent_edits, _last_lines(code, NEAR_LINES_BEFORE),
                     _first_lines(suffix, NEAR_LINES_AFTER), code + suffix, budget.cross_file_tokens,
-                    count_tokens)
+                    count_tokens, index_of)
     extras = {
         "rule": span.rule, "prefix_tokens": prefix_tokens, "suffix_tokens": suffix_tokens,
         "cross_file_tokens": xf.tokens, "cross_file": xf.items, "prefix_start": code_start,

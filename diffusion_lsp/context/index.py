@@ -2,8 +2,10 @@
 
 Built from a full parse with queries/<lang>/definitions.scm and imports.scm, and cached per
 document version: other open documents rarely change while the user types in one, so each is
-indexed once per change (a 5,000-line file takes ~40 ms; `index_document` may be called ahead of
-time, off the request path)."""
+indexed once per change (a 5,000-line file takes ~40 ms). `index_document` builds what is missing;
+`indexed` only looks, and is what the language server's request path uses: its indexer
+(server/indexer.py) builds them in the background, and a request uses the last index built for a
+document even when the document has changed since (its definitions rarely move far)."""
 
 from __future__ import annotations
 
@@ -131,6 +133,10 @@ def build_index(doc: Document, spec: LanguageSpec) -> DocIndex | None:
     return index
 
 
+def _key(doc: Document) -> tuple:
+    return doc.version, len(doc.text), hash(doc.text)  # str caches its hash: O(1) after the first
+
+
 class _IndexCache:
     def __init__(self, size: int = INDEX_CACHE_SIZE):
         self.size, self.items, self.lock = size, OrderedDict(), threading.Lock()
@@ -139,23 +145,40 @@ class _IndexCache:
         spec = language_for(doc.language_id, doc.uri)
         if spec is None:
             return None
-        key = (doc.version, len(doc.text), hash(doc.text))
         with self.lock:
             hit = self.items.get(doc.uri)
-            if hit is not None and hit[0] == key:
+            if hit is not None and hit[0] == _key(doc):
                 self.items.move_to_end(doc.uri)
                 return hit[1]
-        index = build_index(doc, spec)
+        return self.put(doc, build_index(doc, spec))
+
+    def put(self, doc: Document, index: DocIndex | None) -> DocIndex | None:
         with self.lock:
-            self.items[doc.uri] = (key, index)
+            self.items[doc.uri] = (_key(doc), index)
             while len(self.items) > self.size:
                 self.items.popitem(last=False)
         return index
+
+    def latest(self, uri: str) -> DocIndex | None:
+        with self.lock:
+            hit = self.items.get(uri)
+        return None if hit is None else hit[1]
+
+    def is_current(self, doc: Document) -> bool:
+        with self.lock:
+            hit = self.items.get(doc.uri)
+        return hit is not None and hit[0] == _key(doc)
 
 
 INDEXES = _IndexCache()
 
 
 def index_document(doc: Document) -> DocIndex | None:
-    """The (cached) index of a document; None for unknown languages or huge documents."""
+    """The (cached) index of a document, built when missing or stale; None for unknown languages
+    or huge documents."""
     return INDEXES.get(doc)
+
+
+def indexed(doc: Document) -> DocIndex | None:
+    """The last index built for this document (maybe of an older version), or None: never parses."""
+    return INDEXES.latest(doc.uri)

@@ -40,18 +40,18 @@ def _line_prefix(ctx: CompletionContext) -> str:
 
 def drop_low_confidence(text: str, pieces: list[str] | None, confidence: list[float] | None,
                         threshold: float) -> tuple[str, int]:
-    """(text, tokens dropped). `pieces` (each token's decoded text) locate the cut; when they do not
-    add up to `text` (token healing puts the healed text in the first piece) the difference is
-    taken from the front."""
+    """(text, tokens dropped). `pieces` (each token's text, adding up to `text`: the sampler makes
+    them so, healing included) locate the cut; without them it is placed proportionally."""
     if not confidence or threshold <= 0:
         return text, 0
     low = next((i for i, c in enumerate(confidence) if c < threshold), None)
     if low is None:
         return text, 0
-    if pieces is not None and len(pieces) == len(confidence):
-        joined = "".join(pieces)
-        lead = len(joined) - len(text) if len(joined) >= len(text) else 0
-        cut = min(max(sum(len(p) for p in pieces[:low]) - lead, 0), len(text))
+    if pieces is not None:
+        if len(pieces) != len(confidence) or sum(map(len, pieces)) != len(text):
+            raise ValueError(f"{len(pieces)} pieces of {sum(map(len, pieces))} characters do not line up with "
+                             f"{len(confidence)} confidences and a text of {len(text)} characters")
+        cut = sum(len(p) for p in pieces[:low])
     else:
         cut = round(len(text) * low / len(confidence))
     kept = text[:cut]

@@ -37,6 +37,12 @@ class ContextBudget:
     suffix_tokens: int = 128
     cross_file_tokens: int = 128  # definitions from other open documents and recent edits
 
+    @classmethod
+    def split(cls, total: int) -> ContextBudget:
+        """`total` tokens: 1/8 cross-file, 1/4 suffix, the rest prefix."""
+        cross, suffix = total // 8, total // 4
+        return cls(prefix_tokens=total - cross - suffix, suffix_tokens=suffix, cross_file_tokens=cross)
+
 
 @dataclass
 class CompletionContext:

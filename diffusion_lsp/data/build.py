@@ -209,7 +209,7 @@ def judge(path: str, data: bytes, seen: set[bytes]) -> tuple[str | None, str | N
 def build_corpus(manifest: Manifest, out: Path, cache: Path, fetch: Fetch = pip_fetch,
                  stdlib_dir: Path | None = None, progress: bool = True) -> dict:
     """Write train.jsonl, val.jsonl and stats.json into `out`; return the stats."""
-    from tqdm import tqdm
+    from tqdm import tqdm  # kept off --help
 
     entries = list(sources(manifest, cache, fetch, stdlib_dir))
     seen: set[bytes] = set()

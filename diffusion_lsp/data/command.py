@@ -9,7 +9,9 @@ import time
 import zlib
 from pathlib import Path
 
-from ..cli import UserError
+from ..errors import UserError
+from .build import build_corpus
+from .manifest import load_manifest
 
 
 def register(sub):
@@ -34,9 +36,6 @@ def run(args) -> int:
 
 
 def run_build(args) -> int:
-    from .build import build_corpus
-    from .manifest import load_manifest
-
     try:
         manifest = load_manifest(args.manifest)
     except (OSError, ValueError) as e:
@@ -68,7 +67,7 @@ def run_tokenizer(args) -> int:
         raise UserError(f"{train} not found; run `diffusion-lsp data build` first")
     if args.vocab_size < 300:
         raise UserError(f"--vocab-size must be at least 300 (256 bytes + merges), got {args.vocab_size}")
-    from tqdm import tqdm
+    from tqdm import tqdm  # tqdm and the tokenizers library: kept off --help
 
     from ..model.tokenizer import train_bpe
 

@@ -1,1 +1,2 @@
-"""Evaluations: HumanEval infilling (pass@1) and held-out packages (loss, exact match)."""
+"""Evaluations: HumanEval infilling (pass@1), held-out packages (loss, exact match) and typing
+sessions on held-out lines (fresh vs reused context)."""

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import sys
-import time
+from dataclasses import replace
+from pathlib import Path
 
 from ..errors import UserError
-from ..fim import add_sampler_args, engine_from_args, sampler_config
+from ..fim_batch import decode_all
+from ..options import add_fill_args, engine_for, launch_settings, sampler_config
+from . import heldout, humaneval, typing_session
+from .execute import run_all
 
 
 def register(sub):
@@ -24,22 +28,10 @@ def register(sub):
     h.add_argument("--timeout", type=float, default=3.0, help="seconds per program (default 3)")
     h.add_argument("--json", action="store_true", help="print one JSON object")
     h.add_argument("--no-baselines", action="store_true", help="skip the empty and one-per-step rows")
-    add_sampler_args(h)
+    add_fill_args(h)
     h.set_defaults(run=run_humaneval, max_tokens=None)
-    from .heldout import register as register_heldout
-    from .typing import register as register_typing
-
-    register_heldout(ev)
-    register_typing(ev)
-
-
-def decode_all(engine, requests, cfg, batch_size: int, desc: str):
-    """Run requests through the batch FIM path -> (records, wall seconds)."""
-    from ..fim_batch import fill_records
-
-    t0 = time.perf_counter()
-    records = list(fill_records(engine, requests, cfg, batch_size, desc=desc))
-    return records, time.perf_counter() - t0
+    heldout.register(ev)
+    typing_session.register(ev)
 
 
 def summarize(name: str, passed: list[bool], records: list[dict] | None, wall: float) -> dict:
@@ -53,20 +45,15 @@ def summarize(name: str, passed: list[bool], records: list[dict] | None, wall: f
 
 
 def run_humaneval(args) -> int:
-    from dataclasses import replace
-    from pathlib import Path
+    from ..model.canvas import FillRequest  # the tokenizers library: kept off --help
 
-    from ..model.canvas import FillRequest
-    from . import humaneval
-    from .execute import run_all
-
+    cfg, launch = sampler_config(args), launch_settings(args)
     try:
         tasks = humaneval.load_split(args.split, Path(args.data) if args.data else None, args.limit,
                                      args.sample)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
-    cfg = sampler_config(args)
-    engine = engine_from_args(args)
+    engine = engine_for(launch)
     max_tokens = args.max_tokens or humaneval.CANVAS[args.split]
     one_line = args.split == "single-line"
     requests = [FillRequest(t["prompt"], t["suffix"], max_tokens, id=t["task_id"], one_line=one_line) for t in tasks]

@@ -3,20 +3,20 @@ corpus holds out for validation (data/corpus/val.jsonl), each beside a trivial b
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import random
 from pathlib import Path
 
 from ..errors import UserError
+from ..fim_batch import decode_all
+from ..options import add_fill_args, engine_for, launch_settings, sampler_config
+from .metrics import edit_similarity, exact_match, mean_score
 
 MASK_RATES = (0.15, 0.5, 0.85)
 
 
 def register(ev):
-    from ..fim import add_sampler_args
-
     h = ev.add_parser("heldout", help="masked-token loss and single-line exact match on held-out packages")
     h.add_argument("--corpus", default="data/corpus", help="folder with val.jsonl (default data/corpus)")
     h.add_argument("--lines", type=int, default=200, help="single lines to fill (default 200)")
@@ -24,7 +24,7 @@ def register(ev):
     h.add_argument("--seq-len", type=int, default=256)
     h.add_argument("--seed", type=int, default=0)
     h.add_argument("--json", action="store_true", help="print one JSON object")
-    add_sampler_args(h)
+    add_fill_args(h)
     h.set_defaults(run=run)
 
 
@@ -51,24 +51,9 @@ def pick_lines(docs: list[dict], n: int, rng: random.Random, window: int = 3000)
     return picks
 
 
-def exact_match(guess: str, line: str) -> float:
-    return float(guess.strip() == line.strip())
-
-
-def edit_similarity(guess: str, line: str) -> float:
-    """Character-level similarity in [0, 1] (difflib ratio) of the stripped lines, the soft score
-    code-completion benchmarks report beside exact match (CodeXGLUE line completion)."""
-    a, b = guess.strip(), line.strip()
-    return 1.0 if a == b else difflib.SequenceMatcher(None, a, b).ratio()
-
-
-def mean_score(score, guesses: list[str], lines: list[str]) -> float:
-    return sum(score(g, x) for g, x in zip(guesses, lines)) / max(len(lines), 1)
-
-
 def masked_token_loss(engine, docs, crops: int, seq_len: int, rng: random.Random) -> dict:
     """Mean cross-entropy (nats) on masked tokens at fixed mask rates, and a unigram baseline."""
-    import torch
+    import torch  # kept off --help
     import torch.nn.functional as F
 
     tok, model = engine.tokenizer, engine.model
@@ -105,14 +90,12 @@ def masked_token_loss(engine, docs, crops: int, seq_len: int, rng: random.Random
 
 
 def run(args) -> int:
-    from ..fim import engine_from_args, sampler_config
-    from ..model.canvas import FillRequest
-    from .command import decode_all
+    from ..model.canvas import FillRequest  # the tokenizers library: kept off --help
 
+    cfg, launch = sampler_config(args), launch_settings(args)
     rng = random.Random(args.seed)
     docs = load_val(args.corpus)
-    cfg = sampler_config(args)
-    engine = engine_from_args(args)
+    engine = engine_for(launch)
     loss = masked_token_loss(engine, docs, args.crops, args.seq_len, rng)
     picks = pick_lines(docs, args.lines, rng)
     requests = [FillRequest(p, s, args.max_tokens, id=i, one_line=True) for i, (p, s, _, _) in enumerate(picks)]

@@ -1,20 +1,26 @@
 """The language server's side of the worker socket (asyncio): connect to a running worker or
-start one, send fills, route answers and state events, notice when the worker goes away."""
+start one, send fills and pings, route answers and state events, notice when the worker goes away,
+and kill one that stopped answering."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.settings import LaunchSettings
-from .wire import MAX_LINE, WIRE_VERSION, decode, encode
+from .wire import (MAX_LINE, WIRE_VERSION, Fill, FillOrder, FillRefused, check_socket_path, decode, encode,
+                   model_name)
 
 SPAWN_TIMEOUT_S = 60.0  # the worker prints "ready" once its socket listens, before loading the model
 CONNECT_TRIES = 40  # when another session is starting the worker: 40 x 0.25 s
+MAX_SPAWNS = 3
+HELLO_TIMEOUT_S = 10.0  # a listening worker says hello at once, from its socket thread
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,8 @@ class WorkerClient:
         self._connecting: asyncio.Task | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._closed = False
+        self._ids = itertools.count(1)
+        self._said = ""  # the last spawned worker's first line: "ready" or "busy"
 
     @property
     def connected(self) -> bool:
@@ -60,21 +68,58 @@ class WorkerClient:
             self._connecting = asyncio.ensure_future(self._connect())
         await asyncio.shield(self._connecting)
 
-    async def fill(self, rid: int, key: str, request: dict) -> dict | None:
-        """The worker's answer for one fill, or None when it is unavailable or not ready.
-        Cancelling this coroutine sends a cancel, so the worker abandons the work."""
+    async def fill(self, key: str, order: FillOrder) -> Fill:
+        """The worker's fill for `order`. Raises WorkerUnavailable when it is not connected and
+        ready or goes away meanwhile, FillRefused when it says no. Cancelling this coroutine sends
+        a cancel, so the worker abandons the work."""
         if not self.connected or self.state != "ready":
+            raise WorkerUnavailable(f"the model worker is {self.state}")
+        rid = next(self._ids)
+        reply = await self._ask(order.message(rid, key), rid, cancel=True)
+        if not reply.get("ok"):
+            raise FillRefused(str(reply.get("reason")), reply.get("error"))
+        try:
+            return Fill.from_message(reply)
+        except (TypeError, ValueError) as e:
+            raise FillRefused("error", f"{e}") from None
+
+    async def ping(self, timeout_s: float) -> float | None:
+        """Seconds the worker's current batch has been running (0 when idle), or None when it
+        does not answer within `timeout_s` (stopped, or its socket thread is stuck)."""
+        if not self.connected:
             return None
+        rid = next(self._ids)
+        try:
+            reply = await asyncio.wait_for(self._ask({"op": "ping", "id": rid}, rid, cancel=False), timeout_s)
+        except (asyncio.TimeoutError, WorkerUnavailable):
+            return None
+        busy = reply.get("busy_s", 0.0)
+        return float(busy) if isinstance(busy, (int, float)) else 0.0
+
+    def kill(self) -> None:
+        """SIGKILL the worker (it stopped answering; SIGKILL also ends a SIGSTOPped process). The
+        connection then drops and on_lost restarts it."""
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    async def _ask(self, message: dict, rid: int, cancel: bool) -> dict:
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
-        self._send({"op": "fill", "id": rid, "key": key, **request})
+        self._send(message)
         try:
-            return await fut
+            reply = await fut
         except asyncio.CancelledError:
-            self._send({"op": "cancel", "id": rid})
+            if cancel:
+                self._send({"op": "cancel", "id": rid})
             raise
         finally:
             self._pending.pop(rid, None)
+        if reply is None:
+            raise WorkerUnavailable("the connection to the model worker was lost")
+        return reply
 
     async def close(self) -> None:
         """Disconnect; the worker itself stays for other sessions until it idles out."""
@@ -88,24 +133,40 @@ class WorkerClient:
             self._writer.write(encode(message))
 
     async def _connect(self) -> None:
+        try:
+            check_socket_path(self.launch.socket)
+        except (OSError, RuntimeError) as e:
+            raise WorkerUnavailable(str(e)) from None
         path = str(self.launch.socket)
-        spawned = False
+        spawns = 0
         for _ in range(CONNECT_TRIES):
             try:
                 reader, writer = await asyncio.open_unix_connection(path, limit=MAX_LINE)
                 break
             except (FileNotFoundError, ConnectionRefusedError):
-                if not spawned:
-                    spawned = True
+                # nobody listens: start a worker; one that found the lock held ("busy") leaves the
+                # socket to its holder, which may be on its way out (idle exit): then start another
+                if spawns < MAX_SPAWNS and (spawns == 0 or self._said == "busy"):
+                    spawns += 1
                     await self._spawn()
                     continue
                 await asyncio.sleep(0.25)  # another session's worker is binding the socket
         else:
             raise WorkerUnavailable(f"no worker answers on {path}")
-        hello = decode(await reader.readline())
+        try:
+            hello = decode(await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S))
+        except (asyncio.TimeoutError, ValueError, asyncio.IncompleteReadError) as e:
+            writer.close()
+            raise WorkerUnavailable(f"the worker on {path} did not say hello ({type(e).__name__})") from None
         if hello.get("event") != "hello" or hello.get("version") != WIRE_VERSION:
             writer.close()
-            raise WorkerUnavailable(f"the worker on {path} speaks another protocol: {hello!r}")
+            raise WorkerUnavailable(f"the worker on {path} speaks another protocol version "
+                                    f"({hello.get('version')!r}, this server speaks {WIRE_VERSION}); "
+                                    "it exits once idle, or stop it and retry")
+        if hello.get("model") != (want := model_name(self.launch.settings)):  # a shared worker.socket
+            writer.close()
+            raise WorkerUnavailable(f"the worker on {path} serves the model {hello.get('model')}, not {want}; "
+                                    "it exits once idle, or set another worker.socket")
         self._writer = writer
         self._event(hello)
         asyncio.ensure_future(self._read(reader, writer))
@@ -127,6 +188,7 @@ class WorkerClient:
             code = await self._proc.wait()
             raise WorkerUnavailable(f"the worker exited with code {code} before listening "
                                     f"(see {self.launch.socket}.log)")
+        self._said = line.decode(errors="replace").split(" ", 1)[0].strip()  # ready PID | busy
 
     def _event(self, message: dict) -> None:
         if message.get("event") == "hello":

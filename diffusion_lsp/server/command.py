@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 
+from ..errors import UserError
+from ..model.settings import LaunchSettings, add_args, from_args
+
 
 def register(sub):
     p = sub.add_parser("serve", help="run the language server (inline completions) over stdio",
                        description="Language server for inline completions; the model runs in a worker process.")
-    p.add_argument("--model", metavar="DIR", help="checkpoint folder (default: the embedded model); "
-                   "the editor's model.path setting overrides it")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when present)")
+    add_args(p, LaunchSettings)  # defaults that the editor's model.* settings override
     p.add_argument("--worker-socket", metavar="PATH",
                    help="Unix socket of a model worker to share (started when nobody serves it); default: "
                         "one per model and device in a private runtime directory")
@@ -20,13 +21,15 @@ def register(sub):
 
 
 def run(args) -> int:
-    from .server import create_server
+    from .server import create_server  # pygls: not for --help
     from .session import ServeOptions
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    server = create_server(ServeOptions(model=args.model, device=args.device, worker_socket=args.worker_socket))
+    try:
+        launch = from_args(LaunchSettings, args)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    server = create_server(ServeOptions(launch=launch, worker_socket=args.worker_socket))
     if args.tcp is not None:
-        server.start_tcp("127.0.0.1", args.tcp)
-    else:
-        server.start_io()
-    return 0
+        return server.start_tcp("127.0.0.1", args.tcp)
+    return server.start_io()  # 0 after shutdown and exit, 1 for an exit without shutdown (LSP spec)

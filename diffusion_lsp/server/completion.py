@@ -1,29 +1,45 @@
-"""One inline completion, without LSP: input guards, cache, supersession, debounce, context, the
-model fill, post-processing and the parse-error re-sample. The fill itself is a callable (the
-worker client in the server, a fake in tests)."""
+"""One inline completion, without LSP: (document, position) -> Answer (text, replace range).
+
+Top to bottom: locate the position and refuse bad input; the cache; supersession by a newer request
+for the same document, and the debounce; the context (context/gather.py); the fill (link.py, the
+model worker); post-processing (context/postprocess.py) and one shorter, more careful re-sample of
+a fill that breaks the parse; the range the answer replaces. Context and post-processing run in
+one thread of their own: tree-sitter and the tokenizer never block the event loop, and other
+documents' indexes are only looked up here (server/indexer.py builds them)."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ..context.types import CompletionContext, Document, SpanKind, Suggestion
+from ..context.gather import gather
+from ..context.index import indexed
+from ..context.postprocess import postprocess
+from ..context.tokens import approx_tokens, valid_text
+from ..context.types import CompletionContext, ContextBudget, Document, EditSnippet, SpanKind, Suggestion
 from . import positions
 from .cache import CompletionCache
 from .config import Config
-from .context_api import ContextApi, budget_for
+from .link import Unavailable, WorkerLink
 from .stats import Stats, Timing
+from .wire import Fill, FillOrder
+
+Position = tuple[int, int]  # LSP (line, character) in the negotiated encoding
+RESAMPLE_THRESHOLD = 0.97  # the parse-error re-sample commits only tokens this sure
 
 
 class BadInput(Exception):
     """An expected refusal (unknown document, position past the end, ...): answered empty, logged."""
 
 
-class Unavailable(Exception):
-    """The model could not answer (not loaded yet, failed, worker gone): answered empty, not cached."""
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    range: tuple[Position, Position] | None = None  # what the text replaces; None: inserted at the cursor
 
 
 def locate(text: str, line: int, column: int, encoding: str, max_line_chars: int) -> int:
@@ -41,8 +57,8 @@ def locate(text: str, line: int, column: int, encoding: str, max_line_chars: int
     return span[0] + index
 
 
-def replace_range(text: str, offset: int, sug: Suggestion, encoding: str):
-    """((line, col), (line, col)) of the text the item replaces, or None for a plain insertion."""
+def replace_range(text: str, offset: int, sug: Suggestion, encoding: str) -> tuple[Position, Position] | None:
+    """The LSP range of the characters after the cursor (on its line) the suggestion writes over."""
     if sug.replace_chars <= 0:
         return None
     line_end = text.find("\n", offset)
@@ -50,18 +66,12 @@ def replace_range(text: str, offset: int, sug: Suggestion, encoding: str):
     return positions.position_at(text, offset, encoding), positions.position_at(text, end, encoding)
 
 
-@dataclass
-class Fill:
-    """A worker's answer for one canvas."""
-
-    text: str
-    pieces: list[str]  # per-token text, "".join(pieces) == text
-    confidence: list[float]  # per token
-    ms: float = 0.0
-    reused: int = 0  # context positions the worker reused from this document's last fill
-
-
-FillFn = Callable[[int, str, dict], Awaitable["Fill | None"]]  # (request id, document key, request)
+def finish(ctx: CompletionContext, fill: Fill, confidence_cut: float, check_syntax: bool) -> tuple[Suggestion | None, bool]:
+    """Post-process a fill -> (suggestion, broke): broke when it was dropped for breaking the parse."""
+    reasons: list[str] = []
+    sug = postprocess(ctx, fill.text, fill.pieces, fill.confidence, confidence_cut, reasons=reasons,
+                      check_syntax=check_syntax)
+    return sug, sug is None and "parse-error" in reasons
 
 
 @dataclass
@@ -71,24 +81,59 @@ class _Ticket:
 
 
 class Completer:
-    """Cancelling `fill`'s awaitable must abandon the work (the worker client sends a cancel)."""
+    """`complete` never raises but CancelledError: every refusal and failure is one log line and an
+    empty answer. Cancelling it (`$/cancelRequest`) cancels the fill in the worker."""
 
-    def __init__(self, fill: FillFn, context: ContextApi, count_tokens: Callable[[str], int], stats: Stats):
-        self.fill, self.context, self.count_tokens, self.stats = fill, context, count_tokens, stats
+    def __init__(self, link: WorkerLink, stats: Stats, log: Callable[[str, str], None],
+                 recent_edits: Callable[[], Sequence[EditSnippet]] = tuple,
+                 count_tokens: Callable[[str], int] = approx_tokens):
+        self.link, self.stats, self.log, self.recent_edits = link, stats, log, recent_edits
+        self.count_tokens = count_tokens
         self.cfg = Config()
         self.cache = CompletionCache(self.cfg.completion.cache_size)
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="diffusion-lsp-context")
         self._latest: dict[str, _Ticket] = {}
-        self._ids = itertools.count(1)
 
-    def configure(self, cfg: Config) -> None:
+    def configure(self, cfg: Config, count_tokens: Callable[[str], int] | None = None) -> None:
         self.cfg = cfg
         self.cache = CompletionCache(cfg.completion.cache_size)
+        if count_tokens is not None:
+            self.count_tokens = count_tokens
 
-    async def complete(self, doc: Document, offset: int, open_docs: list[Document] = (),
-                       recent_edits=()) -> Suggestion | None:
-        """The suggestion at `offset`, or None: nothing to say, or superseded by a newer request for
-        the same document. BadInput for a language the context modules do not know; Unavailable
-        when the model cannot answer."""
+    async def complete(self, doc: Document | None, line: int, column: int, encoding: str,
+                       open_docs: Sequence[Document] = ()) -> Answer | None:
+        """The answer at (line, column) of `doc` (None: not open), or None."""
+        stats, t0 = self.stats, time.perf_counter()
+        stats.requests += 1
+        answer = None
+        try:
+            if not self.cfg.completion.enable:
+                return None
+            if doc is None:
+                raise BadInput("unknown document (not open)")
+            offset = locate(doc.text, line, column, encoding, self.cfg.completion.max_line_chars)
+            sug = await self._suggest(doc, offset, open_docs)
+            if sug is not None and sug.text:
+                answer = Answer(sug.text, replace_range(doc.text, offset, sug, encoding))
+        except BadInput as e:
+            stats.bad_input += 1
+            self.log("info", f"no completion: {e}")
+        except Unavailable as e:
+            self.log("debug", f"no completion: {e}")
+        except asyncio.CancelledError:
+            stats.cancelled += 1
+            raise
+        except Exception as e:  # a bug must cost one completion, not the session
+            stats.errors += 1
+            self.log("error", f"completion failed: {type(e).__name__}: {e}")
+        finally:
+            stats.latency_ms.append((time.perf_counter() - t0) * 1e3)
+        stats.empty += answer is None
+        stats.answered += answer is not None
+        return answer
+
+    async def _suggest(self, doc: Document, offset: int, open_docs: Sequence[Document]) -> Suggestion | None:
+        """The suggestion at `offset`, or None: nothing to say, or superseded by a newer request."""
         ticket = _Ticket(doc.uri)
         if (old := self._latest.get(doc.uri)) is not None:
             old.superseded.set()
@@ -96,14 +141,15 @@ class Completer:
         timing = Timing(self.stats.requests)
         t0 = time.perf_counter()
         try:
-            return await self._complete(ticket, timing, doc, offset, list(open_docs), list(recent_edits))
+            return await self._decide(ticket, timing, doc, offset, list(open_docs))
         finally:
             timing.total_ms = (time.perf_counter() - t0) * 1e3
             self.stats.timings.append(timing)
             if self._latest.get(doc.uri) is ticket:
                 del self._latest[doc.uri]
 
-    async def _complete(self, ticket, timing, doc, offset, open_docs, recent_edits) -> Suggestion | None:
+    async def _decide(self, ticket: _Ticket, timing: Timing, doc: Document, offset: int,
+                      open_docs: list[Document]) -> Suggestion | None:
         cc = self.cfg.completion
         if doc.language_id in cc.disabled_languages:
             raise BadInput(f"completion is disabled for {doc.language_id!r}")
@@ -117,21 +163,21 @@ class Completer:
         if cc.debounce_ms and await _set_within(ticket.superseded, cc.debounce_ms / 1000):
             return self._superseded()
         t1 = time.perf_counter()
-        ctx = self.context.gather(doc, offset, open_docs, recent_edits, budget_for(cc.max_context_tokens),
-                                  self.count_tokens)
+        ctx = await self._in_thread(gather, doc, offset, open_docs, self.recent_edits(),
+                                    ContextBudget.split(cc.max_context_tokens), self.count_tokens, indexed)
         timing.wait_ms, timing.context_ms = (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3
         if ctx.language is None:
             raise BadInput(f"unsupported language {doc.language_id!r}")
         timing.kind = ctx.kind.value
         budget = cc.line_budget_ms if ctx.kind is not SpanKind.BLOCK else None
-        sampling = _sampling(self.cfg, budget)
-        sug, broke = await self._sample(ticket, timing, doc, ctx, ctx.max_tokens, sampling)
+        order = self._order(ctx, ctx.max_tokens, budget)
+        sug, broke = await self._sample(ticket, timing, ctx, order)
         if broke:
             self.stats.parse_rejects += 1
             left = None if budget is None else budget - (time.perf_counter() - t1) * 1e3
             if left is None or left > budget / 2:  # re-sample once, shorter and more careful
-                careful = {**_sampling(self.cfg, left), "threshold": max(sampling["threshold"], 0.97)}
-                sug, broke = await self._sample(ticket, timing, doc, ctx, max(4, ctx.max_tokens // 2), careful)
+                careful = self._order(ctx, max(4, ctx.max_tokens // 2), left, careful=True)
+                sug, broke = await self._sample(ticket, timing, ctx, careful)
                 self.stats.parse_rejects += broke
             else:
                 self.stats.resamples_skipped += 1
@@ -139,16 +185,27 @@ class Completer:
             self.cache.put(doc.uri, prefix, suffix, sug)
         return sug
 
-    async def _sample(self, ticket: _Ticket, timing: Timing, doc: Document, ctx: CompletionContext,
-                      max_tokens: int, sampling: dict) -> tuple[Suggestion | None, bool]:
+    def _order(self, ctx: CompletionContext, max_tokens: int, budget_ms: float | None,
+               careful: bool = False) -> FillOrder:
+        """The worker's order: the time budget is the tighter of sampling.timeBudgetMs and
+        `budget_ms`; a fill stops at its first token below completion.confidenceCut (dropped anyway);
+        a careful one (the re-sample) commits only tokens RESAMPLE_THRESHOLD sure."""
+        s = self.cfg.sampling
+        budgets = [b for b in (s.time_budget_ms, budget_ms) if b is not None]
+        sampling = s.replace(time_budget_ms=max(min(budgets), 0.0) if budgets else None,
+                             stop_below=self.cfg.completion.confidence_cut,
+                             threshold=max(s.threshold, RESAMPLE_THRESHOLD) if careful else s.threshold)
+        return FillOrder(valid_text(ctx.prefix), valid_text(ctx.suffix), max_tokens,
+                         one_line=ctx.kind is not SpanKind.BLOCK, sampling=sampling)
+
+    async def _sample(self, ticket: _Ticket, timing: Timing, ctx: CompletionContext,
+                      order: FillOrder) -> tuple[Suggestion | None, bool]:
         """(suggestion, broke the parse); (None, False) when superseded."""
         if ticket.superseded.is_set():
             return self._superseded(), False
-        request = {"prefix": ctx.prefix, "suffix": ctx.suffix, "max_tokens": max_tokens, "sampling": sampling,
-                   "one_line": ctx.kind is not SpanKind.BLOCK}  # post-processing keeps one line of those
         self.stats.model_calls += 1
         t0 = time.perf_counter()
-        task = asyncio.ensure_future(self.fill(next(self._ids), ticket.uri, request))
+        task = asyncio.ensure_future(self.link.fill(ticket.uri, order))
         waiter = asyncio.ensure_future(ticket.superseded.wait())
         try:
             await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
@@ -158,34 +215,27 @@ class Completer:
                 task.cancel()
             t1 = time.perf_counter()
             timing.model_ms += (t1 - t0) * 1e3
-        if not task.done() or task.cancelled():
+        if not task.done() or task.cancelled() or (fill := task.result()) is None:
             return self._superseded(), False
-        fill = task.result()
-        if fill is None:
-            raise Unavailable("the model is not ready")
         self.stats.model_ms.append((t1 - t0) * 1e3)
         timing.source = "model"
         timing.worker_ms += fill.ms
         self.stats.reused_fills += fill.reused > 0
         cc = self.cfg.completion
         try:
-            return self.context.finish(ctx, doc.text, fill.text, fill.pieces, fill.confidence, cc.confidence_cut,
-                                       cc.reject_parse_errors)
+            return await self._in_thread(finish, ctx, fill, cc.confidence_cut, cc.reject_parse_errors)
         finally:
             timing.post_ms += (time.perf_counter() - t1) * 1e3
+
+    async def _in_thread(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.thread, functools.partial(fn, *args))
 
     def _superseded(self) -> None:
         self.stats.superseded += 1
         return None
 
-
-def _sampling(cfg: Config, budget_ms: float | None) -> dict:
-    """The worker's SamplerConfig fields: the time budget is the tighter of sampling.timeBudgetMs and
-    `budget_ms`; a fill stops at its first token below completion.confidenceCut (dropped anyway)."""
-    s = cfg.sampling
-    budgets = [b for b in (s.time_budget_ms, budget_ms) if b is not None]
-    return s.replace(time_budget_ms=max(min(budgets), 0.0) if budgets else None,
-                     stop_below=cfg.completion.confidence_cut).to_wire()
+    def close(self) -> None:
+        self.thread.shutdown(wait=False, cancel_futures=True)
 
 
 async def _set_within(event: asyncio.Event, seconds: float) -> bool:

@@ -38,6 +38,8 @@ class CompletionSettings:
 @dataclass
 class WorkerSettings:
     socket: str | None = None  # shared worker socket; None: one per (model, device) in a private dir
+    # a fill not answered by then is answered empty; a worker that then ignores a ping is restarted
+    fill_timeout_s: float = field(default=10.0, metadata=check(lambda v: 0.1 <= v <= 3600, "between 0.1 and 3600"))
     idle_exit_s: float = field(default=600.0, metadata=check(lambda v: 0 <= v <= 7 * 86_400,
                                                               "between 0 and 604800 (a week)"))
 

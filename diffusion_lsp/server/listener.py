@@ -13,22 +13,27 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .wire import MAX_LINE, decode, encode, ensure_private_dir
-
-if TYPE_CHECKING:
-    from .worker import Worker
 
 STARTUP_GRACE_S = 30.0  # stay up this long waiting for the first connection
 SEND_TIMEOUT_S = 5
 
 
+class Handler(Protocol):
+    """What the listener feeds (worker.Worker): one call per connection, message and hang-up."""
+
+    def connect(self, conn: Conn) -> None: ...
+    def handle(self, conn: Conn, message: dict) -> None: ...
+    def disconnect(self, conn: Conn) -> None: ...
+    def has_clients(self) -> bool: ...
+
+
 def bind(path: Path) -> tuple[socket.socket, int] | None:
     """Listen on `path`, mode 0600, while holding the lock `path`.lock (released by the kernel when
     this process dies). None when another worker holds the lock: it serves this socket."""
-    if not path.parent.exists():
-        ensure_private_dir(path.parent)
+    ensure_private_dir(path.parent)
     lock = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -68,7 +73,7 @@ class Conn:
                     pass
 
 
-def _read(worker: Worker, conn: Conn) -> None:
+def _read(worker: Handler, conn: Conn) -> None:
     worker.connect(conn)
     try:
         with conn.sock.makefile("rb") as lines:
@@ -86,7 +91,7 @@ def _read(worker: Worker, conn: Conn) -> None:
         conn.sock.close()
 
 
-def serve(listener: socket.socket, worker: Worker, idle_exit_s: float) -> None:
+def serve(listener: socket.socket, worker: Handler, idle_exit_s: float) -> None:
     """Accept connections until nobody has been connected for `idle_exit_s`, or the listener closes."""
     idle_since, ever = time.monotonic(), False
     while True:
@@ -99,10 +104,9 @@ def serve(listener: socket.socket, worker: Worker, idle_exit_s: float) -> None:
             ever = True
             threading.Thread(target=_read, args=(worker, Conn(sock)), daemon=True).start()
             continue
-        with worker.cond:
-            if worker.conns:
-                idle_since = time.monotonic()
-                continue
+        if worker.has_clients():
+            idle_since = time.monotonic()
+            continue
         limit = idle_exit_s if ever else max(idle_exit_s, STARTUP_GRACE_S)
         if time.monotonic() - idle_since >= limit:
             return

@@ -1,18 +1,23 @@
-"""The pygls server: typed handlers `(ls, params) -> result | None` that delegate to Session (no
-model work here; the model lives in the worker process)."""
+"""The pygls server: typed handlers `(ls, params) -> result | None` that turn LSP types into the
+session's plain ones and delegate: a completion to the Completer, settings and documents to the
+Session. No model or context work here: the model lives in the worker process, context work in the
+completer's and the indexer's threads."""
 
 from __future__ import annotations
 
-import asyncio
+import logging
+import sys
+from urllib.parse import unquote
 
 from lsprotocol import types
+from pygls.exceptions import FeatureRequestError, JsonRpcInternalError
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from ..context.languages import prepare
 from ..context.types import Document
 from . import positions
-from .completion import replace_range
+from .completion import Answer
+from .protocol import Protocol, serve_stdio, serve_tcp
 from .session import ServeOptions, Session
 
 NAME, VERSION = "diffusion-lsp", "0.1.0"
@@ -23,17 +28,6 @@ DID_PARTIALLY_ACCEPT = "textDocument/didPartiallyAcceptCompletion"
 MAX_OPEN_DOCS = 32  # other open documents offered to the context gatherer
 _LEVELS = {"error": types.MessageType.Error, "warning": types.MessageType.Warning,
            "info": types.MessageType.Info, "debug": types.MessageType.Log}
-
-
-class Protocol(LanguageServerProtocol):
-    @lsp_method(types.INITIALIZE)
-    def lsp_initialize(self, params: types.InitializeParams):
-        """pygls takes the client's first known encoding; we take UTF-8 whenever it is offered."""
-        general = params.capabilities.general
-        if general is not None and general.position_encodings:
-            chosen = positions.choose_encoding(list(general.position_encodings))
-            general.position_encodings = [chosen] + [e for e in general.position_encodings if e != chosen]
-        return (yield from super().lsp_initialize(params))
 
 
 class LspUi:
@@ -71,10 +65,40 @@ class DiffusionServer(LanguageServer):
     def __init__(self, options: ServeOptions):
         super().__init__(NAME, VERSION, protocol_cls=Protocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
-        self.session = Session(options, LspUi(self))
+        self.session = Session(options, LspUi(self), self.document)
+
+    def start_io(self, stdin=None, stdout=None) -> int:
+        """Serve over stdio with protocol.py's reader (pygls' own dies or goes deaf on one bad
+        header); the exit code the LSP spec asks for."""
+        return serve_stdio(self, stdin or sys.stdin.buffer, stdout or sys.stdout.buffer)
+
+    def start_tcp(self, host: str, port: int) -> int:
+        return serve_tcp(self, host, port)
+
+    def report_server_error(self, error: Exception, source) -> None:
+        """pygls shows each error outside a request's response in an "Error in server" window, which
+        the user can do nothing about: log it instead (to stderr alone when sending itself failed)."""
+        if source is FeatureRequestError:  # already in the request's error response
+            return
+        logging.getLogger(__name__).error("%s: %s", type(error).__name__, error)
+        if source is not JsonRpcInternalError:
+            self.session.ui.log("error", f"{type(error).__name__}: {error}")
+
+    def document(self, uri: str) -> Document | None:
+        """A snapshot of an open document (its text is an immutable str: safe to read in a thread)."""
+        return _snapshot(self.workspace.text_documents.get(unquote(uri)))  # pygls keys them unquoted
+
+    def other_documents(self, uri: str) -> list[Document]:
+        """The most recently opened other documents, for cross-file context."""
+        key, docs = unquote(uri), self.workspace.text_documents
+        return [_snapshot(d) for k, d in list(docs.items())[-MAX_OPEN_DOCS - 1:] if k != key]
+
+    @property
+    def encoding(self) -> str:
+        return self.workspace.position_encoding or positions.UTF16
 
 
-def _document(doc) -> Document | None:
+def _snapshot(doc) -> Document | None:
     if doc is None:
         return None
     return Document(uri=doc.uri, text=doc.source, language_id=doc.language_id or "", version=doc.version or 0)
@@ -85,7 +109,7 @@ def initialize(ls: DiffusionServer, params: types.InitializeParams) -> None:
 
 
 def initialized(ls: DiffusionServer, params: types.InitializedParams) -> None:
-    ls.session.ui.log("info", f"{NAME} {VERSION}: positions in {ls.workspace.position_encoding}")
+    ls.session.ui.log("info", f"{NAME} {VERSION}: positions in {ls.encoding}")
 
 
 def did_change_configuration(ls: DiffusionServer, params: types.DidChangeConfigurationParams) -> None:
@@ -98,34 +122,34 @@ async def did_open(ls: DiffusionServer, params: types.DidOpenTextDocumentParams)
         prepare(doc.language_id, doc.uri)
     except Exception as e:  # a broken query is our bug: say so, keep serving
         ls.session.ui.log("error", f"preparing {doc.language_id}: {type(e).__name__}: {e}")
-    primed = asyncio.ensure_future(ls.session.prime(doc.text))
-    await ls.session.ensure_worker()  # start the model on demand, before the first completion
-    await primed
+    if (opened := ls.document(doc.uri)) is not None:
+        await ls.session.opened(opened)
 
 
 def did_change(ls: DiffusionServer, params: types.DidChangeTextDocumentParams) -> None:
-    doc = ls.workspace.text_documents.get(params.text_document.uri)
+    doc = ls.workspace.text_documents.get(unquote(params.text_document.uri))
+    if doc is None:
+        return
     for change in params.content_changes:
-        if doc is not None and isinstance(change, types.TextDocumentContentChangePartial):
-            ls.session.note_edit(doc.uri, doc.source, change.range.start.line, change.text.count("\n"))
+        if isinstance(change, types.TextDocumentContentChangePartial):
+            ls.session.changed(doc.uri, doc.source, change.range.start.line, change.text.count("\n"))
+        else:
+            ls.session.changed(doc.uri, doc.source, 0, 0)
 
 
 async def inline_completion(ls: DiffusionServer,
                             params: types.InlineCompletionParams) -> types.InlineCompletionList | None:
     uri, pos = params.text_document.uri, params.position
-    docs = ls.workspace.text_documents
-    doc = _document(docs.get(uri))
-    others = [_document(d) for u, d in list(docs.items())[-MAX_OPEN_DOCS - 1:] if u != uri]
-    encoding = ls.workspace.position_encoding or positions.UTF16
-    got = await ls.session.complete(doc, uri, pos.line, pos.character, encoding, others)
-    if got is None:
-        return types.InlineCompletionList(items=[])
-    offset, sug = got
-    span = replace_range(doc.text, offset, sug, encoding)
-    rng = None if span is None else types.Range(types.Position(*span[0]), types.Position(*span[1]))
+    answer = await ls.session.completer.complete(ls.document(uri), pos.line, pos.character, ls.encoding,
+                                                 ls.other_documents(uri))
+    return types.InlineCompletionList(items=[] if answer is None else [_item(uri, answer)])
+
+
+def _item(uri: str, answer: Answer) -> types.InlineCompletionItem:
+    rng = None if answer.range is None else types.Range(types.Position(*answer.range[0]),
+                                                         types.Position(*answer.range[1]))
     accept = types.Command(title="accepted", command=ACCEPTED, arguments=[uri])
-    return types.InlineCompletionList(items=[types.InlineCompletionItem(insert_text=sug.text, range=rng,
-                                                                        command=accept)])
+    return types.InlineCompletionItem(insert_text=answer.text, range=rng, command=accept)
 
 
 def did_show(ls: DiffusionServer, params) -> None:

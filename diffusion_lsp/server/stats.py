@@ -61,6 +61,7 @@ class Stats:
     partially_accepted: int = 0  # textDocument/didPartiallyAcceptCompletion
     accepted_chars: int = 0  # characters accepted partially
     worker_crashes: int = 0
+    fill_timeouts: int = 0  # fills past worker.fillTimeoutS (answered empty)
     latency_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     model_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     timings: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)  # of Timing

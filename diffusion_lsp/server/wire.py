@@ -5,14 +5,19 @@ dir) and is itself 0600, so only the user who started the worker can send it cod
 
 Messages, one JSON object per line (`WIRE_VERSION` in hello; a client refuses another version):
   client -> worker  {"op": "fill", "id": 7, "key": "file:///a.py", "prefix": "...", "suffix": "...",
-                     "max_tokens": 32, "sampling": {"policy": "threshold", "threshold": 0.9, ...}}
+                     "max_tokens": 32, "one_line": true, "sampling": SamplerConfig.to_wire()}
                     {"op": "cancel", "id": 7}
-  worker -> client  {"event": "hello", "version": 1, "pid": 123, "state": "loading", "model": "..."}
+                    {"op": "ping", "id": 8}
+  worker -> client  {"event": "hello", "version": 2, "pid": 123, "state": "loading", "model": "..."}
                     {"event": "state", "state": "ready" | "failed", "error": "..."}
-                    {"id": 7, "ok": true, "text": "...", "pieces": [...], "confidence": [...], "ms": 12.5}
+                    {"id": 7, "ok": true, "text": "...", "pieces": [...], "confidence": [...], "ms": 12.5,
+                     "forwards": 3, "reused": 120}
                     {"id": 7, "ok": false, "reason": "superseded" | "cancelled" | "model" | "error",
                      "error": "..."}
-A fill supersedes any older fill with the same key from the same connection."""
+                    {"id": 8, "ok": true, "pong": true, "busy_s": 0.4}  (answered by the socket thread,
+                     so a worker whose model thread is busy still answers; one that is stopped does not)
+A fill supersedes any older fill with the same key from the same connection. `FillOrder` and
+`Fill` are the two typed ends of a fill; both sides speak only through them."""
 
 from __future__ import annotations
 
@@ -21,25 +26,27 @@ import json
 import os
 import stat
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
-WIRE_VERSION = 1
+from ..model.settings import LaunchSettings, SamplerConfig
+
+WIRE_VERSION = 2
 MAX_LINE = 64 * 1024 * 1024  # bytes; a line longer than this closes the connection
 
 
 def private_dir() -> Path:
-    """A directory only this user can enter, created 0700 when missing. RuntimeError when it exists
-    but someone else owns it or others can enter it (someone could swap the socket)."""
+    """Where the default sockets live: a folder only this user can enter, under $XDG_RUNTIME_DIR or
+    the temp dir. Created and checked (ensure_private_dir) when a socket in it is used."""
     base = os.environ.get("XDG_RUNTIME_DIR")
     if base and Path(base).is_dir():
-        folder = Path(base) / "diffusion-lsp"
-    else:
-        folder = Path(tempfile.gettempdir()) / f"diffusion-lsp-{os.getuid()}"
-    ensure_private_dir(folder)
-    return folder
+        return Path(base) / "diffusion-lsp"
+    return Path(tempfile.gettempdir()) / f"diffusion-lsp-{os.getuid()}"
 
 
 def ensure_private_dir(folder: Path) -> None:
+    """Create `folder` (and missing parents) 0700, or check an existing one: a real directory (not
+    a symlink) owned by this user that nobody else can enter. RuntimeError saying what is wrong."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = folder.lstat()
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
@@ -54,6 +61,11 @@ def default_socket(model: str | None, device: str, precision: str = "auto") -> P
     return private_dir() / f"worker-{digest}.sock"
 
 
+def model_name(launch: LaunchSettings) -> str:
+    """How a worker names its model in hello, so that a client can tell it serves another one."""
+    return str(Path(launch.path).resolve()) if launch.path else "<embedded>"
+
+
 def encode(message: dict) -> bytes:
     return (json.dumps(message, separators=(",", ":")) + "\n").encode()
 
@@ -64,3 +76,79 @@ def decode(line: bytes) -> dict:
     if not isinstance(message, dict):
         raise ValueError(f"expected a JSON object, got {type(message).__name__}")
     return message
+
+
+def check_socket_path(path: Path) -> None:
+    """A socket path we may connect to: in a private folder (created when missing), and, when it
+    exists, a socket owned by this user (not a symlink or a file someone planted)."""
+    ensure_private_dir(path.parent)
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.getuid():
+        raise RuntimeError(f"{path} is not a socket owned by uid {os.getuid()} (found mode "
+                           f"{stat.filemode(info.st_mode)}, uid {info.st_uid}); remove it or choose another worker.socket")
+
+
+@dataclass(frozen=True)
+class FillOrder:
+    """What the language server asks the worker to fill."""
+
+    prefix: str
+    suffix: str
+    max_tokens: int
+    one_line: bool = False  # the caller keeps the first line only: the worker stops once it is written
+    sampling: SamplerConfig = field(default_factory=SamplerConfig)
+
+    def message(self, rid: int, key: str) -> dict:
+        return {"op": "fill", "id": rid, "key": key, "prefix": self.prefix, "suffix": self.suffix,
+                "max_tokens": self.max_tokens, "one_line": self.one_line, "sampling": self.sampling.to_wire()}
+
+    @classmethod
+    def from_message(cls, msg: dict) -> FillOrder:
+        """ValueError naming what is wrong with a fill message."""
+        prefix, suffix, n = (msg.get(k) for k in ("prefix", "suffix", "max_tokens"))
+        one_line = msg.get("one_line", False)
+        if not isinstance(prefix, str) or not isinstance(suffix, str):
+            raise ValueError("prefix and suffix must be strings")
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 4096:
+            raise ValueError(f"max_tokens must be an integer between 1 and 4096, got {n!r}")
+        if not isinstance(one_line, bool):
+            raise ValueError(f"one_line must be true or false, got {one_line!r}")
+        return cls(prefix, suffix, n, one_line, SamplerConfig.from_wire(msg.get("sampling", {})))
+
+
+@dataclass
+class Fill:
+    """The worker's answer for one canvas."""
+
+    text: str
+    pieces: list[str]  # per-token text, "".join(pieces) == text
+    confidence: list[float]  # per token
+    ms: float = 0.0
+    forwards: int = 0
+    reused: int = 0  # context positions the worker reused from this document's last fill
+
+    def message(self, rid) -> dict:
+        return {"id": rid, "ok": True, "text": self.text, "pieces": self.pieces, "confidence": self.confidence,
+                "ms": self.ms, "forwards": self.forwards, "reused": self.reused}
+
+    @classmethod
+    def from_message(cls, msg: dict) -> Fill:
+        """ValueError when an ok reply does not have the shape `message` gives it."""
+        text, pieces, conf = msg.get("text"), msg.get("pieces"), msg.get("confidence")
+        if not (isinstance(text, str) and isinstance(pieces, list) and isinstance(conf, list)
+                and all(isinstance(p, str) for p in pieces) and "".join(pieces) == text
+                and len(pieces) == len(conf) and all(isinstance(c, (int, float)) for c in conf)):
+            raise ValueError("a fill reply whose text, pieces and confidence do not line up")
+        ms, forwards, reused = msg.get("ms", 0.0), msg.get("forwards", 0), msg.get("reused", 0)
+        return cls(text, pieces, [float(c) for c in conf], float(ms), int(forwards), int(reused))
+
+
+class FillRefused(Exception):
+    """The worker answered a fill with ok: false; `reason` is superseded, cancelled, model or error."""
+
+    def __init__(self, reason: str, error: str | None = None):
+        super().__init__(f"{reason}: {error}" if error else reason)
+        self.reason, self.error = reason, error

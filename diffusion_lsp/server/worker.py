@@ -4,7 +4,8 @@ It owns the model (and the GPU), so the language server's event loop never block
 several editor sessions can share one loaded model. The socket side is listener.py; here, one model
 thread: fills queued at the same time with the same sampling settings are decoded as one batch.
 A newer fill for the same document (key) supersedes older ones: a queued one is answered at once,
-a running one is abandoned between denoising steps (sampler `should_stop`). Protocol: wire.py."""
+a running one is abandoned between denoising steps (sampler `should_stop`). A fill whose settings
+are bad is refused on arrival, alone, before it can join (and fail) a batch. Protocol: wire.py."""
 
 from __future__ import annotations
 
@@ -12,36 +13,25 @@ import argparse
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..model.settings import LaunchSettings, SamplerConfig, add_args, from_args
 from .listener import Conn, bind, serve
-from .wire import WIRE_VERSION
+from .wire import WIRE_VERSION, Fill, FillOrder, model_name
 
 log = logging.getLogger("diffusion-lsp.worker")
+WARM_UP = FillOrder("def f(x):\n", "\n", 4)  # first-call kernel set-up, before the worker says ready
 
 
-def token_pieces(tok, ids: list[int], text: str) -> list[str]:
-    """Per-token text whose concatenation is `text`: incremental decoding (a multi-byte character
-    split across tokens lands on the token that completes it), minus the token-healing prefix the
-    sampler removed from `text`."""
-    pieces, prev = [], ""
-    for k in range(1, len(ids) + 1):
-        cur = tok.decode(ids[:k])
-        if cur.endswith("\ufffd") and k < len(ids):
-            pieces.append("")
-            continue
-        pieces.append(cur[len(prev):] if cur.startswith(prev) else cur)
-        prev = cur
-    drop = len("".join(pieces)) - len(text)
-    for i in range(len(pieces)):
-        if drop <= 0:
-            break
-        cut = min(drop, len(pieces[i]))
-        pieces[i], drop = pieces[i][cut:], drop - cut
-    return pieces if "".join(pieces) == text else [text] + [""] * (len(ids) - 1)
+class ModelMissing(Exception):
+    """No checkpoint where the launch settings point: the message says where."""
+
+
+class LoadFailed(Exception):
+    """The model could not be loaded; the message is for the user."""
 
 
 @dataclass(eq=False)
@@ -49,14 +39,16 @@ class Job:
     conn: Conn
     id: object
     key: str
-    request: object  # FillRequest
-    sampling: SamplerConfig
+    order: FillOrder
     stop: threading.Event = field(default_factory=threading.Event)
     reason: str = "cancelled"
 
 
 class Worker:
-    def __init__(self, load: Callable[[], object], model: str = "", max_batch: int = 8):
+    """`load()` returns an engine (`fill(requests, cfg, should_stop)`, diffusion_lsp.engine) or raises;
+    LoadFailed and ModelMissing carry a message for the user, anything else is shown with its type."""
+
+    def __init__(self, load: Callable[[], object], model: str = "<embedded>", max_batch: int = 8):
         self._load, self.model, self.max_batch = load, model, max_batch
         self.state, self.error, self.engine = "loading", None, None
         self.cond = threading.Condition()
@@ -64,10 +56,15 @@ class Worker:
         self.jobs: dict[tuple[int, object], Job] = {}  # queued and running, by (conn, request id)
         self.latest: dict[tuple[int, str], Job] = {}  # by (conn, key)
         self.conns: set[Conn] = set()
+        self.busy_since: float | None = None  # monotonic start of the batch being decoded
 
     def hello(self) -> dict:
         return {"event": "hello", "version": WIRE_VERSION, "pid": os.getpid(), "state": self.state,
                 "error": self.error, "model": self.model}
+
+    def has_clients(self) -> bool:
+        with self.cond:
+            return bool(self.conns)
 
     def connect(self, conn: Conn) -> None:
         with self.cond:
@@ -81,32 +78,28 @@ class Worker:
                 self._stop(job, "cancelled", reply=False)
 
     def handle(self, conn: Conn, msg: dict) -> None:
-        op = msg.get("op")
+        op, rid = msg.get("op"), msg.get("id")
         if op == "fill":
             self._submit(conn, msg)
         elif op == "cancel":
             with self.cond:
-                if (job := self.jobs.get((conn.id, msg.get("id")))) is not None:
+                if (job := self.jobs.get((conn.id, rid))) is not None:
                     self._stop(job, "cancelled")
+        elif op == "ping":
+            since = self.busy_since
+            conn.send({"id": rid, "ok": True, "pong": True,
+                       "busy_s": 0.0 if since is None else round(time.monotonic() - since, 3)})
         else:
-            conn.send({"id": msg.get("id"), "ok": False, "reason": "error", "error": f"unknown op {op!r}"})
+            conn.send({"id": rid, "ok": False, "reason": "error", "error": f"unknown op {op!r}"})
 
     def _submit(self, conn: Conn, msg: dict) -> None:
-        from ..model.canvas import FillRequest
-
         rid, key = msg.get("id"), str(msg.get("key", ""))
-        prefix, suffix, n, sampling = (msg.get(k) for k in ("prefix", "suffix", "max_tokens", "sampling"))
-        one_line = msg.get("one_line", False)
-        if not (isinstance(prefix, str) and isinstance(suffix, str) and isinstance(n, int) and n >= 1
-                and isinstance(one_line, bool)):
-            conn.send({"id": rid, "ok": False, "reason": "error", "error": "bad fill request"})
-            return
         try:
-            sampling = SamplerConfig.from_wire(sampling)
-        except ValueError as e:  # refused for this request alone, before it can join a batch
-            conn.send({"id": rid, "ok": False, "reason": "error", "error": f"bad sampling settings: {e}"})
+            order = FillOrder.from_message(msg)
+        except ValueError as e:
+            conn.send({"id": rid, "ok": False, "reason": "error", "error": f"bad fill request: {e}"})
             return
-        job = Job(conn, rid, key, FillRequest(prefix, suffix, n, id=rid, one_line=one_line, doc=key), sampling)
+        job = Job(conn, rid, key, order)
         with self.cond:
             if self.state == "failed":
                 conn.send({"id": rid, "ok": False, "reason": "model", "error": self.error})
@@ -147,12 +140,10 @@ class Worker:
         """The model thread: load, warm up, then decode batches forever."""
         try:
             self.engine = self._load()
-            from ..model.canvas import FillRequest
-
-            self.engine.fill([FillRequest("def f(x):\n", "\n", 4)])  # first-call kernel set-up, off the clock
+            self.engine.fill([_request(WARM_UP, None, "")])
         except Exception as e:
             log.exception("model failed to load")
-            expected = type(e).__name__ in ("CheckpointError", "ModelMissing", "ValueError")  # the message says it
+            expected = isinstance(e, (LoadFailed, ModelMissing, ValueError))  # the message says it all
             self._set_state("failed", str(e) if expected else f"{type(e).__name__}: {e}")
             return
         self._set_state("ready")
@@ -160,18 +151,22 @@ class Worker:
             with self.cond:
                 while not self.queue:
                     self.cond.wait()
-                first = self.queue[0].sampling
-                batch = [j for j in self.queue if j.sampling == first][: self.max_batch]
+                sampling = self.queue[0].order.sampling  # frozen: equal settings decode together
+                batch = [j for j in self.queue if j.order.sampling == sampling][: self.max_batch]
                 for job in batch:
                     self.queue.remove(job)
-            self._decode(batch)
+                self.busy_since = time.monotonic()
+            try:
+                self._decode(batch, sampling)
+            finally:
+                self.busy_since = None
 
-    def _decode(self, batch: list[Job]) -> None:
+    def _decode(self, batch: list[Job], sampling: SamplerConfig) -> None:
         try:
-            results = self.engine.fill([j.request for j in batch], batch[0].sampling,
+            results = self.engine.fill([_request(j.order, j.id, j.key) for j in batch], sampling,
                                        should_stop=lambda i: batch[i].stop.is_set())
             replies = [self._reply(j, r) for j, r in zip(batch, results)]
-        except Exception as e:  # a bad request (e.g. sampling values) fails its batch, not the worker
+        except Exception as e:  # a request the checks let through fails its batch, not the worker
             log.exception("fill failed")
             replies = [{"id": j.id, "ok": False, "reason": "error", "error": f"{type(e).__name__}: {e}"}
                        for j in batch]
@@ -180,24 +175,31 @@ class Worker:
                 self._forget(job)
                 job.conn.send(reply)
 
-    def _reply(self, job: Job, r) -> dict:
+    @staticmethod
+    def _reply(job: Job, r) -> dict:
         if job.stop.is_set() or r.cancelled:
             return {"id": job.id, "ok": False, "reason": job.reason}
-        return {"id": job.id, "ok": True, "text": r.text, "confidence": r.confidence, "ms": r.ms,
-                "pieces": token_pieces(self.engine.tokenizer, r.token_ids, r.text), "forwards": r.forwards,
-                "reused": r.reused}
+        return Fill(r.text, r.pieces, r.confidence, r.ms, r.forwards, r.reused).message(job.id)
 
 
-class ModelMissing(Exception):
-    pass
+def _request(order: FillOrder, rid, key: str):
+    """The sampler's request for an order (imported here: the model side needs torch)."""
+    from ..model.canvas import FillRequest
+
+    return FillRequest(order.prefix, order.suffix, order.max_tokens, id=rid, one_line=order.one_line,
+                       doc=key or None)
 
 
 def load_model(launch: LaunchSettings):
     if launch.path and not (Path(launch.path) / "config.json").is_file():  # fail fast, before importing torch
         raise ModelMissing(f"no checkpoint at {launch.path} (config.json is missing)")
     from ..engine import load_engine
+    from ..model.checkpoint import CheckpointError
 
-    return load_engine(launch)
+    try:
+        return load_engine(launch)
+    except CheckpointError as e:
+        raise LoadFailed(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     listener, _lock = bound
     launch = from_args(LaunchSettings, args)
-    worker = Worker(lambda: load_model(launch), str(launch.path or "<embedded>"))
+    worker = Worker(lambda: load_model(launch), model_name(launch))
     print(f"ready {os.getpid()}", flush=True)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # whoever read that line may be gone
     threading.Thread(target=worker.run, daemon=True).start()

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..errors import UserError
+
 # CLI flag -> ModelConfig field (overrides of the preset)
 MODEL_FLAGS = {"dim": "dim", "layers": "n_layers", "heads": "n_heads", "kv_heads": "n_kv_heads",
                "hidden_dim": "hidden_dim", "max_seq_len": "max_seq_len"}
@@ -52,9 +54,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from diffusion_lsp.cli import UserError
-    from diffusion_lsp.model.checkpoint import CheckpointError
-
+    # torch and numpy: kept off --help
+    from ..model.checkpoint import CheckpointError
     from .config import TrainConfig
     from .loop import train
     from .objective import ObjectiveConfig

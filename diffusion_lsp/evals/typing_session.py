@@ -13,13 +13,15 @@ from __future__ import annotations
 import json
 import random
 import statistics
+from dataclasses import replace
 
-from .heldout import edit_similarity, exact_match, load_val, pick_lines
+from ..context.cutting import memoized, take_prefix, take_suffix
+from ..options import add_fill_args, engine_for, launch_settings, sampler_config
+from .heldout import load_val, pick_lines
+from .metrics import edit_similarity, exact_match
 
 
 def register(ev) -> None:
-    from ..fim import add_sampler_args
-
     t = ev.add_parser("typing", help="typing sessions on held-out lines, with and without context reuse")
     t.add_argument("--corpus", default="data/corpus", help="folder with val.jsonl (default data/corpus)")
     t.add_argument("--lines", type=int, default=100, help="lines to type (default 100)")
@@ -27,15 +29,13 @@ def register(ev) -> None:
     t.add_argument("--context", type=int, default=512, help="context tokens, 3/4 prefix and 1/4 suffix (default 512)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--json", action="store_true", help="print one JSON object")
-    add_sampler_args(t)
+    add_fill_args(t)
     t.set_defaults(run=run)
 
 
 def cut_context(prefix: str, suffix: str, count, prefix_tokens: int, suffix_tokens: int) -> tuple[str, str]:
     """The last whole lines of `prefix` and first whole lines of `suffix` within the budgets, cut
     by the language server's own cutters."""
-    from ..context.cutting import memoized, take_prefix, take_suffix
-
     count = memoized(count)
     start, _ = take_prefix(prefix, len(prefix), prefix_tokens, count)
     end, _ = take_suffix(suffix, 0, suffix_tokens, count)
@@ -50,15 +50,12 @@ def keystrokes(prefix: str, suffix: str, line: str, chars: int) -> list[tuple[st
 
 
 def run(args) -> int:
-    from dataclasses import replace
+    from ..model.canvas import FillRequest  # the tokenizers library: kept off --help
 
-    from ..fim import engine_from_args, sampler_config
-    from ..model.canvas import FillRequest
-
+    base, launch = sampler_config(args), launch_settings(args)
     rng = random.Random(args.seed)
     docs = load_val(args.corpus)
-    base = sampler_config(args)
-    engine = engine_from_args(args)
+    engine = engine_for(launch)
     count = lambda s: len(engine.tokenizer.encode(s))  # noqa: E731
     budget = args.context - args.max_tokens
     modes = {"fresh": replace(base, reuse_context=False), "reuse": replace(base, reuse_context=True)}

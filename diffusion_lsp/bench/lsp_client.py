@@ -10,8 +10,8 @@ from collections import deque
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
-from .errors import UserError
-from .server import positions
+from ..errors import UserError
+from ..server import positions
 
 START_TIMEOUT_S = 60.0  # the server's initialize answer
 LOAD_TIMEOUT_S = 600.0  # the model load (the first one after an install compiles nothing, but is slow on CPU)

@@ -1,0 +1,15 @@
+"""`diffusion-lsp bench`: benchmarks that print figures side by side and assert nothing.
+
+    bench sampler   forward passes and ms per span of the sampler alone (sampler.py)
+    bench lsp       inline-completion latency through the real server over stdio (lsp.py)"""
+
+from __future__ import annotations
+
+from . import lsp, sampler
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks that print figures side by side")
+    bench = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    sampler.register(bench)
+    lsp.register(bench)

@@ -1,0 +1,153 @@
+"""`diffusion-lsp bench lsp`: inline-completion latency through the real server over stdio.
+
+Replays a typing session (replay.py) over real code: a real file (by default a CPython test module,
+code the embedded model was not trained on; `--file` replaces it), a 5,000-line file of stdlib
+modules, and that file again while 30 other large documents are open (`--open-docs`), some of them
+edited between the replay's sites. For each kind of request it prints p50/p95 of the end-to-end
+latency the client saw, the model's time (the worker's own figure) and the server's overhead
+(tree-sitter, context, post-processing: the server's time minus waiting for the worker), from the
+per-request timings of `diffusionLsp/stats`, with the goals beside them; and what the user saw:
+the share of requests with a suggestion, and the edit similarity to the real line of what was
+typed plus the suggestion's first line (what accepting it gives). Prints figures; asserts nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import engine
+from ..errors import UserError
+from ..model.settings import LaunchSettings
+from ..options import add_launch_args, launch_settings
+from .figures import MODEL_ROWS, print_figures, summarise
+from .replay import Crowd, replay
+from .workload import BIG_LINES, big_file, open_documents, workload_files
+
+OPEN_DOCS = 30  # within the 32 other open documents the server hands the cross-file context
+OPEN_DOCS_REQUESTS = 100  # the crowded replay's default at most: it keeps the whole default run short
+EDITED_DOCS = 10  # of the open documents, those edited during the replay; the others' indexes stay valid
+
+
+def register(bench) -> None:
+    p = bench.add_parser("lsp", help="inline-completion latency through the real server over stdio",
+                         description=__doc__.splitlines()[0])
+    p.add_argument("--file", metavar="PATH", help="Python file to type in (default: a CPython test module); "
+                   f"a {BIG_LINES:,}-line file of stdlib modules is replayed after it, alone and with others open")
+    p.add_argument("--requests", type=int, default=200, help="completion requests per file (default 200)")
+    p.add_argument("--chars", type=int, default=6,
+                   help="characters typed into each body, one request each (default 6)")
+    p.add_argument("--context", type=int, default=512, help="context tokens (completion.maxContextTokens)")
+    p.add_argument("--open-docs", type=int, default=OPEN_DOCS, metavar="N",
+                   help=f"other large documents open during the last replay (default {OPEN_DOCS}; 0: no such replay)")
+    p.add_argument("--open-docs-requests", type=int, metavar="N",
+                   help=f"requests of that replay (default: --requests, at most {OPEN_DOCS_REQUESTS})")
+    p.add_argument("--seed", type=int, default=0)
+    add_launch_args(p)  # the worker's: serve --model/--device, model.threads/model.precision
+    p.set_defaults(run=run)
+
+
+@dataclass
+class Scenario:
+    """One replay: type in `text` under `uri`, with a crowd of other documents open or not."""
+
+    title: str
+    uri: str
+    text: str
+    requests: int
+    crowd: Crowd | None = None
+    big: bool = False  # the big file: the server-overhead goal applies
+
+
+def _check_model(path: str | None) -> None:
+    folder = Path(path) if path else engine.DEFAULT_MODEL
+    if not (folder / "config.json").is_file():
+        what = "the embedded default model is missing" if path is None else "no checkpoint at"
+        raise UserError(f"{what} {folder} (no config.json); pass --model DIR, e.g. runs/NAME/checkpoint")
+
+
+def _default_file() -> Path:
+    files = workload_files()
+    if not files:
+        raise UserError("no workload files in the Python standard library; pass --file PATH")
+    return files[0]
+
+
+def scenarios(args) -> list[Scenario]:
+    path = Path(args.file) if args.file else _default_file()
+    try:
+        text = path.read_text(encoding="utf-8").replace("\r\n", "\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
+    big = big_file()
+    out = [Scenario(f"{path} ({text.count(chr(10)):,} lines)", "file:///bench/" + path.name, text, args.requests),
+           Scenario(f"{BIG_LINES:,} lines of stdlib modules ({big.count(chr(10)):,} lines)",
+                    "file:///bench/stdlib_5000.py", big, args.requests, big=True)]
+    docs = open_documents(args.open_docs)
+    if docs:
+        crowd = Crowd(dict(docs), edited=min(EDITED_DOCS, len(docs)))
+        requests = args.open_docs_requests or min(args.requests, OPEN_DOCS_REQUESTS)
+        out.append(Scenario(f"{BIG_LINES:,} lines of stdlib modules while {len(docs)} large documents open "
+                            f"({big.count(chr(10)):,} lines; {crowd.lines:,} in the others)",
+                            "file:///bench/busy/stdlib_5000.py", big, requests, crowd, big=True))
+    return out
+
+
+def run(args) -> int:
+    if args.requests < 1 or args.chars < 0 or args.open_docs < 0 or (args.open_docs_requests or 1) < 1:
+        raise UserError("--requests and --open-docs-requests must be at least 1, --chars and --open-docs at least 0")
+    launch = launch_settings(args)
+    _check_model(launch.path)
+    return asyncio.run(_run(args, launch, scenarios(args)))
+
+
+def _print_header(launch: LaunchSettings, args, worker: dict, ready_s: float) -> None:
+    print(f"model: {launch.path or 'embedded default'}  device: {launch.device}  "
+          f"threads: {launch.threads or 'default'}  precision: {launch.precision}  worker pid {worker['pid']} "
+          f"ready in {ready_s:.1f} s  context: {args.context} tokens  requests per file: {args.requests}")
+    print("ms. model: the worker's fill time; server overhead: the server's own work (cache, tree-sitter "
+          "and context, post-processing); ipc: the worker socket and queue; lsp: JSON-RPC, document sync "
+          "and the handler around the completer")
+
+
+def server_launch(launch: LaunchSettings, context: int, socket: Path) -> tuple[list[str], dict]:
+    """The `serve` command line and initializationOptions that start the server with these launch
+    settings (--model and --device on its command line, model.threads and model.precision in its
+    settings), no debounce, and a worker of its own that exits with it."""
+    cmd = [sys.executable, "-m", "diffusion_lsp", "serve", "--device", launch.device, "--worker-socket", str(socket)]
+    options = {"completion": {"maxContextTokens": context, "debounceMs": 0}, "worker": {"idleExitS": 0},
+               "model": {"threads": launch.threads, "precision": launch.precision}}
+    return cmd + (["--model", launch.path] if launch.path else []), options
+
+
+async def _run(args, launch: LaunchSettings, plays: list[Scenario]) -> int:
+    from .lsp_client import BenchClient  # pygls and lsprotocol: kept off --help
+
+    with tempfile.TemporaryDirectory(prefix="diffusion-lsp-bench-", ignore_cleanup_errors=True) as tmp:
+        cmd, options = server_launch(launch, args.context, Path(tmp) / "worker.sock")
+        t0 = time.perf_counter()
+        async with BenchClient(cmd, options) as lsp:
+            worker = await lsp.wait_for_model()
+            _print_header(launch, args, worker, time.perf_counter() - t0)
+            rng = random.Random(args.seed)
+            for play in plays:
+                before = (await lsp.stats())["counts"]
+                if play.crowd is not None:
+                    play.crowd.open(lsp)
+                samples = await replay(lsp, play.uri, play.text, play.requests, args.chars, rng, play.crowd)
+                print_figures(play.title, summarise(samples), big_lines=BIG_LINES if play.big else None)
+                after = (await lsp.stats())["counts"]
+                calls, rejects, reused = (after[k] - before[k] for k in ("model_calls", "parse_rejects",
+                                                                          "reused_fills"))
+                asked = sum(s.row in MODEL_ROWS for s in samples)
+                print(f"  model calls: {calls} for {asked} completions ({rejects} fills broke the parse: "
+                      f"re-sampled once, shorter); {reused} started from the document's last fill")
+                if play.crowd is not None:
+                    print(f"  other documents: {len(play.crowd.docs)} open, {play.crowd.edits} edits to "
+                          f"{play.crowd.edited_docs} of them between the replay's sites")
+                    play.crowd.close(lsp)
+    return 0

@@ -1,0 +1,82 @@
+"""Command-line pieces the model commands share (fim, bench, eval): their model/launch and sampler
+flags, made from the one definition of those settings (model/settings.py), the settings built back
+from the parsed flags (a bad value is a UserError: commands build them before any other work), the
+engine they describe, and reading an input file or stdin. Torch-free, so `--help` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .engine import Engine, load_engine
+from .errors import UserError
+from .model.settings import LaunchSettings, SamplerConfig, add_args, from_args
+
+# the sampler fields a command line sets (stop_below and reuse_context are the server's)
+SAMPLER_FLAGS = ("policy", "threshold", "k", "gamma", "block_size", "use_cache", "refresh_every", "time_budget_ms",
+                 "heal", "trailing_fillers")
+
+
+def add_launch_args(p: argparse.ArgumentParser) -> None:
+    """--model, --device, --threads, --precision."""
+    add_args(p, LaunchSettings)
+
+
+def add_sampler_args(p: argparse.ArgumentParser, only: tuple[str, ...] = SAMPLER_FLAGS,
+                     defaults: SamplerConfig | None = None) -> None:
+    """--policy, --threshold, ... (the fields in `only`)."""
+    add_args(p, SamplerConfig, defaults, only)
+
+
+def add_fill_args(p: argparse.ArgumentParser) -> None:
+    """Everything a command that fills requests takes: the launch and sampler flags, the canvas size
+    and how many requests decode together."""
+    add_launch_args(p)
+    p.add_argument("--max-tokens", type=int, default=32, metavar="N", help="canvas size (default 32)")
+    add_sampler_args(p)
+    p.add_argument("--batch-size", type=int, default=8, help="requests decoded together in --batch mode")
+
+
+def launch_settings(args: argparse.Namespace, **overrides) -> LaunchSettings:
+    try:
+        return from_args(LaunchSettings, args, **overrides)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def sampler_config(args: argparse.Namespace, **overrides) -> SamplerConfig:
+    try:
+        return from_args(SamplerConfig, args, **overrides)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def engine_for(launch: LaunchSettings) -> Engine:
+    """The engine, or a UserError naming a missing or corrupt checkpoint or a bad setting."""
+    from .model.checkpoint import CheckpointError  # imports torch
+
+    try:
+        return load_engine(launch)
+    except (CheckpointError, ValueError) as e:
+        raise UserError(str(e)) from None
+
+
+def read_bytes(path: str) -> bytes:
+    """A file's bytes, or stdin's for "-"."""
+    try:
+        return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}") from None
+
+
+def read_source(path: str) -> str:
+    """The file's text; binary or non-UTF-8 input is an error, an empty file is fine."""
+    data = read_bytes(path)
+    name = "stdin" if path == "-" else path
+    if b"\x00" in data:
+        raise UserError(f"{name} looks binary (it contains NUL bytes)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{name} is not UTF-8 (bad byte at offset {e.start})") from None

@@ -1,0 +1,350 @@
+"""JSON-RPC that survives a misbehaving client, around pygls' LSP protocol.
+
+pygls 2's reader (pygls.io_.run_async) failed in ways we measured against the real server:
+`Content-Length: 99999999999` made it allocate the body up front and exit with MemoryError; after
+one wrong length (10 bytes short, 50 long, "abc") the leftover bytes glued onto the next header,
+which it matches only at the start of a line, so every later message was lost; and a body that is
+not JSON or not a well-formed message was reported in an "Error in server" window while the request
+itself was never answered. Here `Frames` bounds each body (MAX_BODY) and resynchronises at the next
+`Content-Length:`, and `Protocol.receive` answers each malformed request with its JSON-RPC error
+(-32700 parse error, -32600 invalid request, -32602 invalid params; pygls itself answers -32601),
+logs and drops malformed notifications (they never get replies), and keeps the LSP's lifecycle:
+ServerNotInitialized before `initialize`, InvalidRequest after `shutdown`."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import Awaitable, Callable
+from typing import BinaryIO
+
+import cattrs
+from lsprotocol import types
+from pygls.exceptions import (JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest, JsonRpcParseError,
+                              JsonRpcServerNotInitialized)
+from pygls.io_ import StdoutWriter
+from pygls.protocol import (JsonRPCNotification, JsonRPCRequestMessage, JsonRPCResponseMessage,
+                            LanguageServerProtocol, lsp_method)
+from pygls.server import JsonRPCServer
+
+from . import positions
+from .documents import SyncedWorkspace
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 64 << 20  # 64 MiB: a source file's JSON is ~1.04x its size (stdlib typing.py, _pydecimal.py), so
+# a didOpen of a 60 MB file still fits; a larger length is skipped unread, not allocated
+MAX_HEADER = 8 << 10  # a header block (Content-Length .. blank line) longer than this is garbage
+CHUNK = 64 << 10  # bytes per read from the client
+READ_AHEAD = 64  # chunks (4 MiB) the stdin thread may read before the loop takes them
+_LENGTH = re.compile(rb"content-length[ \t]*:", re.IGNORECASE)  # anywhere: after garbage too
+_NUMBER = re.compile(rb"[ \t]*(\d+)[ \t]*\r?\n")
+_END_OF_HEADER = re.compile(rb"\r?\n\r?\n")
+_HEADER_LINES = re.compile(rb"(?:[A-Za-z0-9-]+[ \t]*:[^\r\n]*\r?\n)*")  # e.g. Content-Type before the length
+
+
+class Frames:
+    """Bodies of `Content-Length`-framed messages from a stream of byte chunks.
+
+    A header with a bad or oversized length is skipped (one log line) and so is anything up to the
+    next `Content-Length:` header, wherever it starts; nothing larger than MAX_BODY is held."""
+
+    def __init__(self, read: Callable[[], Awaitable[bytes]]):
+        self._read, self._buf, self._eof, self._skipped = read, bytearray(), False, 0
+
+    async def _more(self) -> bool:
+        if not self._eof:
+            chunk = await self._read()
+            self._eof = not chunk
+            self._buf += chunk
+        return not self._eof
+
+    def _skip(self, n: int) -> None:
+        if n > 0:
+            if not _HEADER_LINES.fullmatch(self._buf, 0, n):
+                self._skipped += n
+            del self._buf[:n]
+
+    async def next(self) -> bytes | None:
+        """The next message body; None once the stream has ended."""
+        while True:
+            header = _LENGTH.search(self._buf)
+            if header is None:
+                if len(self._buf) > MAX_HEADER:  # garbage; keep what may begin a header split across reads
+                    self._skip(len(self._buf) - len(b"content-length:") + 1)
+                if not await self._more():
+                    return None
+                continue
+            self._skip(header.start())
+            value_at = header.end() - header.start()  # the header now starts the buffer
+            number = _NUMBER.match(self._buf, value_at)
+            end = _END_OF_HEADER.search(self._buf, value_at) if number is not None else None
+            arrived = end is not None or len(self._buf) > MAX_HEADER or (number is None and b"\n" in self._buf)
+            if not arrived:
+                if not await self._more():
+                    return None
+                continue
+            length = int(number.group(1)) if number is not None and len(number.group(1)) <= 10 else None
+            if (end is None or end.start() > MAX_HEADER or length is None or length > MAX_BODY
+                    or _LENGTH.search(self._buf, value_at, end.start())):  # two lengths in one header: garbage
+                value = bytes(self._buf[value_at:value_at + 40]).split(b"\n")[0].strip().decode("latin-1")
+                log.warning("skipped a message header with Content-Length %r (at most %d bytes)", value, MAX_BODY)
+                del self._buf[:value_at]  # resynchronise at the next header
+                continue
+            if self._skipped:
+                log.warning("skipped %d bytes that were not a message", self._skipped)
+                self._skipped = 0
+            start = end.end()
+            while len(self._buf) < start + length:
+                if not await self._more():
+                    return None
+            body = bytes(self._buf[start:start + length])
+            del self._buf[:start + length]
+            return body
+
+    def recover(self, body: bytes) -> None:
+        """Put back what follows a header inside a body that failed to parse: with a length that
+        was too long, the body swallowed the start of the next message."""
+        header = _LENGTH.search(body)
+        if header is not None:
+            self._buf[:0] = body[header.start():]
+
+
+def _why(e: Exception) -> str:
+    if isinstance(e, cattrs.BaseValidationError):
+        return "; ".join(cattrs.transform_error(e))
+    return f"{type(e).__name__}: {e}"
+
+
+def _envelope_problem(data: dict) -> str | None:
+    """What makes `data` no JSON-RPC 2.0 message, or None."""
+    if data.get("jsonrpc") != "2.0":
+        return f"jsonrpc is {data.get('jsonrpc')!r}, not '2.0'"
+    if "method" in data and not isinstance(data["method"], str):
+        return "method is not a string"
+    msg_id = data.get("id")
+    if "id" in data and (isinstance(msg_id, bool) or not isinstance(msg_id, (int, str, type(None)))):
+        return "id is neither a number nor a string"
+    if "id" in data and msg_id is None and "method" in data:
+        return "a request's id is null"
+    return None
+
+
+def _usable_id(data: dict):
+    msg_id = data.get("id")
+    return msg_id if isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool) else None
+
+
+class Protocol(LanguageServerProtocol):
+    """pygls' LSP protocol, with UTF-8 positions whenever offered, SyncedWorkspace for documents,
+    and `receive` as the front door for each message body."""
+
+    def __init__(self, server, converter):
+        super().__init__(server, converter)
+        self._closing = False  # shutdown was requested: from now on only `exit` is served
+
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):
+        """pygls takes the client's first known encoding; we take UTF-8 whenever it is offered."""
+        general = params.capabilities.general
+        if general is not None and general.position_encodings:
+            chosen = positions.choose_encoding(list(general.position_encodings))
+            general.position_encodings = [chosen] + [e for e in general.position_encodings if e != chosen]
+        return (yield from super().lsp_initialize(params))
+
+    @property
+    def workspace(self) -> SyncedWorkspace:
+        """pygls builds a plain Workspace inside lsp_initialize and offers no factory for it; every
+        reader (pygls' didOpen/didChange/didClose and our handlers) comes through here, so the
+        first one swaps in a SyncedWorkspace, before any document is put in it."""
+        workspace = super().workspace
+        if not isinstance(workspace, SyncedWorkspace):
+            self._workspace = workspace = SyncedWorkspace.like(workspace)
+        return workspace
+
+    def receive(self, body: bytes) -> bool:
+        """Handle one message body; False when it is not JSON (the caller may resynchronise in it)."""
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError) as e:
+            log.warning("a message body of %d bytes is not JSON (%s): answered Parse error", len(body), e)
+            self._reply_error(None, JsonRpcParseError(f"Parse error: {e}"))
+            return False
+        if not isinstance(data, dict):
+            self._refuse(None, "?", JsonRpcInvalidRequest("Invalid request: a message is a JSON object (no batches)"))
+        elif "method" in data and "id" in data:
+            self._on_request(data)
+        elif "method" in data:
+            self._on_notification(data)
+        elif "id" in data and ("result" in data or "error" in data):
+            self._on_response(data)
+        else:
+            self._refuse(_usable_id(data), "?", JsonRpcInvalidRequest(
+                "Invalid request: a message needs a method (request, notification) or a result or error (response)"))
+        return True
+
+    def _on_request(self, data: dict) -> None:
+        msg_id, method = _usable_id(data), data["method"]
+        if problem := _envelope_problem(data):
+            return self._refuse(msg_id, method, JsonRpcInvalidRequest(f"Invalid request: {problem}"))
+        if self._closing:  # the LSP spec: requests after shutdown error with InvalidRequest
+            return self._refuse(msg_id, method, JsonRpcInvalidRequest("Invalid request: the server has shut down"))
+        initialized = self._workspace is not None
+        if not initialized and method != types.INITIALIZE:
+            return self._refuse(msg_id, method, JsonRpcServerNotInitialized("Server not initialized"))
+        if initialized and method == types.INITIALIZE:  # a second one would drop every open document
+            return self._refuse(msg_id, method, JsonRpcInvalidRequest("Invalid request: initialize was sent before"))
+        try:
+            message = self._structure(data)
+        except Exception as e:
+            return self._refuse(msg_id, method, JsonRpcInvalidParams(f"Invalid params: {_why(e)}"))
+        if method == types.SHUTDOWN:
+            self._closing = True
+        self.handle_message(message)
+
+    def _on_notification(self, data: dict) -> None:
+        method = data["method"]
+        if problem := _envelope_problem(data):
+            log.warning("dropped a notification: %s", problem)
+        elif method != types.EXIT and (self._closing or self._workspace is None):
+            log.info("dropped %s %s", method, "after shutdown" if self._closing else "before initialize")
+        else:
+            try:
+                message = self._structure(data)
+            except Exception as e:
+                log.warning("dropped %s: invalid params: %s", method, _why(e))
+                return
+            self.handle_message(message)
+
+    def _on_response(self, data: dict) -> None:
+        if problem := _envelope_problem(data):
+            log.warning("dropped a response: %s", problem)
+            return
+        try:
+            message = self._structure(data)
+        except Exception as e:
+            log.warning("dropped the response to %r: %s", data.get("id"), _why(e))
+            return
+        self.handle_message(message)
+
+    def _structure(self, data: dict):
+        """One message from its JSON, as pygls' structure_message does, less its traceback log; the
+        generic (non-LSP) messages may leave out params, as JSON-RPC allows."""
+        if "method" in data:
+            cls = self.get_message_type(data["method"]) or (
+                JsonRPCRequestMessage if "id" in data else JsonRPCNotification)
+            if cls in (JsonRPCRequestMessage, JsonRPCNotification):
+                data = {"params": None, **data}
+        elif "error" in data:
+            cls = types.ResponseErrorMessage
+        else:
+            cls = self._result_types.pop(data["id"], None) or JsonRPCResponseMessage
+        return self._converter.structure(data, cls)
+
+    def _refuse(self, msg_id, method: str, error: JsonRpcException) -> None:
+        log.warning("answered %s #%s with %d: %s", method, msg_id, error.code, error.message)
+        self._reply_error(msg_id, error)
+
+    def _reply_error(self, msg_id, error: JsonRpcException) -> None:
+        if msg_id is None:  # lsprotocol's converter would leave out an id of None; JSON-RPC wants "id": null
+            self._send_data({"jsonrpc": "2.0", "id": None, "error": {"code": error.code, "message": error.message}})
+        else:
+            self._send_response(msg_id, error=error.to_response_error())
+
+
+async def _serve(frames: Frames, protocol: Protocol, stop: threading.Event) -> None:
+    while not stop.is_set():
+        body = await frames.next()
+        if body is None:
+            return
+        if not protocol.receive(body):
+            frames.recover(body)
+
+
+def _stdin_chunks(stream: BinaryIO, loop: asyncio.AbstractEventLoop) -> Callable[[], Awaitable[bytes]]:
+    """Chunks of `stream`, read by a daemon thread (a read still blocked when the client sends
+    `exit` must not keep the process alive), at most READ_AHEAD ahead of the loop."""
+    chunks: asyncio.Queue[bytes] = asyncio.Queue()
+    room = threading.Semaphore(READ_AHEAD)
+    # The raw file descriptor when there is one: a daemon thread still blocked in a BufferedReader
+    # when the interpreter exits holds the reader's lock, and Python aborts ("could not acquire lock
+    # for <_io.BufferedReader name='<stdin>'> at interpreter shutdown").
+    try:
+        read = functools.partial(os.read, stream.fileno())
+    except (AttributeError, OSError):  # an in-memory stream (io.UnsupportedOperation is an OSError)
+        read = getattr(stream, "read1", stream.read)
+
+    def pump() -> None:
+        while True:
+            room.acquire()
+            try:
+                chunk = read(CHUNK)
+            except (OSError, ValueError):  # closed under us
+                chunk = b""
+            try:
+                loop.call_soon_threadsafe(chunks.put_nowait, chunk)
+            except RuntimeError:  # the loop has closed: the server is stopping
+                return
+            if not chunk:
+                return
+
+    async def next_chunk() -> bytes:
+        chunk = await chunks.get()
+        room.release()
+        return chunk
+
+    threading.Thread(target=pump, name="lsp-stdin", daemon=True).start()
+    return next_chunk
+
+
+def _exit_code(e: SystemExit) -> int:
+    """pygls' `exit` handler calls sys.exit: 0 after shutdown, 1 without, as the LSP spec says."""
+    return e.code if isinstance(e.code, int) else 0
+
+
+def serve_stdio(server: JsonRPCServer, stdin: BinaryIO, stdout: BinaryIO) -> int:
+    """pygls' JsonRPCServer._start_io_async with Frames as the reader; the process exit code."""
+    server._stop_event = stop = threading.Event()
+    server.protocol.set_writer(StdoutWriter(stdout))
+
+    async def main() -> None:
+        await _serve(Frames(_stdin_chunks(stdin, asyncio.get_running_loop())), server.protocol, stop)
+
+    try:
+        asyncio.run(main())
+    except BrokenPipeError:
+        log.error("the client closed the connection; stopping")
+    except SystemExit as e:
+        return _exit_code(e)
+    finally:
+        server.shutdown()
+    return 0
+
+
+def serve_tcp(server: JsonRPCServer, host: str, port: int) -> int:
+    """pygls' JsonRPCServer.start_tcp with Frames as the reader (one client, for debugging)."""
+    server._stop_event = stop = threading.Event()
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        server.protocol.set_writer(writer)
+        await _serve(Frames(lambda: reader.read(CHUNK)), server.protocol, stop)
+        server.shutdown()  # closes the listener: serve_forever ends
+
+    async def main() -> None:
+        server._server = await asyncio.start_server(connection, host, port)
+        log.info("listening on %s:%d", *server._server.sockets[0].getsockname()[:2])  # --tcp 0: the port chosen
+        async with server._server:
+            await server._server.serve_forever()
+
+    try:
+        asyncio.run(main())
+    except asyncio.CancelledError:
+        pass
+    except SystemExit as e:
+        return _exit_code(e)
+    return 0

@@ -1,0 +1,159 @@
+"""WorkerLink without a worker: the fill deadline and the restart of a worker that stops answering,
+the crash-loop cap, model switching, and one message per failure. The client is a fake driven
+by events."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from conftest import RecordingUi
+from diffusion_lsp.model.settings import LaunchSettings
+from diffusion_lsp.server.client import Launch, WorkerUnavailable
+from diffusion_lsp.server.link import RESTARTS_PER_MINUTE, Unavailable, WorkerLink
+from diffusion_lsp.server.stats import Stats
+from diffusion_lsp.server.wire import Fill, FillOrder, FillRefused
+
+ORDER = FillOrder("x = ", "\n", 4)
+
+
+class FakeClient:
+    """`answer`: what fill does (a Fill, an exception, or "hang"); `pong`: what ping answers."""
+
+    made: list[FakeClient] = []
+
+    def __init__(self, launch, on_event, on_lost, answer=None, pong=0.0, fail_start=None):
+        self.launch, self.on_event, self.on_lost = launch, on_event, on_lost
+        self.answer, self.pong, self.fail_start = answer or Fill("1", ["1"], [0.9]), pong, fail_start
+        self.connected, self.state, self.pid, self.error = False, "stopped", 4242, None
+        self.killed = self.closed = self.starts = 0
+        FakeClient.made.append(self)
+
+    async def start(self):
+        self.starts += 1
+        if self.fail_start:
+            raise WorkerUnavailable(self.fail_start)
+        self.connected, self.state = True, "ready"
+
+    async def fill(self, key, order):
+        if self.answer == "hang":
+            await asyncio.Event().wait()
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    async def ping(self, timeout_s):
+        return self.pong
+
+    def kill(self):
+        self.killed += 1
+        self.connected, self.state = False, "stopped"
+        self.on_lost(f"the model worker (pid {self.pid}) exited with code -9")
+
+    async def close(self):
+        self.closed += 1
+
+
+def make_link(**client):
+    FakeClient.made = []
+    ui, stats = RecordingUi(), Stats()
+    link = WorkerLink(ui, stats, Launch(Path("/tmp/w.sock")),
+                      lambda launch, on_event, on_lost: FakeClient(launch, on_event, on_lost, **client))
+    return link, ui, stats
+
+
+@pytest.mark.parametrize("pong, restarted", [(None, True), (0.1, False), (1000.0, True)])
+def test_a_fill_past_its_deadline_is_answered_and_a_worker_that_stopped_answering_is_restarted(pong, restarted):
+    link, ui, stats = make_link(answer="hang", pong=pong)
+    link.configure(link.launch, True, 0.05)
+
+    async def go():
+        with pytest.raises(Unavailable, match="fillTimeoutS"):
+            await link.fill("a.py", ORDER)
+        await link.check
+        for _ in range(3):  # loop turns: the restart that the lost connection scheduled runs
+            await asyncio.sleep(0)
+
+    asyncio.run(go())
+    first = FakeClient.made[0]
+    assert stats.fill_timeouts == 1 and first.killed == int(restarted)
+    if restarted:
+        assert stats.worker_crashes == 1 and first.starts == 2  # killed, lost, started again
+        assert sum("restarting it" in m for _, m in ui.shown) == 2  # the hang, then the restart notice
+    else:
+        assert any("worker.fillTimeoutS" in m for _, m in ui.logged) and ui.shown == []
+
+
+def test_crash_loops_are_capped_then_restart_on_the_next_request():
+    link, ui, stats = make_link()
+
+    async def go():
+        assert await link.fill("a.py", ORDER) == Fill("1", ["1"], [0.9])
+        client = FakeClient.made[0]
+        for _ in range(RESTARTS_PER_MINUTE + 2):
+            client.connected = False
+            client.on_lost("the model worker (pid 4242) exited with code 1")
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        starts_after_crashes = client.starts
+        client.connected = False
+        await link.fill("a.py", ORDER)  # a request still restarts it
+        return starts_after_crashes, client.starts
+
+    after_crashes, after_request = asyncio.run(go())
+    assert after_crashes == 1 + RESTARTS_PER_MINUTE and after_request == after_crashes + 1
+    assert stats.worker_crashes == RESTARTS_PER_MINUTE + 2
+    assert [k for k, _ in ui.shown] == ["warning"]  # one notice, not one per crash
+    assert any("next request only" in m for _, m in ui.logged)
+
+
+def test_another_model_closes_the_old_worker_and_starts_the_new_one_on_demand():
+    link, ui, stats = make_link()
+    other = Launch(Path("/tmp/other.sock"), LaunchSettings(path="/models/other"))
+
+    async def go():
+        await link.fill("a.py", ORDER)
+        link.configure(other, True, 10.0)
+        await asyncio.sleep(0)
+        await link.fill("a.py", ORDER)
+
+    asyncio.run(go())
+    old, new = FakeClient.made
+    assert old.closed == 1 and new.launch == other and new.starts == 1
+    assert link.describe()["socket"] == "/tmp/other.sock"
+
+
+def test_a_worker_that_cannot_start_is_reported_once_and_requests_stay_empty():
+    link, ui, stats = make_link(fail_start="no worker answers on /tmp/w.sock")
+
+    async def go():
+        for _ in range(3):
+            with pytest.raises(Unavailable):
+                await link.fill("a.py", ORDER)
+
+    asyncio.run(go())
+    assert ui.shown == [("error", "diffusion-lsp: could not start the model worker: no worker answers on /tmp/w.sock")]
+
+
+@pytest.mark.parametrize("refusal, result", [(FillRefused("superseded"), None), (FillRefused("cancelled"), None),
+                                             (FillRefused("model", "no weights"), Unavailable),
+                                             (FillRefused("error", "bad fill request"), Unavailable)])
+def test_refusals_map_to_nothing_or_unavailable(refusal, result):
+    link, ui, stats = make_link(answer=refusal)
+    if result is None:
+        assert asyncio.run(link.fill("a.py", ORDER)) is None
+    else:
+        with pytest.raises(result):
+            asyncio.run(link.fill("a.py", ORDER))
+    assert (("error", "fill failed: bad fill request") in ui.logged) == (refusal.reason == "error")
+
+
+def test_completions_off_means_no_worker():
+    link, ui, stats = make_link()
+    link.configure(link.launch, False, 10.0)
+    with pytest.raises(Unavailable):
+        asyncio.run(link.fill("a.py", ORDER))
+    assert FakeClient.made == []
+
