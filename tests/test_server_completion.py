@@ -228,14 +228,14 @@ def test_a_request_is_answered_while_a_large_document_is_still_being_indexed():
     big = Document("file:///big.py", "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(20_000)), "python")
     indexing, release, order = threading.Event(), threading.Event(), []
 
-    def slow_build(doc):
+    def slow_build(fn, doc):
         order.append("indexing started")
         indexing.set()
         release.wait(WAIT)
         order.append("indexing done")
 
     async def go():
-        indexer = Indexer({big.uri: big}.get, build=slow_build)
+        indexer = Indexer({big.uri: big}.get, run=slow_build)
         indexer.schedule(big.uri, now=True)
         await asyncio.get_running_loop().run_in_executor(None, indexing.wait, WAIT)
         answer = await make(FakeLink()).complete(DOC, *CURSOR, UTF16, open_docs=[big])

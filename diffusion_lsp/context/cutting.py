@@ -41,17 +41,25 @@ class MemoCounter:
                 self.memo.clear()
             self.memo[s] = n
 
+    def missing(self, text: str) -> list[str]:
+        """The lines of `text` ("line\n", as the cutters ask for them) not counted yet."""
+        todo = dict.fromkeys(line + "\n" for line in text.split("\n")[:MEMO_SIZE // 2])
+        return [s for s in todo if s not in self.memo and len(s) <= MEMO_MAX_CHARS]
+
+    def keep_many(self, strings: list[str], counts: list[int]) -> None:
+        for s, n in zip(strings, counts):
+            self._keep(s, n)
+
     def prime(self, text: str, chunk: int = 512) -> int:
-        """Count every line of `text` ("line\n", as the cutters ask) ahead of time, in batches when
-        the counter can (`count.many`), so that the first completion after a jump to anywhere in an
-        opened document finds its lines counted. Returns the lines counted."""
-        todo = list(dict.fromkeys(line + "\n" for line in text.split("\n")[:MEMO_SIZE // 2]))
-        todo = [s for s in todo if s not in self.memo and len(s) <= MEMO_MAX_CHARS]
+        """Count every line of `text` ahead of time, in batches when the counter can (`count.many`),
+        so that the first completion after a jump to anywhere in an opened document finds its lines
+        counted. Returns the lines counted. (The language server counts them in its indexer's
+        child process instead, and keeps them here with `keep_many`.)"""
+        todo = self.missing(text)
         many = getattr(self.count, "many", None)
         for i in range(0, len(todo), chunk):
             part = todo[i:i + chunk]
-            for s, n in zip(part, many(part) if many else map(self.count, part)):
-                self._keep(s, n)
+            self.keep_many(part, many(part) if many else list(map(self.count, part)))
         return len(todo)
 
 

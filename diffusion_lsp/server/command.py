@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 from ..errors import UserError
 from ..model.settings import LaunchSettings, add_args, from_args
+
+
+# The event loop shares the GIL with the context thread and the stdin reader: at Python's default
+# 5 ms a loop woken by I/O waits up to 5 ms for a thread in pure-Python work to let go.
+SWITCH_INTERVAL_S = 0.0005
 
 
 def register(sub):
@@ -30,6 +36,7 @@ def run(args) -> int:
     except ValueError as e:
         raise UserError(str(e)) from None
     server = create_server(ServeOptions(launch=launch, worker_socket=args.worker_socket))
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     if args.tcp is not None:
         return server.start_tcp("127.0.0.1", args.tcp)
     return server.start_io()  # 0 after shutdown and exit, 1 for an exit without shutdown (LSP spec)

@@ -3,9 +3,12 @@
 Top to bottom: locate the position and refuse bad input; the cache; supersession by a newer request
 for the same document, and the debounce; the context (context/gather.py); the fill (link.py, the
 model worker); post-processing (context/postprocess.py) and one shorter, more careful re-sample of
-a fill that breaks the parse; the range the answer replaces. Context and post-processing run in
-one thread of their own: tree-sitter and the tokenizer never block the event loop, and other
-documents' indexes are only looked up here (server/indexer.py builds them)."""
+a fill that breaks the parse; the range the answer replaces. The context is gathered in a thread
+of its own, so tree-sitter and the tokenizer never block the event loop, and other documents'
+indexes are only looked up here (server/indexer.py builds them). Post-processing runs on the loop:
+its work is bounded (it re-parses the window gather parsed, incrementally: p95 0.39 ms, max 0.65 ms
+in `bench lsp`), while waking a thread right after a fill waits for a core the worker's threads
+are still spinning on (measured: p95 1.9 ms, max 5.5 ms, more than the work itself)."""
 
 from __future__ import annotations
 
@@ -223,7 +226,7 @@ class Completer:
         self.stats.reused_fills += fill.reused > 0
         cc = self.cfg.completion
         try:
-            return await self._in_thread(finish, ctx, fill, cc.confidence_cut, cc.reject_parse_errors)
+            return finish(ctx, fill, cc.confidence_cut, cc.reject_parse_errors)
         finally:
             timing.post_ms += (time.perf_counter() - t1) * 1e3
 

@@ -38,9 +38,13 @@ def launch_for(cfg: Config) -> Launch:
     return Launch(socket=socket, settings=m, idle_exit_s=w.idle_exit_s)
 
 
+def tokenizer_json(model_path: str | None) -> Path:
+    return Path(model_path or DEFAULT_MODEL) / "tokenizer.json"
+
+
 def counter_for(model_path: str | None) -> Callable[[str], int]:
     """Token counts with the model's own tokenizer (no torch needed)."""
-    return token_counter(Path(model_path or DEFAULT_MODEL) / "tokenizer.json")
+    return token_counter(tokenizer_json(model_path))
 
 
 class Session:
@@ -69,7 +73,8 @@ class Session:
     async def opened(self, doc: Document) -> None:
         """A document was opened: index it and count its tokens in the background, and start the
         model on demand, before the first completion."""
-        self.indexer.schedule(doc.uri, prime=memoized(self.completer.count_tokens).prime, now=True)
+        counts = (memoized(self.completer.count_tokens), tokenizer_json(self.cfg.model.path))
+        self.indexer.schedule(doc.uri, counts=counts, now=True)
         await self.link.ensure()
 
     def changed(self, uri: str, text: str, line: int, new_lines: int) -> None:
