@@ -87,3 +87,25 @@ def test_agrees_with_pygls_on_lf_text():
         for offset in range(len(text)):  # (pygls misplaces the empty line after the final break)
             line, column = position_at(text, offset, encoding)
             assert doc.offset_at_position(types.Position(line, column)) == offset
+
+
+def test_line_span_matches_a_plain_reading_of_the_lsp_line_ends():
+    import re
+
+    breaks = re.compile(r"\r\n|\r|\n")
+
+    def reference(text, line):
+        starts = [0] + [m.end() for m in breaks.finditer(text)]
+        ends = [m.start() for m in breaks.finditer(text)] + [len(text)]
+        return (starts[line], ends[line]) if 0 <= line < len(starts) else None
+
+    rng = random.Random(1)
+    pieces = ["a", "b", "\r", "\n", "\r\n", "\f", "\u2028", "é"]
+    for _ in range(2000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 40)))
+        for line in range(-1, 30):
+            assert line_span(text, line) == reference(text, line), (text, line)
+    crlf, mixed = "x = 1\r\n" * 130_000, "x\r" + "y = 2\r\n" * 70_000  # past re's repeat limit
+    for text in (crlf, mixed):
+        for line in (0, 1, 59_999, 60_000, 60_001, 69_999, 70_000, 70_001, 129_999, 130_000, 130_001):
+            assert line_span(text, line) == reference(text, line), line

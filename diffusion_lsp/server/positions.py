@@ -13,6 +13,9 @@ import re
 UTF8, UTF16, UTF32 = "utf-8", "utf-16", "utf-32"
 ENCODINGS = (UTF8, UTF16, UTF32)
 _NEWLINE = re.compile(r"\r\n|\r|\n")
+# % (lines - 1): that many whole lines; atomic, so that "\r\n" is never taken back as two breaks
+_SKIP = r"(?>[^\r\n]*+(?>\r\n|\r|\n)){%d}[^\r\n]*+(?>\r\n|\r|\n)"
+_MAX_REPEAT = 60_000  # re's counted repeats stop at 65,535
 
 
 def choose_encoding(offered: list[str] | None) -> str:
@@ -66,21 +69,45 @@ def line_span(text: str, line: int) -> tuple[int, int] | None:
     A text ending with a line break has one more, empty, line (where the cursor can be)."""
     if line < 0:
         return None
-    start = 0
-    if "\r" not in text:  # fast path: str.find runs in C
+    crlf = "\r" in text
+    if not crlf or text.count("\r") == text.count("\r\n"):  # every break is a "\n": str.find runs in C
+        start = 0
         for _ in range(line):
             nl = text.find("\n", start)
             if nl < 0:
                 return None
             start = nl + 1
         end = text.find("\n", start)
-        return start, (len(text) if end < 0 else end)
-    for n, m in enumerate(_NEWLINE.finditer(text)):
-        if n == line:
-            return start, m.start()
+        if end < 0:
+            return start, len(text)
+        return start, (end - 1 if crlf and end > start and text[end - 1] == "\r" else end)
+    start = 0
+    if line:  # lone "\r" breaks too: skip `line` lines in one regex match (in C, unlike finditer's loop)
+        if line > _MAX_REPEAT:
+            return _line_span_chunked(text, line)
+        skipped = re.compile(_SKIP % (line - 1)).match(text)
+        if skipped is None:
+            return None
+        start = skipped.end()
+    end = _NEWLINE.search(text, start)
+    return start, (len(text) if end is None else end.start())
+
+
+def _line_span_chunked(text: str, line: int) -> tuple[int, int] | None:
+    start = 0
+    for _ in range(line // _MAX_REPEAT):
+        m = re.compile(_SKIP % (_MAX_REPEAT - 1)).match(text, start)
+        if m is None:
+            return None
         start = m.end()
-    n_breaks = sum(1 for _ in _NEWLINE.finditer(text))
-    return (start, len(text)) if line == n_breaks else None
+    rest = line % _MAX_REPEAT
+    if rest:
+        m = re.compile(_SKIP % (rest - 1)).match(text, start)
+        if m is None:
+            return None
+        start = m.end()
+    end = _NEWLINE.search(text, start)
+    return start, (len(text) if end is None else end.start())
 
 
 def offset_at(text: str, line: int, column: int, encoding: str) -> int | None:
