@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .model.settings import PRECISIONS, LaunchSettings
+from .model.settings import LaunchSettings
 
 DEFAULT_MODEL = Path(__file__).parent / "checkpoints" / "default"
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 POLICIES = ("threshold", "topk", "eb", "one")  # model/policies.py implements them
 PRECISIONS = ("auto", "fp32", "int8")
+BACKENDS = ("local", "openai")  # the model in a worker process, or an OpenAI-compatible FIM API
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
@@ -158,9 +160,22 @@ class LaunchSettings:
     precision: str = field(default="auto", metadata=check(
         lambda v: v in PRECISIONS, "auto, fp32 or int8 (int8: CPU only)",
         help="weights: auto is int8 on CPU (model/quantize.py), the checkpoint's own on GPU"))
+    backend: str = field(default="local", metadata=check(
+        lambda v: v in BACKENDS, "local or openai",
+        help="local: the model in a worker process; openai: an OpenAI-compatible FIM API (--base-url)"))
+    base_url: str | None = field(default=None, metadata=check(
+        lambda v: v.startswith(("http://", "https://")), "an http:// or https:// URL",
+        help="the API's base URL, e.g. https://api.inceptionlabs.ai/v1 (backend openai)"))
+    remote_model: str | None = field(default=None, metadata=check(
+        lambda v: 0 < len(v) <= 256, "a model name", help="the API's model name, e.g. mercury-edit (backend openai)"))
+    api_key_env: str | None = field(default=None, metadata=check(
+        lambda v: bool(_ENV_NAME.fullmatch(v)), "an environment variable name",
+        help="the environment variable that holds the API key (the key itself is never a setting)"))
 
     def __post_init__(self):
         _validate(self)
+        if self.backend == "openai" and (self.base_url is None or self.remote_model is None):
+            raise ValueError("backend openai needs base_url and remote_model")
 
     def to_argv(self) -> list[str]:
         """The flags `add_args` reads back into these settings."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import typing
 from dataclasses import dataclass, field
 
 from ..model.settings import LaunchSettings, SamplerConfig, check, coerce, field_problem
+from ..model.settings import hints as settings_hints
 
 SECTIONS = ("diffusionLsp", "diffusion-lsp", "diffusion_lsp")
 
@@ -62,7 +62,7 @@ def camel(name: str) -> str:
 
 
 def _parse(cls, raw: dict, base, path: str, problems: list[str]):
-    hints = typing.get_type_hints(cls)
+    hints = settings_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     values = {}
     for key, value in raw.items():
@@ -84,7 +84,11 @@ def _parse(cls, raw: dict, base, path: str, problems: list[str]):
         else:
             need = f.metadata.get("need") or getattr(hint, "__name__", str(hint))
             problems.append(f"{where}: {value!r} is not valid ({need}); using the default {current!r}")
-    return dataclasses.replace(base, **values)
+    try:
+        return dataclasses.replace(base, **values)
+    except ValueError as e:  # the values are each fine but not together (e.g. a backend without its URL)
+        problems.append(f"{path.rstrip('.') or 'settings'}: {e} (ignored)")
+        return base
 
 
 def parse_config(raw, base: Config | None = None) -> tuple[Config, list[str]]:
