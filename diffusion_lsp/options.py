@@ -19,7 +19,8 @@ SAMPLER_FLAGS = ("policy", "threshold", "k", "gamma", "block_size", "use_cache",
 
 
 def add_launch_args(p: argparse.ArgumentParser) -> None:
-    """--model, --device, --threads, --precision."""
+    """--model, --device, --threads, --precision; --backend openai with --base-url, --remote-model
+    and --api-key-env for an OpenAI-compatible FIM API (remote.py)."""
     add_args(p, LaunchSettings)
 
 
@@ -53,7 +54,12 @@ def sampler_config(args: argparse.Namespace, **overrides) -> SamplerConfig:
 
 
 def engine_for(launch: LaunchSettings) -> Engine:
-    """The engine, or a UserError naming a missing or corrupt checkpoint or a bad setting."""
+    """The engine, or a UserError naming a missing or corrupt checkpoint or a bad setting. With
+    backend openai, a RemoteEngine (same `fill`) over the API; no model is loaded."""
+    if launch.backend == "openai":
+        from .remote import RemoteEngine  # httpx: kept off --help
+
+        return RemoteEngine(launch)
     from .model.checkpoint import CheckpointError  # imports torch
 
     try:

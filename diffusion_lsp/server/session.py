@@ -1,10 +1,12 @@
 """One editor session, without LSP types: its settings and statistics, and the parts that serve it,
-each the one owner of its flow: the completer (a completion), the worker link (the model worker's
-life cycle), the indexer (background work on open documents) and the recent edits. The server
-adapts it to pygls (server.py) and reports through a `Ui` (link.py)."""
+each the one owner of its flow: the completer (a completion), the link (the model worker's life
+cycle, or with model.backend "openai" a remote FIM API), the indexer (background work on open
+documents) and the recent edits. The server adapts it to pygls (server.py) and reports through a
+`Ui` (link.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from .config import Config, WorkerSettings, parse_config
 from .history import RecentEdits
 from .indexer import Indexer
 from .link import Ui, WorkerLink
+from .remote_link import RemoteLink
 from .stats import Stats
 from .wire import default_socket
 
@@ -36,6 +39,12 @@ def launch_for(cfg: Config) -> Launch:
     m, w = cfg.model, cfg.worker
     socket = Path(w.socket) if w.socket else default_socket(m.path, m.device, m.precision)
     return Launch(socket=socket, settings=m, idle_exit_s=w.idle_exit_s)
+
+
+def link_for(cfg: Config, ui: Ui, stats: Stats) -> WorkerLink | RemoteLink:
+    """The link model.backend asks for: the model worker, or an OpenAI-compatible FIM API."""
+    link = RemoteLink if cfg.model.backend == "openai" else WorkerLink
+    return link(ui, stats, launch_for(cfg))
 
 
 def tokenizer_json(model_path: str | None) -> Path:
@@ -55,7 +64,7 @@ class Session:
         self.cfg = self.base
         self.stats = Stats()
         self.edits = RecentEdits()
-        self.link = WorkerLink(ui, self.stats, launch_for(self.cfg))
+        self.link = link_for(self.cfg, ui, self.stats)
         self.completer = Completer(self.link, self.stats, ui.log, self.edits.oldest_first,
                                    counter_for(self.cfg.model.path))
         self.indexer = Indexer(get_document)
@@ -66,6 +75,10 @@ class Session:
         for problem in problems:
             self.ui.show("warning", f"diffusion-lsp settings: {problem}")
         model_changed = cfg.model.path != self.cfg.model.path
+        if cfg.model.backend != self.cfg.model.backend:  # another kind of link; the old one closes
+            old, self.link = self.link, link_for(cfg, self.ui, self.stats)
+            self.completer.link = self.link
+            asyncio.ensure_future(old.close())
         self.cfg = cfg
         self.link.configure(launch_for(cfg), cfg.completion.enable, cfg.worker.fill_timeout_s)
         self.completer.configure(cfg, counter_for(cfg.model.path) if model_changed else None)

@@ -1,0 +1,326 @@
+"""Fills from an OpenAI-compatible fill-in-the-middle API (`--backend openai`), e.g. Inception's
+Mercury (base https://api.inceptionlabs.ai/v1, models mercury-edit / mercury-coder).
+
+One async core, `FimClient.complete`, used by the language server (server/remote_link.py), and the
+command line's engine on top of it, `RemoteEngine` (the `Engine.fill` interface, so `fim`,
+`fim --batch` and the evaluations run unchanged). A fill is `POST {base}/fim/completions` with
+model, prompt, suffix, max_tokens, stop and temperature, the answer in `choices[0].text`; an API
+that answers 404 there is asked `POST {base}/completions` with `suffix`, and the client remembers
+which one answered. 429 and 5xx are retried with exponential backoff (Retry-After honoured) a
+bounded number of times; every other failure is one line (`RemoteError`).
+
+The API key is read from the environment variable the settings name (never a setting itself),
+sent as `Authorization: Bearer`, and kept out of every message, exception, repr and count: messages
+are built from status codes and the API's own error text with the key scrubbed out, and an
+httpx exception (whose request carries the header) is never chained to ours."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from .errors import UserError
+from .model.settings import LaunchSettings
+
+ROUTES = ("/fim/completions", "/completions")  # asked in this order; the first that is not a 404 is kept
+MAX_BODY = 4 * 1024 * 1024  # bytes read from an answer: a 4096-token fill is well under 100 KB
+MAX_MESSAGE = 200  # characters of the API's own error message kept in ours
+
+
+class RemoteError(Exception):
+    """The API could not answer; the message is one line without the key. `kind` groups failures
+    for reporting once: key | endpoint | unreachable | timeout | busy | rejected | answer."""
+
+    def __init__(self, message: str, kind: str, status: int | None = None):
+        super().__init__(message)
+        self.kind, self.status = kind, status
+
+
+class RequestFailed(RemoteError, ValueError):
+    """This request failed (the API rejected it, or its answer was unusable); others may not. A
+    ValueError, like a local model's refusal, so `fim --batch` records it and goes on."""
+
+
+@dataclass
+class Completion:
+    text: str
+    tokens: int  # the API's usage.completion_tokens; 0 when it does not say
+    ms: float
+    route: str  # the path that answered
+
+
+@dataclass
+class RemoteResult:
+    """A remote fill in the shape of model/sampler.py's FillResult (which imports torch)."""
+
+    id: object
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
+    confidence: list[float] = field(default_factory=list)
+    forwards: int = 0
+    tokens: int = 0
+    ms: float = 0.0
+    budget_hit: bool = False
+    cancelled: bool = False
+    reused: int = 0
+    canvas: list[int] = field(default_factory=list, repr=False)
+
+
+def one_line(text: str) -> str:
+    """Collapse whitespace and truncate: an API's message as one short line."""
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+
+
+def api_message(raw: bytes, scrub: Callable[[str], str] = str) -> str:
+    """The error message an API put in its body ({"error": {"message"}}, {"error": "..."},
+    {"message"} or {"detail"}), else the start of the body, as one line; "" for none. `scrub` runs
+    before the cut, so that no part of a secret survives it."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return one_line(scrub(raw.decode("utf-8", errors="replace")))
+    if isinstance(data, dict):
+        error = data.get("error")
+        for value in (error.get("message") if isinstance(error, dict) else error, data.get("message"),
+                      data.get("detail")):
+            if isinstance(value, str) and value.strip():
+                return one_line(scrub(value))
+    return one_line(scrub(json.dumps(data)))
+
+
+def parse_answer(raw: bytes) -> tuple[str, int]:
+    """(text, completion tokens) from a completions answer; RequestFailed when it has none."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise RequestFailed("the API's answer is not JSON", "answer") from None
+    choices = data.get("choices") if isinstance(data, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    text = first.get("text")
+    if text is None and isinstance(first.get("message"), dict):  # a chat-shaped FIM answer
+        text = first["message"].get("content")
+    if not isinstance(text, str):
+        raise RequestFailed("the API's answer has no choices[0].text", "answer")
+    usage = data.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return text, tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else 0
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date); None when absent or odd."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time()) if when is not None and when.tzinfo else None
+
+
+def read_key(env: str | None) -> str | None:
+    """The API key from the environment variable `env` (None: no key); RemoteError when it is
+    missing or could not go in a header (httpx's own error would quote it)."""
+    if env is None:
+        return None
+    key = os.environ.get(env, "").strip()
+    if not key:
+        raise RemoteError(f"the environment variable ${env} that should hold the API key is not set", "key")
+    if not key.isascii() or not key.isprintable() or any(c.isspace() for c in key):
+        raise RemoteError(f"the API key in ${env} has characters an HTTP header cannot carry", "key")
+    return key
+
+
+class FimClient:
+    """One API (base URL, model, key). `complete` raises RemoteError; cancelling it closes the HTTP
+    request. `counts` (requests, retries, failures) holds numbers only."""
+
+    def __init__(self, base_url: str, model: str, api_key_env: str | None = None, *, connect_s: float = 5.0,
+                 read_s: float = 30.0, tries: int = 4, backoff_s: float = 0.5, max_wait_s: float = 20.0,
+                 temperature: float = 0.0, max_body: int = MAX_BODY,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, route: str | None = None):
+        if tries < 1:
+            raise ValueError(f"tries must be at least 1, got {tries}")
+        self.base_url, self.model, self.api_key_env = base_url.rstrip("/"), model, api_key_env
+        self.tries, self.backoff_s, self.max_wait_s = tries, backoff_s, max_wait_s
+        self.temperature, self.max_body, self.sleep = temperature, max_body, sleep
+        self.deadline_s = connect_s + read_s  # one try, whole: a read timeout is per chunk, a drip is not
+        self.route = route  # the path that answers, once known
+        self.counts = {"requests": 0, "retries": 0, "failures": 0}
+        self._key = read_key(api_key_env)
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(read_s, connect=connect_s))
+
+    @classmethod
+    def from_launch(cls, launch: LaunchSettings, **options) -> FimClient:
+        if launch.base_url is None or launch.remote_model is None:
+            raise ValueError("backend openai needs base_url and remote_model")
+        return cls(launch.base_url, launch.remote_model, launch.api_key_env, **options)
+
+    def __repr__(self) -> str:
+        return f"FimClient({self.base_url!r}, {self.model!r}, api_key_env={self.api_key_env!r})"
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._key, "[key]") if self._key else text
+
+    def _fail(self, cls, message: str, kind: str, status: int | None = None) -> RemoteError:
+        self.counts["failures"] += 1
+        return cls(self._scrub(message), kind, status)
+
+    async def complete(self, prefix: str, suffix: str, max_tokens: int, one_line: bool = False) -> Completion:
+        """The API's fill between prefix and suffix: at most max_tokens tokens, the first line only
+        when one_line (stop at a newline)."""
+        body = {"model": self.model, "prompt": prefix, "suffix": suffix, "max_tokens": max_tokens,
+                "temperature": self.temperature}
+        if one_line:
+            body["stop"] = ["\n"]
+        t0, said = time.perf_counter(), ""
+        paths = (self.route,) if self.route else ROUTES
+        for path in paths:
+            raw, said = await self._post(path, body)
+            if raw is None:  # 404: no such endpoint here (or no such model: the API's message says)
+                continue
+            try:
+                text, tokens = parse_answer(raw)
+            except RequestFailed as e:
+                raise self._fail(RequestFailed, str(e), e.kind) from None
+            self.route = path
+            return Completion(text, tokens, (time.perf_counter() - t0) * 1e3, path)
+        raise self._fail(RemoteError, f"{self.base_url} answered 404 (not found) at {' and '.join(paths)}"
+                                      f"{said}; check the base URL and the model name", "endpoint", 404)
+
+    async def _post(self, path: str, body: dict) -> tuple[bytes | None, str]:
+        """(the answer's body, "") or, for a 404, (None, what the API said); retries 429 and 5xx;
+        RemoteError otherwise."""
+        url, env = self.base_url + path, self.api_key_env
+        for attempt in range(1, self.tries + 1):
+            self.counts["requests"] += 1
+            status, headers, raw, failure = await self._send(url, body)
+            if failure is not None:
+                raise failure
+            if raw is None:
+                raise self._fail(RequestFailed, f"the API's answer is larger than {self.max_body} bytes", "answer",
+                                 status)
+            if 200 <= status < 300:
+                return raw, ""
+            said = api_message(raw, self._scrub)
+            said = f": {said}" if said else ""
+            if status == 404:
+                return None, said
+            if status in (401, 403):
+                whose = f"the key in ${env}" if env else "a request without a key (set model.apiKeyEnv)"
+                raise self._fail(RemoteError, f"the API refused {whose} (HTTP {status}){said}", "key", status)
+            if status == 429 or status >= 500:
+                wait = self._wait(attempt, retry_after(headers.get("retry-after")))
+                if attempt < self.tries and wait is not None:
+                    self.counts["retries"] += 1
+                    await self.sleep(wait)
+                    continue
+                why = "rate-limited" if status == 429 else "failing"
+                raise self._fail(RemoteError, f"the API is {why} (HTTP {status} after {attempt} "
+                                              f"{'try' if attempt == 1 else 'tries'}){said}", "busy", status)
+            raise self._fail(RequestFailed, f"the API rejected the request (HTTP {status}){said}", "rejected", status)
+        raise AssertionError("unreachable")  # the last try always returns or raises
+
+    def _wait(self, attempt: int, asked: float | None) -> float | None:
+        """Seconds before try attempt + 1: exponential backoff, or longer when Retry-After asks;
+        None when the API asks for more than max_wait_s."""
+        if asked is not None and asked > self.max_wait_s:
+            return None
+        return max(self.backoff_s * 2 ** (attempt - 1), asked or 0.0)
+
+    async def _send(self, url: str, body: dict) -> tuple[int, httpx.Headers | None, bytes | None,
+                                                          RemoteError | None]:
+        """(status, headers, body or None when too large, failure). httpx's exceptions end here and
+        ours is raised outside their `except`, unchained: their request carries the key's header."""
+        try:
+            return await asyncio.wait_for(self._exchange(url, body), self.deadline_s)
+        except (asyncio.TimeoutError, httpx.TimeoutException):
+            failure = self._fail(RemoteError, f"{url} did not answer within {self.deadline_s:g} s", "timeout")
+        except (httpx.HTTPError, httpx.InvalidURL) as e:
+            failure = self._fail(RemoteError, f"cannot reach {url}: {type(e).__name__}: {one_line(str(e))}",
+                                 "unreachable")
+        return 0, None, None, failure
+
+    async def _exchange(self, url: str, body: dict) -> tuple[int, httpx.Headers, bytes | None, None]:
+        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+        async with self._http.stream("POST", url, json=body, headers=headers) as response:
+            chunks, size = [], 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > self.max_body:  # leaving the block closes the connection
+                    return response.status_code, response.headers, None, None
+                chunks.append(chunk)
+            return response.status_code, response.headers, b"".join(chunks), None
+
+    def describe(self) -> dict:
+        return {"base_url": self.base_url, "model": self.model, "api_key_env": self.api_key_env,
+                "route": self.route, **self.counts}
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+class RemoteEngine:
+    """The command line's engine for `--backend openai`: `fill(requests, cfg, should_stop)` like
+    diffusion_lsp.engine.Engine, the requests of a batch sent at once. The sampler settings do not
+    apply (the API decodes); a one-line request stops at a newline. A key the API refuses, or an
+    API that cannot be reached or keeps failing, ends the run (UserError); a request it rejects is
+    a ValueError, which `fim --batch` records for that request (re-sending the batch's others one
+    by one, as it does for a local model)."""
+
+    def __init__(self, launch: LaunchSettings, **options):
+        self.launch, self.options, self.route = launch, options, None
+        self.counts = {"requests": 0, "retries": 0, "failures": 0}
+        try:  # the key's variable is checked now, before any input is read
+            read_key(launch.api_key_env)
+        except RemoteError as e:
+            raise UserError(str(e)) from None
+
+    def _client(self) -> FimClient:
+        return FimClient.from_launch(self.launch, route=self.route, **self.options)
+
+    def fill(self, requests, cfg=None, should_stop=None) -> list[RemoteResult]:
+        try:
+            return asyncio.run(self._fill_all(requests, should_stop))
+        except RequestFailed:
+            raise
+        except RemoteError as e:
+            raise UserError(str(e)) from None
+
+    async def _fill_all(self, requests, should_stop) -> list[RemoteResult]:
+        client = self._client()
+        try:
+            results = await asyncio.gather(*(self._fill_one(client, i, r, should_stop) for i, r in enumerate(requests)),
+                                           return_exceptions=True)
+        finally:
+            self.route = client.route
+            for name, n in client.counts.items():
+                self.counts[name] += n
+            await client.aclose()
+        failed = [r for r in results if isinstance(r, BaseException)]
+        fatal = [r for r in failed if not isinstance(r, RequestFailed)]
+        if failed:  # the run-ending one first
+            raise (fatal or failed)[0]
+        return results
+
+    @staticmethod
+    async def _fill_one(client: FimClient, i: int, req, should_stop) -> RemoteResult:
+        if should_stop is not None and should_stop(i):
+            return RemoteResult(req.id, "", cancelled=True)
+        done = await client.complete(req.prefix, req.suffix, req.max_tokens, req.one_line)
+        pieces = [done.text] if done.text else []
+        return RemoteResult(req.id, done.text, pieces=pieces, confidence=[1.0] * len(pieces), tokens=done.tokens,
+                            ms=done.ms)
+

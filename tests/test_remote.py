@@ -1,0 +1,520 @@
+"""Remote backends (`--backend openai`) against a real HTTP server on 127.0.0.1 with scripted
+answers: the request bodies and the Bearer header, the /completions fallback, retries on 429 and
+5xx, one-line errors for everything else, a hang and a huge body, the key kept out of every message,
+log record and report; `fim` and `fim --batch` end to end; a server completion through RemoteLink,
+whose cancellation drops the HTTP connection (seen by the server, waited for by event)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import select
+import socket
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from conftest import RecordingUi
+from diffusion_lsp.cli import main
+from diffusion_lsp.context.types import Document
+from diffusion_lsp.model.settings import LaunchSettings
+from diffusion_lsp.remote import FimClient, RemoteEngine, RemoteError, RequestFailed, api_message, retry_after
+from diffusion_lsp.server.completion import Answer, Completer
+from diffusion_lsp.server.config import parse_config
+from diffusion_lsp.server.link import Unavailable, WorkerLink
+from diffusion_lsp.server.positions import UTF16
+from diffusion_lsp.server.remote_link import RemoteLink
+from diffusion_lsp.server.stats import Stats
+from diffusion_lsp.server.wire import FillOrder
+
+WAIT = 30  # seconds: only reached when a test is failing
+KEY = "sk-SENTINEL-7f3a9c0d-do-not-leak"
+ENV = "TEST_KEY"
+DOC = Document("file:///a.py", "import os\n\nprint(os.sep)\n", "python")
+
+
+def ok(text, **extra):
+    return 200, {"choices": [{"text": text, "index": 0}], **extra}
+
+
+class Api(ThreadingHTTPServer):
+    """Answers each POST with the next scripted answer (then `default`) and records what it got:
+    (path, headers, body). An answer is (status, JSON or bytes[, headers]), a function of what it
+    got that returns one, "hang" (hold the
+    request until the client drops it: `dropped` is set) or ("huge", n) (a 200 of n bytes)."""
+
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.script, self.default, self.got = deque(), ok("x = 1"), []
+        self.hanging, self.dropped, self.stopping = threading.Event(), threading.Event(), threading.Event()
+        threading.Thread(target=self.serve_forever, args=(0.01,), daemon=True).start()
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def paths(self) -> list[str]:
+        return [path for path, _, _ in self.got]
+
+    def stop(self):
+        self.stopping.set()
+        self.shutdown()
+        self.server_close()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def do_POST(self):
+        api: Api = self.server
+        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        api.got.append((self.path, dict(self.headers), json.loads(raw)))
+        answer = api.script.popleft() if api.script else api.default
+        if callable(answer):
+            answer = answer(*api.got[-1])
+        if answer == "hang":
+            return self._hang(api)
+        if answer[0] == "huge":
+            return self._huge(answer[1])
+        status, body, *headers = answer
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        for name, value in (headers[0] if headers else {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _hang(self, api: Api):
+        api.hanging.set()
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline and not api.stopping.is_set():
+            if select.select([self.connection], [], [], 0.05)[0]:
+                try:
+                    peek = self.connection.recv(1, socket.MSG_PEEK)
+                except OSError:
+                    peek = b""
+                if not peek:  # the client closed the connection
+                    api.dropped.set()
+                    break
+        self.close_connection = True
+
+    def _huge(self, size: int):
+        self.send_response(200)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        block = b'{"choices": [{"text": "' + b"a" * 65536
+        try:
+            for _ in range(size // len(block)):
+                self.wfile.write(block)
+        except OSError:
+            pass
+        self.close_connection = True
+
+
+@pytest.fixture
+def api(monkeypatch):
+    monkeypatch.setenv(ENV, KEY)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    server = Api()
+    yield server
+    server.stop()
+
+
+def client(api: Api, **options) -> tuple[FimClient, list[float]]:
+    """A client whose backoff waits are recorded, not slept."""
+    waits = []
+
+    async def sleep(seconds):
+        waits.append(seconds)
+
+    options = {"sleep": sleep, "backoff_s": 0.5, **options}
+    return FimClient(api.base, "mercury-edit", ENV, **options), waits
+
+
+def complete(c: FimClient, prefix="def f(x):\n    return ", suffix="\n", max_tokens=16, one_line=False):
+    async def go():
+        try:
+            return await c.complete(prefix, suffix, max_tokens, one_line)
+        finally:
+            await c.aclose()
+
+    return asyncio.run(go())
+
+
+def assert_no_key(*things):
+    for thing in things:
+        assert KEY not in str(thing) and KEY not in repr(thing)
+        assert KEY[:12] not in str(thing)  # nor a cut part of it
+
+
+def chain(e: BaseException) -> list[BaseException]:
+    out = []
+    while e is not None and e not in out:
+        out.append(e)
+        e = e.__cause__ or e.__context__
+    return out
+
+
+# ---- the client ----
+
+def test_a_fim_request_carries_the_fields_and_the_bearer_key(api):
+    api.script.extend([ok("x + 1", usage={"completion_tokens": 3}), ok("1")])
+    c, _ = client(api)
+    done = complete(c)
+    assert (done.text, done.tokens, done.route) == ("x + 1", 3, "/fim/completions")
+    path, headers, body = api.got[0]
+    assert path == "/v1/fim/completions" and headers["Authorization"] == f"Bearer {KEY}"
+    assert body == {"model": "mercury-edit", "prompt": "def f(x):\n    return ", "suffix": "\n", "max_tokens": 16,
+                    "temperature": 0.0}
+    c, _ = client(api)
+    complete(c, max_tokens=5, one_line=True)
+    assert api.got[1][2]["stop"] == ["\n"] and api.got[1][2]["max_tokens"] == 5
+
+
+def test_an_api_without_fim_completions_is_asked_at_completions_and_remembered(api):
+    api.script.extend([(404, {"error": {"message": "no route"}}), ok("a"), ok("b")])
+    c, _ = client(api)
+
+    async def go():
+        try:
+            return [(await c.complete("p", "s", 4)).text for _ in range(2)]
+        finally:
+            await c.aclose()
+
+    assert asyncio.run(go()) == ["a", "b"]
+    assert api.paths() == ["/v1/fim/completions", "/v1/completions", "/v1/completions"]
+    assert api.got[1][2]["suffix"] == "s" and c.route == "/completions"
+
+
+def test_404_at_both_endpoints_is_one_error_naming_the_api_message(api):
+    api.script.extend([(404, {"error": {"message": "no route"}}), (404, {"error": {"message": "model m not found"}})])
+    c, _ = client(api)
+    with pytest.raises(RemoteError, match="answered 404 .*model m not found; check the base URL") as e:
+        complete(c)
+    assert e.value.kind == "endpoint" and "\n" not in str(e.value)
+
+
+def test_429_waits_as_long_as_retry_after_asks(api):
+    api.script.extend([(429, {"error": "slow down"}, {"Retry-After": "3"}), ok("fine")])
+    c, waits = client(api)
+    assert complete(c).text == "fine"
+    assert waits == [3.0] and c.counts == {"requests": 2, "retries": 1, "failures": 0}
+
+
+def test_5xx_is_retried_with_exponential_backoff(api):
+    api.script.extend([(500, b"oops"), (503, {"error": {"message": "overloaded"}}), ok("fine")])
+    c, waits = client(api)
+    assert complete(c).text == "fine"
+    assert waits == [0.5, 1.0] and c.counts["retries"] == 2 and len(api.got) == 3
+
+
+def test_retries_are_bounded_and_a_long_retry_after_is_not_waited_for(api):
+    api.default = (502, {"error": {"message": "bad gateway"}})
+    c, waits = client(api, tries=3)
+    with pytest.raises(RemoteError, match=r"the API is failing \(HTTP 502 after 3 tries\): bad gateway") as e:
+        complete(c)
+    assert e.value.kind == "busy" and waits == [0.5, 1.0] and len(api.got) == 3
+    api.default = (429, {}, {"Retry-After": "3600"})
+    c, waits = client(api, tries=3)
+    with pytest.raises(RemoteError, match=r"rate-limited \(HTTP 429 after 1 try\)"):
+        complete(c)
+    assert waits == []
+
+
+def test_a_refused_key_is_one_line_naming_the_variable_not_the_key(api, caplog):
+    caplog.set_level(logging.DEBUG)
+    api.script.append((401, {"error": {"message": f"invalid key {KEY} (Bearer {KEY})"}}))
+    c, _ = client(api)
+    with pytest.raises(RemoteError, match=r"^the API refused the key in \$TEST_KEY \(HTTP 401\): invalid key") as e:
+        complete(c)
+    assert e.value.kind == "key" and "[key]" in str(e.value)
+    assert_no_key(e.value, *chain(e.value), caplog.text, c.describe(), repr(c), c.counts)
+
+
+@pytest.mark.parametrize("answer, message", [
+    ((400, {"error": {"message": "prompt too long " + "x" * 500 + KEY}}),
+     r"rejected the request \(HTTP 400\): prompt too long x+\.\.\.$"),
+    ((200, b"<html>not json</html>"), "not JSON"),
+    ((200, {"id": 1}), r"no choices\[0\]\.text"),
+    ((200, {"choices": []}), r"no choices\[0\]\.text"),
+    ((200, {"choices": [{"text": 7}]}), r"no choices\[0\]\.text"),
+    ((200, b"[" * 100_000), "not JSON"),
+    (("huge", 8 * 1024 * 1024), "larger than"),
+])
+def test_odd_answers_are_one_line_errors_without_the_key(api, caplog, answer, message):
+    caplog.set_level(logging.DEBUG)
+    api.script.append(answer)
+    c, _ = client(api, max_body=1024 * 1024)
+    with pytest.raises(RequestFailed, match=message) as e:
+        complete(c)
+    assert isinstance(e.value, ValueError) and len(str(e.value)) < 300 and "\n" not in str(e.value)
+    assert_no_key(*chain(e.value), caplog.text, c.describe())
+
+
+def test_a_hang_past_the_timeout_fails_and_drops_the_connection(api):
+    api.script.append("hang")
+    c, _ = client(api, connect_s=0.5, read_s=0.5)
+    with pytest.raises(RemoteError, match="did not answer within 1 s") as e:
+        complete(c)
+    assert e.value.kind == "timeout" and api.dropped.wait(WAIT)
+
+
+def test_an_unreachable_api_a_missing_key_and_a_key_a_header_cannot_carry(api, monkeypatch):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nobody listens there once closed
+    c = FimClient(f"http://127.0.0.1:{port}/v1", "m", ENV, connect_s=2)
+    with pytest.raises(RemoteError, match="cannot reach") as e:
+        complete(c)
+    assert e.value.kind == "unreachable"
+    assert_no_key(*chain(e.value))
+    monkeypatch.delenv(ENV)
+    with pytest.raises(RemoteError, match=r"\$TEST_KEY that should hold the API key is not set"):
+        FimClient(api.base, "m", ENV)
+    monkeypatch.setenv(ENV, KEY + "\n" + KEY)
+    with pytest.raises(RemoteError, match="characters an HTTP header cannot carry") as e:
+        FimClient(api.base, "m", ENV)
+    assert_no_key(e.value)
+
+
+def test_no_key_variable_sends_no_authorization(api):
+    c = FimClient(api.base, "m")
+    assert complete(c).text == "x = 1" and "Authorization" not in api.got[0][1]
+
+
+def test_helpers_read_retry_after_and_api_messages():
+    assert retry_after("2.5") == 2.5 and retry_after(None) is None and retry_after("soon") is None
+    assert 50 < retry_after(time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 60))) <= 60
+    assert api_message(b'{"detail": "nope"}') == "nope" and api_message(b'{"error": "bad"}') == "bad"
+    assert api_message(b"plain\n  text") == "plain text" and api_message(b"") == ""
+
+
+# ---- the command line ----
+
+def source(tmp_path):
+    path = tmp_path / "a.py"
+    path.write_text("def add(a, b):\n    return a + b\n")
+    return path
+
+
+def remote_flags(api: Api) -> list[str]:
+    return ["--backend", "openai", "--base-url", api.base, "--remote-model", "m", "--api-key-env", ENV]
+
+
+def test_fim_json_through_the_api(api, tmp_path, capsys):
+    api.script.append(ok("a - b"))
+    code = main(["fim", str(source(tmp_path)), "--at", "2:12", *remote_flags(api), "--json", "--max-tokens", "7",
+                 "--one-line"])
+    out = capsys.readouterr().out
+    assert code == 0
+    record = json.loads(out)
+    assert record["text"] == "a - b" and record["confidence"] == [1.0] and record["forwards"] == 0
+    assert record["budget_hit"] is False
+    body = api.got[0][2]
+    assert body["prompt"] == "def add(a, b):\n    return " and body["suffix"] == "a + b\n"
+    assert body["max_tokens"] == 7 and body["stop"] == ["\n"] and body["model"] == "m"
+
+
+def test_fim_batch_through_the_api_records_a_rejected_request_and_goes_on(api, tmp_path, capsys):
+    batch = tmp_path / "in.jsonl"
+    batch.write_text("\n".join([json.dumps({"id": "a", "prefix": "x = ", "suffix": "\n"}), "not json",
+                                json.dumps({"id": "b", "prefix": "y = ", "suffix": "\n", "max_tokens": 3})]) + "\n")
+
+    def answer(path, headers, body):  # the batch's requests arrive together, in any order
+        return (400, {"error": {"message": "bad prompt"}}) if body["prompt"] == "y = " else ok("1")
+
+    api.default = answer
+    code = main(["fim", "--batch", str(batch), *remote_flags(api)])
+    captured = capsys.readouterr()
+    records = [json.loads(line) for line in captured.out.splitlines()]
+    assert code == 0 and [r["id"] for r in records] == ["a", None, "b"]
+    assert records[0]["text"] == "1" and "not valid JSON" in records[1]["error"]
+    assert records[2]["error"] == "the API rejected the request (HTTP 400): bad prompt"
+    assert "2 of 3 requests failed" in captured.err
+    assert len(api.got) == 4  # the batch, then one by one (as for a local model): only the bad one fails
+
+
+def test_fim_with_a_refused_key_is_one_line_exit_2(api, tmp_path, capsys):
+    api.default = (401, {"error": {"message": f"bad key {KEY}"}})
+    code = main(["fim", str(source(tmp_path)), "--at", "2:12", *remote_flags(api)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("diffusion-lsp: error: the API refused the key in $TEST_KEY (HTTP 401)")
+    assert "\n" not in err and KEY not in err
+
+
+def test_fim_needs_a_base_url_and_names_a_missing_key_before_reading_input(api, tmp_path, capsys, monkeypatch):
+    assert main(["fim", str(source(tmp_path)), "--at", "2:12", "--backend", "openai"]) == 2
+    assert "backend openai needs base_url and remote_model" in capsys.readouterr().err
+    monkeypatch.delenv(ENV)
+    assert main(["fim", str(source(tmp_path)), "--at", "2:12", *remote_flags(api)]) == 2
+    assert "$TEST_KEY that should hold the API key is not set" in capsys.readouterr().err and api.got == []
+
+
+def test_the_engine_has_the_sampler_s_result_shape(api):
+    from diffusion_lsp.model.canvas import FillRequest
+
+    engine = RemoteEngine(LaunchSettings(backend="openai", base_url=api.base, remote_model="m", api_key_env=ENV))
+    api.script.extend([ok("one"), ok("")])
+    results = engine.fill([FillRequest("a", "b", 4, id=1), FillRequest("c", "d", 4, id=2)], None,
+                          should_stop=lambda i: False)
+    by_id = {r.id: r for r in results}
+    assert sorted(r.text for r in results) == ["", "one"] and all(r.token_ids == [] and r.reused == 0 for r in results)
+    text = by_id[1].text or by_id[2].text
+    assert [r.pieces for r in results if r.text] == [[text]] and engine.route == "/fim/completions"
+    assert engine.counts["requests"] == 2 and KEY not in repr(engine.__dict__)
+
+
+# ---- the language server ----
+
+def remote_cfg(api: Api, **completion):
+    return parse_config({"model": {"backend": "openai", "baseUrl": api.base, "remoteModel": "mercury-edit",
+                                   "apiKeyEnv": ENV},
+                         "completion": {"confidenceCut": 0.0, **completion}, "worker": {"fillTimeoutS": 20}})[0]
+
+
+def make_completer(api: Api):
+    from diffusion_lsp.server.session import launch_for
+
+    cfg, ui, stats = remote_cfg(api), RecordingUi(), Stats()
+    link = RemoteLink(ui, stats, launch_for(cfg))
+    link.configure(launch_for(cfg), True, cfg.worker.fill_timeout_s)
+    completer = Completer(link, stats, ui.log)
+    completer.configure(cfg)
+    return completer, link, ui
+
+
+async def wait_for(event: threading.Event) -> bool:
+    return await asyncio.get_running_loop().run_in_executor(None, event.wait, WAIT)
+
+
+def test_a_completion_through_the_remote_link(api):
+    api.script.append(ok("os.getcwd()\nmore"))
+    completer, link, ui = make_completer(api)
+
+    async def go():
+        try:
+            return await completer.complete(DOC, 1, 0, UTF16)
+        finally:
+            await link.close()
+
+    assert asyncio.run(go()) == Answer("os.getcwd()")
+    body = api.got[0][2]
+    assert body["prompt"].endswith("import os\n") and body["suffix"].startswith("\nprint(os.sep)")
+    assert body["stop"] == ["\n"] and body["model"] == "mercury-edit"
+    assert completer.stats.model_calls == 1 and ui.shown == []
+
+
+@pytest.mark.parametrize("how", ["cancel", "supersede"])
+def test_cancelling_or_superseding_a_completion_drops_its_http_request(api, how):
+    api.script.append("hang")
+    completer, link, _ = make_completer(api)
+
+    async def go():
+        task = asyncio.ensure_future(completer.complete(DOC, 1, 0, UTF16))
+        assert await wait_for(api.hanging)
+        if how == "cancel":
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        else:
+            newer = Document(DOC.uri, "import os\nx\nprint(os.sep)\n", "python")
+            answer = await completer.complete(newer, 1, 1, UTF16)
+            assert await task is None and answer is not None
+        dropped = await wait_for(api.dropped)
+        await link.close()
+        return dropped
+
+    assert asyncio.run(go())
+    assert completer.stats.cancelled + completer.stats.superseded == 1
+
+
+def test_remote_failures_are_shown_once_per_kind_and_never_hold_the_key(api, caplog):
+    caplog.set_level(logging.DEBUG)
+    api.default = (401, {"error": {"message": f"who is {KEY}?"}})
+    completer, link, ui = make_completer(api)
+    order = FillOrder("x = ", "\n", 4)
+
+    async def go():
+        for _ in range(2):
+            with pytest.raises(Unavailable, match=r"refused the key in \$TEST_KEY") as e:
+                await link.fill(DOC.uri, order)
+            assert_no_key(*chain(e.value))
+        answers = [await completer.complete(DOC, 1, 0, UTF16)]
+        api.default = ok("1")
+        answers.append(await link.fill(DOC.uri, order))
+        api.default = (401, {})
+        with pytest.raises(Unavailable):
+            await link.fill(DOC.uri, order)
+        await link.close()
+        return answers
+
+    answers = asyncio.run(go())
+    assert answers[0] is None and answers[1].text == "1" and answers[1].confidence == [1.0]
+    assert len(ui.shown) == 2  # once, then again after a fill succeeded in between
+    assert len([m for kind, m in ui.logged if kind == "error"]) == 4
+    assert_no_key(ui.shown, ui.logged, caplog.text, completer.stats.report(worker=link.describe()), link.describe())
+
+
+def test_a_fill_past_the_deadline_is_unavailable(api):
+    api.script.append("hang")
+    completer, link, ui = make_completer(api)
+    link.configure(link.launch, True, 0.2)
+
+    async def go():
+        with pytest.raises(Unavailable, match="fillTimeoutS"):
+            await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
+        await link.close()
+
+    asyncio.run(go())
+    assert link.stats.fill_timeouts == 1 and api.dropped.wait(WAIT)
+
+
+def test_a_missing_key_variable_is_shown_once(api, monkeypatch):
+    monkeypatch.delenv(ENV)
+    completer, link, ui = make_completer(api)
+
+    async def go():
+        for _ in range(2):
+            with pytest.raises(Unavailable, match="not set"):
+                await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
+
+    asyncio.run(go())
+    assert len(ui.shown) == 1 and "$TEST_KEY" in ui.shown[0][1] and api.got == []
+
+
+def test_the_session_picks_and_switches_the_link_from_model_backend(api):
+    from diffusion_lsp.server.session import ServeOptions, Session
+
+    async def go():
+        ui = RecordingUi()
+        session = Session(ServeOptions(), ui, {}.get)
+        assert isinstance(session.link, WorkerLink)
+        raw = {"model": {"backend": "openai", "baseUrl": api.base, "remoteModel": "m", "apiKeyEnv": ENV}}
+        session.configure(raw)
+        remote = session.link
+        assert isinstance(remote, RemoteLink) and session.completer.link is remote
+        assert (await remote.fill(DOC.uri, FillOrder("x = ", "\n", 4))).text == "x = 1"
+        report = session.report()
+        assert report["worker"]["backend"] == "openai" and report["worker"]["requests"] == 1
+        assert_no_key(report)
+        session.configure({"model": {**raw["model"], "remoteModel": "m2"}})  # another client, same link
+        assert session.link is remote and remote.client is None
+        await remote.fill(DOC.uri, FillOrder("x = ", "\n", 4))
+        assert api.got[-1][2]["model"] == "m2"
+        session.configure({"model": {"baseUrl": api.base}})  # backend local again (its default)
+        assert isinstance(session.link, WorkerLink) and session.completer.link is session.link
+        await asyncio.sleep(0)  # one loop turn: the old link's close runs
+        assert remote.client is None and ui.shown == []
+        await session.close()
+
+    asyncio.run(go())
