@@ -8,7 +8,7 @@ import sys
 
 from .errors import UserError
 from .fim_batch import result_record, run_batch
-from .options import add_fill_args, engine_for, launch_settings, read_source, sampler_config
+from .options import add_fill_args, context_cutter, engine_for, launch_settings, read_source, sampler_config
 
 
 def register(sub):
@@ -51,7 +51,7 @@ def run(args) -> int:
         raise UserError("fim needs FILE and --at LINE:COL (or --batch IN.jsonl)")
     if args.max_tokens < 1:
         raise UserError(f"--max-tokens must be at least 1, got {args.max_tokens}")
-    prefix, suffix = split_at(read_source(args.file), args.at)
+    prefix, suffix = context_cutter(args, launch)(*split_at(read_source(args.file), args.at))
     engine = engine_for(launch)
     from .model.canvas import FillRequest  # the tokenizers library: kept off --help
 

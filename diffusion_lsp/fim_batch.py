@@ -12,7 +12,7 @@ import time
 
 from .errors import UserError
 from .model.settings import LaunchSettings, SamplerConfig
-from .options import engine_for, read_bytes
+from .options import context_cutter, engine_for, read_bytes
 
 
 def parse_request(line: str, lineno: int, default_max: int):
@@ -41,7 +41,11 @@ def run_batch(args, cfg: SamplerConfig, launch: LaunchSettings) -> int:
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     lines = read_bytes(args.batch).decode("utf-8", errors="replace").splitlines()
+    cut = context_cutter(args, launch)
     items = [parse_request(s, n, args.max_tokens) for n, s in enumerate(lines, 1) if s.strip()]
+    for item in items:
+        if not isinstance(item, dict):
+            item.prefix, item.suffix = cut(item.prefix, item.suffix)
     engine = engine_for(launch)
     errors = 0
     for record in fill_records(engine, items, cfg, args.batch_size):

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from .engine import Engine, load_engine
+from .context.cutting import cut_around
+from .context.tokens import token_counter
+from .engine import DEFAULT_MODEL, Engine, load_engine
+from .server.config import CompletionSettings
 from .errors import UserError
 from .model.settings import LaunchSettings, SamplerConfig, add_args, from_args
 
+CONTEXT_TOKENS = CompletionSettings().max_context_tokens
 # the sampler fields a command line sets (stop_below and reuse_context are the server's)
 SAMPLER_FLAGS = ("policy", "threshold", "k", "gamma", "block_size", "use_cache", "refresh_every", "time_budget_ms",
                  "heal", "trailing_fillers")
@@ -37,6 +42,18 @@ def add_fill_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=32, metavar="N", help="canvas size (default 32)")
     add_sampler_args(p)
     p.add_argument("--batch-size", type=int, default=8, help="requests decoded together in --batch mode")
+    p.add_argument("--context-tokens", type=int, default=CONTEXT_TOKENS, metavar="T",
+                   help=f"keep this many tokens of context around the cursor, cut at whole lines as the language "
+                        f"server does (default {CONTEXT_TOKENS}, its completion.maxContextTokens; 0: all of it)")
+
+
+def context_cutter(args: argparse.Namespace, launch: LaunchSettings) -> Callable[[str, str], tuple[str, str]]:
+    """(prefix, suffix) -> the part the language server would keep (--context-tokens), counted with
+    the model's own tokenizer where the folder has one."""
+    if args.context_tokens < 0:
+        raise UserError(f"--context-tokens must be at least 0, got {args.context_tokens}")
+    count = token_counter(Path(launch.path or DEFAULT_MODEL) / "tokenizer.json")
+    return lambda prefix, suffix: cut_around(prefix, suffix, args.context_tokens, count)
 
 
 def launch_settings(args: argparse.Namespace, **overrides) -> LaunchSettings:

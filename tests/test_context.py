@@ -329,3 +329,18 @@ def test_prepare_loads_a_known_language_ahead_of_its_first_completion():
     assert query_for.cache_info().currsize == 2 * len(QUERY_NAMES)  # compiled once, kept
     assert not prepare("plaintext", "file:///w/notes.txt")
     assert language_for("python", "") is not None
+
+
+def test_cut_around_keeps_what_the_server_would_within_the_budget():
+    from diffusion_lsp.context.cutting import cut_around
+
+    lines = [f"value_{i} = compute({i})\n" for i in range(1000)]
+    prefix, suffix = "".join(lines[:500]) + "    x = ", "1\n" + "".join(lines[501:])
+    count = lambda s: len(s) // 4 + 1  # noqa: E731
+    kept_prefix, kept_suffix = cut_around(prefix, suffix, 64, count)
+    assert prefix.endswith(kept_prefix) and suffix.startswith(kept_suffix)
+    assert kept_prefix.endswith("    x = ") and kept_prefix.startswith("value_")  # from a line start
+    assert suffix[len(kept_suffix)] == "\n"  # to a line end
+    assert 0 < sum(map(count, kept_prefix.splitlines(True))) <= 64 - 64 // 4  # prefix + the cross-file share
+    assert 0 < sum(map(count, kept_suffix.splitlines(True))) <= 64 // 4
+    assert cut_around(prefix, suffix, 0, count) == (prefix, suffix)

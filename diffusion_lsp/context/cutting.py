@@ -14,6 +14,7 @@ import weakref
 from typing import Callable
 
 from .lines import indent_at, width
+from .types import ContextBudget
 
 CountTokens = Callable[[str], int]
 CHARS_PER_TOKEN_CAP = 8  # never look at more than budget * this many characters
@@ -163,3 +164,16 @@ def snap_start(text: str, start: int, offset: int, unit_starts: list[int]) -> in
         return start
     u = min(u for u, d in depth.items() if d == top)
     return u if offset - u >= SNAP_KEEP * (offset - start) else start
+
+
+def cut_around(prefix: str, suffix: str, total: int, count: CountTokens) -> tuple[str, str]:
+    """The prefix and suffix the language server would keep within `total` tokens (ContextBudget
+    .split, the cross-file share going to the prefix: a headless fill has no other documents), so
+    that `fim` sees what an editor's completion at the same spot sees. `total` 0 keeps everything."""
+    if total <= 0:
+        return prefix, suffix
+    budget, count = ContextBudget.split(total), memoized(count)
+    text, offset = prefix + suffix, len(prefix)
+    start, _ = take_prefix(text, offset, budget.prefix_tokens + budget.cross_file_tokens, count)
+    end, _ = take_suffix(text, offset, budget.suffix_tokens, count)
+    return text[start:offset], text[offset:end]
