@@ -75,12 +75,15 @@ def default_threads(local_world_size: int) -> int:
 
 
 def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
-    """Load a checkpoint folder (default: the embedded model). Raises CheckpointError when the
-    folder is missing or corrupt. precision "auto": int8 weights on a CPU that has the kernels
-    (model/quantize.py), the checkpoint's own elsewhere; "int8" only on CPU."""
+    """Load a checkpoint folder (default: the embedded model): our own format or a Hugging Face folder
+    of a supported family (model/pretrained.py). Raises CheckpointError when the folder is missing,
+    corrupt or unsupported. precision "auto": int8 weights on a CPU that has the kernels
+    (model/quantize.py), the checkpoint's own elsewhere (bf16 stays bf16 on a GPU); "fp32": float32
+    everywhere; "int8" only on CPU."""
     import torch
 
-    from .model.checkpoint import CheckpointError, load_checkpoint
+    from .model.checkpoint import CheckpointError
+    from .model.pretrained import load_folder
 
     path, precision = launch.path, launch.precision
     device = pick_device(launch.device)
@@ -91,7 +94,7 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
         raise CheckpointError(f"the embedded default model is missing ({folder}); pass --model DIR")
     if precision == "int8" and device != "cpu":
         raise ValueError(f"int8 weights are for CPU inference, not {device}")
-    model, tokenizer, meta = load_checkpoint(folder, device=device)
+    model, tokenizer, meta = load_folder(folder, device, torch.float32 if precision == "fp32" else None)
     from .model.quantize import int8_available, quantize_int8
 
     if precision == "int8" or (precision == "auto" and device == "cpu" and int8_available()):

@@ -80,7 +80,7 @@ PRESETS: dict[str, dict] = {
     ),
     "coda-1.7b": dict(  # CoDA-v0 (Qwen3-1.7B)
         vocab_size=151936, dim=2048, n_layers=28, n_heads=16, n_kv_heads=8, head_dim=128, hidden_dim=6144,
-        max_seq_len=40960, rope_theta=1e6, qkv_bias=True, qk_norm=True, tie_embeddings=False,
+        max_seq_len=40960, rope_theta=1e6, qk_norm=True, tie_embeddings=False,  # Qwen3: no attention bias
         shift_logits=True,
     ),
     "llada-8b": dict(  # LLaDA-8B-Base / Instruct

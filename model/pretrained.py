@@ -1,0 +1,250 @@
+"""Hugging Face model folders as published (Dream, DiffuCoder, Open-dCoder, CoDA, LLaDA): config.json,
+model.safetensors or shards listed in model.safetensors.index.json, tokenizer.json. The family table
+is families.py; this module reads the folder into our DiffusionTransformer.
+
+Nothing from the folder is run (no auto_map code) and nothing is unpickled: safetensors only. Weights
+are read one tensor at a time (safetensors `safe_open`) into a model built on the meta device, so the
+peak memory is about the model's own size, not twice it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from tokenizers import Tokenizer as HFTokenizer
+from torch import nn
+
+from .checkpoint import CheckpointError, load_checkpoint
+from .config import ModelConfig, SpecialTokens
+from .families import Family, detect_family, supported
+from .tokenizer import Tokenizer
+from .transformer import DiffusionTransformer
+
+INDEX = "model.safetensors.index.json"
+PICKLED = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+IGNORED = re.compile(r".*rotary_emb\.inv_freq$")  # buffers some old saves carry; recomputed here
+
+
+class PretrainedLM(nn.Module):
+    """The public face of a loaded checkpoint: model(ids [B, L]) -> raw logits [B, L, V] in the
+    checkpoint's own convention, as its modeling code gives them under full bidirectional attention
+    (shifted families: output i predicts token i + 1). The sampler uses `.transformer` directly."""
+
+    def __init__(self, transformer: DiffusionTransformer):
+        super().__init__()
+        self.transformer = transformer
+        self.config = transformer.config
+
+    def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """attention_mask [B, L]: 1 for tokens, 0 for padding (left or right); positions count tokens only."""
+        key_mask = torch.ones_like(ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        positions = (key_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, L]
+        return self.transformer(ids, positions, key_mask)[0]
+
+
+def is_hf_folder(folder: Path) -> bool:
+    """config.json is a Hugging Face config: a JSON object without our format marker."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False  # load_checkpoint says what is wrong
+    return isinstance(config, dict) and "format" not in config and ("model_type" in config or "architectures" in config)
+
+
+def read_hf_config(folder: Path) -> tuple[dict, Family]:
+    config = json.loads((folder / "config.json").read_text())
+    family = detect_family(config)
+    if family is None:
+        raise CheckpointError(f"checkpoint {folder}: unknown model family (model_type {config.get('model_type')!r}, "
+                              f"architectures {config.get('architectures')}); supported: {supported()}")
+    problems = family.unsupported(config)
+    if problems:
+        raise CheckpointError(f"checkpoint {folder}: {family.name} config.json asks for what this loader cannot "
+                              f"run: {', '.join(problems)}")
+    return config, family
+
+
+def weight_files(folder: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file that holds it (read from each file's header, checked against
+    the index when there is one)."""
+    index = folder / INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+            raise CheckpointError(f"checkpoint {folder}: {INDEX} is not a valid index ({e})") from None
+        files = sorted(set(weight_map.values()))
+        missing = [f for f in files if not (folder / f).is_file()]
+        if missing:
+            raise CheckpointError(f"checkpoint {folder}: {INDEX} lists {', '.join(missing)}, which "
+                                  f"{'is' if len(missing) == 1 else 'are'} missing")
+    elif (folder / "model.safetensors").is_file():
+        files, weight_map = ["model.safetensors"], None
+    else:
+        pickled = sorted(p.name for pattern in PICKLED for p in folder.glob(pattern))
+        others = sorted(p.name for p in folder.glob("*.safetensors"))
+        what = (f"only pickled weights ({', '.join(pickled)}), which are never unpickled here" if pickled and not others
+                else f"no model.safetensors and no {INDEX} (found {', '.join(others + pickled)})" if others
+                else "no weights")
+        raise CheckpointError(f"checkpoint {folder} has {what}; supported: model.safetensors, or shards "
+                              f"model-0000k-of-0000n.safetensors with {INDEX}")
+    where = {}
+    for name in files:
+        try:
+            with safe_open(str(folder / name), framework="pt") as f:
+                where.update((k, folder / name) for k in f.keys())
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(f"checkpoint {folder}: {name} is corrupt ({e})") from None
+    lost = sorted(set(weight_map or ()) - set(where))
+    if lost:
+        raise CheckpointError(f"checkpoint {folder}: {INDEX} lists tensors its shards do not hold: "
+                              f"{', '.join(lost[:3])}")
+    return where
+
+
+def load_hf_tokenizer(folder: Path) -> HFTokenizer:
+    path = folder / "tokenizer.json"
+    if path.is_file():
+        try:
+            return HFTokenizer.from_file(str(path))
+        except Exception as e:  # tokenizers raises a bare Exception on malformed files
+            raise CheckpointError(f"checkpoint {folder}: bad tokenizer.json ({str(e).splitlines()[0]})") from None
+    try:
+        from .hf_tokenizer import load_tokenizer_files
+    except ImportError:
+        raise CheckpointError(f"checkpoint {folder} has no tokenizer.json (and this build cannot read "
+                              "vocab.json + merges.txt)") from None
+    try:
+        return load_tokenizer_files(folder)
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {folder}: {e}") from None
+
+
+def special_tokens(hf: HFTokenizer, family: Family, config: dict, folder: Path) -> SpecialTokens:
+    """The family's token names that this vocab has: the mask is config.json's mask_token_id when it
+    names a token, else the family's name for it."""
+
+    def first(names, taken=()):
+        return next((n for n in names if n not in taken and hf.token_to_id(n) is not None), None)
+
+    mask_id = config.get("mask_token_id")
+    mask = (hf.id_to_token(mask_id) if isinstance(mask_id, int) else None) or first(family.mask)
+    filler = first(family.filler, {mask})
+    bos = first(family.bos, {mask, filler})
+    needed = [("mask", mask, family.mask), ("filler", filler, family.filler)]
+    needed += [("bos", bos, family.bos)] if family.shift_logits else []  # sampler: shifted logits need a bos
+    for role, name, names in needed:
+        if name is None:
+            raise CheckpointError(f"checkpoint {folder}: the tokenizer has no {role} token (looked for "
+                                  f"{', '.join(names)}{' and mask_token_id' if role == 'mask' else ''}); "
+                                  f"a {family.name} checkpoint needs one")
+    return SpecialTokens(mask=mask, filler=filler, bos=bos)
+
+
+def _theirs(family: Family, ours: str) -> str | None:
+    """The checkpoint's name for one of our state_dict names (None: the family has no such tensor)."""
+    m = re.match(r"layers\.(\d+)\.(.*)", ours)
+    template = family.tensors.get(f"layers.{{i}}.{m[2]}" if m else ours)
+    return template and template.format(i=m[1] if m else "")
+
+
+def model_config(config: dict, family: Family, names, folder: Path) -> ModelConfig:
+    """ModelConfig from config.json's shapes and the tensors' presence for the structural flags."""
+    try:
+        shapes = family.config(config)
+    except KeyError as e:
+        raise CheckpointError(f"checkpoint {folder}: config.json has no {e.args[0]!r} ({family.name} family)") from None
+    present = set(names)
+    flags = dict(
+        qkv_bias=_theirs(family, "layers.0.attn.q_proj.bias") in present,
+        qk_norm=_theirs(family, "layers.0.attn.q_norm.weight") in present,
+        tie_embeddings=bool(config.get(family.tie_key)) or family.tensors["lm_head.weight"] not in present,
+        shift_logits=family.shift_logits,
+    )
+    try:
+        return ModelConfig(**{k: v for k, v in shapes.items() if v is not None}, **flags)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {folder}: bad config.json ({e})") from None
+
+
+def weights_dtype(config: dict, device, dtype: torch.dtype | None = None) -> torch.dtype:
+    """dtype when given; else float32 on CPU (int8 is quantize.py's, after loading) and the checkpoint's
+    own elsewhere: torch_dtype (transformers 4.x) or dtype (5.x), float32 when neither names a float type."""
+    if dtype is not None:
+        return dtype
+    if torch.device(device).type == "cpu":
+        return torch.float32
+    return DTYPES.get(str(config.get("torch_dtype") or config.get("dtype")), torch.float32)
+
+
+def _read_weights(model: DiffusionTransformer, family: Family, where: dict[str, Path], device, dtype,
+                  folder: Path) -> dict[str, torch.Tensor]:
+    expected = {ours: _theirs(family, ours) for ours in model.state_dict()}
+    missing = sorted(t for t in expected.values() if t not in where)
+    unused = sorted(t for t in set(where) - set(expected.values())
+                    if not IGNORED.match(t) and not (model.lm_head is None and t == family.tensors["lm_head.weight"]))
+    if missing or unused:
+        parts = ([f"missing {', '.join(missing[:4])}"] if missing else []) + (
+            [f"unexpected {', '.join(unused[:4])}"] if unused else [])
+        raise CheckpointError(f"checkpoint {folder}: tensors do not match the {family.name} layout "
+                              f"({'; '.join(parts)})")
+    state = {}
+    by_file: dict[Path, list[str]] = {}
+    for ours, theirs in expected.items():
+        by_file.setdefault(where[theirs], []).append(ours)
+    params = model.state_dict()
+    for path, ours_names in by_file.items():
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                for ours in ours_names:
+                    t = f.get_slice(expected[ours])
+                    if tuple(t.get_shape()) != tuple(params[ours].shape):
+                        raise CheckpointError(f"checkpoint {folder}: {expected[ours]} has shape {t.get_shape()}, "
+                                              f"config.json says {list(params[ours].shape)}")
+                    # one tensor at a time: read, cast, move; the file's copy is freed before the next
+                    state[ours] = f.get_tensor(expected[ours]).to(device=device, dtype=dtype)
+        except (SafetensorError, OSError) as e:
+            raise CheckpointError(f"checkpoint {folder}: {path.name} is corrupt ({e})") from None
+    return state
+
+
+def load_hf_folder(folder: str | Path, device: str | torch.device = "cpu",
+                   dtype: torch.dtype | None = None) -> tuple[DiffusionTransformer, Tokenizer, dict]:
+    """A Hugging Face folder -> (model, tokenizer, config.json plus "family"). dtype None: float32 on
+    CPU, the checkpoint's own (torch_dtype / dtype) elsewhere."""
+    folder = Path(folder)
+    config, family = read_hf_config(folder)
+    where = weight_files(folder)
+    cfg = model_config(config, family, where, folder)
+    hf = load_hf_tokenizer(folder)
+    tokenizer = Tokenizer(hf, special_tokens(hf, family, config, folder))  # every name checked: cannot raise
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise CheckpointError(f"checkpoint {folder}: tokenizer has {tokenizer.vocab_size} tokens but the "
+                              f"model only {cfg.vocab_size}")
+    dtype = weights_dtype(config, device, dtype)
+    with torch.device("meta"):
+        model = DiffusionTransformer(cfg)
+    model.load_state_dict(_read_weights(model, family, where, device, dtype, folder), strict=True, assign=True)
+    return model.eval(), tokenizer, {**config, "family": family.name}
+
+
+def load_folder(folder: str | Path, device: str | torch.device = "cpu",
+                dtype: torch.dtype | None = None) -> tuple[DiffusionTransformer, Tokenizer, dict]:
+    """Our own checkpoint format (float32) or a Hugging Face folder, told apart by config.json."""
+    folder = Path(folder)
+    if is_hf_folder(folder):
+        return load_hf_folder(folder, device, dtype)
+    return load_checkpoint(folder, device=device)
+
+
+def load_pretrained(path: str | Path, device: str | torch.device = "cpu",
+                    dtype: torch.dtype | None = None) -> tuple[PretrainedLM, Tokenizer]:
+    """(model, tokenizer) for a checkpoint folder: model(ids) -> raw logits [B, L, V]; tokenizer.encode,
+    .decode and .mask_id. Raises CheckpointError for anything it cannot load."""
+    model, tokenizer, _ = load_folder(path, device, dtype)
+    return PretrainedLM(model), tokenizer
