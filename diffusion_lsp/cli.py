@@ -17,6 +17,7 @@ COMMANDS = {
     "train": "diffusion_lsp.train.command",
     "eval": "diffusion_lsp.evals.command",
     "serve": "diffusion_lsp.server.command",
+    "model": "diffusion_lsp.model_check",
 }
 
 

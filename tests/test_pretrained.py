@@ -293,3 +293,34 @@ def test_fim_on_an_unsupported_folder_is_one_line(folders, tmp_path, capsys):
     code = main(["fim", str(src), "--at", "1:1", "--model", str(folder), "--threads", "1"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "unknown model family" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("family", list(TOKENS))
+def test_model_check_puts_our_logits_beside_transformers(folders, family, capsys):
+    folder = folders[family][0]
+    assert main(["model", "check", str(folder), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    ref = report["reference"]
+    assert report["format"] == "huggingface" and report["family"] == {"diffucoder": "dream"}.get(family, family)
+    assert report["parameters"] > 0 and report["special_tokens"]["mask"] is not None
+    assert ref["tokens"] > 10 and ref["max_abs_diff"] < 1e-4 and ref["argmax_agreement"] == 1.0
+
+
+def test_model_check_sees_a_wrong_tensor_mapping(folders, monkeypatch, capsys):
+    from diffusion_lsp.model import families
+
+    gate, up = "layers.{i}.mlp.gate_proj.weight", "layers.{i}.mlp.up_proj.weight"
+    monkeypatch.setitem(families.LLADA_TENSORS, gate, families.LLADA_TENSORS[up])  # gate and up swapped
+    monkeypatch.setitem(families.LLADA_TENSORS, up, "model.transformer.blocks.{i}.ff_proj.weight")
+    assert main(["model", "check", str(folders["llada"][0])]) == 0
+    out = capsys.readouterr().out
+    diff = float(out.split("max |diff| ")[1].split()[0])
+    assert "family llada" in out and diff > 0.1
+
+
+def test_model_check_on_our_own_format_and_on_nothing(tiny_checkpoint, tmp_path, capsys):
+    assert main(["model", "check", str(tiny_checkpoint), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["format"] == "diffusion-lsp" and "skipped" in report["reference"]
+    assert main(["model", "check", str(tmp_path)]) == 2
+    assert "config.json is missing" in capsys.readouterr().err
