@@ -53,7 +53,8 @@ def check(path: Path, reference: bool = True) -> dict:
         "parameters": params, "dtype_on_disk": meta.get("torch_dtype") or meta.get("dtype") or "float32",
         "dtype_loaded": str(next(model.parameters()).dtype).replace("torch.", ""),
         "shift_logits": model.config.shift_logits, "vocab_size": tok.vocab_size,
-        "special_tokens": {"mask": tok.mask_id, "filler": tok.filler_id, "bos": tok.bos_id},
+        "special_tokens": {"mask": tok.mask_id, "filler": tok.filler_id, "bos": tok.bos_id,
+                           **{role: tok.id_of(role) for role in tok.special.extra}},
         "memory_mb": {"weights": round(weight_bytes / 2**20, 1),
                       "peak_rss": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)},
         "load_ms": round(load_ms, 1), "reference": None,
@@ -99,8 +100,8 @@ def run(args) -> int:
     lines = [f"{report['path']}: {report['format']} checkpoint, family {report['family']}",
              f"  {report['parameters']:,} parameters, {report['dtype_on_disk']} on disk, loaded as "
              f"{report['dtype_loaded']}; logits {'shifted' if report['shift_logits'] else 'in place'}",
-             f"  vocab {report['vocab_size']:,}; mask {report['special_tokens']['mask']}, filler "
-             f"{report['special_tokens']['filler']}, bos {report['special_tokens']['bos']}",
+             f"  vocab {report['vocab_size']:,}; "
+             + ", ".join(f"{role} {i}" for role, i in report["special_tokens"].items()),
              f"  weights {report['memory_mb']['weights']:,} MB, peak RSS {report['memory_mb']['peak_rss']:,} MB, "
              f"loaded in {report['load_ms']:,.0f} ms"]
     if "skipped" in ref:
