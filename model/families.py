@@ -4,7 +4,8 @@ special tokens it infills with. pretrained.py does the loading; nothing here tou
 
 Families (each read from the published config.json and modeling files; nothing from them is run):
 - dream: Dream-v0-Base/Instruct-7B, Dream-Coder, DreamOn, DiffuCoder (`model_type: "Dream"`): Qwen2
-  layout, logits shifted (Dream's generate moves output i to predict token i + 1).
+  layout, logits shifted (Dream's generate moves output i to predict token i + 1). DreamOn is told apart
+  by its vocab's `<|expand|>` (or config.json's expand_token_id): pretrained.py names it "dreamon".
 - qwen2: Qwen2-layout diffusion checkpoints published as plain Qwen2 (Open-dCoder-0.5B): trained from an
   autoregressive Qwen2.5 like Dream, so shifted as Dream is (an assumption: their card says AR-initialised).
 - coda: CoDA-v0 (Salesforce), Qwen3 layout (per-head q/k RMSNorm, explicit head_dim), shifted.
@@ -112,6 +113,10 @@ class Family:
     unsupported: Callable[[dict], list[str]]  # config.json -> features this loader cannot run
     tensors: dict[str, str]  # our state_dict name -> the checkpoint's
     tie_key: str  # the config.json key that ties the output head to the embedding
+    # DreamOn (a Dream checkpoint): a vocab with an expand token decodes with variable length (dreamon.py);
+    # `end` names the end-of-text token that, committed inside the span, deletes a position
+    expand: tuple[str, ...] = ()
+    end: tuple[str, ...] = ()
 
 
 # bos: the sampler bans the bos id from every prediction, so it must differ from the filler. Dream's vocab has
@@ -121,7 +126,8 @@ QWEN_BOS = ("<|beginoftext|>", "<|im_start|>")
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("dream", ("dream",), ("DreamModel",), True, ("<|mask|>",), ("<|dlm_pad|>", "<|endoftext|>"), QWEN_BOS,
-           _qwen_config, _qwen_unsupported, QWEN_TENSORS, "tie_word_embeddings"),
+           _qwen_config, _qwen_unsupported, QWEN_TENSORS, "tie_word_embeddings", expand=("<|expand|>",),
+           end=("<|endoftext|>",)),
     Family("coda", ("coda", "qwen3"), ("CoDALanguageModel", "Qwen3ForCausalLM"), True, ("<|mask|>",),
            ("<|endoftext|>",), QWEN_BOS, _qwen_config, _qwen_unsupported, QWEN_TENSORS, "tie_word_embeddings"),
     Family("qwen2", ("qwen2",), ("Qwen2ForCausalLM",), True, ("<|mask|>",), ("<|endoftext|>",), QWEN_BOS,

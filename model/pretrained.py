@@ -127,7 +127,8 @@ def load_hf_tokenizer(folder: Path) -> HFTokenizer:
 
 def special_tokens(hf: HFTokenizer, family: Family, config: dict, folder: Path) -> SpecialTokens:
     """The family's token names that this vocab has: the mask is config.json's mask_token_id when it
-    names a token, else the family's name for it."""
+    names a token, else the family's name for it. A vocab with the family's expand token (or config.json's
+    expand_token_id) is DreamOn's: extra "expand" and "eos" (the end-of-text token that deletes)."""
 
     def first(names, taken=()):
         return next((n for n in names if n not in taken and hf.token_to_id(n) is not None), None)
@@ -143,7 +144,15 @@ def special_tokens(hf: HFTokenizer, family: Family, config: dict, folder: Path) 
             raise CheckpointError(f"checkpoint {folder}: the tokenizer has no {role} token (looked for "
                                   f"{', '.join(names)}{' and mask_token_id' if role == 'mask' else ''}); "
                                   f"a {family.name} checkpoint needs one")
-    return SpecialTokens(mask=mask, filler=filler, bos=bos)
+    expand_id = config.get("expand_token_id")
+    expand = (hf.id_to_token(expand_id) if isinstance(expand_id, int) else None) or first(family.expand)
+    if expand is None:
+        return SpecialTokens(mask=mask, filler=filler, bos=bos)
+    eos = first(family.end, {mask, bos, expand})
+    if eos is None:
+        raise CheckpointError(f"checkpoint {folder}: the tokenizer has the expand token {expand} but no end-of-text "
+                              f"token (looked for {', '.join(family.end) or 'none: the family has no expand'})")
+    return SpecialTokens(mask=mask, filler=filler, bos=bos, extra={"expand": expand, "eos": eos})
 
 
 def _theirs(family: Family, ours: str) -> str | None:
@@ -230,7 +239,8 @@ def load_hf_folder(folder: str | Path, device: str | torch.device = "cpu",
     with torch.device("meta"):
         model = DiffusionTransformer(cfg)
     model.load_state_dict(_read_weights(model, family, where, device, dtype, folder), strict=True, assign=True)
-    return model.eval(), tokenizer, {**config, "family": family.name}
+    name = "dreamon" if "expand" in tokenizer.special.extra else family.name  # variable length: model/dreamon.py
+    return model.eval(), tokenizer, {**config, "family": name}
 
 
 def load_folder(folder: str | Path, device: str | torch.device = "cpu",

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -11,6 +15,11 @@ from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.quantize import int8_available, quantize_int8
 from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
 from diffusion_lsp.model.transformer import DiffusionTransformer
+
+# a Qwen2 folder written by `bench pretrained` (bf16, tied, q/k/v biases), tiny
+TINY_QWEN = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=128, vocab_size=448, rope_theta=10000.0, rms_norm_eps=1e-6,
+                 max_position_embeddings=512, tie_word_embeddings=True, hidden_act="silu", use_sliding_window=False)
 
 pytestmark = pytest.mark.skipif(not int8_available(), reason="no int8 CPU kernels in this PyTorch build")
 
@@ -47,3 +56,50 @@ def test_the_engine_uses_int8_on_cpu_only_when_asked_or_auto(tiny_checkpoint):
         load_engine(LaunchSettings(str(tiny_checkpoint), device="cuda", precision="int8"))
     with pytest.raises(ValueError, match="precision"):
         LaunchSettings(str(tiny_checkpoint), device="cpu", precision="fp16")
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@torch.inference_mode()
+def test_no_float_weight_of_a_quantized_matrix_stays_alive(tied):
+    """The int8 copy replaces each float matrix: the model holds no float Linear any more, and the
+    original tensors (a block's and the untied head's) are freed, not kept by the model or a copy."""
+    model = DiffusionTransformer(ModelConfig.preset("tiny", tie_embeddings=tied)).eval()
+    gone = [weakref.ref(model.layers[0].mlp.up_proj.weight), weakref.ref(model.layers[-1].attn.q_proj.weight)]
+    if not tied:
+        gone.append(weakref.ref(model.lm_head.weight))
+    quantize_int8(model)
+    gc.collect()
+    assert [type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.Linear)] == []
+    assert model.lm_head is None and [r() for r in gone] == [None] * len(gone)
+    assert {n for n, p in model.named_parameters() if p.ndim == 2} == {"embed.weight"}  # the input needs it
+    logits, _ = model(torch.randint(0, 512, (1, 8)))
+    assert logits.shape == (1, 8, 512)
+
+
+@torch.inference_mode()
+def test_a_bf16_model_quantizes_to_the_int8_weights_of_its_float32_copy():
+    """load_engine loads a bf16 folder as stored for int8: widening is exact, so the result must be the
+    float32 load's, bit for bit, and compute in float32."""
+    torch.manual_seed(0)
+    wide = DiffusionTransformer(ModelConfig.preset("tiny", qkv_bias=True)).eval()
+    with torch.no_grad():
+        for p in wide.parameters():
+            p.copy_(p.bfloat16().float())  # values a bf16 checkpoint can hold
+    narrow = copy.deepcopy(wide).to(torch.bfloat16)
+    quantize_int8(wide)
+    quantize_int8(narrow)
+    assert {p.dtype for p in narrow.parameters()} == {torch.float32}
+    tokens = torch.randint(0, 512, (2, 24))
+    assert torch.equal(wide(tokens)[0], narrow(tokens)[0])
+
+
+def test_an_int8_load_of_a_bf16_folder_equals_quantizing_its_float32_load(tmp_path):
+    from diffusion_lsp.bench.pretrained import write_folder
+
+    folder = write_folder(tmp_path / "dream", TINY_QWEN, tokenizer_vocab=400)
+    int8 = load_engine(LaunchSettings(str(folder), device="cpu", threads=1, precision="int8"))
+    fp32 = load_engine(LaunchSettings(str(folder), device="cpu", threads=1, precision="fp32"))
+    quantize_int8(fp32.model)
+    ids = torch.tensor([int8.tokenizer.encode("def f(x):\n    return x + 1\n")])
+    with torch.inference_mode():
+        assert torch.equal(int8.model(ids)[0], fp32.model(ids)[0])

@@ -1,11 +1,12 @@
 """`diffusion-lsp bench`: benchmarks that print figures side by side and assert nothing.
 
     bench sampler   forward passes and ms per span of the sampler alone (sampler.py)
-    bench lsp       inline-completion latency through the real server over stdio (lsp.py)"""
+    bench lsp       inline-completion latency through the real server over stdio (lsp.py)
+    bench pretrained  load time, peak RSS, fill time: a 0.5 B checkpoint vs the embedded model, fp32 vs int8"""
 
 from __future__ import annotations
 
-from . import lsp, sampler
+from . import lsp, pretrained, sampler
 
 
 def register(sub) -> None:
@@ -13,3 +14,4 @@ def register(sub) -> None:
     bench = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
     sampler.register(bench)
     lsp.register(bench)
+    pretrained.register(bench)
