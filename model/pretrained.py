@@ -3,8 +3,9 @@ model.safetensors or shards listed in model.safetensors.index.json, tokenizer.js
 is families.py; this module reads the folder into our DiffusionTransformer.
 
 Nothing from the folder is run (no auto_map code) and nothing is unpickled: safetensors only. Weights
-are read one tensor at a time (safetensors `safe_open`) into a model built on the meta device, so the
-peak memory is about the model's own size, not twice it.
+are read one tensor at a time (plain reads at the offsets the safetensors header gives) into a model
+built on the meta device, so the peak memory is about the model's own size, not twice it (measured on
+a 0.5 B bf16 folder: fp32 load peak 2.20 GB for 1.98 GB of weights; int8 load 1.71 GB).
 """
 
 from __future__ import annotations
@@ -209,17 +210,56 @@ def _read_weights(model: DiffusionTransformer, family: Family, where: dict[str, 
     params = model.state_dict()
     for path, ours_names in by_file.items():
         try:
-            with safe_open(str(path), framework="pt") as f:
+            with open(path, "rb") as f:
+                header, base = _header(f)
                 for ours in ours_names:
-                    t = f.get_slice(expected[ours])
-                    if tuple(t.get_shape()) != tuple(params[ours].shape):
-                        raise CheckpointError(f"checkpoint {folder}: {expected[ours]} has shape {t.get_shape()}, "
+                    entry = header[expected[ours]]
+                    if tuple(entry["shape"]) != tuple(params[ours].shape):
+                        raise CheckpointError(f"checkpoint {folder}: {expected[ours]} has shape {entry['shape']}, "
                                               f"config.json says {list(params[ours].shape)}")
-                    # one tensor at a time: read, cast, move; the file's copy is freed before the next
-                    state[ours] = f.get_tensor(expected[ours]).to(device=device, dtype=dtype)
-        except (SafetensorError, OSError) as e:
+                    # one tensor at a time: read, cast, move; the read buffer is freed before the next
+                    state[ours] = _read_tensor(f, entry, base).to(device=device, dtype=dtype)
+        except (OSError, ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"checkpoint {folder}: {path.name} is corrupt ({e})") from None
     return state
+
+
+# safetensors dtype names -> torch; the tensors are read with plain file reads, not through safetensors'
+# memory map: a tensor that needs no cast would stay a view of the map, which keeps the whole mapped
+# file counted in RSS while the model lives (measured: +900 MB peak for a 0.5 B int8 load)
+_ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+              "BOOL": torch.bool}
+MAX_HEADER = 100 << 20  # safetensors' own limit on the JSON header
+
+
+def _header(f) -> tuple[dict, int]:
+    """(tensor name -> {dtype, shape, data_offsets}, offset of the data) of an open safetensors file."""
+    size = int.from_bytes(f.read(8), "little")
+    if not 0 < size <= MAX_HEADER:
+        raise ValueError(f"header size {size}")
+    header = json.loads(f.read(size))
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a JSON object")
+    return header, 8 + size
+
+
+def _read_tensor(f, entry: dict, base: int) -> torch.Tensor:
+    dtype = _ST_DTYPES.get(entry["dtype"])
+    start, end = entry["data_offsets"]
+    shape = [int(d) for d in entry["shape"]]
+    numel = 1
+    for d in shape:
+        numel *= d
+    if dtype is None or not 0 <= start <= end or end - start != numel * dtype.itemsize:
+        raise ValueError(f"a tensor entry that does not add up: {entry}")
+    buf = bytearray(end - start)
+    f.seek(base + start)
+    if f.readinto(buf) != len(buf):
+        raise ValueError("the file is shorter than its header says")
+    if not buf:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(buf, dtype=dtype).reshape(shape)
 
 
 def load_hf_folder(folder: str | Path, device: str | torch.device = "cpu",
