@@ -13,6 +13,7 @@ from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.tokenizer import train_bpe
 from diffusion_lsp.model.transformer import DiffusionTransformer, KVCache
 
+pytest_plugins = ["remote_api"]  # the scripted OpenAI-compatible API fixture `api`
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 CORPUS_FILES = ["json/decoder.py", "json/encoder.py", "textwrap.py", "shlex.py"]
 

@@ -1,0 +1,168 @@
+"""The language server through a remote backend (RemoteLink) against the scripted API of
+remote_api.py: a completion, cancellation and supersession dropping the HTTP connection (seen by the
+server, waited for by event), failures shown once, the deadline, the session switching links."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import pytest
+
+from conftest import RecordingUi
+from remote_api import DOC, ENV, KEY, WAIT, Api, assert_no_key, chain, ok
+from diffusion_lsp.context.types import Document
+from diffusion_lsp.server.completion import Answer, Completer
+from diffusion_lsp.server.config import parse_config
+from diffusion_lsp.server.link import Unavailable, WorkerLink
+from diffusion_lsp.server.positions import UTF16
+from diffusion_lsp.server.remote_link import RemoteLink
+from diffusion_lsp.server.stats import Stats
+from diffusion_lsp.server.wire import FillOrder
+
+
+# ---- the language server ----
+
+def remote_cfg(api: Api, **completion):
+    return parse_config({"model": {"backend": "openai", "baseUrl": api.base, "remoteModel": "mercury-edit",
+                                   "apiKeyEnv": ENV},
+                         "completion": {"confidenceCut": 0.0, **completion}, "worker": {"fillTimeoutS": 20}})[0]
+
+
+def make_completer(api: Api):
+    from diffusion_lsp.server.session import launch_for
+
+    cfg, ui, stats = remote_cfg(api), RecordingUi(), Stats()
+    link = RemoteLink(ui, stats, launch_for(cfg))
+    link.configure(launch_for(cfg), True, cfg.worker.fill_timeout_s)
+    completer = Completer(link, stats, ui.log)
+    completer.configure(cfg)
+    return completer, link, ui
+
+
+async def wait_for(event: threading.Event) -> bool:
+    return await asyncio.get_running_loop().run_in_executor(None, event.wait, WAIT)
+
+
+def test_a_completion_through_the_remote_link(api):
+    api.script.append(ok("os.getcwd()\nmore"))
+    completer, link, ui = make_completer(api)
+
+    async def go():
+        try:
+            return await completer.complete(DOC, 1, 0, UTF16)
+        finally:
+            await link.close()
+
+    assert asyncio.run(go()) == Answer("os.getcwd()")
+    body = api.got[0][2]
+    assert body["prompt"].endswith("import os\n") and body["suffix"].startswith("\nprint(os.sep)")
+    assert body["stop"] == ["\n"] and body["model"] == "mercury-edit"
+    assert completer.stats.model_calls == 1 and ui.shown == []
+
+
+@pytest.mark.parametrize("how", ["cancel", "supersede"])
+def test_cancelling_or_superseding_a_completion_drops_its_http_request(api, how):
+    api.script.append("hang")
+    completer, link, _ = make_completer(api)
+
+    async def go():
+        task = asyncio.ensure_future(completer.complete(DOC, 1, 0, UTF16))
+        assert await wait_for(api.hanging)
+        if how == "cancel":
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        else:
+            newer = Document(DOC.uri, "import os\nx\nprint(os.sep)\n", "python")
+            answer = await completer.complete(newer, 1, 1, UTF16)
+            assert await task is None and answer is not None
+        dropped = await wait_for(api.dropped)
+        await link.close()
+        return dropped
+
+    assert asyncio.run(go())
+    assert completer.stats.cancelled + completer.stats.superseded == 1
+
+
+def test_remote_failures_are_shown_once_per_kind_and_never_hold_the_key(api, caplog):
+    caplog.set_level(logging.DEBUG)
+    api.default = (401, {"error": {"message": f"who is {KEY}?"}})
+    completer, link, ui = make_completer(api)
+    order = FillOrder("x = ", "\n", 4)
+
+    async def go():
+        for _ in range(2):
+            with pytest.raises(Unavailable, match=r"refused the key in \$TEST_KEY") as e:
+                await link.fill(DOC.uri, order)
+            assert_no_key(*chain(e.value))
+        answers = [await completer.complete(DOC, 1, 0, UTF16)]
+        api.default = ok("1")
+        answers.append(await link.fill(DOC.uri, order))
+        api.default = (401, {})
+        with pytest.raises(Unavailable):
+            await link.fill(DOC.uri, order)
+        await link.close()
+        return answers
+
+    answers = asyncio.run(go())
+    assert answers[0] is None and answers[1].text == "1" and answers[1].confidence == [1.0]
+    assert len(ui.shown) == 2  # once, then again after a fill succeeded in between
+    assert len([m for kind, m in ui.logged if kind == "error"]) == 4
+    assert_no_key(ui.shown, ui.logged, caplog.text, completer.stats.report(worker=link.describe()), link.describe())
+
+
+def test_a_fill_past_the_deadline_is_unavailable(api):
+    api.script.append("hang")
+    completer, link, ui = make_completer(api)
+    link.configure(link.launch, True, 0.2)
+
+    async def go():
+        with pytest.raises(Unavailable, match="fillTimeoutS"):
+            await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
+        await link.close()
+
+    asyncio.run(go())
+    assert link.stats.fill_timeouts == 1 and api.dropped.wait(WAIT)
+
+
+def test_a_missing_key_variable_is_shown_once(api, monkeypatch):
+    monkeypatch.delenv(ENV)
+    completer, link, ui = make_completer(api)
+
+    async def go():
+        for _ in range(2):
+            with pytest.raises(Unavailable, match="not set"):
+                await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
+
+    asyncio.run(go())
+    assert len(ui.shown) == 1 and "$TEST_KEY" in ui.shown[0][1] and api.got == []
+
+
+def test_the_session_picks_and_switches_the_link_from_model_backend(api):
+    from diffusion_lsp.server.session import ServeOptions, Session
+
+    async def go():
+        ui = RecordingUi()
+        session = Session(ServeOptions(), ui, {}.get)
+        assert isinstance(session.link, WorkerLink)
+        raw = {"model": {"backend": "openai", "baseUrl": api.base, "remoteModel": "m", "apiKeyEnv": ENV}}
+        session.configure(raw)
+        remote = session.link
+        assert isinstance(remote, RemoteLink) and session.completer.link is remote
+        assert (await remote.fill(DOC.uri, FillOrder("x = ", "\n", 4))).text == "x = 1"
+        report = session.report()
+        assert report["worker"]["backend"] == "openai" and report["worker"]["requests"] == 1
+        assert_no_key(report)
+        session.configure({"model": {**raw["model"], "remoteModel": "m2"}})  # another client, same link
+        assert session.link is remote and remote.client is None
+        await remote.fill(DOC.uri, FillOrder("x = ", "\n", 4))
+        assert api.got[-1][2]["model"] == "m2"
+        session.configure({"model": {"baseUrl": api.base}})  # backend local again (its default)
+        assert isinstance(session.link, WorkerLink) and session.completer.link is session.link
+        await asyncio.sleep(0)  # one loop turn: the old link's close runs
+        assert remote.client is None and ui.shown == []
+        await session.close()
+
+    asyncio.run(go())
