@@ -13,6 +13,11 @@ from .model.settings import LaunchSettings
 DEFAULT_MODEL = Path(__file__).parent / "checkpoints" / "default"
 
 
+def model_folder(path: str | Path | None) -> Path:
+    """The checkpoint folder a `model.path` / `--model` names: the embedded model when none."""
+    return Path(path) if path else DEFAULT_MODEL
+
+
 @dataclass
 class Engine:
     model: object  # DiffusionTransformer
@@ -108,7 +113,7 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
     device = pick_device(launch.device)
     if device == "cpu":
         torch.set_num_threads(launch.threads or default_threads(1))
-    folder = Path(path) if path else DEFAULT_MODEL
+    folder = model_folder(path)
     if path is None and not (folder / "config.json").exists():
         raise CheckpointError(f"the embedded default model is missing ({folder}); pass --model DIR")
     if precision == "int8" and device != "cpu":

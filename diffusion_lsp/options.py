@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .context.cutting import cut_around
-from .context.tokens import token_counter
-from .engine import DEFAULT_MODEL, Engine, load_engine
+from .context.tokens import model_token_counter
+from .engine import Engine, load_engine, model_folder
 from .server.config import CompletionSettings
 from .errors import UserError
 from .model.settings import LaunchSettings, SamplerConfig, add_args, from_args
@@ -52,7 +52,7 @@ def context_cutter(args: argparse.Namespace, launch: LaunchSettings) -> Callable
     the model's own tokenizer where the folder has one."""
     if args.context_tokens < 0:
         raise UserError(f"--context-tokens must be at least 0, got {args.context_tokens}")
-    count = token_counter(Path(launch.path or DEFAULT_MODEL) / "tokenizer.json")
+    count = model_token_counter(model_folder(launch.path))
     return lambda prefix, suffix: cut_around(prefix, suffix, args.context_tokens, count)
 
 

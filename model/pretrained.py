@@ -22,6 +22,7 @@ from torch import nn
 from .checkpoint import CheckpointError, load_checkpoint
 from .config import ModelConfig, SpecialTokens
 from .families import Family, detect_family, supported
+from .hf_tokenizer import load_tokenizer_files
 from .tokenizer import Tokenizer
 from .transformer import DiffusionTransformer
 
@@ -109,17 +110,6 @@ def weight_files(folder: Path) -> dict[str, Path]:
 
 
 def load_hf_tokenizer(folder: Path) -> HFTokenizer:
-    path = folder / "tokenizer.json"
-    if path.is_file():
-        try:
-            return HFTokenizer.from_file(str(path))
-        except Exception as e:  # tokenizers raises a bare Exception on malformed files
-            raise CheckpointError(f"checkpoint {folder}: bad tokenizer.json ({str(e).splitlines()[0]})") from None
-    try:
-        from .hf_tokenizer import load_tokenizer_files
-    except ImportError:
-        raise CheckpointError(f"checkpoint {folder} has no tokenizer.json (and this build cannot read "
-                              "vocab.json + merges.txt)") from None
     try:
         return load_tokenizer_files(folder)
     except ValueError as e:

@@ -199,7 +199,8 @@ def test_bf16_weights_run_fills(folders):
 
 
 def test_folder_without_tokenizer_json_reads_vocab_and_merges(folders, tmp_path):
-    pytest.importorskip("diffusion_lsp.model.hf_tokenizer")
+    from diffusion_lsp.context.tokens import model_token_counter
+
     folder = copy(folders["dream"][0], tmp_path / "bpe")
     hf = HFTokenizer.from_file(str(folder / "tokenizer.json"))
     (folder / "tokenizer.json").unlink()
@@ -210,6 +211,7 @@ def test_folder_without_tokenizer_json_reads_vocab_and_merges(folders, tmp_path)
     # hf_tokenizer.py splits with Qwen2's pre-tokenizer regex, not the GPT-2 one train_bpe used: ids may differ
     assert tok.decode(tok.encode(text)) == text
     assert (tok.mask_id, tok.filler_id, tok.bos_id) == (ref.mask_id, ref.filler_id, ref.bos_id)
+    assert model_token_counter(folder)(text) == len(tok.encode(text))  # the context's counts: this tokenizer too
 
 
 def copy(src: Path, dst: Path) -> Path:

@@ -8,7 +8,8 @@ from diffusion_lsp.context.index import INDEXES, indexed
 from diffusion_lsp.context.types import Document
 from diffusion_lsp.context.cutting import MemoCounter
 from diffusion_lsp.server.indexer import Indexer
-from diffusion_lsp.server.session import counter_for, tokenizer_json
+from diffusion_lsp.engine import model_folder
+from diffusion_lsp.server.session import counter_for
 
 SOURCE = "import os\n\n\ndef helper_defined_here(path):\n    return os.path.basename(path)\n"
 
@@ -36,7 +37,7 @@ def test_the_index_and_token_counts_are_made_in_a_child_process_and_looked_up_wi
     async def go():
         indexer = Indexer({doc.uri: doc}.get)
         assert indexed(doc) is None  # the request path never builds one
-        indexer.schedule(doc.uri, counts=(memo, tokenizer_json(None)), now=True)
+        indexer.schedule(doc.uri, counts=(memo, model_folder(None)), now=True)
         await indexer.idle()
         child = indexer.run
         indexer.close()

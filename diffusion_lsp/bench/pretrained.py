@@ -27,7 +27,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..engine import DEFAULT_MODEL
 from ..errors import UserError
 from .workload import workload_files
 
@@ -128,8 +127,8 @@ def measure(folder: str | None, precision: str, threads: int, fills: int) -> dic
 
     from ..context.cutting import cut_around
     from ..context.spans import CANVAS_TOKENS, SpanKind
-    from ..context.tokens import token_counter
-    from ..engine import load_engine
+    from ..context.tokens import model_token_counter
+    from ..engine import load_engine, model_folder
     from ..model.canvas import FillRequest
     from ..model.settings import LaunchSettings, SamplerConfig
 
@@ -141,7 +140,7 @@ def measure(folder: str | None, precision: str, threads: int, fills: int) -> dic
     engine = load_engine(LaunchSettings(folder, device="cpu", threads=threads, precision=precision))
     load_s = time.perf_counter() - t0
     load_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    count = token_counter(Path(folder or DEFAULT_MODEL) / "tokenizer.json")
+    count = model_token_counter(model_folder(folder))
     cfg, n = SamplerConfig(use_cache=True, reuse_context=True), CANVAS_TOKENS[SpanKind.REST_OF_LINE]
     spots = [(*cut_around(p, s, CONTEXT_TOKENS, count), typed) for p, s, typed in positions(fills + 1)]
     engine.fill([FillRequest(*spots[-1][:2], n, one_line=True)], cfg)  # warm-up

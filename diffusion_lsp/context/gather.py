@@ -15,15 +15,11 @@ from .index import DocIndex, index_document
 from .languages import LanguageSpec, language_for, query_for
 from .parsing import Window, parse_bounds, parse_window
 from .spans import decide_span
+from .tokens import approx_tokens
 from .types import CompletionContext, ContextBudget, Document, EditSnippet
 
 NEAR_LINES_BEFORE = 12  # identifiers from these lines above the cursor are looked up elsewhere
 NEAR_LINES_AFTER = 3
-
-
-def approx_tokens(s: str) -> int:
-    """A tokenizer-free estimate (about 3 characters per token), for tests and fallbacks."""
-    return len(s) // 3 + 1
 
 
 def tree_unit_starts(spec: LanguageSpec, win: Window, start: int, stop: int) -> list[int]:

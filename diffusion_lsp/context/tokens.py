@@ -29,15 +29,17 @@ class TokenCounter:
 
 
 def approx_tokens(text: str) -> int:
-    """About 4 characters a token: the fallback when there is no tokenizer.json."""
-    return (len(text) + 3) // 4
+    """A tokenizer-free estimate (about 3 characters per token, erring long), for tests and for a
+    model folder whose tokenizer cannot be read."""
+    return len(text) // 3 + 1
 
 
-def token_counter(tokenizer_json: str | Path) -> Callable[[str], int]:
-    """Count with a tokenizer.json; approx_tokens when it is missing or unreadable."""
+def model_token_counter(folder: str | Path) -> Callable[[str], int]:
+    """Count with a checkpoint folder's own tokenizer (tokenizer.json, or a Hugging Face folder's
+    vocab.json + merges.txt); approx_tokens when it has none that reads."""
+    from ..model.hf_tokenizer import load_tokenizer_files  # the tokenizers library only, no torch
+
     try:
-        from tokenizers import Tokenizer
-
-        return TokenCounter(Tokenizer.from_file(str(tokenizer_json)))
-    except Exception:
+        return TokenCounter(load_tokenizer_files(Path(folder)))
+    except (ValueError, OSError):
         return approx_tokens

@@ -24,7 +24,7 @@ from pathlib import Path
 from ..context.cutting import MemoCounter
 from ..context.index import INDEXES, DocIndex, build_index
 from ..context.languages import language_for
-from ..context.tokens import token_counter
+from ..context.tokens import model_token_counter
 from ..context.types import Document
 
 log = logging.getLogger("diffusion-lsp.indexer")
@@ -51,9 +51,9 @@ def index_of(doc: Document) -> DocIndex | None:
 _COUNTERS: dict[str, Callable] = {}
 
 
-def count_lines(tokenizer_json: str, lines: list[str]) -> list[int]:
-    """Token counts of `lines` with a tokenizer.json (loaded once per child process)."""
-    count = _COUNTERS.get(tokenizer_json) or _COUNTERS.setdefault(tokenizer_json, token_counter(tokenizer_json))
+def count_lines(model: str, lines: list[str]) -> list[int]:
+    """Token counts of `lines` with a model folder's tokenizer (loaded once per child process)."""
+    count = _COUNTERS.get(model) or _COUNTERS.setdefault(model, model_token_counter(model))
     many = getattr(count, "many", None)
     return many(lines) if many else [count(s) for s in lines]
 
@@ -99,7 +99,7 @@ class Indexer:
 
     def schedule(self, uri: str, counts: tuple[MemoCounter, Path] | None = None, now: bool = False) -> None:
         """Index `uri` after the debounce (at once with `now`: a document just opened); with
-        `counts` (the memo and its tokenizer.json), also count its lines' tokens ahead."""
+        `counts` (the memo and the model folder whose tokenizer counts), also count its lines' tokens ahead."""
         if (timer := self._timers.pop(uri, None)) is not None:
             timer.cancel()
         loop = asyncio.get_running_loop()
@@ -118,9 +118,9 @@ class Indexer:
         try:
             INDEXES.put(doc, self.run(index_of, doc))
             if counts is not None:
-                memo, tokenizer_json = counts
+                memo, model = counts
                 todo = memo.missing(doc.text)
-                memo.keep_many(todo, self.run(count_lines, str(tokenizer_json), todo))
+                memo.keep_many(todo, self.run(count_lines, str(model), todo))
         except Exception:  # an optimisation only: a request does without it
             log.exception("indexing %s failed", doc.uri)
 

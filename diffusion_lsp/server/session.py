@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..context.cutting import memoized
-from ..context.tokens import token_counter
+from ..context.tokens import model_token_counter
 from ..context.types import Document
-from ..engine import DEFAULT_MODEL
+from ..engine import model_folder
 from ..model.settings import LaunchSettings
 from .client import Launch
 from .completion import Completer
@@ -47,13 +47,9 @@ def link_for(cfg: Config, ui: Ui, stats: Stats) -> WorkerLink | RemoteLink:
     return link(ui, stats, launch_for(cfg))
 
 
-def tokenizer_json(model_path: str | None) -> Path:
-    return Path(model_path or DEFAULT_MODEL) / "tokenizer.json"
-
-
 def counter_for(model_path: str | None) -> Callable[[str], int]:
     """Token counts with the model's own tokenizer (no torch needed)."""
-    return token_counter(tokenizer_json(model_path))
+    return model_token_counter(model_folder(model_path))
 
 
 class Session:
@@ -86,7 +82,7 @@ class Session:
     async def opened(self, doc: Document) -> None:
         """A document was opened: index it and count its tokens in the background, and start the
         model on demand, before the first completion."""
-        counts = (memoized(self.completer.count_tokens), tokenizer_json(self.cfg.model.path))
+        counts = (memoized(self.completer.count_tokens), model_folder(self.cfg.model.path))
         self.indexer.schedule(doc.uri, counts=counts, now=True)
         await self.link.ensure()
 
