@@ -37,6 +37,13 @@ class Engine:
         return fill(self.model, self.tokenizer, requests, cfg, should_stop, self.memo)
 
 
+    def probe(self, prefix: str, middle: str, suffix: str, stride: int = 4):
+        """model/probe.py: how sure the model is of `middle`'s tokens where they stand."""
+        from .model.probe import probe
+
+        return probe(self.model, self.tokenizer, prefix, middle, suffix, stride)
+
+
 def pick_device(name: str = "auto") -> str:
     import torch
 

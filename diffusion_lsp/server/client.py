@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.settings import LaunchSettings
-from .wire import (MAX_LINE, WIRE_VERSION, Fill, FillOrder, FillRefused, check_socket_path, decode, encode,
+from .wire import (MAX_LINE, WIRE_VERSION, Fill, FillOrder, FillRefused, ProbeOrder, Probed, check_socket_path, decode, encode,
                    model_name)
 
 SPAWN_TIMEOUT_S = 60.0  # the worker prints "ready" once its socket listens, before loading the model
@@ -80,6 +80,19 @@ class WorkerClient:
             raise FillRefused(str(reply.get("reason")), reply.get("error"))
         try:
             return Fill.from_message(reply)
+        except (TypeError, ValueError) as e:
+            raise FillRefused("error", f"{e}") from None
+
+    async def probe(self, key: str, order: ProbeOrder) -> Probed:
+        """The worker's probe (model/probe.py); raises like `fill`."""
+        if not self.connected or self.state != "ready":
+            raise WorkerUnavailable(f"the model worker is {self.state}")
+        rid = next(self._ids)
+        reply = await self._ask(order.message(rid, key), rid, cancel=True)
+        if not reply.get("ok"):
+            raise FillRefused(str(reply.get("reason")), reply.get("error"))
+        try:
+            return Probed.from_message(reply)
         except (TypeError, ValueError) as e:
             raise FillRefused("error", f"{e}") from None
 

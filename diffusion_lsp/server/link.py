@@ -17,7 +17,7 @@ from typing import Protocol
 
 from .client import Launch, WorkerClient, WorkerUnavailable
 from .stats import Stats
-from .wire import Fill, FillOrder, FillRefused
+from .wire import Fill, FillOrder, FillRefused, ProbeOrder, Probed
 
 RESTARTS_PER_MINUTE = 3  # beyond this, a crashed worker restarts on the next request only
 PING_TIMEOUT_S = 2.0  # the worker's socket thread answers a ping at once, even mid-batch
@@ -107,23 +107,30 @@ class WorkerLink:
     async def fill(self, key: str, order: FillOrder) -> Fill | None:
         """The worker's fill; None when the worker dropped it for a newer one. Raises Unavailable.
         Cancelling this coroutine cancels the fill in the worker."""
+        return await self._call("fill", key, order)
+
+    async def probe(self, key: str, order: ProbeOrder) -> Probed | None:
+        """The worker's probe (model/probe.py), with the same deadline and failures as `fill`."""
+        return await self._call("probe", key, order)
+
+    async def _call(self, op: str, key: str, order):
         client = await self.ensure()
         if client is None:
             raise Unavailable("the model worker is not available")
         try:
-            return await asyncio.wait_for(client.fill(key, order), self.fill_timeout_s)
+            return await asyncio.wait_for(getattr(client, op)(key, order), self.fill_timeout_s)
         except asyncio.TimeoutError:
             self.stats.fill_timeouts += 1
             self.check = asyncio.ensure_future(self._check_alive(client))
-            raise Unavailable(f"no fill within worker.fillTimeoutS ({self.fill_timeout_s:g} s)") from None
+            raise Unavailable(f"no {op} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)") from None
         except WorkerUnavailable as e:
             raise Unavailable(str(e)) from None
         except FillRefused as e:
             if e.reason in ("superseded", "cancelled"):
                 return None
             if e.reason == "error":
-                self.ui.log("error", f"fill failed: {e.error}")
-            raise Unavailable(f"the worker refused the fill: {e}") from None
+                self.ui.log("error", f"{op} failed: {e.error}")
+            raise Unavailable(f"the worker refused the {op}: {e}") from None
 
     async def _check_alive(self, client: WorkerClient) -> None:
         """After a missed deadline: a worker that does not answer a ping, or whose batch has run

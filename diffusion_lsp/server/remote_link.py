@@ -83,6 +83,11 @@ class RemoteLink:
         pieces = [done.text] if done.text else []
         return Fill(done.text, pieces, [1.0] * len(pieces), ms=done.ms)
 
+    async def probe(self, key: str, order) -> None:
+        """Completion APIs return text, not the model's probabilities of given tokens: next edits
+        through an API use full re-masking (nextedit/suggest.py falls back to it)."""
+        raise Unavailable("a remote API cannot probe tokens")
+
     def _report_failure(self, kind: str, message: str) -> None:
         self.error = message
         self.ui.log("error", message)

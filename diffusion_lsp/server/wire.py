@@ -146,6 +146,57 @@ class Fill:
         return cls(text, pieces, [float(c) for c in conf], float(ms), int(forwards), int(reused))
 
 
+@dataclass(frozen=True)
+class ProbeOrder:
+    """How sure the model is of `middle`'s tokens between prefix and suffix (model/probe.py)."""
+
+    prefix: str
+    middle: str
+    suffix: str
+    stride: int = 4  # interleaved passes: each token is judged with (stride - 1) / stride of its neighbours
+
+    def message(self, rid: int, key: str) -> dict:
+        return {"op": "probe", "id": rid, "key": key, "prefix": self.prefix, "middle": self.middle,
+                "suffix": self.suffix, "stride": self.stride}
+
+    @classmethod
+    def from_message(cls, msg: dict) -> ProbeOrder:
+        """ValueError naming what is wrong with a probe message."""
+        texts = [msg.get(k) for k in ("prefix", "middle", "suffix")]
+        stride = msg.get("stride", 4)
+        if not all(isinstance(t, str) for t in texts):
+            raise ValueError("prefix, middle and suffix must be strings")
+        if not isinstance(stride, int) or isinstance(stride, bool) or not 1 <= stride <= 16:
+            raise ValueError(f"stride must be an integer between 1 and 16, got {stride!r}")
+        return cls(*texts, stride)
+
+
+@dataclass
+class Probed:
+    """The worker's answer to a probe: per token of the middle, its text, the model's probability
+    of it, and that of the model's own first choice."""
+
+    pieces: list[str]
+    prob: list[float]
+    best: list[float]
+    forwards: int = 0
+    ms: float = 0.0
+
+    def message(self, rid) -> dict:
+        return {"id": rid, "ok": True, "pieces": self.pieces, "prob": self.prob, "best": self.best,
+                "forwards": self.forwards, "ms": self.ms}
+
+    @classmethod
+    def from_message(cls, msg: dict) -> Probed:
+        pieces, prob, best = msg.get("pieces"), msg.get("prob"), msg.get("best")
+        if not (isinstance(pieces, list) and isinstance(prob, list) and isinstance(best, list)
+                and len(pieces) == len(prob) == len(best) and all(isinstance(p, str) for p in pieces)
+                and all(isinstance(x, (int, float)) for x in prob + best)):
+            raise ValueError("a probe reply whose pieces and probabilities do not line up")
+        return cls(pieces, [float(x) for x in prob], [float(x) for x in best], int(msg.get("forwards", 0)),
+                   float(msg.get("ms", 0.0)))
+
+
 class FillRefused(Exception):
     """The worker answered a fill with ok: false; `reason` is superseded, cancelled, model or error."""
 

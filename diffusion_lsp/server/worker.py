@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..model.settings import LaunchSettings, SamplerConfig, add_args, from_args
 from .listener import Conn, bind, serve
-from .wire import WIRE_VERSION, Fill, FillOrder, model_name
+from .wire import WIRE_VERSION, Fill, FillOrder, ProbeOrder, Probed, model_name
 
 log = logging.getLogger("diffusion-lsp.worker")
 WARM_UP = FillOrder("def f(x):\n", "\n", 4)  # first-call kernel set-up, before the worker says ready
@@ -39,7 +39,7 @@ class Job:
     conn: Conn
     id: object
     key: str
-    order: FillOrder
+    order: FillOrder | ProbeOrder
     stop: threading.Event = field(default_factory=threading.Event)
     reason: str = "cancelled"
 
@@ -79,7 +79,7 @@ class Worker:
 
     def handle(self, conn: Conn, msg: dict) -> None:
         op, rid = msg.get("op"), msg.get("id")
-        if op == "fill":
+        if op in ("fill", "probe"):
             self._submit(conn, msg)
         elif op == "cancel":
             with self.cond:
@@ -94,10 +94,11 @@ class Worker:
 
     def _submit(self, conn: Conn, msg: dict) -> None:
         rid, key = msg.get("id"), str(msg.get("key", ""))
+        kind = FillOrder if msg.get("op") == "fill" else ProbeOrder
         try:
-            order = FillOrder.from_message(msg)
+            order = kind.from_message(msg)
         except ValueError as e:
-            conn.send({"id": rid, "ok": False, "reason": "error", "error": f"bad fill request: {e}"})
+            conn.send({"id": rid, "ok": False, "reason": "error", "error": f"bad {msg.get('op')} request: {e}"})
             return
         job = Job(conn, rid, key, order)
         with self.cond:
@@ -151,13 +152,21 @@ class Worker:
             with self.cond:
                 while not self.queue:
                     self.cond.wait()
-                sampling = self.queue[0].order.sampling  # frozen: equal settings decode together
-                batch = [j for j in self.queue if j.order.sampling == sampling][: self.max_batch]
+                first = self.queue[0].order
+                if isinstance(first, ProbeOrder):  # one probe: a single batched forward of its own
+                    batch, sampling = [self.queue[0]], None
+                else:  # frozen settings: equal ones decode together
+                    sampling = first.sampling
+                    batch = [j for j in self.queue if isinstance(j.order, FillOrder)
+                             and j.order.sampling == sampling][: self.max_batch]
                 for job in batch:
                     self.queue.remove(job)
                 self.busy_since = time.monotonic()
             try:
-                self._decode(batch, sampling)
+                if sampling is None:
+                    self._probe(batch[0])
+                else:
+                    self._decode(batch, sampling)
             finally:
                 self.busy_since = None
 
@@ -174,6 +183,19 @@ class Worker:
             for job, reply in zip(batch, replies):
                 self._forget(job)
                 job.conn.send(reply)
+
+    def _probe(self, job: Job) -> None:
+        o = job.order
+        try:
+            r = self.engine.probe(o.prefix, o.middle, o.suffix, o.stride)
+            reply = (Probed(r.pieces, r.prob, r.best, r.forwards, r.ms).message(job.id) if not job.stop.is_set()
+                     else {"id": job.id, "ok": False, "reason": job.reason})
+        except Exception as e:
+            log.exception("probe failed")
+            reply = {"id": job.id, "ok": False, "reason": "error", "error": f"{type(e).__name__}: {e}"}
+        with self.cond:
+            self._forget(job)
+            job.conn.send(reply)
 
     @staticmethod
     def _reply(job: Job, r) -> dict:

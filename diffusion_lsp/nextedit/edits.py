@@ -1,0 +1,86 @@
+"""A rewritten region -> one minimal range edit, and the filters a suggestion must pass.
+
+The model returns the whole region as it should read; the edit is what differs, found by trimming
+the common prefix and suffix, so an unchanged region is no edit and a one-word change is a one-word
+range. Filters: an edit that undoes the user's last step is never suggested, nor one that breaks
+the parse of a region that parsed (tree-sitter, on a window around the region)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..context.languages import LanguageSpec
+from ..context.parsing import error_count, parse_window
+from .history import Step
+
+
+@dataclass(frozen=True)
+class TextEdit:
+    start: int  # str offsets into the document
+    end: int
+    text: str
+
+    def apply(self, doc: str) -> str:
+        return doc[:self.start] + self.text + doc[self.end:]
+
+
+def minimal_edit(old: str, new: str, at: int = 0) -> TextEdit | None:
+    """The one range edit turning `old` into `new` (offsets shifted by `at`); None when equal.
+    The common suffix is only trimmed where it does not overlap the common prefix."""
+    if old == new:
+        return None
+    p = 0
+    limit = min(len(old), len(new))
+    while p < limit and old[p] == new[p]:
+        p += 1
+    s = 0
+    while s < limit - p and old[-1 - s] == new[-1 - s]:
+        s += 1
+    return TextEdit(at + p, at + len(old) - s, new[p:len(new) - s])
+
+
+def line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset)
+
+
+def reverts(step: Step | None, doc: str, edit: TextEdit) -> bool:
+    """True when applying `edit` to `doc` puts the lines of the user's last step back as they were
+    before it (an undo), or re-adds what that step removed where it removed it."""
+    if step is None:
+        return False
+    lines = doc.splitlines(keepends=True)
+    lo, hi = step.first, step.first + len(step.new)
+    if "".join(lines[lo:hi]) != "".join(step.new):
+        return False  # the step's lines have moved on since: compare nothing
+    first_line, last_line = line_of(doc, edit.start), line_of(doc, edit.end)
+    if last_line < lo - 1 or first_line > hi:
+        return False
+    after = edit.apply(doc).splitlines(keepends=True)
+    delta = len(after) - len(lines)
+    return "".join(after[lo:hi + delta]) == "".join(step.old) and step.old != step.new
+
+
+def breaks_parse(spec: LanguageSpec | None, doc: str, edit: TextEdit, margin_lines: int = 30) -> bool:
+    """True when the edit adds syntax errors to a window around it that parsed without any."""
+    if spec is None:
+        return False
+    lo = doc.rfind("\n", 0, max(0, edit.start))
+    for _ in range(margin_lines):
+        if lo <= 0:
+            lo = 0
+            break
+        lo = doc.rfind("\n", 0, lo)
+    lo = max(0, lo + 1 if lo > 0 else 0)
+    hi = edit.end
+    for _ in range(margin_lines):
+        nxt = doc.find("\n", hi)
+        if nxt < 0:
+            hi = len(doc)
+            break
+        hi = nxt + 1
+    before = parse_window(spec, doc, lo, hi, key="nextedit-before")
+    if before is None or error_count(before.tree.root_node) > 0:
+        return False  # no parse, or it did not parse before: nothing to keep
+    new_doc = edit.apply(doc)
+    after = parse_window(spec, new_doc, lo, hi + len(edit.text) - (edit.end - edit.start), key="nextedit-after")
+    return after is not None and error_count(after.tree.root_node) > 0

@@ -1,0 +1,156 @@
+"""Edit history as the model sees it: edit steps rendered as unified diffs, newest last.
+
+In the editor, keystrokes are merged into steps: a change in the same document within `merge_s` of
+the previous one and on or next to the lines that step touched extends it (typing a word, a line, a
+few lines is one step). A step keeps its own old and new lines only, never a copy of the document.
+A huge change (a paste of a whole file, a formatter run) is not an edit the model can learn from and
+would fill the budget: it clears the history instead.
+
+`diffs_between` gives the same rendering for two versions of a file (evaluation data, mined training
+edits): one diff per hunk."""
+
+from __future__ import annotations
+
+import difflib
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+CONTEXT = 1  # unchanged lines shown around a change
+MERGE_S = 1.0  # changes closer than this, at the same spot, are one step
+HUGE_LINES = 200  # a step with more old or new lines than this resets the history
+HUGE_CHARS = 8000
+
+
+def render(path: str, first: int, old: list[str], new: list[str]) -> str:
+    """One unified-diff hunk: `old` lines became `new` lines at 0-based line `first`; both lists may
+    start and end with the same (context) lines, which are shown as context."""
+    out = [f"--- a/{path}\n", f"+++ b/{path}\n",
+           f"@@ -{first + 1},{len(old)} +{first + 1},{len(new)} @@\n"]
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            out.extend(" " + _line(s) for s in old[i1:i2])
+        else:
+            out.extend("-" + _line(s) for s in old[i1:i2])
+            out.extend("+" + _line(s) for s in new[j1:j2])
+    return "".join(out)
+
+
+def _line(s: str) -> str:
+    return s if s.endswith("\n") else s + "\n"
+
+
+def steps_between(path: str, old: str, new: str, context: int = CONTEXT) -> list["Step"]:
+    """One step per hunk of old -> new, in file order (lines of `new`)."""
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    out = []
+    for group in difflib.SequenceMatcher(None, a, b, autojunk=False).get_grouped_opcodes(context):
+        i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
+        out.append(Step(path, path, j1, a[i1:i2], b[j1:j2]))
+    return out
+
+
+def diffs_between(path: str, old: str, new: str, context: int = CONTEXT) -> list[str]:
+    """One rendered diff per hunk of old -> new, in file order."""
+    return [step.diff() for step in steps_between(path, old, new, context)]
+
+
+def last_change_end(old: str, new: str) -> tuple[int, int] | None:
+    """(line, column) in `new` where its last difference from `old` ends: where an editor's cursor
+    is after making that edit. None when they are equal."""
+    if old == new:
+        return None
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    ops = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    tag, i1, i2, j1, j2 = ops[-1]
+    if j2 == j1:  # lines deleted: the cursor is where they were
+        return j1, 0
+    last_new = b[j2 - 1]
+    last_old = a[i2 - 1] if i2 > i1 else ""
+    # within the last changed line, the end of its differing part
+    k = 0
+    while k < min(len(last_new), len(last_old)) and last_new[-1 - k] == last_old[-1 - k]:
+        k += 1
+    col = len(last_new.rstrip("\r\n")) - max(0, k - (len(last_new) - len(last_new.rstrip("\r\n"))))
+    return j2 - 1, max(0, col)
+
+
+@dataclass
+class Step:
+    uri: str
+    path: str
+    first: int  # 0-based first line of the span in the document
+    old: list[str]  # the span's lines before the step
+    new: list[str]  # the span's lines now
+    at: float = field(default=0.0)  # when it last grew
+
+    def diff(self) -> str:
+        return render(self.path, self.first, self.old, self.new)
+
+
+def _lines(text: str, lo: int, hi: int) -> list[str]:
+    """Lines lo..hi-1 of text (keepends), without splitting the whole document."""
+    start = 0
+    for _ in range(lo):
+        nl = text.find("\n", start)
+        if nl < 0:
+            return []
+        start = nl + 1
+    out = []
+    for _ in range(hi - lo):
+        if start > len(text) or (start == len(text) and out):
+            break
+        nl = text.find("\n", start)
+        end = len(text) if nl < 0 else nl + 1
+        out.append(text[start:end])
+        if nl < 0:
+            break
+        start = end
+    return out
+
+
+class EditSteps:
+    """Per workspace: the last `size` edit steps across documents, oldest first."""
+
+    def __init__(self, size: int = 5, merge_s: float = MERGE_S, clock=time.monotonic):
+        self.steps: deque[Step] = deque(maxlen=max(1, size))
+        self.merge_s, self.clock = merge_s, clock
+
+    def resize(self, size: int) -> None:
+        if size != self.steps.maxlen:
+            self.steps = deque(self.steps, maxlen=max(1, size))
+
+    def clear(self) -> None:
+        self.steps.clear()
+
+    def note(self, uri: str, path: str, before: str, after: str, start_line: int, end_line: int,
+             new_end_line: int) -> None:
+        """One content change: lines start_line..end_line of `before` (0-based, inclusive) became
+        start_line..new_end_line of `after`."""
+        now = self.clock()
+        last = self.steps[-1] if self.steps else None
+        delta = new_end_line - end_line
+        if (last is not None and last.uri == uri and now - last.at <= self.merge_s
+                and last.first - 1 <= start_line and end_line <= last.first + len(last.new)):
+            lo = min(last.first, start_line)
+            hi_old = max(last.first + len(last.new) - 1, end_line)  # in `before`
+            old = (_lines(before, lo, last.first) + last.old
+                   + _lines(before, last.first + len(last.new), hi_old + 1))
+            new = _lines(after, lo, hi_old + delta + 1)
+            self.steps.pop()
+        else:
+            lo = max(0, start_line - CONTEXT)
+            old = _lines(before, lo, end_line + CONTEXT + 1)
+            new = _lines(after, lo, new_end_line + CONTEXT + 1)
+        if max(len(old), len(new)) > HUGE_LINES or max(sum(map(len, old)), sum(map(len, new))) > HUGE_CHARS:
+            self.steps.clear()
+            return
+        if old != new:
+            self.steps.append(Step(uri, path, lo, old, new, now))
+
+    def last(self, uri: str | None = None) -> Step | None:
+        """The newest step (in `uri` when given)."""
+        return next((s for s in reversed(self.steps) if uri is None or s.uri == uri), None)
+
+    def diffs(self) -> list[str]:
+        return [s.diff() for s in self.steps]

@@ -1,0 +1,241 @@
+"""Decoding a next edit, in two modes, without I/O: `plan(request)` is a generator that yields the
+model work it needs (a FillOrder, a ProbeOrder) and receives the answers, and returns an Outcome.
+The language server drives it through the worker link (`drive_async`), the evaluation and the
+benchmark through an engine in process (`drive`), tests through a fake; all share every decision.
+
+- full re-mask: the old region is shown (prompt.py) and the whole region is a canvas with slack
+  (fillers) so its length may change; the model writes the region as it should read.
+- remask-and-refine (default): the region stays in place and is probed (model/probe.py): the lines
+  holding tokens the model doubts (its own first choice is `doubt` times likelier) are the only
+  ones re-masked, with slack, and denoised with everything else visible. A region the model does
+  not doubt costs the probe's passes and nothing more; an edit on two lines costs those lines.
+
+Either way the result is diffed against the old region into one minimal edit (edits.py) and
+filtered: unchanged -> nothing; an undo of the last step, a parse it breaks, or a fill less sure
+than `min_confidence` -> nothing, each with its reason."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+
+from ..context.languages import LanguageSpec
+from ..model.settings import SamplerConfig, check
+from ..server.wire import Fill, FillOrder, ProbeOrder, Probed
+from .edits import TextEdit, breaks_parse, line_of, minimal_edit, reverts
+from .history import Step, steps_between
+from .prompt import edit_prompt
+from .region import Region, editable_region
+
+MODES = ("refine", "full")
+
+
+@dataclass(frozen=True)
+class NextEditSettings:
+    """Editor settings `nextEdit.*`."""
+
+    enable: bool = True
+    debounce_ms: int = field(default=0, metadata=check(lambda v: 0 <= v <= 5000, "between 0 and 5000"))
+    mode: str = field(default="refine", metadata=check(lambda v: v in MODES, " or ".join(MODES)))
+    region_lines: int = field(default=20, metadata=check(lambda v: 1 <= v <= 200, "between 1 and 200"))
+    # at most this many tokens of region, and at most a quarter of max_context_tokens
+    region_tokens: int = field(default=350, metadata=check(lambda v: 8 <= v <= 4096, "between 8 and 4096"))
+    history_steps: int = field(default=5, metadata=check(lambda v: 0 <= v <= 20, "between 0 and 20"))
+    max_context_tokens: int = field(default=512, metadata=check(lambda v: 64 <= v <= 32768,
+                                                                "between 64 and 32768"))
+    min_confidence: float = field(default=0.3, metadata=check(lambda v: 0 <= v <= 1, "in [0, 1]"))
+    doubt: float = field(default=4.0, metadata=check(lambda v: 1 <= v <= 1e6, "between 1 and 1000000"))
+    stride: int = field(default=4, metadata=check(lambda v: 1 <= v <= 16, "between 1 and 16"))
+    max_span_lines: int = field(default=3, metadata=check(lambda v: 1 <= v <= 200, "between 1 and 200"))
+    jump_lines: int = field(default=3, metadata=check(lambda v: 0 <= v <= 1000, "between 0 and 1000"))
+
+
+@dataclass
+class EditRequest:
+    text: str  # the document
+    path: str  # as shown to the model
+    cursor: tuple[int, int]  # 0-based (line, str index in the line)
+    spec: LanguageSpec | None
+    diffs: list[str]  # edit history, oldest first
+    last_step: Step | None  # the user's last edit step in this document (the undo filter)
+    settings: NextEditSettings
+    count: Callable[[str], int]  # the model's token count
+    sampling: SamplerConfig = field(default_factory=SamplerConfig)
+    mode: str | None = None  # overrides settings.mode (benchmarks run both)
+
+
+@dataclass
+class Outcome:
+    edit: TextEdit | None
+    reason: str  # "edit", "no-doubt", "unchanged", "undo", "parse", "low-confidence"
+    mode: str
+    region: Region
+    forwards: int = 0
+    model_ms: float = 0.0
+    edited_tokens: int = 0  # tokens of the region the edit rewrote (old and new, the larger)
+    confidence: float = 0.0  # mean confidence of the fill's tokens
+    jump: bool = False  # the edit starts more than jump_lines lines from the cursor
+
+    @property
+    def forwards_per_token(self) -> float | None:
+        return self.forwards / self.edited_tokens if self.edited_tokens else None
+
+
+Plan = Generator[FillOrder | ProbeOrder, Fill | Probed | None, Outcome | None]  # None: superseded
+
+
+def _slack(n: int) -> int:
+    return max(8, n // 4)
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def doubted_lines(region_text: str, probed: Probed, doubt: float) -> dict[int, float]:
+    """Line (0-based in the region) -> its strongest doubt, log(best / prob), over the lines with a
+    token whose model's first choice is `doubt` times likelier than it."""
+    out: dict[int, float] = {}
+    line, floor = 0, math.log(doubt)
+    for piece, p, best in zip(probed.pieces, probed.prob, probed.best):
+        score = math.log(max(best, 1e-12) / max(p, 1e-12))
+        starts = line
+        if score >= floor and piece.strip():
+            out[starts] = max(out.get(starts, 0.0), score)
+        line += piece.count("\n")
+    n = len(_lines(region_text))
+    return {k: v for k, v in out.items() if k < n}
+
+
+def choose_span(doubted: dict[int, float], cursor: int, max_lines: int) -> tuple[int, int] | None:
+    """The lines to re-mask: the most doubted line (ties: nearest the cursor line) grown over
+    adjacent doubted lines up to max_lines -> (first, end) in region lines."""
+    if not doubted:
+        return None
+    top = max(doubted, key=lambda k: (doubted[k], -abs(k - cursor)))
+    a, b = top, top + 1
+    while b - a < max_lines and (a - 1 in doubted or b in doubted):
+        if b in doubted and (a - 1 not in doubted or doubted[b] >= doubted[a - 1]):
+            b += 1
+        else:
+            a -= 1
+    return a, b
+
+
+def _fit_newline(old: str, new: str) -> str:
+    """A fill replacing whole lines ends with a line break when they did."""
+    return new + "\n" if old.endswith("\n") and not new.endswith("\n") else new
+
+
+def plan(req: EditRequest) -> Plan:
+    s = req.settings
+    mode = req.mode or s.mode
+    text, count = req.text, req.count
+    region_tokens = max(8, min(s.region_tokens, s.max_context_tokens // 4))
+    region = editable_region(text, req.cursor[0], req.spec, count, s.region_lines, region_tokens)
+    old = text[region.start_offset:region.end_offset]
+    before, after = text[:region.start_offset], text[region.end_offset:]
+    diffs = req.diffs[-s.history_steps:] if s.history_steps else []
+    n_old = count(old)
+    forwards, model_ms = 0, 0.0
+    if mode == "full":
+        canvas = n_old + _slack(n_old)
+        prompt = edit_prompt(diffs, req.path, before, after, count, s.max_context_tokens - canvas, old_region=old)
+        fill = yield FillOrder(prompt.prefix, prompt.suffix, canvas, sampling=req.sampling)
+        if fill is None:
+            return None
+        new = _fit_newline(old, fill.text)
+    else:
+        lines = _lines(old)
+        prompt = edit_prompt(diffs, req.path, before, after, count,
+                             s.max_context_tokens - n_old - _slack(n_old) - 1)
+        probed = yield ProbeOrder(prompt.prefix, old, prompt.suffix, s.stride)
+        if probed is None:
+            return None
+        forwards, model_ms = probed.forwards, probed.ms
+        span = choose_span(doubted_lines(old, probed, s.doubt), req.cursor[0] - region.first, s.max_span_lines)
+        if span is None:
+            return Outcome(None, "no-doubt", mode, region, forwards, model_ms)
+        a, b = span
+        head, middle, tail = "".join(lines[:a]), "".join(lines[a:b]), "".join(lines[b:])
+        n_mid = count(middle)
+        fill = yield FillOrder(prompt.prefix + head, tail + prompt.suffix, n_mid + _slack(n_mid), sampling=req.sampling)
+        if fill is None:
+            return None
+        new = head + _fit_newline(middle, fill.text) + tail
+    forwards += fill.forwards
+    model_ms += fill.ms
+    confidence = sum(fill.confidence) / len(fill.confidence) if fill.confidence else 0.0
+    edit = minimal_edit(old, new, region.start_offset)
+    out = Outcome(edit, "edit", mode, region, forwards, model_ms, confidence=confidence)
+    if edit is None:
+        out.reason = "unchanged"
+        return out
+    out.edited_tokens = max(count(text[edit.start:edit.end]), count(edit.text), 1)
+    cursor_line = req.cursor[0]
+    out.jump = abs(line_of(text, edit.start) - cursor_line) > s.jump_lines
+    if reverts(req.last_step, text, edit):
+        out.reason, out.edit = "undo", None
+    elif breaks_parse(req.spec, text, edit):
+        out.reason, out.edit = "parse", None
+    elif confidence < s.min_confidence:
+        out.reason, out.edit = "low-confidence", None
+    return out
+
+
+@dataclass
+class Predicted:
+    text: str | None  # the whole file after the edit; None: no edit
+    forwards: int
+    outcome: Outcome | None
+
+
+def predict_file(engine, path: str, old: str, current: str, cursor: tuple[int, int], spec: LanguageSpec | None,
+                 settings: NextEditSettings = NextEditSettings(), count: Callable[[str], int] | None = None,
+                 mode: str | None = None) -> Predicted:
+    """The next edit of `current` (after the edits old -> current, one history step per hunk) at
+    `cursor`, decoded in process: what `eval nep` asks."""
+    steps = steps_between(path, old, current)
+    count = count or (lambda t: len(engine.tokenizer.encode(t)))
+    req = EditRequest(current, path, cursor, spec, [st.diff() for st in steps], steps[-1] if steps else None,
+                      settings, count, mode=mode)
+    if not hasattr(engine, "probe") and (mode or settings.mode) == "refine":
+        req.mode = "full"  # a remote API cannot probe
+    out = drive(plan(req), engine)
+    text = None if out is None or out.edit is None else out.edit.apply(current)
+    return Predicted(text, 0 if out is None else out.forwards, out)
+
+
+def drive(p: Plan, engine) -> Outcome | None:
+    """Run a plan on an in-process engine (diffusion_lsp.engine.Engine): evaluation, benchmarks."""
+    from ..model.canvas import FillRequest
+
+    answer = None
+    try:
+        while True:
+            order = p.send(answer)
+            t0 = time.perf_counter()
+            if isinstance(order, ProbeOrder):
+                r = engine.probe(order.prefix, order.middle, order.suffix, order.stride)
+                answer = Probed(r.pieces, r.prob, r.best, r.forwards, r.ms)
+            else:
+                r = engine.fill([FillRequest(order.prefix, order.suffix, order.max_tokens)], order.sampling)[0]
+                answer = Fill(r.text, r.pieces, r.confidence, (time.perf_counter() - t0) * 1e3, r.forwards)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def drive_async(p: Plan, link, key: str) -> Outcome | None:
+    """Run a plan through the language server's link (`fill` / `probe`, server/link.py)."""
+    answer = None
+    try:
+        while True:
+            order = p.send(answer)
+            if isinstance(order, ProbeOrder):
+                answer = await link.probe(key, order)
+            else:
+                answer = await link.fill(key, order)
+    except StopIteration as stop:
+        return stop.value

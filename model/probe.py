@@ -1,0 +1,88 @@
+"""How sure the model is of tokens that are already there: the first half of remask-and-refine.
+
+A next edit starts from the region as it stands. To find what should change, the region's tokens
+are probed in `stride` interleaved passes: pass j masks every token i with i % stride == j and reads
+the model's probability of the original token at each masked position, so every token is judged
+with (stride - 1) / stride of its neighbours visible, exactly the kind of question masked diffusion
+training asks. The passes share one batched forward, but each is a forward pass and is counted as
+one. Tokens the model doubts are then re-masked and denoised (diffusion_lsp/nextedit/suggest.py);
+the rest stay as they are (the remasking idea of ReMDM, Wang et al. 2025, applied to an edit)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .tokenizer import Tokenizer
+
+
+@dataclass
+class Probe:
+    pieces: list[str]  # per middle token, the text it adds ("".join(pieces) == the middle)
+    prob: list[float]  # per middle token, the model's probability of it with it masked
+    best: list[float]  # per middle token, the probability of the model's own first choice there
+    forwards: int
+    ms: float
+
+
+def pieces_of(tok: Tokenizer, ids: list[int]) -> list[str]:
+    """Per token, the text it completes (incremental decoding: a character split across tokens
+    lands on the token that completes it)."""
+    out, prev = [], ""
+    for k in range(1, len(ids) + 1):
+        cur = tok.decode(ids[:k])
+        if cur.endswith("\ufffd") and k < len(ids):
+            out.append("")
+            continue
+        out.append(cur[len(prev):] if cur.startswith(prev) else cur)
+        prev = cur
+    return out
+
+
+def _fit(prefix: list[int], suffix: list[int], room: int) -> tuple[list[int], list[int]]:
+    """Cut the prefix on the left and the suffix on the right to `room` tokens, keeping at least a
+    quarter of the room for the suffix when it has that much."""
+    if len(prefix) + len(suffix) <= room:
+        return prefix, suffix
+    keep_suffix = min(len(suffix), max(room - len(prefix), room // 4))
+    keep_prefix = room - keep_suffix
+    return (prefix[len(prefix) - keep_prefix:] if keep_prefix else []), suffix[:keep_suffix]
+
+
+@torch.inference_mode()
+def probe(model, tok: Tokenizer, prefix: str, middle: str, suffix: str, stride: int = 4) -> Probe:
+    """Probabilities of `middle`'s tokens between `prefix` and `suffix`, `stride` passes."""
+    if stride < 1:
+        raise ValueError(f"stride must be at least 1, got {stride}")
+    t0 = time.perf_counter()
+    mid = tok.encode(middle)
+    if not mid:
+        return Probe([], [], [], 0, 0.0)
+    bos = [] if tok.bos_id is None else [tok.bos_id]
+    room = model.config.max_seq_len - len(bos) - len(mid)
+    if room < 0:
+        raise ValueError(f"a middle of {len(mid)} tokens does not fit the model's {model.config.max_seq_len} positions")
+    pre, suf = _fit(tok.encode(prefix), tok.encode(suffix), room)
+    ids = bos + pre + mid + suf
+    start, n = len(bos) + len(pre), len(mid)
+    stride = min(stride, n)
+    shift = int(model.config.shift_logits)
+    device = next(model.parameters()).device
+    x = torch.tensor(ids, device=device).repeat(stride, 1)  # [P, S]
+    at = torch.arange(n, device=device)
+    masked = (at[None, :] % stride) == torch.arange(stride, device=device)[:, None]  # [P, n]
+    x[:, start:start + n] = torch.where(masked, tok.mask_id, x[:, start:start + n])
+    S = len(ids)
+    positions = torch.arange(S, device=device).expand(stride, S)
+    h, _ = model.hidden(x, positions, torch.ones(stride, S, dtype=torch.bool, device=device))  # [P, S, D]
+    rows, cols = masked.nonzero(as_tuple=True)  # each middle token once
+    logits = model.logits(h[rows, start + cols - shift]).float()  # [n, V]
+    banned = [i for i in (tok.mask_id, tok.bos_id) if i is not None]
+    logits[:, banned] = float("-inf")
+    probs = torch.softmax(logits, -1)  # [n, V]
+    p = probs.gather(1, torch.tensor(mid, device=device)[cols, None]).squeeze(1)
+    prob = torch.zeros(n, device=device).index_put_((cols,), p)
+    best = torch.zeros(n, device=device).index_put_((cols,), probs.max(-1).values)
+    return Probe(pieces_of(tok, mid), prob.tolist(), best.tolist(), stride, (time.perf_counter() - t0) * 1e3)
