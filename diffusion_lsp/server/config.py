@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..model.settings import LaunchSettings, SamplerConfig, check, coerce, field_problem
 from ..model.settings import hints as settings_hints
+from ..nextedit.suggest import NextEditSettings
 
 SECTIONS = ("diffusionLsp", "diffusion-lsp", "diffusion_lsp")
 
@@ -50,6 +51,7 @@ class Config:
     sampling: SamplerConfig = field(default_factory=SamplerConfig)
     completion: CompletionSettings = field(default_factory=CompletionSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
+    next_edit: NextEditSettings = field(default_factory=NextEditSettings)
 
 
 def snake(key: str) -> str:

@@ -66,6 +66,8 @@ ClientFactory = Callable[[Launch, Callable[[dict], None], Callable[[str], None]]
 
 
 class WorkerLink:
+    can_probe = True  # nextedit's remask-and-refine asks the model how sure it is of given tokens
+
     def __init__(self, ui: Ui, stats: Stats, launch: Launch, client_factory: ClientFactory = WorkerClient):
         self.ui, self.stats, self.launch, self._new_client = ui, stats, launch, client_factory
         self.enabled, self.fill_timeout_s = True, 10.0

@@ -30,6 +30,8 @@ def remote_settings(settings: LaunchSettings) -> tuple:
 
 
 class RemoteLink:
+    can_probe = False
+
     def __init__(self, ui: Ui, stats: Stats, launch: Launch, client_factory: ClientFactory = FimClient.from_launch):
         self.ui, self.stats, self.launch, self._new_client = ui, stats, launch, client_factory
         self.enabled, self.fill_timeout_s = True, 10.0

@@ -6,11 +6,12 @@ completer's and the indexer's threads."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
-from pygls.exceptions import FeatureRequestError, JsonRpcInternalError
+from pygls.exceptions import FeatureRequestError, JsonRpcInternalError, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from ..context.languages import prepare
@@ -25,6 +26,11 @@ STATS = "diffusionLsp/stats"  # custom request: counts, latency percentiles, wor
 ACCEPTED = "diffusionLsp.didAcceptCompletion"  # command on each item, run by the editor on accept
 DID_SHOW = "textDocument/didShowCompletion"  # Copilot language server feedback notifications
 DID_PARTIALLY_ACCEPT = "textDocument/didPartiallyAcceptCompletion"
+NEXT_EDIT = "textDocument/copilotInlineEdit"  # Copilot's next-edit request (copilot-lsp, sidekick.nvim)
+DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit"
+DID_FOCUS = "textDocument/didFocus"
+ACCEPTED_EDIT = "diffusionLsp.didAcceptNextEdit"  # command on each next edit, run by the editor on accept
+APPLY_EDIT_TITLE = "Apply suggested edit"
 MAX_OPEN_DOCS = 32  # other open documents offered to the context gatherer
 _LEVELS = {"error": types.MessageType.Error, "warning": types.MessageType.Warning,
            "info": types.MessageType.Info, "debug": types.MessageType.Log}
@@ -93,6 +99,14 @@ class DiffusionServer(LanguageServer):
         key, docs = unquote(uri), self.workspace.text_documents
         return [_snapshot(d) for k, d in list(docs.items())[-MAX_OPEN_DOCS - 1:] if k != key]
 
+    def path_of(self, uri: str) -> str:
+        """The document's path as the model sees it: relative to the workspace root when inside it."""
+        path = unquote(urlparse(uri).path) or uri
+        root = self.workspace.root_path
+        if root and path.startswith(root.rstrip("/") + "/"):
+            return os.path.relpath(path, root)
+        return os.path.basename(path) or path
+
     @property
     def encoding(self) -> str:
         return self.workspace.position_encoding or positions.UTF16
@@ -130,19 +144,103 @@ def did_change(ls: DiffusionServer, params: types.DidChangeTextDocumentParams) -
     doc = ls.workspace.text_documents.get(unquote(params.text_document.uri))
     if doc is None:
         return
-    for change in params.content_changes:
-        if isinstance(change, types.TextDocumentContentChangePartial):
-            ls.session.changed(doc.uri, doc.source, change.range.start.line, change.text.count("\n"))
-        else:
-            ls.session.changed(doc.uri, doc.source, 0, 0)
+    changes = params.content_changes
+    span = None
+    if len(changes) == 1 and isinstance(changes[0], types.TextDocumentContentChangePartial):
+        r = changes[0].range
+        span = (r.start.line, r.end.line, r.start.line + changes[0].text.count("\n"))
+    ls.session.changed(doc.uri, doc.source, ls.path_of(doc.uri), span)
+
+
+def did_close(ls: DiffusionServer, params: types.DidCloseTextDocumentParams) -> None:
+    ls.session.closed(unquote(params.text_document.uri))
 
 
 async def inline_completion(ls: DiffusionServer,
                             params: types.InlineCompletionParams) -> types.InlineCompletionList | None:
     uri, pos = params.text_document.uri, params.position
-    answer = await ls.session.completer.complete(ls.document(uri), pos.line, pos.character, ls.encoding,
+    doc = ls.document(uri)
+    answer = await ls.session.completer.complete(doc, pos.line, pos.character, ls.encoding,
                                                  ls.other_documents(uri))
-    return types.InlineCompletionList(items=[] if answer is None else [_item(uri, answer)])
+    items = [] if answer is None else [_item(uri, answer)]
+    edit = _insertion_at_cursor(ls, doc, pos)
+    if edit is not None and not any(i.insert_text == edit.text for i in items):
+        accept = types.Command(title="accepted", command=ACCEPTED_EDIT, arguments=[uri])
+        items.append(types.InlineCompletionItem(insert_text=edit.text, command=accept))
+    return types.InlineCompletionList(items=items)
+
+
+def _insertion_at_cursor(ls: DiffusionServer, doc, pos: types.Position):
+    """The document's last next edit when it is an insertion at this position of this version."""
+    if doc is None or (edit := ls.session.next_edit.cached(doc.uri, doc.version)) is None:
+        return None
+    return edit if edit.range == ((pos.line, pos.character), (pos.line, pos.character)) and edit.text else None
+
+
+def _field(obj, *keys):
+    """params.a.b of a message pygls left untyped (a dict, or an object with attributes)."""
+    for key in keys:
+        obj = obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+        if obj is None:
+            return None
+    return obj
+
+
+async def next_edit(ls: DiffusionServer, params) -> dict:
+    """textDocument/copilotInlineEdit: at most one edit, empty for a version that is not current."""
+    uri, version = _field(params, "textDocument", "uri"), _field(params, "textDocument", "version")
+    line, character = _field(params, "position", "line"), _field(params, "position", "character")
+    if not isinstance(uri, str) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                           for v in (version, line, character)):
+        raise JsonRpcInvalidParams("copilotInlineEdit needs textDocument.uri and .version, and a position")
+    edit = await ls.session.next_edit.suggest(ls.document(uri), version, line, character, ls.encoding,
+                                              ls.path_of(uri))
+    if edit is None:
+        return {"edits": []}
+    return {"edits": [{
+        "text": edit.text, "textDocument": {"uri": uri, "version": edit.version},
+        "range": _range_json(edit.range),
+        "command": {"title": "Accept next edit", "command": ACCEPTED_EDIT, "arguments": [uri, edit.version]},
+    }]}
+
+
+def _range_json(rng) -> dict:
+    (l0, c0), (l1, c1) = rng
+    return {"start": {"line": l0, "character": c0}, "end": {"line": l1, "character": c1}}
+
+
+async def code_action(ls: DiffusionServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
+    """The next edit at the range's start as a code action, for editors without next-edit support."""
+    uri, pos = params.text_document.uri, params.range.start
+    doc = ls.document(uri)
+    if doc is None or not ls.session.cfg.next_edit.enable:
+        return None
+    if params.context.only and not any(str(k).startswith(("quickfix", "refactor")) for k in params.context.only):
+        return None
+    edit = ls.session.next_edit.cached(doc.uri, doc.version)
+    if edit is None:
+        edit = await ls.session.next_edit.suggest(doc, doc.version, pos.line, pos.character, ls.encoding,
+                                                  ls.path_of(uri))
+    if edit is None:
+        return None
+    rng = types.Range(types.Position(*edit.range[0]), types.Position(*edit.range[1]))
+    return [types.CodeAction(
+        title=APPLY_EDIT_TITLE, kind=types.CodeActionKind.RefactorRewrite,
+        # no `command` to count its acceptance: lsprotocol-based clients read any action with a
+        # "command" key as a bare Command and lose the edit
+        edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(range=rng, new_text=edit.text)]}))]
+
+
+def did_show_inline_edit(ls: DiffusionServer, params) -> None:
+    ls.session.stats.next_edit.shown += 1
+
+
+def did_focus(ls: DiffusionServer, params) -> None:
+    ls.session.stats.next_edit.focus += 1
+
+
+def accepted_edit(ls: DiffusionServer, *args) -> None:
+    ls.session.stats.next_edit.accepted += 1
 
 
 def _item(uri: str, answer: Answer) -> types.InlineCompletionItem:
@@ -181,10 +279,15 @@ def create_server(options: ServeOptions) -> DiffusionServer:
         (types.INITIALIZE, initialize), (types.INITIALIZED, initialized),
         (types.WORKSPACE_DID_CHANGE_CONFIGURATION, did_change_configuration),
         (types.TEXT_DOCUMENT_DID_OPEN, did_open), (types.TEXT_DOCUMENT_DID_CHANGE, did_change),
+        (types.TEXT_DOCUMENT_DID_CLOSE, did_close), (NEXT_EDIT, next_edit),
+        (DID_SHOW_INLINE_EDIT, did_show_inline_edit), (DID_FOCUS, did_focus),
         (DID_SHOW, did_show), (DID_PARTIALLY_ACCEPT, did_partially_accept), (STATS, stats),
         (types.SHUTDOWN, shutdown),
     ]:
         ls.feature(method)(handler)
     ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())(inline_completion)
+    ls.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
+        code_action_kinds=[types.CodeActionKind.RefactorRewrite]))(code_action)
     ls.command(ACCEPTED)(accepted)
+    ls.command(ACCEPTED_EDIT)(accepted_edit)
     return ls

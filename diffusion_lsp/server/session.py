@@ -19,9 +19,11 @@ from ..model.settings import LaunchSettings
 from .client import Launch
 from .completion import Completer
 from .config import Config, WorkerSettings, parse_config
+from ..nextedit.history import EditSteps
 from .history import RecentEdits
 from .indexer import Indexer
 from .link import Ui, WorkerLink
+from .next_edit import NextEditor
 from .remote_link import RemoteLink
 from .stats import Stats
 from .wire import default_socket
@@ -63,7 +65,11 @@ class Session:
         self.link = link_for(self.cfg, ui, self.stats)
         self.completer = Completer(self.link, self.stats, ui.log, self.edits.oldest_first,
                                    counter_for(self.cfg.model.path))
+        self.steps = EditSteps(self.cfg.next_edit.history_steps)
+        self.next_edit = NextEditor(self.link, self.stats.next_edit, ui.log, self.steps,
+                                    self.completer.count_tokens)
         self.indexer = Indexer(get_document)
+        self.texts: dict[str, str] = {}  # per open document, its text before the next change
 
     def configure(self, raw) -> None:
         """Settings from the editor; each bad value is shown once and falls back to its default."""
@@ -73,23 +79,35 @@ class Session:
         model_changed = cfg.model.path != self.cfg.model.path
         if cfg.model.backend != self.cfg.model.backend:  # another kind of link; the old one closes
             old, self.link = self.link, link_for(cfg, self.ui, self.stats)
-            self.completer.link = self.link
+            self.completer.link = self.next_edit.link = self.link
             asyncio.ensure_future(old.close())
         self.cfg = cfg
         self.link.configure(launch_for(cfg), cfg.completion.enable, cfg.worker.fill_timeout_s)
         self.completer.configure(cfg, counter_for(cfg.model.path) if model_changed else None)
+        self.next_edit.configure(cfg, self.completer.count_tokens)
 
     async def opened(self, doc: Document) -> None:
         """A document was opened: index it and count its tokens in the background, and start the
         model on demand, before the first completion."""
+        self.texts[doc.uri] = doc.text
         counts = (memoized(self.completer.count_tokens), model_folder(self.cfg.model.path))
         self.indexer.schedule(doc.uri, counts=counts, now=True)
         await self.link.ensure()
 
-    def changed(self, uri: str, text: str, line: int, new_lines: int) -> None:
-        """An edit at `line` of `uri` (`text`: the edited document) that wrote `new_lines` line breaks."""
-        self.edits.note(uri, text, line, new_lines)
+    def changed(self, uri: str, text: str, path: str, span: tuple[int, int, int] | None) -> None:
+        """`uri` changed to `text`; span: (first line, last line before, last line after) of one
+        range change, None when not known (several changes, or the whole text replaced)."""
+        before = self.texts.get(uri)
+        self.texts[uri] = text
+        line, end, new_end = span if span is not None else _changed_lines(before or "", text)
+        self.edits.note(uri, text, line, new_end - line)
+        if before is not None:
+            self.steps.note(uri, path, before, text, line, end, new_end)
         self.indexer.schedule(uri)
+
+    def closed(self, uri: str) -> None:
+        self.texts.pop(uri, None)
+        self.next_edit.last.pop(uri, None)
 
     def report(self) -> dict:
         return self.stats.report(worker=self.link.describe())
@@ -97,4 +115,18 @@ class Session:
     async def close(self) -> None:
         self.indexer.close()
         self.completer.close()
+        self.next_edit.close()
         await self.link.close()
+
+
+def _changed_lines(before: str, after: str) -> tuple[int, int, int]:
+    """(first line, last line in before, last line in after) of what differs: common leading and
+    trailing lines skipped."""
+    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    p = 0
+    while p < min(len(a), len(b)) and a[p] == b[p]:
+        p += 1
+    q = 0
+    while q < min(len(a), len(b)) - p and a[-1 - q] == b[-1 - q]:
+        q += 1
+    return p, max(p, len(a) - q - 1), max(p, len(b) - q - 1)

@@ -43,6 +43,32 @@ class Timing:
 
 
 @dataclass
+class NextEditStats:
+    requests: int = 0  # textDocument/copilotInlineEdit and code action requests that asked the model
+    answered: int = 0  # with an edit
+    empty: int = 0
+    stale: int = 0  # the request's version was not the document's: answered empty at once
+    superseded: int = 0
+    cancelled: int = 0
+    errors: int = 0
+    shown: int = 0  # textDocument/didShowInlineEdit
+    accepted: int = 0  # the edit's accept command ran
+    focus: int = 0  # textDocument/didFocus
+    jumps: int = 0  # edits more than nextEdit.jumpLines lines from the cursor
+    reasons: dict = field(default_factory=dict)  # outcome reason -> count (edit, no-doubt, unchanged, undo, ...)
+    latency_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
+    model_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
+    forwards: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)  # per model-run request
+
+    def report(self) -> dict:
+        counts = {f.name: getattr(self, f.name) for f in fields(self) if f.type in ("int", int)}
+        return {"counts": counts, "reasons": dict(self.reasons),
+                "latency_ms": {f"p{q}": percentile(self.latency_ms, q) for q in (50, 95, 99)},
+                "model_ms": {f"p{q}": percentile(self.model_ms, q) for q in (50, 95, 99)},
+                "forwards": {f"p{q}": percentile(self.forwards, q) for q in (50, 95)}}
+
+
+@dataclass
 class Stats:
     requests: int = 0  # textDocument/inlineCompletion received
     answered: int = 0  # answered with at least one item
@@ -65,6 +91,7 @@ class Stats:
     latency_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     model_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     timings: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)  # of Timing
+    next_edit: NextEditStats = field(default_factory=NextEditStats)
 
     def report(self, **extra) -> dict:
         counts = {f.name: getattr(self, f.name) for f in fields(self) if f.type in ("int", int)}
@@ -73,4 +100,4 @@ class Stats:
         overhead = {f"p{q}": percentile([t.overhead_ms for t in self.timings], q) for q in (50, 95, 99)}
         recent = [asdict(t) for t in list(self.timings)[-RECENT:]]
         return {"counts": counts, "latency_ms": lat, "model_ms": model, "overhead_ms": overhead,
-                "timings": recent, **extra}
+                "timings": recent, "next_edit": self.next_edit.report(), **extra}

@@ -1,0 +1,194 @@
+"""One next-edit suggestion, without LSP: (document, version, position) -> NextEdit (range, text).
+
+Top to bottom: refuse a stale version or bad input; share a request already running for the same
+document, version and position (the code action and the NES request ask the same question);
+supersede an older one for the document, and the debounce; then the plan (nextedit/suggest.py)
+driven through the link, its CPU steps (the region's parse, the prompt's token counts, the filters)
+in a thread of their own. The last answer per document is kept for the code action and for inline
+completion, which offers it when it is an insertion at the cursor."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from ..context.languages import language_for
+from ..context.tokens import approx_tokens
+from ..context.types import Document
+from ..nextedit.history import EditSteps
+from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, Plan, plan
+from ..server.wire import ProbeOrder
+from . import positions
+from .completion import BadInput, _set_within, locate
+from .config import Config
+from .link import Unavailable
+from .stats import NextEditStats
+
+Position = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class NextEdit:
+    uri: str
+    version: int
+    range: tuple[Position, Position]  # LSP positions in the negotiated encoding
+    text: str
+    start: int  # str offsets in that version
+    end: int
+    jump: bool = False
+
+    def is_insertion_at(self, offset: int) -> bool:
+        return self.start == self.end == offset and bool(self.text)
+
+
+@dataclass
+class _Ticket:
+    superseded: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class NextEditor:
+    """`suggest` never raises but CancelledError: a refusal or failure is one log line and None."""
+
+    def __init__(self, link, stats: NextEditStats, log: Callable[[str, str], None], steps: EditSteps,
+                 count_tokens: Callable[[str], int] = approx_tokens):
+        self.link, self.stats, self.log, self.steps = link, stats, log, steps
+        self.count_tokens = count_tokens
+        self.cfg = Config()
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="diffusion-lsp-nextedit")
+        self._latest: dict[str, _Ticket] = {}
+        self._running: dict[tuple, asyncio.Future] = {}
+        self.last: dict[str, NextEdit] = {}  # per document, the newest answer
+
+    def configure(self, cfg: Config, count_tokens: Callable[[str], int] | None = None) -> None:
+        self.cfg = cfg
+        self.steps.resize(cfg.next_edit.history_steps or 1)
+        if count_tokens is not None:
+            self.count_tokens = count_tokens
+
+    @property
+    def settings(self) -> NextEditSettings:
+        return self.cfg.next_edit
+
+    def cached(self, uri: str, version: int) -> NextEdit | None:
+        ans = self.last.get(uri)
+        return ans if ans is not None and ans.version == version else None
+
+    async def suggest(self, doc: Document | None, version: int | None, line: int, column: int, encoding: str,
+                      path: str) -> NextEdit | None:
+        if not self.settings.enable:
+            return None
+        if doc is None or (version is not None and version != doc.version):
+            self.stats.stale += 1
+            return None
+        key = (doc.uri, doc.version, line, column)
+        running = self._running.get(key)
+        if running is not None and not running.done():
+            return await asyncio.shield(running)
+        fut = asyncio.ensure_future(self._suggest(doc, line, column, encoding, path))
+        self._running[key] = fut
+        try:
+            return await fut
+        finally:
+            if self._running.get(key) is fut:
+                del self._running[key]
+
+    async def _suggest(self, doc: Document, line: int, column: int, encoding: str, path: str) -> NextEdit | None:
+        stats, t0 = self.stats, time.perf_counter()
+        stats.requests += 1
+        answer = None
+        try:
+            offset = locate(doc.text, line, column, encoding, self.cfg.completion.max_line_chars)
+            answer = await self._decide(doc, offset, encoding, path)
+        except BadInput as e:
+            self.log("info", f"no next edit: {e}")
+        except Unavailable as e:
+            self.log("debug", f"no next edit: {e}")
+        except asyncio.CancelledError:
+            stats.cancelled += 1
+            raise
+        except Exception as e:  # a bug costs one suggestion, not the session
+            stats.errors += 1
+            self.log("error", f"next edit failed: {type(e).__name__}: {e}")
+        finally:
+            stats.latency_ms.append((time.perf_counter() - t0) * 1e3)
+        stats.answered += answer is not None
+        stats.empty += answer is None
+        if answer is not None:
+            self.last[doc.uri] = answer
+        return answer
+
+    async def _decide(self, doc: Document, offset: int, encoding: str, path: str) -> NextEdit | None:
+        s = self.settings
+        spec = language_for(doc.language_id, doc.uri)
+        if spec is None:
+            raise BadInput(f"unsupported language {doc.language_id!r}")
+        ticket = _Ticket()
+        if (old := self._latest.get(doc.uri)) is not None:
+            old.superseded.set()
+        self._latest[doc.uri] = ticket
+        try:
+            if s.debounce_ms and await _set_within(ticket.superseded, s.debounce_ms / 1000):
+                self.stats.superseded += 1
+                return None
+            line_start = doc.text.rfind("\n", 0, offset) + 1
+            req = EditRequest(doc.text, path, (doc.text.count("\n", 0, offset), offset - line_start), spec,
+                              self.steps.diffs(), self.steps.last(doc.uri), s, self.count_tokens,
+                              sampling=self.cfg.sampling)
+            if not getattr(self.link, "can_probe", False):
+                req.mode = "full"  # a remote API returns text, not probabilities
+            out = await self._drive(plan(req), ticket, "nextedit:" + doc.uri)
+        finally:
+            if self._latest.get(doc.uri) is ticket:
+                del self._latest[doc.uri]
+        if out is None:
+            self.stats.superseded += 1
+            return None
+        self.stats.reasons[out.reason] = self.stats.reasons.get(out.reason, 0) + 1
+        self.stats.model_ms.append(out.model_ms)
+        self.stats.forwards.append(out.forwards)
+        if out.edit is None:
+            return None
+        self.stats.jumps += out.jump
+        e = out.edit
+        rng = (positions.position_at(doc.text, e.start, encoding), positions.position_at(doc.text, e.end, encoding))
+        return NextEdit(doc.uri, doc.version, rng, e.text, e.start, e.end, out.jump)
+
+    async def _drive(self, p: Plan, ticket: _Ticket, key: str) -> Outcome | None:
+        """The plan's CPU steps in the thread, its model work through the link; None when superseded."""
+        loop = asyncio.get_running_loop()
+        answer = None
+        while True:
+            done, order = await loop.run_in_executor(self.thread, functools.partial(_advance, p, answer))
+            if done:
+                return order
+            if ticket.superseded.is_set():
+                return None
+            call = self.link.probe if isinstance(order, ProbeOrder) else self.link.fill
+            task = asyncio.ensure_future(call(key, order))
+            waiter = asyncio.ensure_future(ticket.superseded.wait())
+            try:
+                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+                if not task.done():
+                    task.cancel()
+            if not task.done() or task.cancelled():
+                return None
+            answer = task.result()  # raises Unavailable
+            if answer is None:
+                return None
+
+    def close(self) -> None:
+        self.thread.shutdown(wait=False, cancel_futures=True)
+
+
+def _advance(p: Plan, answer) -> tuple[bool, object]:
+    """(False, the plan's next order) or (True, its outcome): StopIteration cannot cross a future."""
+    try:
+        return False, p.send(answer)
+    except StopIteration as stop:
+        return True, stop.value
