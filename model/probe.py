@@ -5,7 +5,9 @@ are probed in `stride` interleaved passes: pass j masks every token i with i % s
 the model's probability of the original token at each masked position, so every token is judged
 with (stride - 1) / stride of its neighbours visible, exactly the kind of question masked diffusion
 training asks. The passes share one batched forward, but each is a forward pass and is counted as
-one. Tokens the model doubts are then re-masked and denoised (diffusion_lsp/nextedit/suggest.py);
+one. Pass 0 runs in full; the others run only the middle against its keys/values (as the sampler's
+cached steps do), so the probe costs about one full pass plus (stride - 1) passes over the middle.
+Tokens the model doubts are then re-masked and denoised (diffusion_lsp/nextedit/suggest.py);
 the rest stay as they are (the remasking idea of ReMDM, Wang et al. 2025, applied to an edit)."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .tokenizer import Tokenizer
+from .transformer import KVCache
 
 
 @dataclass
@@ -70,15 +73,30 @@ def probe(model, tok: Tokenizer, prefix: str, middle: str, suffix: str, stride: 
     stride = min(stride, n)
     shift = int(model.config.shift_logits)
     device = next(model.parameters()).device
-    x = torch.tensor(ids, device=device).repeat(stride, 1)  # [P, S]
+    S = len(ids)
+    row = torch.tensor(ids, device=device)
     at = torch.arange(n, device=device)
     masked = (at[None, :] % stride) == torch.arange(stride, device=device)[:, None]  # [P, n]
-    x[:, start:start + n] = torch.where(masked, tok.mask_id, x[:, start:start + n])
-    S = len(ids)
-    positions = torch.arange(S, device=device).expand(stride, S)
-    h, _ = model.hidden(x, positions, torch.ones(stride, S, dtype=torch.bool, device=device))  # [P, S, D]
+    mid_ids = torch.where(masked, tok.mask_id, row[start:start + n])  # [P, n] each pass's middle
+    # pass 0 runs in full and fills the cache; passes 1.. run only the middle against it (the
+    # context's keys/values are pass 0's: the Fast-dLLM dual-cache approximation the sampler makes)
+    first = row.clone()
+    first[start:start + n] = mid_ids[0]
+    h0, cache = model.hidden(first[None], torch.arange(S, device=device)[None],
+                             torch.ones(1, S, dtype=torch.bool, device=device))  # [1, S, D]
+    hs = [h0[0, start - shift:start + n - shift]]  # [n, D] outputs that predict the middle
+    if stride > 1:
+        P = stride - 1
+        idx = torch.arange(start - shift, start + n, device=device).expand(P, n + shift)  # [P, W]
+        toks = row[idx].clone()
+        toks[:, shift:] = mid_ids[1:]
+        ctx = KVCache([k.expand(P, -1, -1, -1) for k in cache.keys], [v.expand(P, -1, -1, -1) for v in cache.values],
+                      torch.ones(P, S, dtype=torch.bool, device=device).scatter(1, idx, False))
+        h, _ = model.hidden(toks, idx, torch.ones_like(idx, dtype=torch.bool), ctx)  # [P, W, D]
+        hs.extend(h[j, :n] for j in range(P))
+    hidden = torch.stack(hs)  # [stride, n, D]: pass j's output at every middle position
     rows, cols = masked.nonzero(as_tuple=True)  # each middle token once
-    logits = model.logits(h[rows, start + cols - shift]).float()  # [n, V]
+    logits = model.logits(hidden[rows, cols]).float()  # [n, V]
     banned = [i for i in (tok.mask_id, tok.bos_id) if i is not None]
     logits[:, banned] = float("-inf")
     probs = torch.softmax(logits, -1)  # [n, V]

@@ -25,6 +25,8 @@ from ..errors import UserError
 from ..model.settings import LaunchSettings
 from ..options import add_launch_args, launch_settings
 from .figures import MODEL_ROWS, print_figures, summarise
+from .next_edit import find_sites, print_next_edits
+from .next_edit import replay as replay_next_edits
 from .replay import Crowd, replay
 from .workload import BIG_LINES, big_file, open_documents, workload_files
 
@@ -46,6 +48,8 @@ def register(bench) -> None:
                    help=f"other large documents open during the last replay (default {OPEN_DOCS}; 0: no such replay)")
     p.add_argument("--open-docs-requests", type=int, metavar="N",
                    help=f"requests of that replay (default: --requests, at most {OPEN_DOCS_REQUESTS})")
+    p.add_argument("--next-edits", type=int, default=30, metavar="N",
+                   help="next-edit sites in the first file, each asked in both decoding modes (default 30; 0: none)")
     p.add_argument("--seed", type=int, default=0)
     add_launch_args(p)  # the worker's: serve --model/--device, model.threads/model.precision
     p.set_defaults(run=run)
@@ -98,8 +102,10 @@ def scenarios(args) -> list[Scenario]:
 
 
 def run(args) -> int:
-    if args.requests < 1 or args.chars < 0 or args.open_docs < 0 or (args.open_docs_requests or 1) < 1:
-        raise UserError("--requests and --open-docs-requests must be at least 1, --chars and --open-docs at least 0")
+    if (args.requests < 1 or args.chars < 0 or args.open_docs < 0 or (args.open_docs_requests or 1) < 1
+            or args.next_edits < 0):
+        raise UserError("--requests and --open-docs-requests must be at least 1, --chars, --open-docs and "
+                        "--next-edits at least 0")
     launch = launch_settings(args)
     _check_model(launch.path)
     return asyncio.run(_run(args, launch, scenarios(args)))
@@ -150,4 +156,10 @@ async def _run(args, launch: LaunchSettings, plays: list[Scenario]) -> int:
                     print(f"  other documents: {len(play.crowd.docs)} open, {play.crowd.edits} edits to "
                           f"{play.crowd.edited_docs} of them between the replay's sites")
                     play.crowd.close(lsp)
+            if args.next_edits:
+                first = plays[0]
+                sites = find_sites(first.text, args.next_edits, random.Random(args.seed))
+                records = await replay_next_edits(lsp, first.text, sites, options)
+                print_next_edits(f"next edits: {len(sites)} renames in {first.title}, each mode on the same sites",
+                                 records)
     return 0

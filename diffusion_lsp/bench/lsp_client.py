@@ -17,6 +17,7 @@ START_TIMEOUT_S = 60.0  # the server's initialize answer
 LOAD_TIMEOUT_S = 600.0  # the model load (the first one after an install compiles nothing, but is slow on CPU)
 REQUEST_TIMEOUT_S = 120.0
 STATS = "diffusionLsp/stats"
+NEXT_EDIT = "textDocument/copilotInlineEdit"
 CAPS = types.ClientCapabilities(
     general=types.GeneralClientCapabilities(position_encodings=[positions.UTF8, positions.UTF16]),
     window=types.WindowClientCapabilities(work_done_progress=True),
@@ -156,6 +157,19 @@ class BenchClient:
         items = got.items if isinstance(got, types.InlineCompletionList) else got or []
         text = items[0].insert_text if items else ""
         return ms, text if isinstance(text, str) else text.value
+
+    def configure(self, settings: dict) -> None:
+        self.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=settings))
+
+    async def next_edit(self, uri: str, line: int, before: str) -> tuple[float, dict | None]:
+        """Ask for the next edit (textDocument/copilotInlineEdit) with the cursor after `before` on
+        `line` of the current version -> (milliseconds until the answer, the edit or None)."""
+        params = {"textDocument": {"uri": uri, "version": self.versions[uri]},
+                  "position": {"line": line, "character": positions.units(before, self.encoding)}}
+        t0 = time.perf_counter()
+        got = await asyncio.wait_for(self.client.protocol.send_request_async(NEXT_EDIT, params), REQUEST_TIMEOUT_S)
+        edits = plain(got).get("edits") or []
+        return (time.perf_counter() - t0) * 1e3, edits[0] if edits else None
 
     async def stats(self) -> dict:
         return plain(await asyncio.wait_for(self.client.protocol.send_request_async(STATS, {}), REQUEST_TIMEOUT_S))

@@ -7,7 +7,8 @@ benchmark through an engine in process (`drive`), tests through a fake; all shar
   (fillers) so its length may change; the model writes the region as it should read.
 - remask-and-refine (default): the region stays in place and is probed (model/probe.py): the lines
   holding tokens the model doubts (its own first choice is `doubt` times likelier) are the only
-  ones re-masked, with slack, and denoised with everything else visible. A region the model does
+  ones considered, and only their doubted tokens (from the first to the last) are re-masked, with
+  slack, and denoised with everything else visible. A region the model does
   not doubt costs the probe's passes and nothing more; an edit on two lines costs those lines.
 
 Either way the result is diffed against the old region into one minimal edit (edits.py) and
@@ -124,6 +125,24 @@ def choose_span(doubted: dict[int, float], cursor: int, max_lines: int) -> tuple
     return a, b
 
 
+def narrow(region_text: str, probed: Probed, doubt: float, lines: tuple[int, int]) -> tuple[int, int]:
+    """Character offsets in the region of the re-masked span: from the first doubted token of the
+    chosen lines to the end of the last one. Only what the model doubts is re-masked: a renamed
+    word costs the forwards of that word, not of its line."""
+    floor, line, at = math.log(doubt), 0, 0
+    a = b = None
+    for piece, p, best in zip(probed.pieces, probed.prob, probed.best):
+        if lines[0] <= line < lines[1] and piece.strip() and math.log(max(best, 1e-12) / max(p, 1e-12)) >= floor:
+            a = at if a is None else a
+            b = at + len(piece)
+        at += len(piece)
+        line += piece.count("\n")
+    if a is None:  # no doubted token there after all: the whole lines
+        starts = [0] + [i + 1 for i, c in enumerate(region_text) if c == "\n"]
+        a, b = starts[min(lines[0], len(starts) - 1)], (starts[lines[1]] if lines[1] < len(starts) else len(region_text))
+    return a, min(b, len(region_text))
+
+
 def _fit_newline(old: str, new: str) -> str:
     """A fill replacing whole lines ends with a line break when they did."""
     return new + "\n" if old.endswith("\n") and not new.endswith("\n") else new
@@ -148,7 +167,6 @@ def plan(req: EditRequest) -> Plan:
             return None
         new = _fit_newline(old, fill.text)
     else:
-        lines = _lines(old)
         prompt = edit_prompt(diffs, req.path, before, after, count,
                              s.max_context_tokens - n_old - _slack(n_old) - 1)
         probed = yield ProbeOrder(prompt.prefix, old, prompt.suffix, s.stride)
@@ -158,8 +176,8 @@ def plan(req: EditRequest) -> Plan:
         span = choose_span(doubted_lines(old, probed, s.doubt), req.cursor[0] - region.first, s.max_span_lines)
         if span is None:
             return Outcome(None, "no-doubt", mode, region, forwards, model_ms)
-        a, b = span
-        head, middle, tail = "".join(lines[:a]), "".join(lines[a:b]), "".join(lines[b:])
+        a, b = narrow(old, probed, s.doubt, span)
+        head, middle, tail = old[:a], old[a:b], old[b:]
         n_mid = count(middle)
         fill = yield FillOrder(prompt.prefix + head, tail + prompt.suffix, n_mid + _slack(n_mid), sampling=req.sampling)
         if fill is None:

@@ -99,10 +99,10 @@ class NextEditor:
     async def _suggest(self, doc: Document, line: int, column: int, encoding: str, path: str) -> NextEdit | None:
         stats, t0 = self.stats, time.perf_counter()
         stats.requests += 1
-        answer = None
+        answer, out = None, None
         try:
             offset = locate(doc.text, line, column, encoding, self.cfg.completion.max_line_chars)
-            answer = await self._decide(doc, offset, encoding, path)
+            answer, out = await self._decide(doc, offset, encoding, path)
         except BadInput as e:
             self.log("info", f"no next edit: {e}")
         except Unavailable as e:
@@ -114,14 +114,20 @@ class NextEditor:
             stats.errors += 1
             self.log("error", f"next edit failed: {type(e).__name__}: {e}")
         finally:
-            stats.latency_ms.append((time.perf_counter() - t0) * 1e3)
+            ms = (time.perf_counter() - t0) * 1e3
+            stats.latency_ms.append(ms)
+            if out is not None:
+                stats.recent.append({"mode": out.mode, "reason": out.reason, "forwards": out.forwards,
+                                     "edited_tokens": out.edited_tokens, "model_ms": out.model_ms, "ms": ms,
+                                     "jump": out.jump})
         stats.answered += answer is not None
         stats.empty += answer is None
         if answer is not None:
             self.last[doc.uri] = answer
         return answer
 
-    async def _decide(self, doc: Document, offset: int, encoding: str, path: str) -> NextEdit | None:
+    async def _decide(self, doc: Document, offset: int, encoding: str,
+                      path: str) -> tuple[NextEdit | None, Outcome | None]:
         s = self.settings
         spec = language_for(doc.language_id, doc.uri)
         if spec is None:
@@ -133,7 +139,7 @@ class NextEditor:
         try:
             if s.debounce_ms and await _set_within(ticket.superseded, s.debounce_ms / 1000):
                 self.stats.superseded += 1
-                return None
+                return None, None
             line_start = doc.text.rfind("\n", 0, offset) + 1
             req = EditRequest(doc.text, path, (doc.text.count("\n", 0, offset), offset - line_start), spec,
                               self.steps.diffs(), self.steps.last(doc.uri), s, self.count_tokens,
@@ -146,16 +152,16 @@ class NextEditor:
                 del self._latest[doc.uri]
         if out is None:
             self.stats.superseded += 1
-            return None
+            return None, None
         self.stats.reasons[out.reason] = self.stats.reasons.get(out.reason, 0) + 1
         self.stats.model_ms.append(out.model_ms)
         self.stats.forwards.append(out.forwards)
         if out.edit is None:
-            return None
+            return None, out
         self.stats.jumps += out.jump
         e = out.edit
         rng = (positions.position_at(doc.text, e.start, encoding), positions.position_at(doc.text, e.end, encoding))
-        return NextEdit(doc.uri, doc.version, rng, e.text, e.start, e.end, out.jump)
+        return NextEdit(doc.uri, doc.version, rng, e.text, e.start, e.end, out.jump), out
 
     async def _drive(self, p: Plan, ticket: _Ticket, key: str) -> Outcome | None:
         """The plan's CPU steps in the thread, its model work through the link; None when superseded."""

