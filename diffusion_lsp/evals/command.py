@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..fim_batch import decode_all
 from ..options import add_fill_args, engine_for, launch_settings, sampler_config
-from . import heldout, humaneval, typing_session
+from . import heldout, humaneval, nep, typing_session
 from .execute import run_all
 
 
@@ -32,6 +32,7 @@ def register(sub):
     h.set_defaults(run=run_humaneval, max_tokens=None)
     heldout.register(ev)
     typing_session.register(ev)
+    nep.register(ev)
 
 
 def summarize(name: str, passed: list[bool], records: list[dict] | None, wall: float) -> dict:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 from ..context.languages import LanguageSpec
-from ..model.settings import SamplerConfig, check
+from ..model.settings import SamplerConfig, _validate, check
 from ..server.wire import Fill, FillOrder, ProbeOrder, Probed
 from .edits import TextEdit, breaks_parse, line_of, minimal_edit, reverts
 from .history import Step, steps_between
@@ -51,6 +51,9 @@ class NextEditSettings:
     stride: int = field(default=4, metadata=check(lambda v: 1 <= v <= 16, "between 1 and 16"))
     max_span_lines: int = field(default=3, metadata=check(lambda v: 1 <= v <= 200, "between 1 and 200"))
     jump_lines: int = field(default=3, metadata=check(lambda v: 0 <= v <= 1000, "between 0 and 1000"))
+
+    def __post_init__(self):
+        _validate(self)
 
 
 @dataclass

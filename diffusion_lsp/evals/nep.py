@@ -1,0 +1,206 @@
+"""`diffusion-lsp eval nep`: next-edit prediction (Lu et al. 2025, arXiv 2508.10074) on nep_test.jsonl,
+the model beside two baselines in one run (nep_baselines.py), scored as the benchmark does
+(nep_metrics.py).
+
+A record needs `new_file` (its path and language), `old_contents` (before the commit's edits),
+`current_contents` (after the earlier ones) and `new_contents` (after the next one), all strings;
+`id` (str or int) names it, else its 0-based line in the file. An optional `cursor`,
+`{"line": int, "character": int}` 0-based in current_contents, the character counted in Python str
+characters, says where the user is; without one the cursor is where the last edit (old -> current)
+ended, as an editor leaves it (history.last_change_end), or at the file's start when there is none.
+
+A predictor is `predict(case) -> str | None`, the whole predicted file or None for no edit, or an
+object with `.text` (str | None) and `.forwards` (int); the baselines (nep_baselines.py) are wrapped as such."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..context.languages import LanguageSpec, language_for
+from ..errors import UserError
+from ..nextedit.history import last_change_end
+from ..options import add_launch_args, engine_for, launch_settings
+from .humaneval import default_data_dir
+from .nep_baselines import no_edit, repeat_last_edit
+from .nep_metrics import score, summarize
+
+REQUIRED = ("new_file", "old_contents", "current_contents", "new_contents")
+BASELINES = (("no edit", no_edit), ("repeat last edit", repeat_last_edit))
+
+
+@dataclass(frozen=True)
+class NepCase:
+    id: str | int
+    path: str
+    language: LanguageSpec | None
+    old: str
+    current: str
+    new: str
+    cursor: tuple[int, int]  # 0-based (line, character) in `current`
+
+    @property
+    def label(self) -> str:
+        """The file extension, the per-language grouping: py, java, go, c, cpp, js, ts."""
+        tail = self.path.rsplit("/", 1)[-1]
+        return tail.rsplit(".", 1)[-1].lower() if "." in tail.lstrip(".") else "(none)"
+
+
+def default_data() -> Path:
+    return default_data_dir().parent / "next-edit-prediction" / "nep_test.jsonl"
+
+
+def case_from(record, index: int, where: str) -> NepCase:
+    """One record -> NepCase; ValueError naming `where` (file and line) when it is malformed."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: a record must be a JSON object, got {type(record).__name__}")
+    for key in REQUIRED:
+        if key not in record:
+            raise ValueError(f"{where}: missing field {key!r}")
+        if not isinstance(record[key], str):
+            raise ValueError(f"{where}: field {key!r} must be a string, got {type(record[key]).__name__}")
+    rid = record.get("id", index)
+    if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+        raise ValueError(f"{where}: field 'id' must be a string or an integer, got {rid!r}")
+    old, current = record["old_contents"], record["current_contents"]
+    if "cursor" in record:
+        cursor = _cursor(record["cursor"], current, where)
+    else:
+        cursor = last_change_end(old, current) or (0, 0)
+    path = record["new_file"]
+    return NepCase(rid, path, language_for(None, path), old, current, record["new_contents"], cursor)
+
+
+def _cursor(value, current: str, where: str) -> tuple[int, int]:
+    ok = isinstance(value, dict) and all(
+        isinstance(value.get(k), int) and not isinstance(value.get(k), bool) and value[k] >= 0
+        for k in ("line", "character"))
+    if not ok:
+        raise ValueError(f'{where}: cursor must be {{"line": int >= 0, "character": int >= 0}}, got {value!r}')
+    lines = current.splitlines(keepends=True) or [""]
+    line, col = value["line"], value["character"]
+    width = len(lines[line].rstrip("\r\n")) if line < len(lines) else 0  # line == len(lines): after the last newline
+    if line > len(lines) or col > width:
+        raise ValueError(f"{where}: cursor {line}:{col} is outside current_contents")
+    return line, col
+
+
+def load_cases(path: Path, limit: int | None = None) -> list[NepCase]:
+    if not path.is_file():
+        raise FileNotFoundError(f"next-edit data not found: {path} (pass --data or set DIFFUSION_LSP_DATA)")
+    cases = []
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if limit is not None and len(cases) >= limit:
+                break
+            if not line.strip():
+                continue
+            where = f"{path} line {i + 1}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not JSON ({e})") from None
+            cases.append(case_from(record, i, where))
+    return cases
+
+
+def run_predictor(name: str, predict, cases: list[NepCase], progress: bool = False) -> tuple[dict, list[str]]:
+    """-> (its table row, the predicted file per case: the current one where no edit was suggested)."""
+    from tqdm import tqdm  # kept off --help
+
+    scores, outputs = [], []
+    for case in tqdm(cases, desc=name, unit="rec", file=sys.stderr, disable=None if progress else True):
+        t0 = time.perf_counter()
+        out = predict(case)
+        ms = (time.perf_counter() - t0) * 1e3
+        if out is None or isinstance(out, str):
+            text, forwards = out, None
+        else:
+            text, forwards = getattr(out, "text", out), getattr(out, "forwards", None)
+        if text is not None and not isinstance(text, str):
+            raise RuntimeError(f"{name} predicted {type(text).__name__} for {case.id!r}, not str or None")
+        predicted = case.current if text is None else text
+        scores.append(score(case.current, case.new, predicted, ms, forwards))
+        outputs.append(predicted)
+    return summarize(name, scores, [c.label for c in cases]), outputs
+
+
+def register(ev) -> None:
+    n = ev.add_parser("nep", help="next-edit prediction: exact, partial and position match beside baselines")
+    n.add_argument("--data", default=None, help="a jsonl of next-edit records (default: shared/data/next-edit-"
+                                                "prediction/nep_test.jsonl, or under $DIFFUSION_LSP_DATA)")
+    n.add_argument("--limit", type=int, default=None, help="first N records only")
+    n.add_argument("--predictions", default=None, metavar="OUT.jsonl",
+                   help='write {"id", "predicted"} per record for the model (the no-edit baseline with --no-model)')
+    n.add_argument("--no-model", action="store_true", help="baselines only; loads no model")
+    n.add_argument("--json", action="store_true", help="print one JSON object")
+    n.add_argument("--mode", choices=("refine", "full"), default=None,
+                   help="the model's decoding mode (default: the editor default, nextEdit.mode)")
+    add_launch_args(n)
+    n.set_defaults(run=run)
+
+
+def model_predictor(args):
+    """predict(case) with the model: nextedit.suggest.predict_file at the editor's default
+    nextEdit.* settings (--mode aside); imported only here, as it needs the model's libraries."""
+    launch = launch_settings(args)
+    try:
+        from ..nextedit.suggest import NextEditSettings, predict_file
+    except ImportError as e:
+        raise UserError(f"no next-edit model predictor ({e}); run with --no-model for the baselines") from None
+    settings = NextEditSettings() if args.mode is None else NextEditSettings(mode=args.mode)
+    engine = engine_for(launch)
+    return lambda c: predict_file(engine, c.path, c.old, c.current, c.cursor, c.language, settings)
+
+
+def run(args) -> int:
+    path = Path(args.data) if args.data else default_data()
+    try:
+        cases = load_cases(path, args.limit)
+    except (OSError, ValueError) as e:
+        raise UserError(str(e)) from None
+    if not cases:
+        raise UserError(f"{path}: no records")
+    runs = [] if args.no_model else [("model", model_predictor(args), True)]
+    runs += [(name, lambda c, f=f: f(c.old, c.current, c.cursor), False) for name, f in BASELINES]
+    try:
+        out = open(args.predictions, "w", encoding="utf-8") if args.predictions else None  # fail before the run
+    except OSError as e:
+        raise UserError(f"cannot write --predictions: {e}") from None
+    results = [run_predictor(name, predict, cases, progress) for name, predict, progress in runs]
+    rows = [row for row, _ in results]
+    if out is not None:
+        with out:
+            for case, text in zip(cases, results[0][1], strict=True):
+                out.write(json.dumps({"id": case.id, "predicted": text}) + "\n")
+    if args.json:
+        print(json.dumps({"data": str(path), "n": len(cases), "rows": rows}))
+    else:
+        print_table(f"Next-edit prediction, {path.name}: {len(cases)} records", rows)
+    return 0
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def print_table(title: str, rows: list[dict], file=None) -> None:
+    file = file or sys.stdout  # looked up now: tests capture it
+    print(title, file=file)
+    head = ("run", "exact", "partial", "position", "edit rate", "wrong-edit", "noise rate", "p50 ms", "fwd")
+    print(f"{head[0]:>17}" + "".join(f"{h:>11}" for h in head[1:]), file=file)
+    for r in rows:
+        cells = [_pct(r[k]) for k in ("exact", "partial", "position", "edit_rate", "wrong_edit_rate", "noise_rate")]
+        cells += [f"{r['p50_ms']:.1f}", "-" if r["forwards"] is None else f"{r['forwards']:.1f}"]
+        print(f"{r['name']:>17}" + "".join(f"{c:>11}" for c in cells), file=file)
+    if rows and rows[0]["noise_rate"] is None:
+        print("noise rate: n/a (no such records: no record has current == new)", file=file)
+    langs = list(rows[0].get("partial_by_language", {})) if rows else []
+    print("partial match by language", file=file)
+    print(f"{'run':>17}" + "".join(f"{k:>7}" for k in langs), file=file)
+    for r in rows:
+        by = r["partial_by_language"]
+        print(f"{r['name']:>17}" + "".join(f"{_pct(by[k]['partial']):>7}" for k in langs), file=file)
