@@ -15,7 +15,8 @@ and `<|edited|>` lines: the canvas is then the region as it should read after th
 remask-and-refine mode there is no copy: the region stands in place and only what may change is
 masked.
 
-The history comes first and is kept whole (newest last, at most `max_steps` diffs that fit their
+Definitions from other open files that the region uses (as for completion, context/crossfile.py)
+sit between the history and the file, under `<|definitions|>`, when there are any. The history comes first and is kept whole (newest last, at most `max_steps` diffs that fit their
 budget); the file context is then cut around the region at line boundaries to fit what is left,
 more of it before the region than after (the cursor's side)."""
 
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 HISTORY = "<|edit_history|>\n"
+DEFINITIONS = "<|definitions|>\n"  # other open files' definitions the region uses, as comments
 FILE = "<|current_file|> "
 ORIGINAL = "<|original|>\n"
 EDITED = "<|edited|>\n"
@@ -73,13 +75,16 @@ def _cut_lines(text: str, count: Callable[[str], int], budget: int, keep_end: bo
 
 def edit_prompt(diffs: list[str], path: str, before: str, after: str, count: Callable[[str], int],
                 budget: int, history_budget: int | None = None, max_steps: int = 5,
-                old_region: str | None = None) -> EditPrompt:
+                old_region: str | None = None, definitions: str = "") -> EditPrompt:
     """The prompt around one region. `before`/`after`: the file's text before and after the region;
     `budget`: tokens for everything but the canvas; the history gets at most `history_budget` (default
     half), the code before the region 3/4 of the rest, the code after it what is left. With
-    `old_region` (full re-mask), the old region is shown before the canvas and counts in the budget."""
+    `old_region` (full re-mask), the old region is shown before the canvas and counts in the budget.
+    `definitions` (cross-file context, already cut to its budget) goes between history and file."""
     history_budget = budget // 2 if history_budget is None else min(history_budget, budget)
     head, kept = history_block(diffs, count, history_budget, max_steps)
+    if definitions:
+        head += DEFINITIONS + definitions + ("" if definitions.endswith("\n") else "\n")
     head += f"{FILE}{path}\n"
     tail = ""
     if old_region is not None:

@@ -68,6 +68,9 @@ class EditRequest:
     count: Callable[[str], int]  # the model's token count
     sampling: SamplerConfig = field(default_factory=SamplerConfig)
     mode: str | None = None  # overrides settings.mode (benchmarks run both)
+    uri: str = ""  # the document's uri (cross-file context skips it)
+    open_docs: list = field(default_factory=list)  # other open documents (context.types.Document)
+    index_of: Callable | None = None  # their definitions (context.index.indexed on the server's path)
 
 
 @dataclass
@@ -151,6 +154,19 @@ def _fit_newline(old: str, new: str) -> str:
     return new + "\n" if old.endswith("\n") and not new.endswith("\n") else new
 
 
+def _definitions(req: EditRequest, before: str, old: str, after: str) -> str:
+    """Other open documents' definitions of names near the region, in 1/8 of the context."""
+    if not req.open_docs or req.index_of is None:
+        return ""
+    from ..context.crossfile import cross_file
+    from ..context.types import Document
+
+    doc = Document(uri=req.uri, text=req.text, language_id=req.spec.name if req.spec else "")
+    near = before[-400:] + old
+    return cross_file(doc, req.spec, req.open_docs, (), near, after[:400], before[-2000:] + old + after[:2000],
+                      req.settings.max_context_tokens // 8, req.count, req.index_of).text
+
+
 def plan(req: EditRequest) -> Plan:
     s = req.settings
     mode = req.mode or s.mode
@@ -162,16 +178,18 @@ def plan(req: EditRequest) -> Plan:
     diffs = req.diffs[-s.history_steps:] if s.history_steps else []
     n_old = count(old)
     forwards, model_ms = 0, 0.0
+    defs = _definitions(req, before, old, after)
     if mode == "full":
         canvas = n_old + _slack(n_old)
-        prompt = edit_prompt(diffs, req.path, before, after, count, s.max_context_tokens - canvas, old_region=old)
+        prompt = edit_prompt(diffs, req.path, before, after, count, s.max_context_tokens - canvas, old_region=old,
+                             definitions=defs)
         fill = yield FillOrder(prompt.prefix, prompt.suffix, canvas, sampling=req.sampling)
         if fill is None:
             return None
         new = _fit_newline(old, fill.text)
     else:
         prompt = edit_prompt(diffs, req.path, before, after, count,
-                             s.max_context_tokens - n_old - _slack(n_old) - 1)
+                             s.max_context_tokens - n_old - _slack(n_old) - 1, definitions=defs)
         probed = yield ProbeOrder(prompt.prefix, old, prompt.suffix, s.stride)
         if probed is None:
             return None

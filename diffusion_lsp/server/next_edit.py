@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from ..context.index import indexed
 from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..context.types import Document
@@ -78,7 +79,7 @@ class NextEditor:
         return ans if ans is not None and ans.version == version else None
 
     async def suggest(self, doc: Document | None, version: int | None, line: int, column: int, encoding: str,
-                      path: str) -> NextEdit | None:
+                      path: str, open_docs: Sequence[Document] = ()) -> NextEdit | None:
         if not self.settings.enable:
             return None
         if doc is None or (version is not None and version != doc.version):
@@ -88,7 +89,7 @@ class NextEditor:
         running = self._running.get(key)
         if running is not None and not running.done():
             return await asyncio.shield(running)
-        fut = asyncio.ensure_future(self._suggest(doc, line, column, encoding, path))
+        fut = asyncio.ensure_future(self._suggest(doc, line, column, encoding, path, list(open_docs)))
         self._running[key] = fut
         try:
             return await fut
@@ -96,13 +97,14 @@ class NextEditor:
             if self._running.get(key) is fut:
                 del self._running[key]
 
-    async def _suggest(self, doc: Document, line: int, column: int, encoding: str, path: str) -> NextEdit | None:
+    async def _suggest(self, doc: Document, line: int, column: int, encoding: str, path: str,
+                       open_docs: list[Document]) -> NextEdit | None:
         stats, t0 = self.stats, time.perf_counter()
         stats.requests += 1
         answer, out = None, None
         try:
             offset = locate(doc.text, line, column, encoding, self.cfg.completion.max_line_chars)
-            answer, out = await self._decide(doc, offset, encoding, path)
+            answer, out = await self._decide(doc, offset, encoding, path, open_docs)
         except BadInput as e:
             self.log("info", f"no next edit: {e}")
         except Unavailable as e:
@@ -126,8 +128,8 @@ class NextEditor:
             self.last[doc.uri] = answer
         return answer
 
-    async def _decide(self, doc: Document, offset: int, encoding: str,
-                      path: str) -> tuple[NextEdit | None, Outcome | None]:
+    async def _decide(self, doc: Document, offset: int, encoding: str, path: str,
+                      open_docs: list[Document]) -> tuple[NextEdit | None, Outcome | None]:
         s = self.settings
         spec = language_for(doc.language_id, doc.uri)
         if spec is None:
@@ -143,7 +145,7 @@ class NextEditor:
             line_start = doc.text.rfind("\n", 0, offset) + 1
             req = EditRequest(doc.text, path, (doc.text.count("\n", 0, offset), offset - line_start), spec,
                               self.steps.diffs(), self.steps.last(doc.uri), s, self.count_tokens,
-                              sampling=self.cfg.sampling)
+                              sampling=self.cfg.sampling, uri=doc.uri, open_docs=open_docs, index_of=indexed)
             if not getattr(self.link, "can_probe", False):
                 req.mode = "full"  # a remote API returns text, not probabilities
             out = await self._drive(plan(req), ticket, "nextedit:" + doc.uri)

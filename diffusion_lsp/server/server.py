@@ -194,7 +194,7 @@ async def next_edit(ls: DiffusionServer, params) -> dict:
                                            for v in (version, line, character)):
         raise JsonRpcInvalidParams("copilotInlineEdit needs textDocument.uri and .version, and a position")
     edit = await ls.session.next_edit.suggest(ls.document(uri), version, line, character, ls.encoding,
-                                              ls.path_of(uri))
+                                              ls.path_of(uri), ls.other_documents(uri))
     if edit is None:
         return {"edits": []}
     return {"edits": [{
@@ -220,7 +220,7 @@ async def code_action(ls: DiffusionServer, params: types.CodeActionParams) -> li
     edit = ls.session.next_edit.cached(doc.uri, doc.version)
     if edit is None:
         edit = await ls.session.next_edit.suggest(doc, doc.version, pos.line, pos.character, ls.encoding,
-                                                  ls.path_of(uri))
+                                                  ls.path_of(uri), ls.other_documents(uri))
     if edit is None:
         return None
     rng = types.Range(types.Position(*edit.range[0]), types.Position(*edit.range[1]))
