@@ -50,6 +50,7 @@ class FillResult:
     cancelled: bool = False  # abandoned between steps because should_stop said so; text is empty
     reused: int = 0  # positions whose keys/values came from the document's last fill (reuse.py)
     canvas: list[int] = field(default_factory=list, repr=False)  # all canvas ids, fillers included
+    end_confidence: float = 1.0  # how sure the model was where the text ends (its surest filler; 1.0: none)
 
 
 @dataclass
@@ -397,4 +398,5 @@ def _result(f: _Fill, tok: Tokenizer) -> FillResult:
     return FillResult(id=f.req.id, text=text, token_ids=ids, pieces=pieces, confidence=[c for _, c in kept],
                       forwards=f.forwards, tokens=len(ids) - (1 if f.row.healed and ids else 0), ms=f.ms,
                       budget_hit=f.budget_hit, cancelled=f.cancelled, reused=f.plan.reused() if f.plan else 0,
-                      canvas=f.canvas)
+                      canvas=f.canvas,
+                      end_confidence=max((c for t, c in zip(f.canvas, f.conf) if t == tok.filler_id), default=1.0))

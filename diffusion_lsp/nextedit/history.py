@@ -67,6 +67,8 @@ def last_change_end(old: str, new: str) -> tuple[int, int] | None:
         return j1, 0
     last_new = b[j2 - 1]
     last_old = a[i2 - 1] if i2 > i1 else ""
+    if last_new.endswith("\n") and last_new.rstrip("\r\n") == last_old:  # a line break added at its end
+        return j2, 0
     # within the last changed line, the end of its differing part
     k = 0
     while k < min(len(last_new), len(last_old)) and last_new[-1 - k] == last_old[-1 - k]:

@@ -82,7 +82,7 @@ class Outcome:
     forwards: int = 0
     model_ms: float = 0.0
     edited_tokens: int = 0  # tokens of the region the edit rewrote (old and new, the larger)
-    confidence: float = 0.0  # mean confidence of the fill's tokens
+    confidence: float = 0.0  # mean confidence of the fill's tokens and of where it ends
     jump: bool = False  # the edit starts more than jump_lines lines from the cursor
 
     @property
@@ -150,8 +150,8 @@ def narrow(region_text: str, probed: Probed, doubt: float, lines: tuple[int, int
 
 
 def _fit_newline(old: str, new: str) -> str:
-    """A fill replacing whole lines ends with a line break when they did."""
-    return new + "\n" if old.endswith("\n") and not new.endswith("\n") else new
+    """A fill replacing whole lines ends with a line break when they did; an empty one deletes them."""
+    return new + "\n" if new and old.endswith("\n") and not new.endswith("\n") else new
 
 
 def _definitions(req: EditRequest, before: str, old: str, after: str) -> str:
@@ -206,7 +206,8 @@ def plan(req: EditRequest) -> Plan:
         new = head + _fit_newline(middle, fill.text) + tail
     forwards += fill.forwards
     model_ms += fill.ms
-    confidence = sum(fill.confidence) / len(fill.confidence) if fill.confidence else 0.0
+    # mean over the fill's tokens and where it ends (an empty fill, a deletion, is only the latter)
+    confidence = (sum(fill.confidence) + fill.end_confidence) / (len(fill.confidence) + 1)
     edit = minimal_edit(old, new, region.start_offset)
     out = Outcome(edit, "edit", mode, region, forwards, model_ms, confidence=confidence)
     if edit is None:
@@ -261,7 +262,8 @@ def drive(p: Plan, engine) -> Outcome | None:
                 answer = Probed(r.pieces, r.prob, r.best, r.forwards, r.ms)
             else:
                 r = engine.fill([FillRequest(order.prefix, order.suffix, order.max_tokens)], order.sampling)[0]
-                answer = Fill(r.text, r.pieces, r.confidence, (time.perf_counter() - t0) * 1e3, r.forwards)
+                answer = Fill(r.text, r.pieces, r.confidence, (time.perf_counter() - t0) * 1e3, r.forwards,
+                              end_confidence=getattr(r, "end_confidence", 1.0))
     except StopIteration as stop:
         return stop.value
 

@@ -129,10 +129,11 @@ class Fill:
     ms: float = 0.0
     forwards: int = 0
     reused: int = 0  # context positions the worker reused from this document's last fill
+    end_confidence: float = 1.0  # how sure the model was that the text ends where it does
 
     def message(self, rid) -> dict:
         return {"id": rid, "ok": True, "text": self.text, "pieces": self.pieces, "confidence": self.confidence,
-                "ms": self.ms, "forwards": self.forwards, "reused": self.reused}
+                "ms": self.ms, "forwards": self.forwards, "reused": self.reused, "end_confidence": self.end_confidence}
 
     @classmethod
     def from_message(cls, msg: dict) -> Fill:
@@ -143,7 +144,9 @@ class Fill:
                 and len(pieces) == len(conf) and all(isinstance(c, (int, float)) for c in conf)):
             raise ValueError("a fill reply whose text, pieces and confidence do not line up")
         ms, forwards, reused = msg.get("ms", 0.0), msg.get("forwards", 0), msg.get("reused", 0)
-        return cls(text, pieces, [float(c) for c in conf], float(ms), int(forwards), int(reused))
+        end = msg.get("end_confidence", 1.0)
+        end = float(end) if isinstance(end, (int, float)) and not isinstance(end, bool) else 1.0
+        return cls(text, pieces, [float(c) for c in conf], float(ms), int(forwards), int(reused), end)
 
 
 @dataclass(frozen=True)

@@ -201,7 +201,8 @@ class Worker:
     def _reply(job: Job, r) -> dict:
         if job.stop.is_set() or r.cancelled:
             return {"id": job.id, "ok": False, "reason": job.reason}
-        return Fill(r.text, r.pieces, r.confidence, r.ms, r.forwards, r.reused).message(job.id)
+        return Fill(r.text, r.pieces, r.confidence, r.ms, r.forwards, r.reused,
+                    getattr(r, "end_confidence", 1.0)).message(job.id)
 
 
 def _request(order: FillOrder, rid, key: str):

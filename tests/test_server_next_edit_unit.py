@@ -1,0 +1,157 @@
+"""NextEditor without LSP or a model: stale versions, the LSP range of an edit, a shared request,
+supersession, full mode for a link that cannot probe, the per-document answer, the undo filter fed
+by the edit history, the enable setting. The model is a fake link that waits on events."""
+
+from __future__ import annotations
+
+import asyncio
+
+from diffusion_lsp.context.types import Document
+from diffusion_lsp.nextedit.history import EditSteps
+from diffusion_lsp.server.config import parse_config
+from diffusion_lsp.server.next_edit import NextEdit, NextEditor
+from diffusion_lsp.server.positions import UTF8, UTF16
+from diffusion_lsp.server.stats import NextEditStats
+from diffusion_lsp.server.wire import Fill, FillOrder, Probed
+
+URI = "file:///a.py"
+LINE = 'label = "é😀"; total = add(2, 3)\n'
+TEXT = "import os\n\n" + LINE
+NEW_LINE = 'label = "é😀"; total = add(2, 3, 4)\n'
+AT = TEXT.index("3)") + 1  # where ", 4" goes
+DOC = Document(URI, TEXT, "python", 1)
+
+
+class FakeLink:
+    """probe: doubts the middle's line `doubted` (one piece per line), after `release` when held;
+    fill: answers `text`. Records every order and each cancelled probe."""
+
+    def __init__(self, text=NEW_LINE, doubted=2, can_probe=True, hold=False):
+        self.text, self.doubted, self.can_probe = text, doubted, can_probe
+        self.probes, self.fills, self.cancelled = [], [], 0
+        self.started, self.release = asyncio.Event(), asyncio.Event()
+        if not hold:
+            self.release.set()
+
+    async def probe(self, key, order):
+        self.probes.append((key, order))
+        self.started.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        lines = order.middle.splitlines(keepends=True)
+        prob = [0.05 if i == self.doubted else 0.9 for i in range(len(lines))]
+        return Probed(lines, prob, [0.9] * len(lines), order.stride, 1.0)
+
+    async def fill(self, key, order):
+        self.fills.append((key, order))
+        return Fill(self.text, [self.text], [0.9], ms=2.0, forwards=5)
+
+
+def make(link, steps=None, **next_edit):
+    logged = []
+    editor = NextEditor(link, NextEditStats(), lambda kind, message: logged.append((kind, message)),
+                        steps or EditSteps())
+    cfg, problems = parse_config({"nextEdit": next_edit})
+    assert problems == []
+    editor.configure(cfg, count_tokens=lambda t: len(t.split()))
+    editor.logged = logged
+    return editor
+
+
+EXPECTED = NextEdit(URI, 1, ((2, 31), (2, 31)), ", 4", AT, AT, False)  # "é😀": 2 + 1 UTF-16 units
+
+
+def test_an_edit_gets_its_range_in_the_negotiated_encoding_and_is_kept_for_its_version():
+    link = FakeLink()
+    editor = make(link)
+
+    async def go():
+        return await editor.suggest(DOC, 1, 2, 0, UTF16, "a.py"), await editor.suggest(DOC, 1, 2, 3, UTF8, "a.py")
+
+    utf16, utf8 = asyncio.run(go())
+    assert utf16 == EXPECTED
+    assert utf8.range == ((2, 34), (2, 34)) and (utf8.start, utf8.end, utf8.text) == (AT, AT, ", 4")  # 2 + 4 bytes
+    assert [key for key, _ in link.probes] == ["nextedit:" + URI] * 2
+    assert link.probes[0][1].middle == TEXT and link.fills[0][1].prefix.endswith("import os\n\n")
+    s = editor.stats
+    assert (s.requests, s.answered, s.empty, s.stale) == (2, 2, 0, 0) and s.reasons == {"edit": 2}
+    assert list(s.forwards) == [4 + 5, 4 + 5]
+    assert editor.cached(URI, 1) == utf8 and editor.cached(URI, 2) is None and editor.cached("file:///b.py", 1) is None
+
+
+def test_a_stale_version_or_an_unknown_document_is_answered_empty_at_once():
+    link = FakeLink()
+    editor = make(link)
+
+    async def go():
+        return [await editor.suggest(DOC, 0, 2, 0, UTF16, "a.py"), await editor.suggest(None, 1, 0, 0, UTF16, "a.py")]
+
+    assert asyncio.run(go()) == [None, None]
+    assert editor.stats.stale == 2 and editor.stats.requests == 0 and link.probes == [] and link.fills == []
+    assert editor.cached(URI, 1) is None
+
+
+def test_disabled_next_edit_answers_empty_without_the_model():
+    link = FakeLink()
+    editor = make(link, enable=False)
+    assert asyncio.run(editor.suggest(DOC, 1, 2, 0, UTF16, "a.py")) is None
+    assert link.probes == [] and editor.stats.requests == 0
+
+
+def test_the_same_question_while_it_runs_shares_its_answer():
+    link = FakeLink(hold=True)
+    editor = make(link)
+
+    async def go():
+        first = asyncio.ensure_future(editor.suggest(DOC, 1, 2, 0, UTF16, "a.py"))
+        await link.started.wait()
+        second = asyncio.ensure_future(editor.suggest(DOC, None, 2, 0, UTF16, "a.py"))  # runs before the release
+        link.release.set()
+        return await first, await second
+
+    assert asyncio.run(go()) == (EXPECTED, EXPECTED)
+    assert len(link.probes) == 1 and len(link.fills) == 1 and editor.stats.requests == 1
+
+
+def test_a_newer_request_for_the_document_supersedes_the_older():
+    link = FakeLink(hold=True)
+    editor = make(link)
+    newer_doc = Document(URI, TEXT, "python", 2)
+
+    async def go():
+        older = asyncio.ensure_future(editor.suggest(DOC, 1, 2, 0, UTF16, "a.py"))
+        await link.started.wait()
+        newer = asyncio.ensure_future(editor.suggest(newer_doc, 2, 2, 5, UTF16, "a.py"))
+        got_older = await older
+        link.release.set()
+        return got_older, await newer
+
+    older, newer = asyncio.run(go())
+    assert older is None and newer == NextEdit(URI, 2, ((2, 31), (2, 31)), ", 4", AT, AT, False)
+    assert link.cancelled == 1 and len(link.probes) == 2 and len(link.fills) == 1
+    assert editor.stats.superseded == 1 and editor.stats.answered == 1 and editor.stats.empty == 1
+    assert editor.cached(URI, 2) == newer and editor.cached(URI, 1) is None
+
+
+def test_a_link_that_cannot_probe_gets_one_full_re_mask_fill():
+    link = FakeLink(text="import os\n\n" + NEW_LINE.rstrip("\n"), can_probe=False)
+    editor = make(link)
+    assert asyncio.run(editor.suggest(DOC, 1, 2, 0, UTF16, "a.py")) == EXPECTED
+    assert link.probes == [] and len(link.fills) == 1
+    (_, order), = link.fills
+    assert isinstance(order, FillOrder) and order.prefix.endswith("<|original|>\n" + TEXT + "<|edited|>\n")
+    assert editor.stats.reasons == {"edit": 1}
+
+
+def test_an_edit_that_undoes_the_users_last_step_is_not_suggested():
+    steps = EditSteps()
+    steps.note(URI, "a.py", "import os\n\n" + NEW_LINE, TEXT, 2, 2, 2)  # the user just took ", 4" out
+    link = FakeLink()
+    editor = make(link, steps=steps)
+    assert asyncio.run(editor.suggest(DOC, 1, 2, 0, UTF16, "a.py")) is None
+    assert editor.stats.reasons == {"undo": 1} and editor.stats.empty == 1
+    prefix = link.probes[0][1].prefix
+    assert "@@ -2,2 +2,2 @@\n \n-" + NEW_LINE + "+" + LINE in prefix  # the step is in the history
