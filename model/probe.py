@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, decode_pieces
 from .transformer import KVCache
 
 
@@ -28,20 +28,6 @@ class Probe:
     best: list[float]  # per middle token, the probability of the model's own first choice there
     forwards: int
     ms: float
-
-
-def pieces_of(tok: Tokenizer, ids: list[int]) -> list[str]:
-    """Per token, the text it completes (incremental decoding: a character split across tokens
-    lands on the token that completes it)."""
-    out, prev = [], ""
-    for k in range(1, len(ids) + 1):
-        cur = tok.decode(ids[:k])
-        if cur.endswith("\ufffd") and k < len(ids):
-            out.append("")
-            continue
-        out.append(cur[len(prev):] if cur.startswith(prev) else cur)
-        prev = cur
-    return out
 
 
 def _fit(prefix: list[int], suffix: list[int], room: int) -> tuple[list[int], list[int]]:
@@ -103,4 +89,4 @@ def probe(model, tok: Tokenizer, prefix: str, middle: str, suffix: str, stride: 
     p = probs.gather(1, torch.tensor(mid, device=device)[cols, None]).squeeze(1)
     prob = torch.zeros(n, device=device).index_put_((cols,), p)
     best = torch.zeros(n, device=device).index_put_((cols,), probs.max(-1).values)
-    return Probe(pieces_of(tok, mid), prob.tolist(), best.tolist(), stride, (time.perf_counter() - t0) * 1e3)
+    return Probe(decode_pieces(tok, mid)[0], prob.tolist(), best.tolist(), stride, (time.perf_counter() - t0) * 1e3)

@@ -32,7 +32,7 @@ from .canvas import FillRequest, Row, build_row
 from .policies import block_eligible, select, token_stats
 from .reuse import ContextMemo, Entry, Plan, warm_row
 from .settings import SamplerConfig
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, decode_pieces
 from .transformer import KVCache
 
 
@@ -374,14 +374,7 @@ def _text(tok: Tokenizer, ids: list[int], healed: str) -> tuple[str, list[str]]:
     of it that token completes. Incremental decoding: a multi-byte character split across tokens
     lands on the token that completes it ("" on the others); the healed text, which the first token
     re-types, is cut from the front."""
-    pieces, prev = [], ""
-    for k in range(1, len(ids) + 1):
-        cur = tok.decode(ids[:k])
-        if cur.endswith("\ufffd") and k < len(ids):
-            pieces.append("")
-            continue
-        pieces.append(cur[len(prev):] if cur.startswith(prev) else cur)
-        prev = cur
+    pieces, prev = decode_pieces(tok, ids)
     text = prev[len(healed):] if prev.startswith(healed) else prev
     if "".join(pieces) != prev:  # a decoder that rewrites earlier text: all of it on the first token
         return text, [text] + [""] * (len(ids) - 1)

@@ -89,3 +89,17 @@ def train_bpe(texts, vocab_size: int, special: SpecialTokens | None = None) -> T
     )
     hf.train_from_iterator(texts, trainer=trainer)
     return Tokenizer(hf, special)
+
+
+def decode_pieces(tok: Tokenizer, ids: list[int]) -> tuple[list[str], str]:
+    """(per token the text it completes, the whole text) by incremental decoding: a character split
+    across tokens lands on the token that completes it ("" on the others)."""
+    pieces, prev = [], ""
+    for k in range(1, len(ids) + 1):
+        cur = tok.decode(ids[:k])
+        if cur.endswith("\ufffd") and k < len(ids):
+            pieces.append("")
+            continue
+        pieces.append(cur[len(prev):] if cur.startswith(prev) else cur)
+        prev = cur
+    return pieces, prev

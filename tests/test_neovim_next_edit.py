@@ -12,34 +12,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
-from test_neovim import NVIM_DIR, nvim_binary, tail
+from test_neovim import SESSION_S, nvim_binary, run_nvim, tail
 from test_server_e2e import WORD, echo_checkpoint  # noqa: F401 (a fixture)
 
-SESSION_S = 150  # the whole editor session, model load included; the driver's watchdog fires first
 OPTIONS = {"nextEdit": {"maxSpanLines": 1, "minConfidence": 0.5}, "sampling": {"heal": False},
            "completion": {"confidenceCut": 0.0}, "worker": {"idleExitS": 0}}
 SOURCE = "def area(w, h):\n    return w * h\n\n\nprint(area(2, 3))\n"
 EDITED = SOURCE.replace("area(w,", "area(width,")  # the rename the driver makes: w -> width on line 0
-
-
-def run_nvim(nvim: Path, cwd: Path, env: dict) -> str:
-    """Run the headless session to its end; its output, for failure messages. The whole process
-    group (Neovim and the language server) is killed if it outlives SESSION_S."""
-    cmd = [str(nvim), "--headless", "-i", "NONE", "-u", str(NVIM_DIR / "init.lua"),
-           "-c", f"luafile {NVIM_DIR / 'next_edit.lua'}"]
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=SESSION_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-    return out.decode(errors="replace")
 
 
 def apply(text: str, rng: dict, new_text: str) -> str:
@@ -68,7 +50,7 @@ def test_a_next_edit_after_a_buffer_change_applies_in_neovim(echo_checkpoint, tm
            "DIFFUSION_LSP_SPEC": str(tmp_path / "spec.json"),
            **{f"XDG_{d}_HOME": str(tmp_path / d.lower()) for d in ("CONFIG", "DATA", "STATE", "CACHE")}}
 
-    output = run_nvim(nvim, work, env)
+    output = run_nvim(nvim, work, env, driver="next_edit.lua")
 
     why = (f"neovim output:\n{output}\nlsp.log:\n{tail(tmp_path / 'state' / 'nvim' / 'lsp.log')}\n"
            f"worker log:\n{tail(Path(f'{socket}.log'))}")

@@ -72,19 +72,13 @@ class WorkerClient:
         """The worker's fill for `order`. Raises WorkerUnavailable when it is not connected and
         ready or goes away meanwhile, FillRefused when it says no. Cancelling this coroutine sends
         a cancel, so the worker abandons the work."""
-        if not self.connected or self.state != "ready":
-            raise WorkerUnavailable(f"the model worker is {self.state}")
-        rid = next(self._ids)
-        reply = await self._ask(order.message(rid, key), rid, cancel=True)
-        if not reply.get("ok"):
-            raise FillRefused(str(reply.get("reason")), reply.get("error"))
-        try:
-            return Fill.from_message(reply)
-        except (TypeError, ValueError) as e:
-            raise FillRefused("error", f"{e}") from None
+        return await self._order(key, order, Fill)
 
     async def probe(self, key: str, order: ProbeOrder) -> Probed:
         """The worker's probe (model/probe.py); raises like `fill`."""
+        return await self._order(key, order, Probed)
+
+    async def _order(self, key: str, order, answer):
         if not self.connected or self.state != "ready":
             raise WorkerUnavailable(f"the model worker is {self.state}")
         rid = next(self._ids)
@@ -92,7 +86,7 @@ class WorkerClient:
         if not reply.get("ok"):
             raise FillRefused(str(reply.get("reason")), reply.get("error"))
         try:
-            return Probed.from_message(reply)
+            return answer.from_message(reply)
         except (TypeError, ValueError) as e:
             raise FillRefused("error", f"{e}") from None
 

@@ -7,32 +7,10 @@
 --   DIFFUSION_LSP_SPEC: JSON file {file, result, ready_ms, ghost_ms, watchdog_ms,
 --                                  cases = [{line (1-based), col (0-based byte), append}]}
 local api = vim.api
-local spec = vim.json.decode(table.concat(vim.fn.readfile(assert(vim.env.DIFFUSION_LSP_SPEC)), '\n'))
+local session = dofile(debug.getinfo(1, 'S').source:sub(2):match('(.*/)') .. 'session.lua')
+local spec, result, finish, resume = session.spec, session.result, session.finish, session.resume
+result.cases = {}
 local ghost_ns = api.nvim_create_namespace('nvim.lsp.inline_completion') -- the namespace it draws in
-local result = { cases = {} }
-local done = false
-
-local function finish(err)
-  if done then
-    return
-  end
-  done = true
-  result.error = err
-  vim.fn.writefile({ vim.json.encode(result) }, spec.result)
-  vim.cmd('qall!')
-end
-
---- Resume the driver coroutine; an error in it ends the session with that error.
-local function resume(co)
-  local ok, err = coroutine.resume(co)
-  if not ok then
-    finish('driver error: ' .. tostring(err))
-  end
-end
-
-vim.defer_fn(function()
-  finish(('watchdog: the session took more than %d ms'):format(spec.watchdog_ms))
-end, spec.watchdog_ms)
 
 --- The ghost text on screen ("\n" between virtual lines) and how it is drawn, or nil.
 local function ghost()

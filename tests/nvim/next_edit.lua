@@ -8,32 +8,9 @@
 --   DIFFUSION_LSP_SPEC: JSON file {file, result, ready_ms, reply_ms, watchdog_ms, position = {line, character},
 --                                  change = {start_row, start_col, end_row, end_col, text} (0-based)}
 local api = vim.api
-local spec = vim.json.decode(table.concat(vim.fn.readfile(assert(vim.env.DIFFUSION_LSP_SPEC)), '\n'))
+local session = dofile(debug.getinfo(1, 'S').source:sub(2):match('(.*/)') .. 'session.lua')
+local spec, result, finish, resume = session.spec, session.result, session.finish, session.resume
 local NEXT_EDIT = 'textDocument/copilotInlineEdit'
-local result = {}
-local done = false
-
-local function finish(err)
-  if done then
-    return
-  end
-  done = true
-  result.error = err
-  vim.fn.writefile({ vim.json.encode(result) }, spec.result)
-  vim.cmd('qall!')
-end
-
---- Resume the driver coroutine; an error in it ends the session with that error.
-local function resume(co)
-  local ok, err = coroutine.resume(co)
-  if not ok then
-    finish('driver error: ' .. tostring(err))
-  end
-end
-
-vim.defer_fn(function()
-  finish(('watchdog: the session took more than %d ms'):format(spec.watchdog_ms))
-end, spec.watchdog_ms)
 
 --- Send copilotInlineEdit for `version` through vim.lsp and wait for its reply: result, or nil and why.
 local function ask(client, bufnr, version)
