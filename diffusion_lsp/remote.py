@@ -30,6 +30,7 @@ from .errors import UserError
 from .model.settings import LaunchSettings
 
 ROUTES = ("/fim/completions", "/completions")  # asked in this order; the first that is not a 404 is kept
+EDIT_ROUTE = "/edit/completions"  # Inception's next-edit endpoint (mercury-edit): nextedit/mercury.py
 MAX_BODY = 4 * 1024 * 1024  # bytes read from an answer: a 4096-token fill is well under 100 KB
 MAX_MESSAGE = 200  # characters of the API's own error message kept in ours
 
@@ -200,6 +201,22 @@ class FimClient:
         raise self._fail(RemoteError, f"{self.base_url} answered 404 (not found) at {' and '.join(paths)}"
                                       f"{said}; check the base URL and the model name", "endpoint", 404)
 
+    async def edit(self, content: str, max_tokens: int) -> Completion:
+        """A next edit from the API's edit endpoint: one user message in its tagged format
+        (nextedit/mercury.py); the answer, chat-shaped, is the rewritten code_to_edit section."""
+        body = {"model": self.model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+                "temperature": self.temperature}
+        t0 = time.perf_counter()
+        raw, said = await self._post(EDIT_ROUTE, body)
+        if raw is None:
+            raise self._fail(RemoteError, f"{self.base_url} answered 404 (not found) at {EDIT_ROUTE}{said}: "
+                                          "the API has no next-edit endpoint", "endpoint", 404)
+        try:
+            text, tokens = parse_answer(raw)
+        except RequestFailed as e:
+            raise self._fail(RequestFailed, str(e), e.kind) from None
+        return Completion(text, tokens, (time.perf_counter() - t0) * 1e3, EDIT_ROUTE)
+
     async def _post(self, path: str, body: dict) -> tuple[bytes | None, str]:
         """(the answer's body, "") or, for a 404, (None, what the API said); retries 429 and 5xx;
         RemoteError otherwise."""
@@ -290,6 +307,26 @@ class RemoteEngine:
 
     def _client(self) -> FimClient:
         return FimClient.from_launch(self.launch, route=self.route, **self.options)
+
+    def rewrite(self, content: str, max_tokens: int) -> RemoteResult:
+        """A next edit through the API's edit endpoint (`FimClient.edit`), for `eval nep`."""
+        async def one():
+            client = self._client()
+            try:
+                return await client.edit(content, max_tokens)
+            finally:
+                for name, n in client.counts.items():
+                    self.counts[name] += n
+                await client.aclose()
+        try:
+            done = asyncio.run(one())
+        except RequestFailed:
+            raise
+        except RemoteError as e:
+            raise UserError(str(e)) from None
+        pieces = [done.text] if done.text else []
+        return RemoteResult(None, done.text, pieces=pieces, confidence=[1.0] * len(pieces), tokens=done.tokens,
+                            ms=done.ms)
 
     def fill(self, requests, cfg=None, should_stop=None) -> list[RemoteResult]:
         try:

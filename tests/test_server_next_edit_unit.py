@@ -28,7 +28,7 @@ class FakeLink:
 
     def __init__(self, text=NEW_LINE, doubted=2, can_probe=True, hold=False):
         self.text, self.doubted, self.can_probe = text, doubted, can_probe
-        self.probes, self.fills, self.cancelled = [], [], 0
+        self.probes, self.fills, self.rewrites, self.cancelled = [], [], [], 0
         self.started, self.release = asyncio.Event(), asyncio.Event()
         if not hold:
             self.release.set()
@@ -48,6 +48,10 @@ class FakeLink:
     async def fill(self, key, order):
         self.fills.append((key, order))
         return Fill(self.text, [self.text], [0.9], ms=2.0, forwards=5)
+
+    async def rewrite(self, key, order):  # an API's edit endpoint answers the region in a code fence
+        self.rewrites.append((key, order))
+        return Fill(f"```python\n{self.text}\n```", [self.text], [1.0], ms=2.0)
 
 
 def make(link, steps=None, **next_edit):
@@ -136,13 +140,14 @@ def test_a_newer_request_for_the_document_supersedes_the_older():
     assert editor.cached(URI, 2) == newer and editor.cached(URI, 1) is None
 
 
-def test_a_link_that_cannot_probe_gets_one_full_re_mask_fill():
+def test_a_link_that_cannot_probe_asks_the_apis_edit_endpoint():
     link = FakeLink(text="import os\n\n" + NEW_LINE.rstrip("\n"), can_probe=False)
     editor = make(link)
     assert asyncio.run(editor.suggest(DOC, 1, 2, 0, UTF16, "a.py")) == EXPECTED
-    assert link.probes == [] and len(link.fills) == 1
-    (_, order), = link.fills
-    assert isinstance(order, FillOrder) and order.prefix.endswith("<|original|>\n" + TEXT + "<|edited|>\n")
+    assert link.probes == [] and link.fills == [] and len(link.rewrites) == 1
+    (_, order), = link.rewrites
+    # the region (the whole file) between Mercury's tags, the cursor at the start of line 2
+    assert "current_file_path: a.py\n<|code_to_edit|>\nimport os\n\n<|cursor|>" + LINE + "<|/code_to_edit|>" in order.content
     assert editor.stats.reasons == {"edit": 1}
 
 

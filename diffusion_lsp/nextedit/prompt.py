@@ -55,7 +55,7 @@ def history_block(diffs: list[str], count: Callable[[str], int], budget: int, ma
     return HISTORY + ("".join(kept) if kept else NO_HISTORY), len(kept)
 
 
-def _cut_lines(text: str, count: Callable[[str], int], budget: int, keep_end: bool) -> str:
+def cut_lines(text: str, count: Callable[[str], int], budget: int, keep_end: bool) -> str:
     """The whole lines of `text` nearest the region (its end when keep_end) that fit `budget` tokens."""
     if budget <= 0 or not text:
         return ""
@@ -90,6 +90,6 @@ def edit_prompt(diffs: list[str], path: str, before: str, after: str, count: Cal
     if old_region is not None:
         tail = ORIGINAL + (old_region if not old_region or old_region.endswith("\n") else old_region + "\n") + EDITED
     rest = max(0, budget - count(head) - count(tail))
-    after_cut = _cut_lines(after, count, rest // 4, keep_end=False)
-    before_cut = _cut_lines(before, count, rest - count(after_cut), keep_end=True)
+    after_cut = cut_lines(after, count, rest // 4, keep_end=False)
+    before_cut = cut_lines(before, count, rest - count(after_cut), keep_end=True)
     return EditPrompt(head + before_cut + tail, after_cut, kept)

@@ -26,6 +26,7 @@ from ..context.languages import LanguageSpec
 from ..model.settings import SamplerConfig, _validate, check
 from ..server.wire import Fill, FillOrder, ProbeOrder, Probed
 from .edits import TextEdit, breaks_parse, line_of, minimal_edit, reverts
+from . import mercury
 from .history import Step, steps_between
 from .prompt import edit_prompt
 from .region import Region, editable_region
@@ -56,6 +57,14 @@ class NextEditSettings:
         _validate(self)
 
 
+@dataclass(frozen=True)
+class RewriteOrder:
+    """The region rewritten by an API's edit endpoint (mode "api", nextedit/mercury.py)."""
+
+    content: str  # the user message
+    max_tokens: int
+
+
 @dataclass
 class EditRequest:
     text: str  # the document
@@ -67,8 +76,9 @@ class EditRequest:
     settings: NextEditSettings
     count: Callable[[str], int]  # the model's token count
     sampling: SamplerConfig = field(default_factory=SamplerConfig)
-    mode: str | None = None  # overrides settings.mode (benchmarks run both)
+    mode: str | None = None  # overrides settings.mode (benchmarks run both); "api": an edit endpoint
     uri: str = ""  # the document's uri (cross-file context skips it)
+    cursor_offset: int | None = None  # str offset of the cursor in text (the API's <|cursor|>)
     open_docs: list = field(default_factory=list)  # other open documents (context.types.Document)
     index_of: Callable | None = None  # their definitions (context.index.indexed on the server's path)
 
@@ -90,7 +100,7 @@ class Outcome:
         return self.forwards / self.edited_tokens if self.edited_tokens else None
 
 
-Plan = Generator[FillOrder | ProbeOrder, Fill | Probed | None, Outcome | None]  # None: superseded
+Plan = Generator[FillOrder | ProbeOrder | RewriteOrder, Fill | Probed | None, Outcome | None]  # None: superseded
 
 
 def _slack(n: int) -> int:
@@ -179,7 +189,16 @@ def plan(req: EditRequest) -> Plan:
     n_old = count(old)
     forwards, model_ms = 0, 0.0
     defs = _definitions(req, before, old, after)
-    if mode == "full":
+    if mode == "api":
+        cursor = req.cursor_offset - region.start_offset if req.cursor_offset is not None else None
+        if cursor is not None and not 0 <= cursor <= len(old):
+            cursor = None
+        content = mercury.edit_request(req.path, before, old, cursor, after, diffs, count, s.max_context_tokens)
+        fill = yield RewriteOrder(content, 2 * n_old + 64)
+        if fill is None:
+            return None
+        new = _fit_newline(old, mercury.rewritten(fill.text))
+    elif mode == "full":
         canvas = n_old + _slack(n_old)
         prompt = edit_prompt(diffs, req.path, before, after, count, s.max_context_tokens - canvas, old_region=old,
                              definitions=defs)
@@ -241,8 +260,11 @@ def predict_file(engine, path: str, old: str, current: str, cursor: tuple[int, i
     count = count or (lambda t: len(engine.tokenizer.encode(t)))
     req = EditRequest(current, path, cursor, spec, [st.diff() for st in steps], steps[-1] if steps else None,
                       settings, count, mode=mode)
-    if not hasattr(engine, "probe") and (mode or settings.mode) == "refine":
-        req.mode = "full"  # a remote API cannot probe
+    if hasattr(engine, "rewrite"):
+        req.mode = "api"  # a remote API: its edit endpoint
+    elif not hasattr(engine, "probe") and (mode or settings.mode) == "refine":
+        req.mode = "full"  # an engine that cannot probe
+    req.cursor_offset = sum(len(s) for s in current.splitlines(keepends=True)[:cursor[0]]) + cursor[1]
     out = drive(plan(req), engine)
     text = None if out is None or out.edit is None else out.edit.apply(current)
     return Predicted(text, 0 if out is None else out.forwards, out)
@@ -260,6 +282,9 @@ def drive(p: Plan, engine) -> Outcome | None:
             if isinstance(order, ProbeOrder):
                 r = engine.probe(order.prefix, order.middle, order.suffix, order.stride)
                 answer = Probed(r.pieces, r.prob, r.best, r.forwards, r.ms)
+            elif isinstance(order, RewriteOrder):
+                r = engine.rewrite(order.content, order.max_tokens)
+                answer = Fill(r.text, r.pieces, r.confidence, r.ms)
             else:
                 r = engine.fill([FillRequest(order.prefix, order.suffix, order.max_tokens)], order.sampling)[0]
                 answer = Fill(r.text, r.pieces, r.confidence, (time.perf_counter() - t0) * 1e3, r.forwards,
@@ -276,6 +301,8 @@ async def drive_async(p: Plan, link, key: str) -> Outcome | None:
             order = p.send(answer)
             if isinstance(order, ProbeOrder):
                 answer = await link.probe(key, order)
+            elif isinstance(order, RewriteOrder):
+                answer = await link.rewrite(key, order)
             else:
                 answer = await link.fill(key, order)
     except StopIteration as stop:

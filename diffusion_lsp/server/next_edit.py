@@ -21,7 +21,7 @@ from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..context.types import Document
 from ..nextedit.history import EditSteps
-from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, Plan, plan
+from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, Plan, RewriteOrder, plan
 from ..server.wire import ProbeOrder
 from . import positions
 from .completion import BadInput, _set_within, locate
@@ -146,8 +146,9 @@ class NextEditor:
             req = EditRequest(doc.text, path, (doc.text.count("\n", 0, offset), offset - line_start), spec,
                               self.steps.diffs(), self.steps.last(doc.uri), s, self.count_tokens,
                               sampling=self.cfg.sampling, uri=doc.uri, open_docs=open_docs, index_of=indexed)
+            req.cursor_offset = offset
             if not getattr(self.link, "can_probe", False):
-                req.mode = "full"  # a remote API returns text, not probabilities
+                req.mode = "api"  # a remote API: its edit endpoint (nextedit/mercury.py)
             out = await self._drive(plan(req), ticket, "nextedit:" + doc.uri)
         finally:
             if self._latest.get(doc.uri) is ticket:
@@ -175,7 +176,8 @@ class NextEditor:
                 return order
             if ticket.superseded.is_set():
                 return None
-            call = self.link.probe if isinstance(order, ProbeOrder) else self.link.fill
+            call = (self.link.probe if isinstance(order, ProbeOrder) else
+                    self.link.rewrite if isinstance(order, RewriteOrder) else self.link.fill)
             task = asyncio.ensure_future(call(key, order))
             waiter = asyncio.ensure_future(ticket.superseded.wait())
             try:

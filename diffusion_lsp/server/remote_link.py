@@ -66,17 +66,24 @@ class RemoteLink:
     async def fill(self, key: str, order: FillOrder) -> Fill | None:
         """The API's fill. Raises Unavailable. Cancelling this coroutine closes the HTTP request.
         `key` is unused: the completer abandons a superseded fill itself."""
+        return await self._call("fill", lambda c: c.complete(order.prefix, order.suffix, order.max_tokens,
+                                                             order.one_line))
+
+    async def rewrite(self, key: str, order) -> Fill | None:
+        """A next edit from the API's edit endpoint (nextedit/mercury.py: Mercury's format)."""
+        return await self._call("next edit", lambda c: c.edit(order.content, order.max_tokens))
+
+    async def _call(self, what: str, ask) -> Fill:
         client = await self.ensure()
         if client is None:
             raise Unavailable(f"the remote API is not available: {self.error or 'completions are off'}")
         try:
-            done = await asyncio.wait_for(client.complete(order.prefix, order.suffix, order.max_tokens,
-                                                          order.one_line), self.fill_timeout_s)
+            done = await asyncio.wait_for(ask(client), self.fill_timeout_s)
         except asyncio.TimeoutError:
             self.stats.fill_timeouts += 1
-            self.ui.log("warning", f"the remote API gave no fill within worker.fillTimeoutS "
+            self.ui.log("warning", f"the remote API gave no {what} within worker.fillTimeoutS "
                                    f"({self.fill_timeout_s:g} s)")
-            raise Unavailable(f"no fill within worker.fillTimeoutS ({self.fill_timeout_s:g} s)") from None
+            raise Unavailable(f"no {what} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)") from None
         except RemoteError as e:
             self._report_failure(e.kind, str(e))
             raise Unavailable(str(e)) from None
@@ -87,7 +94,7 @@ class RemoteLink:
 
     async def probe(self, key: str, order) -> None:
         """Completion APIs return text, not the model's probabilities of given tokens: next edits
-        through an API use full re-masking (nextedit/suggest.py falls back to it)."""
+        through an API use its edit endpoint (`rewrite`)."""
         raise Unavailable("a remote API cannot probe tokens")
 
     def _report_failure(self, kind: str, message: str) -> None:
