@@ -200,8 +200,21 @@ def test_command_baselines_only(tmp_path, capsys):
     assert lines == [{"id": 0, "predicted": RECORD["current_contents"]},
                      {"id": "same", "predicted": RECORD["old_contents"]}]
 
-    code, out, _ = run_cli(capsys, "--no-model", "--data", write_jsonl(tmp_path / "e.jsonl", [RECORD]))
+    data = write_jsonl(tmp_path / "e.jsonl", [RECORD])
+    code, out, _ = run_cli(capsys, "--no-model", "--data", data, "--no-noise-cases")
     assert code == 0 and "repeat last edit" in out and "n/a (no such records" in out and "py" in out
+    # without a record where no edit is right, the noise rate is measured on the derived unedited file
+    code, out, _ = run_cli(capsys, "--no-model", "--data", data, "--json")
+    report = json.loads(out)
+    assert report["noise_cases"].startswith("noise rate: on 1 derived cases")
+    assert [r["noise_rate"] for r in report["rows"]] == [0.0, 0.0]  # no history: nothing to repeat
+
+
+def test_the_derived_unedited_case_is_the_old_file_with_the_cursor_at_the_first_edit():
+    from diffusion_lsp.evals.nep import NepCase, unedited
+
+    case = NepCase(7, "a.py", None, "a\nb\nc\n", "a\nB\nc\nd\n", "x", (3, 1))
+    assert unedited(case) == NepCase("7/unedited", "a.py", None, "a\nb\nc\n", "a\nb\nc\n", "a\nb\nc\n", (1, 0))
 
 
 def test_command_reports_a_bad_record_in_one_line(tmp_path, capsys):
@@ -229,7 +242,8 @@ def test_command_calls_the_model_predictor(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(nep, "engine_for", lambda launch: "ENGINE")
     data = write_jsonl(tmp_path / "d.jsonl", [RECORD])
     out_path = tmp_path / "pred.jsonl"
-    code, out, _ = run_cli(capsys, "--data", data, "--json", "--predictions", out_path, "--mode", "full")
+    code, out, _ = run_cli(capsys, "--data", data, "--json", "--predictions", out_path, "--mode", "full",
+                           "--no-noise-cases")
     assert code == 0
     assert calls == [("ENGINE", "a.py", (0, 7), "python", "full")]
     model = json.loads(out)["rows"][0]

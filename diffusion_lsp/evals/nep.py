@@ -88,6 +88,17 @@ def _cursor(value, current: str, where: str) -> tuple[int, int]:
     return line, col
 
 
+def unedited(case: NepCase) -> NepCase:
+    """The case's file before the commit touched it, with no history and the cursor where its first
+    edit will start: no edit is right here, so any suggestion is noise."""
+    import difflib
+
+    a, b = case.old.splitlines(keepends=True), case.current.splitlines(keepends=True)
+    ops = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    line = min(ops[0][1], max(0, len(a) - 1)) if ops else 0
+    return NepCase(f"{case.id}/unedited", case.path, case.language, case.old, case.old, case.old, (line, 0))
+
+
 def load_cases(path: Path, limit: int | None = None) -> list[NepCase]:
     if not path.is_file():
         raise FileNotFoundError(f"next-edit data not found: {path} (pass --data or set DIFFUSION_LSP_DATA)")
@@ -137,6 +148,9 @@ def register(ev) -> None:
                    help='write {"id", "predicted"} per record for the model (the no-edit baseline with --no-model)')
     n.add_argument("--no-model", action="store_true", help="baselines only; loads no model")
     n.add_argument("--json", action="store_true", help="print one JSON object")
+    n.add_argument("--no-noise-cases", action="store_true",
+                   help="skip the derived no-edit cases (each record's file before its commit, no history) "
+                        "the noise rate is measured on when the data has no record with current == new")
     n.add_argument("--mode", choices=("refine", "full"), default=None,
                    help="the model's decoding mode (default: the editor default, nextEdit.mode)")
     add_launch_args(n)
@@ -172,14 +186,22 @@ def run(args) -> int:
         raise UserError(f"cannot write --predictions: {e}") from None
     results = [run_predictor(name, predict, cases, progress) for name, predict, progress in runs]
     rows = [row for row, _ in results]
+    noise_note = None
+    if rows[0]["noise_rate"] is None and not args.no_noise_cases:  # no record where no edit is right
+        quiet = [unedited(c) for c in cases]
+        for row, (name, predict, progress) in zip(rows, runs):
+            noisy, _ = run_predictor(name + " (unedited)", predict, quiet, progress)
+            row["noise_rate"] = noisy["noise_rate"]
+        noise_note = (f"noise rate: on {len(quiet)} derived cases where no edit is right (each record's file "
+                      "before its commit, no history, the cursor where its first edit starts)")
     if out is not None:
         with out:
             for case, text in zip(cases, results[0][1], strict=True):
                 out.write(json.dumps({"id": case.id, "predicted": text}) + "\n")
     if args.json:
-        print(json.dumps({"data": str(path), "n": len(cases), "rows": rows}))
+        print(json.dumps({"data": str(path), "n": len(cases), "rows": rows, "noise_cases": noise_note}))
     else:
-        print_table(f"Next-edit prediction, {path.name}: {len(cases)} records", rows)
+        print_table(f"Next-edit prediction, {path.name}: {len(cases)} records", rows, noise_note=noise_note)
     return 0
 
 
@@ -187,7 +209,7 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-def print_table(title: str, rows: list[dict], file=None) -> None:
+def print_table(title: str, rows: list[dict], file=None, noise_note: str | None = None) -> None:
     file = file or sys.stdout  # looked up now: tests capture it
     print(title, file=file)
     head = ("run", "exact", "partial", "position", "edit rate", "wrong-edit", "noise rate", "p50 ms", "fwd")
@@ -196,7 +218,9 @@ def print_table(title: str, rows: list[dict], file=None) -> None:
         cells = [_pct(r[k]) for k in ("exact", "partial", "position", "edit_rate", "wrong_edit_rate", "noise_rate")]
         cells += [f"{r['p50_ms']:.1f}", "-" if r["forwards"] is None else f"{r['forwards']:.1f}"]
         print(f"{r['name']:>17}" + "".join(f"{c:>11}" for c in cells), file=file)
-    if rows and rows[0]["noise_rate"] is None:
+    if noise_note:
+        print(noise_note, file=file)
+    elif rows and rows[0]["noise_rate"] is None:
         print("noise rate: n/a (no such records: no record has current == new)", file=file)
     langs = list(rows[0].get("partial_by_language", {})) if rows else []
     print("partial match by language", file=file)
