@@ -37,11 +37,15 @@ class Engine:
         return fill(self.model, self.tokenizer, requests, cfg, should_stop, self.memo)
 
 
-    def probe(self, prefix: str, middle: str, suffix: str, stride: int = 4):
-        """model/probe.py: how sure the model is of `middle`'s tokens where they stand."""
+    def probe(self, prefix: str, middle: str, suffix: str, stride: int = 4, doc: str | None = None):
+        """model/probe.py: how sure the model is of `middle`'s tokens where they stand; with `doc`,
+        the next fill for `doc` starts from the probe's context (reuse.py)."""
         from .model.probe import probe
+        from .model.reuse import ContextMemo
 
-        return probe(self.model, self.tokenizer, prefix, middle, suffix, stride)
+        if self.memo is None:
+            self.memo = ContextMemo()
+        return probe(self.model, self.tokenizer, prefix, middle, suffix, stride, self.memo, doc)
 
 
 def pick_device(name: str = "auto") -> str:

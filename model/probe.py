@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .tokenizer import Tokenizer, decode_pieces
+from .reuse import ContextMemo, Entry
 from .transformer import KVCache
 
 
@@ -41,8 +42,11 @@ def _fit(prefix: list[int], suffix: list[int], room: int) -> tuple[list[int], li
 
 
 @torch.inference_mode()
-def probe(model, tok: Tokenizer, prefix: str, middle: str, suffix: str, stride: int = 4) -> Probe:
-    """Probabilities of `middle`'s tokens between `prefix` and `suffix`, `stride` passes."""
+def probe(model, tok: Tokenizer, prefix: str, middle: str, suffix: str, stride: int = 4,
+          memo: ContextMemo | None = None, doc: str | None = None) -> Probe:
+    """Probabilities of `middle`'s tokens between `prefix` and `suffix`, `stride` passes. With a
+    memo, pass 0's keys/values are remembered under `doc`: the fill that follows (the doubted span
+    re-masked, the same context) starts from them instead of a full pass (reuse.py)."""
     if stride < 1:
         raise ValueError(f"stride must be at least 1, got {stride}")
     t0 = time.perf_counter()
@@ -71,6 +75,8 @@ def probe(model, tok: Tokenizer, prefix: str, middle: str, suffix: str, stride: 
     h0, cache = model.hidden(first[None], torch.arange(S, device=device)[None],
                              torch.ones(1, S, dtype=torch.bool, device=device))  # [1, S, D]
     hs = [h0[0, start - shift:start + n - shift]]  # [n, D] outputs that predict the middle
+    if memo is not None and doc:
+        memo.put(doc, Entry(ids, start, n, [k[0] for k in cache.keys], [v[0] for v in cache.values], 0))
     if stride > 1:
         P = stride - 1
         idx = torch.arange(start - shift, start + n, device=device).expand(P, n + shift)  # [P, W]

@@ -245,8 +245,8 @@ class Recording:
         if can_probe:
             self.probe = self._probe
 
-    def _probe(self, *args):
-        r = self.engine.probe(*args)
+    def _probe(self, *args, **kwargs):
+        r = self.engine.probe(*args, **kwargs)
         self.probes.append(r)
         return r
 

@@ -32,6 +32,7 @@ from .prompt import edit_prompt
 from .region import Region, editable_region
 
 MODES = ("refine", "full")
+DOC_KEY = "nextedit"  # in process, the probe's context is reused by the fill after it (model/reuse.py)
 
 
 @dataclass(frozen=True)
@@ -280,13 +281,14 @@ def drive(p: Plan, engine) -> Outcome | None:
             order = p.send(answer)
             t0 = time.perf_counter()
             if isinstance(order, ProbeOrder):
-                r = engine.probe(order.prefix, order.middle, order.suffix, order.stride)
+                r = engine.probe(order.prefix, order.middle, order.suffix, order.stride, doc=DOC_KEY)
                 answer = Probed(r.pieces, r.prob, r.best, r.forwards, r.ms)
             elif isinstance(order, RewriteOrder):
                 r = engine.rewrite(order.content, order.max_tokens)
                 answer = Fill(r.text, r.pieces, r.confidence, r.ms)
             else:
-                r = engine.fill([FillRequest(order.prefix, order.suffix, order.max_tokens)], order.sampling)[0]
+                r = engine.fill([FillRequest(order.prefix, order.suffix, order.max_tokens, doc=DOC_KEY)],
+                                order.sampling)[0]
                 answer = Fill(r.text, r.pieces, r.confidence, (time.perf_counter() - t0) * 1e3, r.forwards,
                               end_confidence=getattr(r, "end_confidence", 1.0))
     except StopIteration as stop:

@@ -187,7 +187,7 @@ class Worker:
     def _probe(self, job: Job) -> None:
         o = job.order
         try:
-            r = self.engine.probe(o.prefix, o.middle, o.suffix, o.stride)
+            r = self.engine.probe(o.prefix, o.middle, o.suffix, o.stride, doc=job.key or None)
             reply = (Probed(r.pieces, r.prob, r.best, r.forwards, r.ms).message(job.id) if not job.stop.is_set()
                      else {"id": job.id, "ok": False, "reason": job.reason})
         except Exception as e:
