@@ -172,7 +172,7 @@ def sources(manifest: Manifest, cache: Path, fetch: Fetch, stdlib_dir: Path | No
     entries = ([manifest.stdlib] if manifest.stdlib else []) + list(manifest.packages)
     for entry in sorted(entries, key=lambda e: e.split != "train"):
         if isinstance(entry, Package):
-            yield Source(entry.name, entry.version, entry.license, entry.split), lambda e=entry: _package_files(e, cache, fetch)
+            yield Source(entry.name, entry.version, entry.license, entry.split), lambda e=entry: package_files(e, cache, fetch)
         else:
             running = ".".join(platform.python_version_tuple()[:2])
             if stdlib_dir is None and running != entry.python:
@@ -181,7 +181,8 @@ def sources(manifest: Manifest, cache: Path, fetch: Fetch, stdlib_dir: Path | No
             yield Source("stdlib", platform.python_version(), entry.license, entry.split), lambda r=root: read_stdlib(r)
 
 
-def _package_files(pkg: Package, cache: Path, fetch: Fetch):
+def package_files(pkg: Package, cache: Path, fetch: Fetch):
+    """The .py files of one pinned archive, after checking its sha256 and its licence."""
     archive = fetch(pkg, cache)
     digest = sha256_file(archive)
     if digest != pkg.sha256:

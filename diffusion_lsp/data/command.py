@@ -1,5 +1,5 @@
-"""`diffusion-lsp data build|tokenizer`: rebuild the training corpus from the pinned manifest, then
-train the byte-level BPE tokenizer on its train split."""
+"""`diffusion-lsp data build|tokenizer|edits`: rebuild the training corpus from the pinned manifest,
+train the byte-level BPE tokenizer on its train split, and build next-edit records (data/edits.py)."""
 
 from __future__ import annotations
 
@@ -28,11 +28,22 @@ def register(sub):
     t.add_argument("--out", metavar="PATH", help="tokenizer.json to write (default DIR/tokenizer.json)")
     t.add_argument("--max-mb", type=float, default=300.0, metavar="MB",
                    help="train on a deterministic sample of about this many MB of train.jsonl (default 300)")
+    e = actions.add_parser("edits", help="next-edit records: mined from previous releases, and synthetic")
+    e.add_argument("--manifest", metavar="PATH", help="manifest.json (default: the one shipped with the package)")
+    e.add_argument("--corpus", default="data/corpus", metavar="DIR", help="corpus folder (default data/corpus)")
+    e.add_argument("--cache", default="data/cache", metavar="DIR", help="downloaded archives (default data/cache)")
+    e.add_argument("--out", default="data/edits", metavar="DIR", help="output folder (default data/edits)")
+    e.add_argument("--tokenizer", metavar="DIR",
+                   help="folder whose tokenizer sizes regions (default: the embedded model)")
+    e.add_argument("--synthetic-rate", type=float, default=0.25, metavar="R",
+                   help="fraction of corpus files that synthetic edits are derived from (default 0.25)")
+    e.add_argument("--per-file", type=int, default=3, metavar="N", help="synthetic records per file (default 3)")
+    e.add_argument("--no-mined", action="store_true", help="synthetic records only (no downloads)")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    return {"build": run_build, "tokenizer": run_tokenizer}[args.data_command](args)
+    return {"build": run_build, "tokenizer": run_tokenizer, "edits": run_edits}[args.data_command](args)
 
 
 def run_build(args) -> int:
@@ -96,4 +107,52 @@ def run_tokenizer(args) -> int:
         n_bytes = sum(len(t.encode()) for t in texts_val)
         print(f"val: {n_tokens / max(n_bytes, 1):.4f} tokens/byte ({n_bytes / max(n_tokens, 1):.2f} bytes/token) "
               f"over {len(texts_val)} files")
+    return 0
+
+
+def run_edits(args) -> int:
+    from ..context.tokens import model_token_counter
+    from ..engine import DEFAULT_MODEL
+    from . import edits
+    from .build import pip_fetch
+
+    corpus, out = Path(args.corpus), Path(args.out)
+    if not (corpus / "train.jsonl").exists():
+        raise UserError(f"{corpus / 'train.jsonl'} not found; run `diffusion-lsp data build` first")
+    if not 0.0 <= args.synthetic_rate <= 1.0 or args.per_file < 0:
+        raise UserError("--synthetic-rate must be in [0, 1] and --per-file >= 0")
+    try:
+        manifest = load_manifest(args.manifest)
+    except (OSError, ValueError) as e:
+        raise UserError(f"manifest: {e}") from None
+    count = model_token_counter(args.tokenizer or DEFAULT_MODEL)
+    start = time.perf_counter()
+    splits: dict[str, list] = {"train": [], "val": []}
+    if not args.no_mined:
+        try:
+            for rec, val in edits.mined_records(manifest, Path(args.cache), pip_fetch, count):
+                splits["val" if val else "train"].append(rec)
+        except (OSError, RuntimeError, ValueError) as e:
+            raise UserError(str(e)) from None
+        splits = {s: edits.cap_no_edit(rs) for s, rs in splits.items()}
+    print(f"mined: {sum(map(len, splits.values()))} records in {time.perf_counter() - start:.0f} s", flush=True)
+    sources = {"train": (corpus / "train.jsonl", args.synthetic_rate),
+               "val": (corpus / "val.jsonl", args.synthetic_rate / 4)}
+    for split, (path, rate) in sources.items():
+        if path.exists() and args.per_file:
+            splits[split] += edits.synthetic_records(path, rate, count, args.per_file)
+    out.mkdir(parents=True, exist_ok=True)
+    stats = {"format": edits.RECORD_FORMAT, "splits": {}}
+    for split, records in splits.items():
+        kinds: dict[str, int] = {}
+        with (out / f"{split}.jsonl.tmp").open("w", encoding="utf-8") as f:
+            for rec in records:
+                f.write(rec.to_json() + "\n")
+                kinds[rec.kind] = kinds.get(rec.kind, 0) + 1
+        (out / f"{split}.jsonl.tmp").replace(out / f"{split}.jsonl")
+        stats["splits"][split] = {"records": sum(kinds.values()), "kinds": kinds,
+                                  "files": len({(r.source, r.path) for r in records})}
+        print(f"{split}: {sum(kinds.values())} records ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))})")
+    (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    print(f"built in {time.perf_counter() - start:.0f} s -> {out}")
     return 0

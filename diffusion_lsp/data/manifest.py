@@ -68,6 +68,16 @@ def _normalize_expression(expression: str) -> str:
 
 
 @dataclass(frozen=True)
+class Previous:
+    """An earlier release of a package, pinned like the current one: mined edits (data/edits.py) are the
+    differences between the two. Its licence is checked against the package's pinned licence."""
+
+    version: str
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True)
 class Package:
     """One PyPI release, pinned to the exact archive (file name and sha256) that was vetted."""
 
@@ -78,9 +88,12 @@ class Package:
     sha256: str
     split: str = "train"
     note: str = ""
+    previous: Previous | None = None  # an earlier release, for mined edits (train packages only)
 
     def __post_init__(self):
         where = f"package {self.name!r}"
+        if isinstance(self.previous, dict):
+            object.__setattr__(self, "previous", _build(Previous, self.previous, f"{where} previous"))
         if hit := reserved_match(self.name):
             raise ValueError(f"{where} is reserved ({hit!r}) and must never be in the corpus")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+!-]*", self.version):
@@ -94,6 +107,20 @@ class Package:
             raise ValueError(f"{where}: sha256 must be 64 lowercase hex digits")
         if self.split not in SPLITS:
             raise ValueError(f"{where}: split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        if self.previous is not None:
+            self._check_previous(where)
+
+    def _check_previous(self, where: str) -> None:
+        prev = self.previous
+        if self.split != "train":
+            raise ValueError(f"{where}: only train packages may pin a previous release (edits are trained on)")
+        if prev.version == self.version or prev.file == self.file:
+            raise ValueError(f"{where}: previous release must differ from the current one, got {prev.version!r}")
+        self.release(prev)  # the same checks of version, file and sha256
+
+    def release(self, prev: Previous) -> "Package":
+        """The previous release as a Package of its own (same name, licence and split), to fetch and read."""
+        return dataclasses.replace(self, version=prev.version, file=prev.file, sha256=prev.sha256, previous=None)
 
 
 @dataclass(frozen=True)

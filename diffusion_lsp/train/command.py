@@ -25,6 +25,13 @@ def register(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", required=True, help="folder with train.jsonl, val.jsonl, tokenizer.json")
     p.add_argument("--out", required=True, help="run folder (checkpoint/, train_state.pt, log.jsonl)")
+    p.add_argument("--init", metavar="DIR",
+                   help="start a new run from this checkpoint (weights and tokenizer; fresh optimizer); "
+                        "ignored when --out already holds a run")
+    p.add_argument("--edits", metavar="DIR", help="next-edit records (train.jsonl, val.jsonl) from `data edits`")
+    p.add_argument("--edit-rate", type=float, default=0.0, help="fraction of next-edit rows (default 0)")
+    p.add_argument("--block-noise", type=float, default=0.0,
+                   help="fraction of FIM and edit rows noised block by block, as the sampler decodes (default 0)")
     p.add_argument("--preset", default="small", help="model preset from model/config.py (tiny, small, base)")
     for flag in MODEL_FLAGS:
         p.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=int, help="override the preset")
@@ -63,14 +70,15 @@ def run(args) -> int:
 
     try:
         cfg = TrainConfig(
-            corpus=args.corpus, out=args.out, preset=args.preset,
+            corpus=args.corpus, out=args.out, preset=args.preset, init=args.init, edits=args.edits,
+            edit_rate=args.edit_rate,
             model={f: getattr(args, flag) for flag, f in MODEL_FLAGS.items() if getattr(args, flag) is not None},
             seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
             weight_decay=args.weight_decay, grad_clip=args.grad_clip, minutes=args.minutes, steps=args.steps,
             eval_every=args.eval_every, eval_batches=args.eval_batches, save_every_minutes=args.save_every_minutes,
             autocast=args.autocast, seed=args.seed, threads=args.threads, device=args.device,
             objective=ObjectiveConfig(fim_rate=args.fim_rate, max_span=args.max_span,
-                                      text_lines=args.text_lines),
+                                      text_lines=args.text_lines, block_noise=args.block_noise),
         )
     except ValueError as e:  # bad flag values
         raise UserError(str(e)) from None

@@ -17,6 +17,9 @@ MODEL_KEYS = ("dim", "n_layers", "n_heads", "n_kv_heads", "hidden_dim", "max_seq
 class TrainConfig:
     corpus: str  # folder with train.jsonl, val.jsonl (optional) and tokenizer.json
     out: str  # run folder: checkpoint/, train_state.pt, log.jsonl
+    init: str | None = None  # a new run starts from this checkpoint's weights and tokenizer (fresh optimizer)
+    edits: str | None = None  # folder with next-edit records train.jsonl, val.jsonl (data/edits.py)
+    edit_rate: float = 0.0  # fraction of rows that are next-edit rows (needs edits)
     preset: str = "small"  # ModelConfig preset; vocab_size always follows the tokenizer
     model: dict = field(default_factory=dict)  # overrides of MODEL_KEYS
     seq_len: int = 256
@@ -52,6 +55,8 @@ class TrainConfig:
             raise ValueError(f"minutes and steps must be positive, got {self.minutes}, {self.steps}")
         if self.autocast not in AUTOCAST:
             raise ValueError(f"autocast must be one of {', '.join(AUTOCAST)}, got {self.autocast!r}")
+        if not 0.0 <= self.edit_rate <= 1.0 or (self.edit_rate > 0 and not self.edits):
+            raise ValueError(f"edit_rate must be in [0, 1] and needs an edits folder, got {self.edit_rate}")
         if not 0.0 <= self.warmup_frac < 1.0:
             raise ValueError(f"warmup_frac must be in [0, 1), got {self.warmup_frac}")
         if self.seq_len < 8 or self.batch_size < 1 or self.lr <= 0:

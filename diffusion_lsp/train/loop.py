@@ -5,6 +5,7 @@ same code under torchrun (DDP; rank 0 evaluates, logs and saves; every rank draw
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -14,12 +15,14 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from diffusion_lsp.model.checkpoint import load_checkpoint
 from diffusion_lsp.model.config import ModelConfig, SpecialTokens
 from diffusion_lsp.model.tokenizer import Tokenizer
 from diffusion_lsp.model.transformer import DiffusionTransformer
 
 from .config import TrainConfig
 from .data import Batches, TokenFiles, newline_table
+from .edit_rows import EditSet, load_records
 from .objective import Batch, diffusion_loss, select_masked
 from .runtime import Runtime, setup
 from .state import Progress, TrainError, has_run, load_run, save_run
@@ -110,6 +113,21 @@ def _load_split(path: Path, tok: Tokenizer, rt: Runtime) -> TokenFiles | None:
     return files if rt.main else TokenFiles.load(path, tok)
 
 
+def load_split_records(cfg: TrainConfig, split: str) -> EditSet | None:
+    """The next-edit records of one split of cfg.edits (None without edits or that file)."""
+    if not cfg.edits:
+        return None
+    path = Path(cfg.edits) / f"{split}.jsonl"
+    if not path.is_file():
+        if split == "train" and cfg.edit_rate > 0:
+            raise TrainError(f"no train.jsonl in edits folder {cfg.edits}; run `diffusion-lsp data edits`")
+        return None
+    try:
+        return load_records(path)
+    except ValueError as e:
+        raise TrainError(str(e)) from None
+
+
 def train(cfg: TrainConfig, progress_bar: bool = True) -> dict:
     """Train (or resume) the run in cfg.out; returns a summary of this invocation."""
     rt = setup(cfg.device, cfg.autocast, cfg.threads)
@@ -123,14 +141,19 @@ def _prepare(cfg: TrainConfig, rt: Runtime, out: Path):
     corpus = Path(cfg.corpus)
     if not (corpus / "train.jsonl").is_file():
         raise TrainError(f"no train.jsonl in corpus folder {corpus}")
-    if has_run(out):
-        model, tok, state, prog = load_run(out, rt.device)
+    if has_run(out) or cfg.init:
+        if has_run(out):  # resuming wins over init: the run already started from it
+            model, tok, state, prog = load_run(out, rt.device)
+        else:  # a new run from trained weights: fresh optimizer and budget
+            model, tok, _ = load_checkpoint(cfg.init, device=rt.device)
+            state, prog = None, Progress()
         want, have = model_config(cfg, tok).to_dict(), model.config.to_dict()
         diff = [f"{k}={have[k]} (asked {want[k]})" for k in have if k != "max_seq_len" and have[k] != want[k]]
         if diff:
-            raise TrainError(f"{out} holds a different model: {', '.join(diff)}; use another --out")
+            where = out if state else cfg.init
+            raise TrainError(f"{where} holds a different model: {', '.join(diff)}; use another --out or --init")
         model.config.max_seq_len = want["max_seq_len"]  # a resumed run may train on longer rows
-        changed = sorted(k for k, v in cfg.to_dict().items() if state["config"].get(k) != v)
+        changed = sorted(k for k, v in cfg.to_dict().items() if state and state["config"].get(k) != v)
         if rt.main and changed:
             print(f"resuming {out} at step {prog.step}; changed settings: {', '.join(changed)}")
     else:
@@ -151,14 +174,20 @@ def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
     model, tok, opt, prog = _prepare(cfg, rt, out)
     newline = newline_table(tok)
     train_files = _load_split(Path(cfg.corpus) / "train.jsonl", tok, rt)
-    train_data = Batches(train_files, tok, cfg.seq_len, cfg.batch_size, cfg.objective, cfg.seed, rt.rank, newline)
+    edits = load_split_records(cfg, "train")
+    train_data = Batches(train_files, tok, cfg.seq_len, cfg.batch_size, cfg.objective, cfg.seed, rt.rank, newline,
+                         edits, cfg.edit_rate)
     val_batches = []
     val_path = Path(cfg.corpus) / "val.jsonl"
     val_files = TokenFiles.load(val_path, tok) if rt.main and val_path.is_file() else None  # rank 0 evaluates
     if val_files is not None and val_files.n_tokens and cfg.eval_batches:
-        val = Batches(val_files, tok, cfg.seq_len, cfg.batch_size, cfg.objective, VAL_SEED, 0, newline)
+        plain_noise = dataclasses.replace(cfg.objective, block_noise=0.0)  # losses compare across runs
+        val_edits = load_split_records(cfg, "val")
+        val = Batches(val_files, tok, cfg.seq_len, cfg.batch_size, plain_noise, VAL_SEED, 0, newline, val_edits)
         val_batches = [(kind, [val.get(i, fim_rate=rate) for i in range(cfg.eval_batches)])
                        for kind, rate in (("plain", 0.0), ("fim", 1.0))]
+        if val_edits:  # val's own edit_rate is 0: the rows above have no edit rows
+            val_batches.append(("edit", [val.get(i, edit_rate=1.0) for i in range(cfg.eval_batches)]))
     loss_fn = MaskedDiffusionLoss(model)
     step_fn = loss_fn
     if rt.world_size > 1:
@@ -180,6 +209,8 @@ def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
     def save():
         save_run(out, model, tok, opt, prog, cfg.to_dict(), rt.world_size)
 
+    if rt.main and cfg.init and prog.step == 0 and val_batches:  # where the initial weights start from
+        _log(out, {"event": "eval", "step": 0, "elapsed_s": 0.0, "tokens": 0, **run_eval()})
     tokens_per_step = cfg.batch_size * cfg.seq_len * rt.world_size
     start_step, start_elapsed, t0 = prog.step, prog.elapsed_s, time.perf_counter()
     last_save = prog.elapsed_s

@@ -13,6 +13,13 @@ Loss (LLaDA eq. 3): -1/n * sum over rows and masked positions of log p(x_i | x_t
 the number of positions that could have been masked (non-bos tokens of plain rows, canvas
 positions of FIM rows); padding is never masked and never scored.
 
+Block noise (`block_noise`, a fraction of FIM and edit rows), as the sampler decodes (model/sampler.py:
+blocks of `block_size` from the left): the canvas is cut into blocks, one open block b is drawn;
+blocks before b are clean, block b is masked with probability t, blocks after b are fully masked.
+Those later positions are scored at their own noise level, 1 (weight 1); the clean ones are not
+scored. Next-edit rows (train/edit_rows.py) are laid out like FIM rows, their canvas being the new
+region.
+
 Row building and noising are numpy functions driven by an explicit `np.random.Generator`, so a
 batch is a pure function of its seed (resume and multi-rank data need nothing else).
 """
@@ -40,13 +47,17 @@ class ObjectiveConfig:
     min_extra: int = 4  # canvas N = m + U(0, max(min_extra, m)) so the model sees trailing fillers
     canvas_rate: float = 0.5  # fraction of FIM canvases sized like the server's instead (CANVAS_SIZES)
     text_lines: float = 0.5  # fraction of whole-line middles cut at text line starts (see _text_lines)
+    block_noise: float = 0.0  # fraction of FIM (and edit) rows noised block by block, as the sampler decodes
+    block_size: int = 8  # the sampler's block size
 
     def __post_init__(self):
         if not 0.0 < self.eps < 1.0:
             raise ValueError(f"eps must be in (0, 1), got {self.eps}")
-        for name in ("fim_rate", "line_rate", "canvas_rate", "text_lines"):
+        for name in ("fim_rate", "line_rate", "canvas_rate", "text_lines", "block_noise"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
         if self.max_span < 1 or self.min_extra < 0:
             raise ValueError(f"max_span must be >= 1 and min_extra >= 0, got {self.max_span}, {self.min_extra}")
 
@@ -56,6 +67,7 @@ class Row:
     ids: np.ndarray  # [S] int64, padded with the filler id
     valid: np.ndarray  # [S] bool: real positions (the model's key_mask)
     maskable: np.ndarray  # [S] bool: positions that may be noised and are scored
+    blockable: bool = False  # a canvas row (FIM, edit) that block noise may apply to
 
 
 @dataclass
@@ -64,7 +76,7 @@ class Batch:
     inputs: torch.Tensor  # [B, S] long: ids with masked positions replaced by the mask id
     key_mask: torch.Tensor  # [B, S] bool
     masked: torch.Tensor  # [B, S] bool: positions scored by the loss
-    t: torch.Tensor  # [B] float: noise level of each row
+    t: torch.Tensor  # [B] or [B, S] float: noise level of each row (or position: block noise)
     n_scored: int  # positions that could have been masked (the loss denominator)
 
     def to(self, device) -> "Batch":
@@ -77,7 +89,7 @@ def _bos(tok) -> list[int]:
     return [] if tok.bos_id is None else [tok.bos_id]
 
 
-def _pad(ids: list[int], maskable: list[bool], seq_len: int, filler_id: int) -> Row:
+def _pad(ids: list[int], maskable: list[bool], seq_len: int, filler_id: int, blockable: bool = False) -> Row:
     n = len(ids)
     out = np.full(seq_len, filler_id, dtype=np.int64)
     out[:n] = ids
@@ -85,7 +97,7 @@ def _pad(ids: list[int], maskable: list[bool], seq_len: int, filler_id: int) -> 
     valid[:n] = True
     mk = np.zeros(seq_len, dtype=bool)
     mk[:n] = maskable
-    return Row(out, valid, mk)
+    return Row(out, valid, mk, blockable)
 
 
 def plain_row(tokens: np.ndarray, seq_len: int, tok) -> Row:
@@ -169,7 +181,7 @@ def fim_row(tokens: np.ndarray, seq_len: int, tok, newline: np.ndarray, cfg: Obj
     maskable = [False] * (len(bos) + a - d) + [True] * (m + extra)
     ids = ids[:seq_len]
     maskable = (maskable + [False] * len(ids))[: len(ids)]
-    return _pad(ids, maskable, seq_len, tok.filler_id)
+    return _pad(ids, maskable, seq_len, tok.filler_id, blockable=True)
 
 
 def sample_t(n: int, eps: float, rng: np.random.Generator) -> np.ndarray:
@@ -185,26 +197,53 @@ def noise(ids: np.ndarray, maskable: np.ndarray, t: np.ndarray, mask_id: int,
     return np.where(masked, mask_id, ids), masked
 
 
+def block_noise(maskable: np.ndarray, t: float, block: int,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Noise one row the way the sampler meets it: maskable [S] bool (the canvas) cut into blocks of
+    `block` from the left, an open block b drawn uniformly; before b clean, b masked with prob t, after
+    b all masked. -> (masked [S] bool, noise level per position [S], scored [S] bool)."""
+    canvas = np.flatnonzero(maskable)
+    masked, scored = np.zeros_like(maskable), np.zeros_like(maskable)
+    level = np.ones(len(maskable))
+    if len(canvas) == 0:
+        return masked, level, scored
+    b = int(rng.integers(-(-len(canvas) // block)))
+    open_, later = canvas[b * block:(b + 1) * block], canvas[(b + 1) * block:]
+    masked[open_] = rng.random(len(open_)) < t
+    masked[later] = True
+    level[open_] = t
+    scored[open_] = scored[later] = True
+    return masked, level, scored
+
+
 def make_batch(crops: list[np.ndarray], seq_len: int, tok, newline: np.ndarray, cfg: ObjectiveConfig,
-               rng: np.random.Generator, fim_rate: float | None = None) -> Batch:
-    """Rows from token crops (each at most seq_len - 1 ids), a FIM/plain mix, noised at random t."""
+               rng: np.random.Generator, fim_rate: float | None = None, extra: list[Row] = ()) -> Batch:
+    """Rows from token crops (each at most seq_len - 1 ids), a FIM/plain mix, plus `extra` rows built
+    elsewhere (next-edit rows), noised at random t (block by block for a `block_noise` share)."""
     fim_rate = cfg.fim_rate if fim_rate is None else fim_rate
     rows = [fim_row(c, seq_len, tok, newline, cfg, rng) if rng.random() < fim_rate else plain_row(c, seq_len, tok)
-            for c in crops]
+            for c in crops] + list(extra)
     ids = np.stack([r.ids for r in rows])
     maskable = np.stack([r.maskable for r in rows])
     t = sample_t(len(rows), cfg.eps, rng)
     noisy, masked = noise(ids, maskable, t, tok.mask_id, rng)
+    level, scored = t, maskable
+    if cfg.block_noise > 0:  # drawn only then: batches without it are as before
+        level, scored = np.repeat(t[:, None], ids.shape[1], 1), maskable.copy()
+        for i, r in enumerate(rows):
+            if r.blockable and rng.random() < cfg.block_noise:
+                masked[i], level[i], scored[i] = block_noise(r.maskable, t[i], cfg.block_size, rng)
+        noisy = np.where(masked, tok.mask_id, ids)
     return Batch(
         targets=torch.from_numpy(ids), inputs=torch.from_numpy(noisy),
         key_mask=torch.from_numpy(np.stack([r.valid for r in rows])), masked=torch.from_numpy(masked),
-        t=torch.from_numpy(t).float(), n_scored=int(maskable.sum()),
+        t=torch.from_numpy(level).float(), n_scored=int(scored.sum()),
     )
 
 
 def masked_weights(masked: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """1/t of each masked position, in `masked.nonzero()` order: [M]."""
-    return (1.0 / t)[:, None].expand_as(masked)[masked]
+    """1/t of each masked position, in `masked.nonzero()` order: [M]. t: [B] per row or [B, S]."""
+    return (1.0 / t)[masked] if t.dim() == 2 else (1.0 / t)[:, None].expand_as(masked)[masked]
 
 
 def diffusion_loss(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor, n_scored: int) -> torch.Tensor:
@@ -218,11 +257,12 @@ def select_masked(hidden: torch.Tensor, batch: Batch, shift: bool) -> tuple[torc
     """Hidden states that predict the masked positions [M, D], their targets [M] and weights [M].
     Only these go through the output head (it is about a third of a small model's FLOPs).
     shift: logits at i predict token i + 1 (Dream/CoDA layout); position 0 is bos, never masked."""
-    masked = batch.masked
+    masked, t = batch.masked, batch.t
     if shift:
         hidden = hidden[:, :-1]
         masked = masked[:, 1:]
+        t = t[:, 1:] if t.dim() == 2 else t
         targets = batch.targets[:, 1:][masked]
     else:
         targets = batch.targets[masked]
-    return hidden[masked], targets, masked_weights(masked, batch.t)
+    return hidden[masked], targets, masked_weights(masked, t)
