@@ -11,7 +11,7 @@ import zipfile
 import pytest
 
 from diffusion_lsp.context.tokens import approx_tokens
-from diffusion_lsp.data import edits
+from diffusion_lsp.data import edits, synthetic_edits
 from diffusion_lsp.data.manifest import load_manifest, parse_manifest
 from diffusion_lsp.nextedit.history import diffs_between
 
@@ -87,20 +87,20 @@ def run(a, b):
 def test_synthetic_rename_changes_the_remaining_uses_in_the_region():
     data = SOURCE.encode()
     spans = [(m, m + len(b"handle")) for m in range(len(data)) if data.startswith(b"handle", m)]
-    rec = edits._repeat_record("rename", "t", "m.py", data, spans, b"fh", 1, approx_tokens)
+    rec = synthetic_edits._repeat_record("rename", "t", "m.py", data, spans, b"fh", 1, approx_tokens)
     assert rec.kind == "rename" and len(rec.diffs) == 1 and "+    fh = open(path, mode)" in rec.diffs[0]
     assert rec.old_region.count("handle") == 2 and "handle" not in rec.new_region and rec.new_region.count("fh") == 3
     assert _whole(rec) == SOURCE.replace("handle = open", "fh = open")
 
 
 def test_synthetic_param_updates_the_other_calls():
-    recs = [r for seed in range(20) for r in edits.synthesize("t", "m.py", SOURCE, approx_tokens, random.Random(seed))
+    recs = [r for seed in range(20) for r in synthetic_edits.synthesize("t", "m.py", SOURCE, approx_tokens, random.Random(seed))
             if r.kind == "param"]
     assert recs
     rec = recs[0]
     (new,) = {line.split(", ")[-1].rstrip("):\n") for line in rec.diffs[0].splitlines() if line.startswith("+def load")}
     assert rec.new_region.count(f", {new})") == 2 and rec.old_region.count(f", {new})") == 1
-    for r in edits.synthesize("t", "m.py", SOURCE, approx_tokens, random.Random(3), per_file=10):
+    for r in synthetic_edits.synthesize("t", "m.py", SOURCE, approx_tokens, random.Random(3), per_file=10):
         assert r.new_region != r.old_region and r.diffs and compile(r.before + r.new_region + r.after, "m", "exec")
 
 
@@ -161,7 +161,7 @@ def test_mined_records_read_both_pinned_releases(tmp_path):
 
 def test_synthetic_literals_skip_escapes_and_stay_valid_python():
     src = 'def show(rows):\n    print("a\\n", "name")\n    print("a\\n", "name")\n    return 1024 + 1024\n'
-    recs = [r for seed in range(30) for r in edits.synthesize("t", "m.py", src, approx_tokens, random.Random(seed))
+    recs = [r for seed in range(30) for r in synthetic_edits.synthesize("t", "m.py", src, approx_tokens, random.Random(seed))
             if r.kind == "literal"]
     assert recs and all("a\\n" in r.new_region for r in recs)  # the escaped string is never the changed one
     for r in recs:

@@ -1,6 +1,6 @@
 """`eval nep`: the benchmark's match scores on hand-made files whose answers are worked out by hand,
 the added rates, both baselines, record loading, and the command (baselines only, and with a fake
-model predictor in place of nextedit.suggest)."""
+model predictor in place of nextedit.run)."""
 
 from __future__ import annotations
 
@@ -237,8 +237,9 @@ def test_command_calls_the_model_predictor(tmp_path, capsys, monkeypatch):
         calls.append((engine, path, cursor, spec.name, settings.mode))
         return types.SimpleNamespace(text=current.replace("foo(2)", "bar(2)"), forwards=5)
 
-    fake = types.SimpleNamespace(predict_file=predict_file, NextEditSettings=FakeSettings)
-    monkeypatch.setitem(sys.modules, "diffusion_lsp.nextedit.suggest", fake)
+    monkeypatch.setitem(sys.modules, "diffusion_lsp.nextedit.run", types.SimpleNamespace(predict_file=predict_file))
+    monkeypatch.setitem(sys.modules, "diffusion_lsp.nextedit.suggest",
+                        types.SimpleNamespace(NextEditSettings=FakeSettings))
     monkeypatch.setattr(nep, "engine_for", lambda launch: "ENGINE")
     data = write_jsonl(tmp_path / "d.jsonl", [RECORD])
     out_path = tmp_path / "pred.jsonl"

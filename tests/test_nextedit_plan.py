@@ -14,8 +14,8 @@ from diffusion_lsp.model.settings import SamplerConfig
 from diffusion_lsp.nextedit.edits import TextEdit
 from diffusion_lsp.nextedit.history import Step
 from diffusion_lsp.nextedit.prompt import EDITED, HISTORY, NO_HISTORY, ORIGINAL
-from diffusion_lsp.nextedit.suggest import EditRequest, NextEditSettings, choose_span, doubted_lines, narrow, plan, \
-    predict_file
+from diffusion_lsp.nextedit.run import predict_file
+from diffusion_lsp.nextedit.suggest import EditRequest, NextEditSettings, choose_span, doubted_lines, narrow, plan
 from diffusion_lsp.server.wire import Fill, FillOrder, ProbeOrder, Probed
 
 PY = language_for("python")

@@ -113,7 +113,7 @@ def run_tokenizer(args) -> int:
 def run_edits(args) -> int:
     from ..context.tokens import model_token_counter
     from ..engine import DEFAULT_MODEL
-    from . import edits
+    from . import edits, synthetic_edits
     from .build import pip_fetch
 
     corpus, out = Path(args.corpus), Path(args.out)
@@ -140,7 +140,7 @@ def run_edits(args) -> int:
                "val": (corpus / "val.jsonl", args.synthetic_rate / 4)}
     for split, (path, rate) in sources.items():
         if path.exists() and args.per_file:
-            splits[split] += edits.synthetic_records(path, rate, count, args.per_file)
+            splits[split] += synthetic_edits.synthetic_records(path, rate, count, args.per_file)
     out.mkdir(parents=True, exist_ok=True)
     stats = {"format": edits.RECORD_FORMAT, "splits": {}}
     for split, records in splits.items():

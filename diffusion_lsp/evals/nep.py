@@ -158,11 +158,12 @@ def register(ev) -> None:
 
 
 def model_predictor(args):
-    """predict(case) with the model: nextedit.suggest.predict_file at the editor's default
+    """predict(case) with the model: nextedit.run.predict_file at the editor's default
     nextEdit.* settings (--mode aside); imported only here, as it needs the model's libraries."""
     launch = launch_settings(args)
     try:
-        from ..nextedit.suggest import NextEditSettings, predict_file
+        from ..nextedit.run import predict_file
+        from ..nextedit.suggest import NextEditSettings
     except ImportError as e:
         raise UserError(f"no next-edit model predictor ({e}); run with --no-model for the baselines") from None
     settings = NextEditSettings() if args.mode is None else NextEditSettings(mode=args.mode)

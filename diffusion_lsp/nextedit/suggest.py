@@ -1,7 +1,7 @@
 """Decoding a next edit, in two modes, without I/O: `plan(request)` is a generator that yields the
-model work it needs (a FillOrder, a ProbeOrder) and receives the answers, and returns an Outcome.
-The language server drives it through the worker link (`drive_async`), the evaluation and the
-benchmark through an engine in process (`drive`), tests through a fake; all share every decision.
+model work it needs (a FillOrder, a ProbeOrder, a RewriteOrder) and receives the answers, and
+returns an Outcome. The language server drives it through its link (server/next_edit.py), the
+evaluation through an engine in process (run.py), tests through a fake; all share every decision.
 
 - full re-mask: the old region is shown (prompt.py) and the whole region is a canvas with slack
   (fillers) so its length may change; the model writes the region as it should read.
@@ -18,7 +18,6 @@ than `min_confidence` -> nothing, each with its reason."""
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
@@ -27,7 +26,7 @@ from ..model.settings import SamplerConfig, _validate, check
 from ..server.wire import Fill, FillOrder, ProbeOrder, Probed
 from .edits import TextEdit, breaks_parse, line_of, minimal_edit, reverts
 from . import mercury
-from .history import Step, steps_between
+from .history import Step
 from .prompt import edit_prompt
 from .region import Region, editable_region
 
@@ -243,69 +242,3 @@ def plan(req: EditRequest) -> Plan:
     elif confidence < s.min_confidence:
         out.reason, out.edit = "low-confidence", None
     return out
-
-
-@dataclass
-class Predicted:
-    text: str | None  # the whole file after the edit; None: no edit
-    forwards: int
-    outcome: Outcome | None
-
-
-def predict_file(engine, path: str, old: str, current: str, cursor: tuple[int, int], spec: LanguageSpec | None,
-                 settings: NextEditSettings = NextEditSettings(), count: Callable[[str], int] | None = None,
-                 mode: str | None = None) -> Predicted:
-    """The next edit of `current` (after the edits old -> current, one history step per hunk) at
-    `cursor`, decoded in process: what `eval nep` asks."""
-    steps = steps_between(path, old, current)
-    count = count or (lambda t: len(engine.tokenizer.encode(t)))
-    req = EditRequest(current, path, cursor, spec, [st.diff() for st in steps], steps[-1] if steps else None,
-                      settings, count, mode=mode)
-    if hasattr(engine, "rewrite"):
-        req.mode = "api"  # a remote API: its edit endpoint
-    elif not hasattr(engine, "probe") and (mode or settings.mode) == "refine":
-        req.mode = "full"  # an engine that cannot probe
-    req.cursor_offset = sum(len(s) for s in current.splitlines(keepends=True)[:cursor[0]]) + cursor[1]
-    out = drive(plan(req), engine)
-    text = None if out is None or out.edit is None else out.edit.apply(current)
-    return Predicted(text, 0 if out is None else out.forwards, out)
-
-
-def drive(p: Plan, engine) -> Outcome | None:
-    """Run a plan on an in-process engine (diffusion_lsp.engine.Engine): evaluation, benchmarks."""
-    from ..model.canvas import FillRequest
-
-    answer = None
-    try:
-        while True:
-            order = p.send(answer)
-            t0 = time.perf_counter()
-            if isinstance(order, ProbeOrder):
-                r = engine.probe(order.prefix, order.middle, order.suffix, order.stride, doc=DOC_KEY)
-                answer = Probed(r.pieces, r.prob, r.best, r.forwards, r.ms)
-            elif isinstance(order, RewriteOrder):
-                r = engine.rewrite(order.content, order.max_tokens)
-                answer = Fill(r.text, r.pieces, r.confidence, r.ms)
-            else:
-                r = engine.fill([FillRequest(order.prefix, order.suffix, order.max_tokens, doc=DOC_KEY)],
-                                order.sampling)[0]
-                answer = Fill(r.text, r.pieces, r.confidence, (time.perf_counter() - t0) * 1e3, r.forwards,
-                              end_confidence=getattr(r, "end_confidence", 1.0))
-    except StopIteration as stop:
-        return stop.value
-
-
-async def drive_async(p: Plan, link, key: str) -> Outcome | None:
-    """Run a plan through the language server's link (`fill` / `probe`, server/link.py)."""
-    answer = None
-    try:
-        while True:
-            order = p.send(answer)
-            if isinstance(order, ProbeOrder):
-                answer = await link.probe(key, order)
-            elif isinstance(order, RewriteOrder):
-                answer = await link.rewrite(key, order)
-            else:
-                answer = await link.fill(key, order)
-    except StopIteration as stop:
-        return stop.value
