@@ -49,11 +49,11 @@ def nvim_binary() -> Path:
     return path
 
 
-def run_nvim(nvim: Path, cwd: Path, env: dict, driver: str = "accept.lua") -> str:
+def run_nvim(nvim: Path, cwd: Path, env: dict, driver: str = "accept.lua", init: str = "init.lua") -> str:
     """Run the headless session (tests/nvim/`driver` after init.lua) to its end; its output, for
     failure messages. The whole process group (Neovim and the language server) is killed if it
     outlives SESSION_S."""
-    cmd = [str(nvim), "--headless", "-i", "NONE", "-u", str(NVIM_DIR / "init.lua"),
+    cmd = [str(nvim), "--headless", "-i", "NONE", "-u", str(NVIM_DIR / init),
            "-c", f"luafile {NVIM_DIR / driver}"]
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)

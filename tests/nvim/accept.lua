@@ -34,21 +34,7 @@ local function ghost()
   return { text = table.concat(lines, '\n'), pos = details.virt_text_pos, row = marks[1][2], col = marks[1][3] }
 end
 
---- Run `start` and suspend this coroutine until `event` fires (the mode switches happen only once
---- the current callback has returned to Neovim's main loop).
-local function after(event, start)
-  local me = coroutine.running()
-  api.nvim_create_autocmd(event, {
-    once = true,
-    callback = function()
-      vim.schedule(function()
-        resume(me)
-      end)
-    end,
-  })
-  start()
-  coroutine.yield()
-end
+local after = session.after
 
 local function run_case(case)
   api.nvim_win_set_cursor(0, { case.line, case.col })

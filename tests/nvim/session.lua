@@ -1,6 +1,6 @@
 -- What every headless driver shares (dofile'd by accept.lua and next_edit.lua, after init.lua): the
 -- spec from $DIFFUSION_LSP_SPEC, the result table, `finish` (write the result as JSON and quit, once),
--- `resume` (an error in the driver coroutine ends the session with it) and the watchdog.
+-- `resume` (an error in the driver coroutine ends the session with it), `after` and the watchdog.
 local M = {}
 M.spec = vim.json.decode(table.concat(vim.fn.readfile(assert(vim.env.DIFFUSION_LSP_SPEC)), '\n'))
 M.result = {}
@@ -22,6 +22,22 @@ function M.resume(co)
   if not ok then
     M.finish('driver error: ' .. tostring(err))
   end
+end
+
+--- Run `start` and suspend the calling coroutine until `event` fires (mode switches happen only once
+--- the current callback has returned to Neovim's main loop).
+function M.after(event, start)
+  local me = coroutine.running()
+  vim.api.nvim_create_autocmd(event, {
+    once = true,
+    callback = function()
+      vim.schedule(function()
+        M.resume(me)
+      end)
+    end,
+  })
+  start()
+  coroutine.yield()
 end
 
 vim.defer_fn(function()

@@ -1,0 +1,153 @@
+-- diffusion-lsp for Neovim 0.12: starts `diffusion-lsp serve` with the built-in LSP client, turns on
+-- native inline completion (ghost text), adds keys to accept all / a word / a line and to dismiss,
+-- and renders next-edit suggestions (next_edit.lua). No other plugin needed.
+local M = {}
+
+M.name = 'diffusion_lsp'
+
+---@class diffusion_lsp.Config
+local defaults = {
+  cmd = { 'diffusion-lsp', 'serve' }, -- e.g. { '/path/to/venv/bin/diffusion-lsp', 'serve', '--model', DIR }
+  filetypes = { 'python', 'javascript', 'javascriptreact', 'typescript', 'typescriptreact', 'rust', 'go',
+    'java', 'c', 'cpp' },
+  root_markers = { '.git', 'pyproject.toml', 'package.json', 'Cargo.toml', 'go.mod' },
+  settings = {}, -- the server's settings (initializationOptions), e.g. { nextEdit = { mode = 'full' } }
+  inline_completion = true, -- turn on vim.lsp.inline_completion for the filetypes' buffers
+  keymaps = { -- insert mode, except next_edit (normal mode); false turns one off
+    accept = '<Tab>', -- falls back to a plain <Tab> when no suggestion is shown
+    accept_word = '<M-w>',
+    accept_line = '<M-l>',
+    dismiss = '<C-]>',
+    next_edit = '<M-CR>', -- normal mode: jump to the suggested edit, then apply it
+  },
+  next_edit = {
+    enable = true,
+    auto = true, -- ask after each change, once changes pause for debounce_ms
+    debounce_ms = 300,
+    jump_first = true, -- an edit away from the cursor: the key jumps there first, then applies
+  },
+}
+
+M.config = vim.deepcopy(defaults)
+
+--- The first running client of this plugin for a buffer, or nil.
+function M.client(bufnr)
+  return vim.lsp.get_clients({ bufnr = bufnr or 0, name = M.name })[1]
+end
+
+local function insert_text(item)
+  return type(item.insert_text) == 'string' and item.insert_text or item.insert_text.value
+end
+
+--- The part of a suggestion one key accepts: a word (with the spaces before it), or up to the end of
+--- the first line (its line break too when the line is empty).
+function M.part(text, kind)
+  if kind == 'word' then
+    return text:match('^%s*[%w_]+') or text:match('^%s*[^%w_%s]+') or text:match('^%s+') or text
+  end
+  return text:match('^([^\n]+)') or text:match('^\n') or text
+end
+
+--- Accept the shown suggestion in whole (kind nil), or its first word or line; false when none is shown.
+function M.accept(kind)
+  if not kind then
+    return vim.lsp.inline_completion.get()
+  end
+  return vim.lsp.inline_completion.get({
+    on_accept = function(item)
+      local part = M.part(insert_text(item), kind)
+      vim.api.nvim_paste(part, false, -1) -- at the cursor; the next request shows the rest (the server's cache)
+      local client = vim.lsp.get_client_by_id(item.client_id)
+      if client then
+        client:notify('textDocument/didPartiallyAcceptCompletion', { acceptedLength = #part })
+      end
+    end,
+  })
+end
+
+--- Hide the suggestion; completions come back with the next change or the next insert.
+function M.dismiss(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  vim.lsp.inline_completion.enable(false, { bufnr = bufnr })
+  vim.api.nvim_create_autocmd({ 'TextChangedI', 'InsertLeave' }, {
+    buffer = bufnr,
+    once = true,
+    callback = function()
+      vim.lsp.inline_completion.enable(M.config.inline_completion, { bufnr = bufnr })
+    end,
+  })
+end
+
+local progress = {} -- client id -> 'loading' | 'ready'
+
+--- For the statusline: "diffusion: loading", "diffusion: ready", "diffusion: next edit" or "".
+function M.status(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local client = M.client(bufnr)
+  if not client then
+    return ''
+  end
+  if require('diffusion_lsp.next_edit').shown(bufnr) then
+    return 'diffusion: next edit'
+  end
+  return 'diffusion: ' .. (progress[client.id] or 'starting')
+end
+
+local function map(mode, lhs, rhs, desc, opts)
+  if lhs then
+    vim.keymap.set(mode, lhs, rhs, vim.tbl_extend('force', { desc = desc }, opts or {}))
+  end
+end
+
+local function keymaps(k)
+  map('i', k.accept, function()
+    if not M.accept() then
+      return k.accept == '<Tab>' and '<Tab>' or ''
+    end
+  end, 'diffusion-lsp: accept the suggestion', { expr = true })
+  map('i', k.accept_word, function()
+    M.accept('word')
+  end, 'diffusion-lsp: accept a word')
+  map('i', k.accept_line, function()
+    M.accept('line')
+  end, 'diffusion-lsp: accept a line')
+  map('i', k.dismiss, function()
+    M.dismiss()
+  end, 'diffusion-lsp: dismiss the suggestion')
+  map('n', k.next_edit, function()
+    if not require('diffusion_lsp.next_edit').accept() then
+      require('diffusion_lsp.next_edit').request()
+    end
+  end, 'diffusion-lsp: go to / apply the next edit (ask for one when none is shown)')
+end
+
+---@param opts? diffusion_lsp.Config
+function M.setup(opts)
+  M.config = vim.tbl_deep_extend('force', vim.deepcopy(defaults), opts or {})
+  local c = M.config
+  vim.lsp.config(M.name, {
+    cmd = c.cmd,
+    filetypes = c.filetypes,
+    root_markers = c.root_markers,
+    init_options = c.settings,
+    on_attach = function(client, bufnr)
+      require('diffusion_lsp.next_edit').attach(client, bufnr, c.next_edit)
+    end,
+  })
+  vim.lsp.enable(M.name)
+  if c.inline_completion then
+    vim.lsp.inline_completion.enable(true)
+  end
+  keymaps(c.keymaps or {})
+  vim.api.nvim_create_autocmd('LspProgress', {
+    group = vim.api.nvim_create_augroup('diffusion_lsp.progress', { clear = true }),
+    callback = function(ev)
+      local value = ev.data.params.value
+      if type(value) == 'table' and value.kind then
+        progress[ev.data.client_id] = value.kind == 'end' and 'ready' or 'loading'
+      end
+    end,
+  })
+end
+
+return M

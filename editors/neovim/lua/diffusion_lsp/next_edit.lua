@@ -1,0 +1,184 @@
+-- Next-edit suggestions (the server's textDocument/copilotInlineEdit): asked for after changes pause,
+-- drawn with extmarks (the text it removes highlighted as a deletion, what it writes as virtual text
+-- and virtual lines), reported to the server as shown (textDocument/didShowInlineEdit), and cleared
+-- when the cursor moves or the text changes. The accept key jumps to an edit away from the cursor
+-- first, then applies it with vim.lsp.util.apply_text_edits and runs its accept command.
+local api = vim.api
+local M = {}
+
+local METHOD = 'textDocument/copilotInlineEdit'
+M.ns = api.nvim_create_namespace('diffusion_lsp.next_edit')
+local state = {} -- bufnr -> { edit, client_id, version, jumping }
+local timers = {} -- bufnr -> uv timer
+
+local function plugin()
+  return require('diffusion_lsp')
+end
+
+local function buf(bufnr)
+  return (bufnr == nil or bufnr == 0) and api.nvim_get_current_buf() or bufnr
+end
+
+function M.shown(bufnr)
+  return state[buf(bufnr)] ~= nil
+end
+
+--- The shown edit of a buffer, or nil.
+function M.current(bufnr)
+  local s = state[buf(bufnr)]
+  return s and s.edit
+end
+
+function M.clear(bufnr)
+  bufnr = buf(bufnr)
+  if api.nvim_buf_is_valid(bufnr) then
+    api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
+  end
+  state[bufnr] = nil
+end
+
+--- (row, byte col) of an LSP position in the buffer.
+local function pos(bufnr, p, encoding)
+  local line = api.nvim_buf_get_lines(bufnr, p.line, p.line + 1, false)[1] or ''
+  return p.line, vim.str_byteindex(line, encoding, p.character, false)
+end
+
+local function draw(bufnr, edit, encoding)
+  local srow, scol = pos(bufnr, edit.range.start, encoding)
+  local erow, ecol = pos(bufnr, edit.range['end'], encoding)
+  if srow ~= erow or scol ~= ecol then -- what the edit removes
+    api.nvim_buf_set_extmark(bufnr, M.ns, srow, scol, { end_row = erow, end_col = ecol, hl_group = 'DiffDelete' })
+  end
+  if edit.text ~= '' then -- what it writes: the first line inline, the others as lines below
+    local lines = vim.split(edit.text, '\n', { plain = true })
+    local virt_lines = {}
+    for i = 2, #lines do
+      virt_lines[#virt_lines + 1] = { { lines[i], 'DiffAdd' } }
+    end
+    api.nvim_buf_set_extmark(bufnr, M.ns, erow, ecol, {
+      virt_text = lines[1] ~= '' and { { lines[1], 'DiffAdd' } } or nil,
+      virt_text_pos = 'inline',
+      virt_lines = #virt_lines > 0 and virt_lines or nil,
+    })
+  end
+end
+
+--- Show an edit from the server (one element of the result's `edits`).
+function M.show(bufnr, client, edit)
+  bufnr = buf(bufnr)
+  M.clear(bufnr)
+  draw(bufnr, edit, client.offset_encoding)
+  state[bufnr] = { edit = edit, client_id = client.id, version = edit.textDocument.version }
+  client:notify('textDocument/didShowInlineEdit', { item = { command = edit.command } })
+end
+
+--- Ask for the next edit at the cursor; `done(edit or nil)` when the answer is in (and drawn).
+function M.request(bufnr, done)
+  bufnr = buf(bufnr)
+  local client = plugin().client(bufnr)
+  if not client then
+    if done then
+      done(nil)
+    end
+    return
+  end
+  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  local version = vim.lsp.util.buf_versions[bufnr]
+  params.textDocument.version = version
+  client:request(METHOD, params, function(err, result)
+    local edit = not err and result and result.edits and result.edits[1] or nil
+    if edit and (vim.lsp.util.buf_versions[bufnr] ~= version or edit.textDocument.version ~= version) then
+      edit = nil -- the buffer changed meanwhile
+    end
+    if edit then
+      M.show(bufnr, client, edit)
+    end
+    if done then
+      done(edit)
+    end
+  end, bufnr)
+end
+
+--- The accept key: jump to an edit away from the cursor (the first press), else apply it. False when
+--- no edit is shown.
+function M.accept(bufnr)
+  bufnr = buf(bufnr)
+  local s = state[bufnr]
+  local client = s and vim.lsp.get_client_by_id(s.client_id)
+  if not s or not client or vim.lsp.util.buf_versions[bufnr] ~= s.version then
+    M.clear(bufnr)
+    return false
+  end
+  local srow, scol = pos(bufnr, s.edit.range.start, client.offset_encoding)
+  local erow = s.edit.range['end'].line
+  local row = api.nvim_win_get_cursor(0)[1] - 1
+  if plugin().config.next_edit.jump_first and (row < srow or row > erow) then
+    s.jumping = true -- this cursor move keeps the suggestion
+    api.nvim_win_set_cursor(0, { srow + 1, scol })
+    return true
+  end
+  local edit = s.edit
+  M.clear(bufnr)
+  vim.lsp.util.apply_text_edits({ { range = edit.range, newText = edit.text } }, bufnr, client.offset_encoding)
+  if edit.command then
+    client:exec_cmd(edit.command, { bufnr = bufnr })
+  end
+  return true
+end
+
+local function schedule_request(bufnr, opts)
+  local timer = timers[bufnr]
+  if not timer then
+    timer = assert(vim.uv.new_timer())
+    timers[bufnr] = timer
+  end
+  timer:stop()
+  timer:start(opts.debounce_ms, 0, vim.schedule_wrap(function()
+    if api.nvim_buf_is_valid(bufnr) and bufnr == api.nvim_get_current_buf() then
+      M.request(bufnr)
+    end
+  end))
+end
+
+--- Called on LspAttach: clear on cursor moves and changes, ask again once changes pause.
+function M.attach(_, bufnr, opts)
+  if not opts.enable then
+    return
+  end
+  local group = api.nvim_create_augroup('diffusion_lsp.next_edit.' .. bufnr, { clear = true })
+  api.nvim_create_autocmd({ 'CursorMoved', 'CursorMovedI' }, {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      local s = state[bufnr]
+      if s and s.jumping then
+        s.jumping = false
+      elseif s then
+        M.clear(bufnr)
+      end
+    end,
+  })
+  api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI' }, {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      M.clear(bufnr)
+      if opts.auto then
+        schedule_request(bufnr, opts)
+      end
+    end,
+  })
+  api.nvim_create_autocmd({ 'BufDelete', 'LspDetach' }, {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      M.clear(bufnr)
+      if timers[bufnr] then
+        timers[bufnr]:close()
+        timers[bufnr] = nil
+      end
+    end,
+  })
+end
+
+return M
