@@ -62,6 +62,8 @@ def test_ghost_text_accepted_a_word_then_the_rest_and_checkhealth_ok(tokenizer, 
     assert g["word_accepted"] and g["after_word"] == "    y = self.foo", g  # one word
     assert g["rest"] == "(value) + 1", g  # the rest, asked again at the new cursor
     assert g["rest_accepted"] and g["after_rest"] == "    y = self.foo(value) + 1", g
+    assert g["next_ghost"] == "foo(value) + 1" and g["dismissed"] and not g["enabled_after_dismiss"], g
+    assert g["parts"] == ["foo(value) + 1", "  foo", "(", "\n"], g
     counts = result["stats"]["counts"]
     assert counts["partially_accepted"] == 1 and counts["accepted_chars"] == len("foo") and counts["accepted"] == 1
     health = "\n".join(result["health"])

@@ -60,6 +60,23 @@ local function ghost_step(g)
     return line(g.line) ~= before
   end, 10)
   record.after_rest = line(g.line)
+  -- a new line below: its ghost text, then the dismiss key's function hides it
+  api.nvim_buf_set_lines(0, g.line, g.line, true, { '    z = self.' })
+  api.nvim_win_set_cursor(0, { g.line + 1, 13 })
+  after('CursorMovedI', function() end)
+  record.next_ghost = wait_ghost(g.line + 1)
+  plugin.dismiss()
+  record.dismissed = vim.wait(spec.ghost_ms, function()
+    return ghost() == nil
+  end, 10)
+  record.enabled_after_dismiss = vim.lsp.inline_completion.is_enabled({ bufnr = 0 })
+  -- what the word and line keys take of a suggestion
+  record.parts = {
+    plugin.part('foo(value) + 1\nbar', 'line'),
+    plugin.part('  foo.bar', 'word'),
+    plugin.part('(value)', 'word'),
+    plugin.part('\nx = 1', 'line'),
+  }
   after('InsertLeave', function()
     vim.cmd('stopinsert')
   end)
