@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .model.settings import LaunchSettings
@@ -23,17 +23,15 @@ class Engine:
     model: object  # DiffusionTransformer
     tokenizer: object  # diffusion_lsp.model.tokenizer.Tokenizer
     meta: dict  # the checkpoint's config.json
-    memo: object = None  # diffusion_lsp.model.reuse.ContextMemo: requests with a `doc` reuse its last fill
+    memo: object = field(default_factory=lambda: _context_memo())  # model/reuse.py: a `doc`'s last
+    # fill (or probe) seeds its next fill
 
     def fill(self, requests, cfg=None, should_stop=None):
         from .model.dreamon import expands, fill_variable
-        from .model.reuse import ContextMemo
         from .model.sampler import fill
 
         if expands(self.tokenizer):  # DreamOn: the span grows and shrinks as it decodes
             return fill_variable(self.model, self.tokenizer, requests, cfg, should_stop)
-        if self.memo is None:
-            self.memo = ContextMemo()
         return fill(self.model, self.tokenizer, requests, cfg, should_stop, self.memo)
 
 
@@ -41,11 +39,14 @@ class Engine:
         """model/probe.py: how sure the model is of `middle`'s tokens where they stand; with `doc`,
         the next fill for `doc` starts from the probe's context (reuse.py)."""
         from .model.probe import probe
-        from .model.reuse import ContextMemo
 
-        if self.memo is None:
-            self.memo = ContextMemo()
         return probe(self.model, self.tokenizer, prefix, middle, suffix, stride, self.memo, doc)
+
+
+def _context_memo():
+    from .model.reuse import ContextMemo  # torch: imported with the model, not with this module
+
+    return ContextMemo()
 
 
 def pick_device(name: str = "auto") -> str:

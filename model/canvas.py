@@ -43,6 +43,16 @@ def _heal(prefix_ids: list[int], tok: Tokenizer) -> tuple[list[int], str, list[i
     return prefix_ids[:-1], typed, allowed
 
 
+def fit_context(prefix: list[int], suffix: list[int], room: int) -> tuple[list[int], list[int]]:
+    """Cut the prefix on the left and the suffix on the right to `room` tokens in all; the suffix
+    keeps at least a quarter of the room when it has that much."""
+    if len(prefix) + len(suffix) <= room:
+        return prefix, suffix
+    keep_suffix = min(len(suffix), max(room - len(prefix), room // 4))
+    keep_prefix = room - keep_suffix
+    return (prefix[len(prefix) - keep_prefix:] if keep_prefix else []), suffix[:keep_suffix]
+
+
 def build_row(req: FillRequest, tok: Tokenizer, max_seq_len: int, heal: bool) -> Row:
     """Encode one request; the prefix is cut on the left and the suffix on the right to fit."""
     if req.max_tokens < 1:
@@ -57,10 +67,7 @@ def build_row(req: FillRequest, tok: Tokenizer, max_seq_len: int, heal: bool) ->
     room = max_seq_len - n - len(bos)
     if room < 0:
         raise ValueError(f"max_tokens={req.max_tokens} does not fit the model's {max_seq_len} positions")
-    if len(prefix) + len(suffix) > room:
-        keep_suffix = min(len(suffix), max(room - len(prefix), room // 4))
-        suffix = suffix[:keep_suffix]
-        prefix = prefix[len(prefix) - (room - keep_suffix):] if room - keep_suffix else []
+    prefix, suffix = fit_context(prefix, suffix, room)
     start = len(bos) + len(prefix)
     ids = bos + prefix + [tok.mask_id] * n + suffix
     return Row(ids=ids, start=start, length=n, healed=healed, first_allowed=allowed)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .tokenizer import Tokenizer, decode_pieces
+from .canvas import fit_context
 from .reuse import ContextMemo, Entry
 from .transformer import KVCache
 
@@ -29,16 +30,6 @@ class Probe:
     best: list[float]  # per middle token, the probability of the model's own first choice there
     forwards: int
     ms: float
-
-
-def _fit(prefix: list[int], suffix: list[int], room: int) -> tuple[list[int], list[int]]:
-    """Cut the prefix on the left and the suffix on the right to `room` tokens, keeping at least a
-    quarter of the room for the suffix when it has that much."""
-    if len(prefix) + len(suffix) <= room:
-        return prefix, suffix
-    keep_suffix = min(len(suffix), max(room - len(prefix), room // 4))
-    keep_prefix = room - keep_suffix
-    return (prefix[len(prefix) - keep_prefix:] if keep_prefix else []), suffix[:keep_suffix]
 
 
 @torch.inference_mode()
@@ -57,7 +48,7 @@ def probe(model, tok: Tokenizer, prefix: str, middle: str, suffix: str, stride: 
     room = model.config.max_seq_len - len(bos) - len(mid)
     if room < 0:
         raise ValueError(f"a middle of {len(mid)} tokens does not fit the model's {model.config.max_seq_len} positions")
-    pre, suf = _fit(tok.encode(prefix), tok.encode(suffix), room)
+    pre, suf = fit_context(tok.encode(prefix), tok.encode(suffix), room)
     ids = bos + pre + mid + suf
     start, n = len(bos) + len(pre), len(mid)
     stride = min(stride, n)

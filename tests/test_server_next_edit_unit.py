@@ -160,3 +160,28 @@ def test_an_edit_that_undoes_the_users_last_step_is_not_suggested():
     assert editor.stats.reasons == {"undo": 1} and editor.stats.empty == 1
     prefix = link.probes[0][1].prefix
     assert "@@ -2,2 +2,2 @@\n \n-" + NEW_LINE + "+" + LINE in prefix  # the step is in the history
+
+
+def test_changed_lines_keep_what_is_outside_them_equal():
+    """session._changed_lines, on random edits: the lines before `first` and after the last changed
+    lines are the same in both texts, and the spans are real lines of each."""
+    import random
+
+    from diffusion_lsp.server.session import _changed_lines
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        before = "".join(rng.choice("ab\n") for _ in range(rng.randint(0, 12)))
+        chars = list(before)
+        for _ in range(rng.randint(0, 3)):
+            i = rng.randint(0, len(chars))
+            if rng.random() < 0.4 and i < len(chars):
+                del chars[i]
+            else:
+                chars.insert(i, rng.choice("ab\n"))
+        after = "".join(chars)
+        first, last_before, last_after = _changed_lines(before, after)
+        a, b = before.split("\n"), after.split("\n")
+        assert a[:first] == b[:first] and a[last_before + 1:] == b[last_after + 1:], (before, after)
+        assert first <= last_before < len(a) and first <= last_after < len(b), (before, after)
+    assert _changed_lines("x = 1\ny = 2\n", "x = 1\ny = 3\n") == (1, 1, 1)
