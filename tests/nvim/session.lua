@@ -1,6 +1,6 @@
 -- What every headless driver shares (dofile'd by accept.lua and next_edit.lua, after init.lua): the
 -- spec from $DIFFUSION_LSP_SPEC, the result table, `finish` (write the result as JSON and quit, once),
--- `resume` (an error in the driver coroutine ends the session with it), `after` and the watchdog.
+-- `resume` (an error in the driver coroutine ends the session with it), `after`, `open` and the watchdog.
 local M = {}
 M.spec = vim.json.decode(table.concat(vim.fn.readfile(assert(vim.env.DIFFUSION_LSP_SPEC)), '\n'))
 M.result = {}
@@ -38,6 +38,36 @@ function M.after(event, start)
   })
   start()
   coroutine.yield()
+end
+
+--- Open spec.file and wait for the diffusion-lsp client (init.lua's) to start within `start_ms` and
+--- its model to load (its $/progress ends) within spec.ready_ms -> the client, or nil after finish().
+function M.open(start_ms)
+  local loaded = false
+  vim.api.nvim_create_autocmd('LspProgress', {
+    callback = function(ev)
+      local value = ev.data.params.value
+      loaded = loaded or (type(value) == 'table' and value.kind == 'end')
+    end,
+  })
+  local function running()
+    return #vim.lsp.get_clients({ name = 'diffusion-lsp' }) > 0
+  end
+  vim.cmd.edit(vim.fn.fnameescape(M.spec.file))
+  if not vim.wait(start_ms, running, 20) then -- vim.lsp.enable starts it on a later loop turn
+    return M.finish('diffusion-lsp did not start for ' .. M.spec.file .. ' (see tests/nvim/init.lua)')
+  end
+  if not vim.wait(M.spec.ready_ms, function()
+    return loaded or not running()
+  end, 20) or not loaded then
+    return M.finish(('the model did not load ($/progress end) within %d ms, or the server exited'):format(
+      M.spec.ready_ms))
+  end
+  local client = vim.lsp.get_clients({ bufnr = 0, name = 'diffusion-lsp' })[1]
+  if not client then
+    return M.finish('diffusion-lsp is not attached to ' .. M.spec.file)
+  end
+  return client
 end
 
 vim.defer_fn(function()
