@@ -34,7 +34,6 @@ def predict_file(engine, path: str, old: str, current: str, cursor: tuple[int, i
         req.mode = "api"  # a remote API: its edit endpoint
     elif not hasattr(engine, "probe") and (mode or settings.mode) == "refine":
         req.mode = "full"  # an engine that cannot probe
-    req.cursor_offset = sum(len(s) for s in current.splitlines(keepends=True)[:cursor[0]]) + cursor[1]
     out = drive(plan(req), engine)
     text = None if out is None or out.edit is None else out.edit.apply(current)
     return Predicted(text, 0 if out is None else out.forwards, out)

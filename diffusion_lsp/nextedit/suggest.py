@@ -78,7 +78,6 @@ class EditRequest:
     sampling: SamplerConfig = field(default_factory=SamplerConfig)
     mode: str | None = None  # overrides settings.mode (benchmarks run both); "api": an edit endpoint
     uri: str = ""  # the document's uri (cross-file context skips it)
-    cursor_offset: int | None = None  # str offset of the cursor in text (the API's <|cursor|>)
     open_docs: list = field(default_factory=list)  # other open documents (context.types.Document)
     index_of: Callable | None = None  # their definitions (context.index.indexed on the server's path)
 
@@ -188,11 +187,8 @@ def plan(req: EditRequest) -> Plan:
     diffs = req.diffs[-s.history_steps:] if s.history_steps else []
     n_old = count(old)
     forwards, model_ms = 0, 0.0
-    defs = _definitions(req, before, old, after)
     if mode == "api":
-        cursor = req.cursor_offset - region.start_offset if req.cursor_offset is not None else None
-        if cursor is not None and not 0 <= cursor <= len(old):
-            cursor = None
+        cursor = sum(map(len, old.splitlines(keepends=True)[:req.cursor[0] - region.first])) + req.cursor[1]
         content = mercury.edit_request(req.path, before, old, cursor, after, diffs, count, s.max_context_tokens)
         fill = yield RewriteOrder(content, 2 * n_old + 64)
         if fill is None:
@@ -201,14 +197,15 @@ def plan(req: EditRequest) -> Plan:
     elif mode == "full":
         canvas = n_old + _slack(n_old)
         prompt = edit_prompt(diffs, req.path, before, after, count, s.max_context_tokens - canvas, old_region=old,
-                             definitions=defs)
+                             definitions=_definitions(req, before, old, after))
         fill = yield FillOrder(prompt.prefix, prompt.suffix, canvas, sampling=req.sampling)
         if fill is None:
             return None
         new = _fit_newline(old, fill.text)
     else:
         prompt = edit_prompt(diffs, req.path, before, after, count,
-                             s.max_context_tokens - n_old - _slack(n_old) - 1, definitions=defs)
+                             s.max_context_tokens - n_old - _slack(n_old) - 1,
+                             definitions=_definitions(req, before, old, after))
         probed = yield ProbeOrder(prompt.prefix, old, prompt.suffix, s.stride)
         if probed is None:
             return None

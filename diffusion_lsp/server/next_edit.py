@@ -146,7 +146,6 @@ class NextEditor:
             req = EditRequest(doc.text, path, (doc.text.count("\n", 0, offset), offset - line_start), spec,
                               self.steps.diffs(), self.steps.last(doc.uri), s, self.count_tokens,
                               sampling=self.cfg.sampling, uri=doc.uri, open_docs=open_docs, index_of=indexed)
-            req.cursor_offset = offset
             if not getattr(self.link, "can_probe", False):
                 req.mode = "api"  # a remote API: its edit endpoint (nextedit/mercury.py)
             out = await self._drive(plan(req), ticket, "nextedit:" + doc.uri)
