@@ -108,7 +108,8 @@ def test_a_missing_default_model_is_one_clear_line(monkeypatch, tmp_path, capsys
 
 
 def test_bench_lsp_runs_end_to_end_and_prints_the_rows(tiny_checkpoint, capsys):
-    argv = ["bench", "lsp", "--model", str(tiny_checkpoint), "--requests", "4", "--chars", "2", "--threads", "1"]
+    argv = ["bench", "lsp", "--model", str(tiny_checkpoint), "--requests", "4", "--chars", "2", "--threads", "1",
+            "--next-edits", "2"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     titles = re.findall(r"^\S.* \([\d,]+ lines.*\)$", out, re.M)
@@ -122,3 +123,22 @@ def test_bench_lsp_runs_end_to_end_and_prints_the_rows(tiny_checkpoint, capsys):
     assert len(calls) == 3 and min(calls) >= 1
     edits = re.search(r"other documents: 30 open, (\d+) edits to (\d+) of them", out)
     assert edits and int(edits[1]) >= 1 and int(edits[2]) >= 1  # one edit before each site
+    assert re.search(r"^next edits: 2 renames in .*, each mode on the same sites$", out, re.M), out
+    for mode in ("remask-and-refine", "full re-mask"):  # each site asked in both modes, each request counted
+        row = re.search(rf"^{mode} +2 +\d+ +\d+ +\d+ +\d+ +(\d+)", out, re.M)
+        assert row and int(row[1]) >= 1, out  # forwards per request: the model ran
+    assert "goal: next-edit p50 (default mode, remask-and-refine) <= 300 ms:" in out
+    assert "goal: remask-and-refine forwards per edited token <= 1/2 of full re-mask's:" in out
+
+
+def test_next_edit_sites_are_local_names_used_twice_with_the_right_edit():
+    import random
+
+    from diffusion_lsp.bench.next_edit import find_sites
+
+    src = "def f(items, n):\n    total = len(items)\n    # items is not a use here\n    return total + n.x\n"
+    sites = {s.name: s for s in find_sites(src, 10, random.Random(0))}
+    assert set(sites) == {"items", "total"}  # n once as a name (n.x's x is an attribute), len skipped
+    items = sites["items"]
+    assert items.first == (0, 6)
+    assert items.expected == src.replace("f(items", "f(items_new").replace("len(items)", "len(items_new)")
