@@ -18,6 +18,7 @@ COMMANDS = {
     "eval": "diffusion_lsp.evals.command",
     "serve": "diffusion_lsp.server.command",
     "model": "diffusion_lsp.model_check",
+    "settings-schema": "diffusion_lsp.server.schema",
 }
 
 

@@ -34,6 +34,22 @@ def check(test, need: str, **more) -> dict:
     return {"check": test, "need": need, **more}
 
 
+def _num(x) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def within(lo, hi, note: str = "", need: str | None = None, **more) -> dict:
+    """`check` for a number in [lo, hi]; the bounds also travel as `minimum` / `maximum` (the
+    editors' settings schemas, server/schema.py)."""
+    need = need or f"between {_num(lo)} and {_num(hi)}" + (f" ({note})" if note else "")
+    return check(lambda v: lo <= v <= hi, need, minimum=lo, maximum=hi, **more)
+
+
+def one_of(choices, need: str | None = None, **more) -> dict:
+    """`check` for one of `choices` (also the schemas' `enum`)."""
+    return check(lambda v: v in choices, need or " or ".join(choices), enum=list(choices), **more)
+
+
 def coerce(value, hint) -> tuple[bool, object]:
     """(ok, value) for a JSON value against a field's type hint: no bool for an int, no NaN."""
     args = typing.get_args(hint)
@@ -103,29 +119,35 @@ def _from_dict(cls, raw):
 class SamplerConfig:
     """How one fill is decoded (sampler.py). Frozen: equal configs decode in one batch."""
 
-    policy: str = field(default="threshold", metadata=check(lambda v: v in POLICIES, " or ".join(POLICIES),
-                                                             help="unmasking policy"))
-    threshold: float = field(default=0.9, metadata=check(lambda v: 0 < v <= 1, "in (0, 1]",
-                                                          help="threshold policy: commit every position this sure"))
-    k: int = field(default=2, metadata=check(lambda v: 1 <= v <= 1024, "between 1 and 1024",
-                                             help="topk policy: positions committed per step"))
-    gamma: float = field(default=0.5, metadata=check(lambda v: 0 < v <= 100, "in (0, 100]",
-                                                      help="eb policy: entropy budget per step (nats)"))
+    policy: str = field(default="threshold", metadata=one_of(POLICIES, help="unmasking policy"))
+    threshold: float = field(default=0.9, metadata=check(
+        lambda v: 0 < v <= 1, "in (0, 1]", exclusive_minimum=0, maximum=1,
+        help="threshold policy: commit every position this sure"))
+    k: int = field(default=2, metadata=within(1, 1024, help="topk policy: positions committed per step"))
+    gamma: float = field(default=0.5, metadata=check(
+        lambda v: 0 < v <= 100, "in (0, 100]", exclusive_minimum=0, maximum=100,
+        help="eb policy: entropy budget per step (nats)"))
     # semi-autoregressive blocks (LLaDA); 0: the whole canvas is one block. 8: on held-out code a
     # whole-canvas confidence order commits the far fillers first and squeezes the fill to nothing
-    block_size: int = field(default=8, metadata=check(lambda v: 0 <= v <= 4096, "between 0 and 4096 (0: one block)",
+    block_size: int = field(default=8, metadata=within(0, 4096, note="0: one block",
                                                        help="semi-autoregressive block size (0: one block)"))
-    use_cache: bool = field(default=True, metadata=check(None, "true or false", flag="--no-cache",
-                                                          help="recompute the whole context every step"))
-    refresh_every: int | None = field(default=None, metadata=check(lambda v: v >= 1, ">= 1",
+    # `help` says what a flag does, `doc` what the editor setting does (for a flag that turns it off)
+    use_cache: bool = field(default=True, metadata=check(
+        None, "true or false", flag="--no-cache", help="recompute the whole context every step",
+        doc="keep the context's keys and values between denoising steps (off: recompute it every step)"))
+    refresh_every: int | None = field(default=None, metadata=check(lambda v: v >= 1, ">= 1", minimum=1,
                                                                     help="refresh the context cache every K steps"))
-    time_budget_ms: float | None = field(default=None, metadata=check(
-        lambda v: 0 <= v <= 600_000, "between 0 and 600000", help="past this, commit the rest greedily"))
-    heal: bool = field(default=True, metadata=check(None, "true or false", help="no token healing at the cursor"))
+    time_budget_ms: float | None = field(default=None, metadata=within(
+        0, 600_000, help="past this, commit the rest greedily"))
+    heal: bool = field(default=True, metadata=check(
+        None, "true or false", help="no token healing at the cursor",
+        doc="token healing: re-decode the partial word before the cursor with the fill"))
     trailing_fillers: bool = field(default=True, metadata=check(
-        None, "true or false", help="keep decoding after a committed filler (by default a filler ends the fill)"))
+        None, "true or false", help="keep decoding after a committed filler (by default a filler ends the fill)",
+        doc="on: a committed filler ends the fill; off: keep decoding after it"))
     reuse_context: bool = field(default=True, metadata=check(
-        None, "true or false", help="do not start from the document's last fill (model/reuse.py)"))
+        None, "true or false", help="do not start from the document's last fill (model/reuse.py)",
+        doc="start a fill from the document's last fill where it still fits (model/reuse.py)"))
     # done once a real token committed below this confidence has no masked position before it: a caller
     # that drops a fill's tail from its first token below this (the server's confidenceCut) needs no more
     stop_below: float = field(default=0.0, metadata=check(lambda v: 0 <= v <= 1, "in [0, 1]", editor=False,
@@ -154,14 +176,15 @@ class LaunchSettings:
                                                            help="checkpoint folder (default: the embedded model)"))
     device: str = field(default="auto", metadata=check(lambda v: bool(_DEVICE.fullmatch(v)),
                                                         "auto, cpu, mps, cuda or cuda:N",
-                                                        help="cpu, cuda, cuda:1, ... (default: cuda when present)"))
-    threads: int | None = field(default=None, metadata=check(lambda v: 1 <= v <= 1024, "between 1 and 1024",
+                                                        help="cpu, cuda, cuda:1, ... (default: cuda when present)",
+                                                        doc="auto, cpu, mps, cuda or cuda:N (auto: cuda when present)"))
+    threads: int | None = field(default=None, metadata=within(1, 1024,
                                                               help="torch threads on CPU (default: the idle cores)"))
-    precision: str = field(default="auto", metadata=check(
-        lambda v: v in PRECISIONS, "auto, fp32 or int8 (int8: CPU only)",
+    precision: str = field(default="auto", metadata=one_of(
+        PRECISIONS, "auto, fp32 or int8 (int8: CPU only)",
         help="weights: auto is int8 on CPU (model/quantize.py), the checkpoint's own on GPU"))
-    backend: str = field(default="local", metadata=check(
-        lambda v: v in BACKENDS, "local or openai",
+    backend: str = field(default="local", metadata=one_of(
+        BACKENDS,
         help="local: the model in a worker process; openai: an OpenAI-compatible FIM API (--base-url)"))
     base_url: str | None = field(default=None, metadata=check(
         lambda v: v.startswith(("http://", "https://")), "an http:// or https:// URL",
@@ -212,7 +235,7 @@ def add_args(p: argparse.ArgumentParser, cls, defaults=None, only: tuple[str, ..
                            help=help_)
             continue
         base = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
-        choices = POLICIES if f.name == "policy" else PRECISIONS if f.name == "precision" else None
+        choices = f.metadata.get("enum")
         p.add_argument(flag, dest=dest, type=base, default=default, choices=choices,
                        help=f"{help_} (default {default})" if help_ and "default" not in help_ else help_)
 

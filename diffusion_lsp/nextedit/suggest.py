@@ -22,7 +22,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 from ..context.languages import LanguageSpec
-from ..model.settings import SamplerConfig, _validate, check
+from ..model.settings import SamplerConfig, _validate, check, one_of, within
 from ..server.wire import Fill, FillOrder, ProbeOrder, Probed
 from .edits import TextEdit, breaks_parse, line_of, minimal_edit, reverts
 from . import mercury
@@ -38,20 +38,25 @@ DOC_KEY = "nextedit"  # in process, the probe's context is reused by the fill af
 class NextEditSettings:
     """Editor settings `nextEdit.*`."""
 
-    enable: bool = True
-    debounce_ms: int = field(default=0, metadata=check(lambda v: 0 <= v <= 5000, "between 0 and 5000"))
-    mode: str = field(default="refine", metadata=check(lambda v: v in MODES, " or ".join(MODES)))
-    region_lines: int = field(default=20, metadata=check(lambda v: 1 <= v <= 200, "between 1 and 200"))
+    enable: bool = field(default=True, metadata=check(None, "true or false", doc="next-edit suggestions"))
+    debounce_ms: int = field(default=0, metadata=within(0, 5000, doc="wait this long for more typing first"))
+    mode: str = field(default="refine", metadata=one_of(
+        MODES, doc="refine: re-mask only the tokens the model doubts; full: re-mask the whole region"))
+    region_lines: int = field(default=20, metadata=within(1, 200, doc="lines of the editable region"))
     # at most this many tokens of region, and at most a quarter of max_context_tokens
-    region_tokens: int = field(default=350, metadata=check(lambda v: 8 <= v <= 4096, "between 8 and 4096"))
-    history_steps: int = field(default=5, metadata=check(lambda v: 0 <= v <= 20, "between 0 and 20"))
-    max_context_tokens: int = field(default=512, metadata=check(lambda v: 64 <= v <= 32768,
-                                                                "between 64 and 32768"))
-    min_confidence: float = field(default=0.3, metadata=check(lambda v: 0 <= v <= 1, "in [0, 1]"))
-    doubt: float = field(default=4.0, metadata=check(lambda v: 1 <= v <= 1e6, "between 1 and 1000000"))
-    stride: int = field(default=4, metadata=check(lambda v: 1 <= v <= 16, "between 1 and 16"))
-    max_span_lines: int = field(default=3, metadata=check(lambda v: 1 <= v <= 200, "between 1 and 200"))
-    jump_lines: int = field(default=3, metadata=check(lambda v: 0 <= v <= 1000, "between 0 and 1000"))
+    region_tokens: int = field(default=350, metadata=within(
+        8, 4096, doc="tokens of the editable region (at most a quarter of maxContextTokens)"))
+    history_steps: int = field(default=5, metadata=within(0, 20, doc="recent edit steps shown to the model"))
+    max_context_tokens: int = field(default=512, metadata=within(
+        64, 32768, doc="tokens of history, definitions and file shown to the model"))
+    min_confidence: float = field(default=0.3, metadata=within(
+        0, 1, need="in [0, 1]", doc="an edit less sure than this is not shown"))
+    doubt: float = field(default=4.0, metadata=within(
+        1, 1e6, doc="refine: a token is doubted when the model's own choice is this many times likelier"))
+    stride: int = field(default=4, metadata=within(1, 16, doc="refine: interleaved probe passes"))
+    max_span_lines: int = field(default=3, metadata=within(1, 200, doc="refine: most lines re-masked at once"))
+    jump_lines: int = field(default=3, metadata=within(
+        0, 1000, doc="an edit further than this many lines from the cursor is a jump"))
 
     def __post_init__(self):
         _validate(self)

@@ -12,7 +12,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
-from ..model.settings import LaunchSettings, SamplerConfig, check, coerce, field_problem
+from ..model.settings import LaunchSettings, SamplerConfig, check, coerce, field_problem, within
 from ..model.settings import hints as settings_hints
 from ..nextedit.suggest import NextEditSettings
 
@@ -21,28 +21,37 @@ SECTIONS = ("diffusionLsp", "diffusion-lsp", "diffusion_lsp")
 
 @dataclass
 class CompletionSettings:
-    enable: bool = True
-    debounce_ms: int = field(default=0, metadata=check(lambda v: 0 <= v <= 5000, "between 0 and 5000"))
-    max_context_tokens: int = field(default=512, metadata=check(lambda v: 32 <= v <= 8192, "between 32 and 8192"))
-    confidence_cut: float = field(default=0.3, metadata=check(lambda v: 0 <= v <= 1, "in [0, 1]"))
-    reject_parse_errors: bool = True  # drop (after one re-sample) a fill that breaks the parse
+    enable: bool = field(default=True, metadata=check(None, "true or false", doc="inline completions"))
+    debounce_ms: int = field(default=0, metadata=within(0, 5000, doc="wait this long for more typing before a fill"))
+    max_context_tokens: int = field(default=512, metadata=within(
+        32, 8192, doc="tokens of prefix, suffix and cross-file context shown to the model"))
+    confidence_cut: float = field(default=0.3, metadata=within(
+        0, 1, need="in [0, 1]", doc="a fill ends at its first token less sure than this"))
+    # drop (after one re-sample) a fill that breaks the parse
+    reject_parse_errors: bool = field(default=True, metadata=check(
+        None, "true or false", doc="drop a fill that breaks the file's parse, after one re-sample"))
     # single-line completions: the fills' time budget (past it the rest is committed at once), and a
     # parse-error re-sample starts only within its first half; None: no budget
-    line_budget_ms: float | None = field(default=200.0, metadata=check(lambda v: 0 < v <= 60_000,
-                                                                        "between 0 and 60000"))
-    disabled_languages: list[str] = field(default_factory=list)  # editor languageIds
-    max_line_chars: int = field(default=5000, metadata=check(lambda v: 80 <= v <= 1_000_000,
-                                                             "between 80 and 1000000"))
-    cache_size: int = field(default=256, metadata=check(lambda v: 0 <= v <= 100_000, "between 0 and 100000"))
+    line_budget_ms: float | None = field(default=200.0, metadata=check(
+        lambda v: 0 < v <= 60_000, "between 0 and 60000", exclusive_minimum=0, maximum=60_000,
+        doc="time budget of a single-line fill (ms): past it the rest is committed at once; null: none"))
+    disabled_languages: list[str] = field(default_factory=list, metadata=check(
+        None, "a list of language ids", doc="editor language ids with no completions"))
+    max_line_chars: int = field(default=5000, metadata=within(
+        80, 1_000_000, doc="no completion on a line longer than this"))
+    cache_size: int = field(default=256, metadata=within(0, 100_000, doc="recent results kept for type-ahead"))
 
 
 @dataclass
 class WorkerSettings:
-    socket: str | None = None  # shared worker socket; None: one per (model, device) in a private dir
+    socket: str | None = field(default=None, metadata=check(
+        None, "a socket path",
+        doc="a shared worker socket (its folder private, 0700); null: one per model and device in a private folder"))
     # a fill not answered by then is answered empty; a worker that then ignores a ping is restarted
-    fill_timeout_s: float = field(default=10.0, metadata=check(lambda v: 0.1 <= v <= 3600, "between 0.1 and 3600"))
-    idle_exit_s: float = field(default=600.0, metadata=check(lambda v: 0 <= v <= 7 * 86_400,
-                                                              "between 0 and 604800 (a week)"))
+    fill_timeout_s: float = field(default=10.0, metadata=within(
+        0.1, 3600, doc="a fill not answered in this many seconds is answered empty; a hung worker is restarted"))
+    idle_exit_s: float = field(default=600.0, metadata=within(
+        0, 7 * 86_400, note="a week", doc="the worker exits after this many seconds with no editor connected"))
 
 
 @dataclass

@@ -1,0 +1,80 @@
+// What a next-edit suggestion looks like on screen and what the accept key does, with no `vscode`
+// import (tested from Node; nextEditView.ts draws it).
+
+import type { NextEdit, Position, Range } from './protocol';
+
+/** How an edit is drawn: the text it deletes (struck through), what it inserts (after the range, its
+ * first line inline and the rest counted, all of it in the hover), and a one-line summary. */
+export interface Preview {
+  deleted: Range | null;
+  deletedText: string;
+  insertedLines: string[];
+  inline: string;
+  summary: string;
+  hover: string;
+}
+
+const INLINE_MAX = 80;
+
+/** The text of `range` in a document given as its lines (UTF-16 columns, as LSP's default). */
+export function textIn(lines: string[], range: Range): string {
+  const { start, end } = range;
+  if (start.line === end.line) {
+    return (lines[start.line] ?? '').slice(start.character, end.character);
+  }
+  const parts = [(lines[start.line] ?? '').slice(start.character)];
+  for (let l = start.line + 1; l < end.line; l++) {
+    parts.push(lines[l] ?? '');
+  }
+  parts.push((lines[end.line] ?? '').slice(0, end.character));
+  return parts.join('\n');
+}
+
+function clip(s: string, n: number): string {
+  return s.length <= n ? s : s.slice(0, n - 1) + '…';
+}
+
+export function preview(edit: NextEdit, lines: string[], languageId = ''): Preview {
+  const deletedText = textIn(lines, edit.range);
+  const empty = edit.range.start.line === edit.range.end.line
+    && edit.range.start.character === edit.range.end.character;
+  const insertedLines = edit.text === '' ? [] : edit.text.split('\n');
+  let inline = '';
+  if (insertedLines.length > 0) {
+    const first = insertedLines.find((l) => l.trim() !== '') ?? '';
+    const more = insertedLines.length - 1;
+    inline = clip(first.trim() === '' ? '⏎' : first, INLINE_MAX) + (more > 0 ? `  (+${more} line${more > 1 ? 's' : ''})` : '');
+  }
+  const line = edit.range.start.line + 1;
+  const summary = insertedLines.length === 0 ? `delete at line ${line}`
+    : empty ? `insert at line ${line}` : `replace at line ${line}`;
+  const fence = '```';
+  const hover = [`**Next edit** (${summary}) — Tab: accept, Esc: dismiss`, '',
+    ...(empty ? [] : ['Removes:', `${fence}${languageId}`, deletedText, fence]),
+    ...(insertedLines.length ? ['Inserts:', `${fence}${languageId}`, edit.text, fence] : [])].join('\n');
+  return { deleted: empty ? null : edit.range, deletedText, insertedLines, inline, summary, hover };
+}
+
+/** The accept key jumps to an edit whose lines the cursor is not on (so the user sees it before it
+ * lands), else applies it. */
+export function acceptAction(edit: NextEdit, cursor: Position): 'jump' | 'apply' {
+  return cursor.line < edit.range.start.line || cursor.line > edit.range.end.line ? 'jump' : 'apply';
+}
+
+/** A document's text after the edit (what VS Code's TextEditorEdit.replace does), for tests and
+ * clients without an editor. */
+export function applyEdit(text: string, edit: Pick<NextEdit, 'range' | 'text'>): string {
+  const offset = (p: Position) => {
+    let at = 0;
+    for (let l = 0; l < p.line; l++) {
+      const nl = text.indexOf('\n', at);
+      if (nl < 0) {
+        return text.length;
+      }
+      at = nl + 1;
+    }
+    const eol = text.indexOf('\n', at);
+    return Math.min(at + p.character, eol < 0 ? text.length : eol);
+  };
+  return text.slice(0, offset(edit.range.start)) + edit.text + text.slice(offset(edit.range.end));
+}
