@@ -17,6 +17,7 @@ COMMANDS = {
     "train": "diffusion_lsp.train.command",
     "eval": "diffusion_lsp.evals.command",
     "serve": "diffusion_lsp.server.command",
+    "serve-api": "diffusion_lsp.api.command",
     "model": "diffusion_lsp.model_check",
     "settings-schema": "diffusion_lsp.server.schema",
 }

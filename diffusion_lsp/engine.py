@@ -26,13 +26,15 @@ class Engine:
     memo: object = field(default_factory=lambda: _context_memo())  # model/reuse.py: a `doc`'s last
     # fill (or probe) seeds its next fill
 
-    def fill(self, requests, cfg=None, should_stop=None):
+    def fill(self, requests, cfg=None, should_stop=None, on_step=None):
+        """on_step(i, model.sampler.Draft) after each denoising step, for requests with drafts (not
+        with DreamOn's variable-length decoding, whose canvas changes size: no drafts there)."""
         from .model.dreamon import expands, fill_variable
         from .model.sampler import fill
 
         if expands(self.tokenizer):  # DreamOn: the span grows and shrinks as it decodes
             return fill_variable(self.model, self.tokenizer, requests, cfg, should_stop)
-        return fill(self.model, self.tokenizer, requests, cfg, should_stop, self.memo)
+        return fill(self.model, self.tokenizer, requests, cfg, should_stop, self.memo, on_step)
 
 
     def probe(self, prefix: str, middle: str, suffix: str, stride: int = 4, doc: str | None = None):

@@ -20,6 +20,7 @@ class FillRequest:
     id: object = None
     one_line: bool = False  # the caller keeps the first line only: stop once it is written
     doc: str | None = None  # the document: its next fill may reuse this one's context (reuse.py)
+    drafts: bool = False  # report the draft after every denoising step (sampler.fill's on_step)
 
 
 @dataclass

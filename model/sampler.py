@@ -303,6 +303,39 @@ def _step(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, step: int, g
     return _done(batch, cur, tok.filler_id, cfg.stop_below)
 
 
+MASK_GLYPH = "\u2592"  # how a still-masked position shows in a draft (one per position)
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A request's canvas after a denoising step: `committed` is the text up to its first masked
+    position (a prefix of the final text, so it can stream as deltas); `text` is the whole canvas,
+    each masked position shown as MASK_GLYPH, fillers left out."""
+
+    step: int
+    committed: str
+    text: str
+    masked: int  # positions still masked
+
+
+def _draft(batch: _Batch, b: int, f: _Fill, tok: Tokenizer, step: int) -> Draft:
+    ids = batch.x[b].gather(0, batch.canvas_idx[b, : f.row.length]).tolist()
+    first = next((j for j, t in enumerate(ids) if t == tok.mask_id), len(ids))
+    committed, _ = _text(tok, [t for t in ids[:first] if t != tok.filler_id], f.row.healed)
+    parts, run = [committed], []
+    for t in ids[first:]:
+        if t == tok.mask_id or t == tok.filler_id:
+            if run:
+                parts.append(tok.decode(run))
+                run = []
+            parts.append(MASK_GLYPH if t == tok.mask_id else "")
+        else:
+            run.append(t)
+    if run:
+        parts.append(tok.decode(run))
+    return Draft(step, committed, "".join(parts), sum(t == tok.mask_id for t in ids))
+
+
 def _canvas(batch: _Batch, b: int, f: _Fill, tok: Tokenizer) -> list[int]:
     """Batch row b's canvas ids once it is done: masks left by an early stop become fillers, and in a
     one-line row so does everything after the first newline token."""
@@ -317,13 +350,15 @@ def _canvas(batch: _Batch, b: int, f: _Fill, tok: Tokenizer) -> list[int]:
 
 @torch.inference_mode()
 def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None,
-         should_stop: Callable[[int], bool] | None = None, memo: ContextMemo | None = None) -> list[FillResult]:
+         should_stop: Callable[[int], bool] | None = None, memo: ContextMemo | None = None,
+         on_step: Callable[[int, Draft], None] | None = None) -> list[FillResult]:
     """Infill every request; the batch runs one forward pass per step for all unfinished rows.
 
     should_stop(i) is asked between denoising steps for each unfinished request i; when it says
-    True, the request is abandoned (result.cancelled) and the rest of the batch goes on. With a
-    memo, each finished row is remembered under its request's `doc`, and when every request of
-    the batch lines up with its document's last fill, the first pass starts from those."""
+    True, the request is abandoned (result.cancelled) and the rest of the batch goes on. on_step(i,
+    draft) gets each unfinished request's Draft after every step, for the requests that ask for
+    drafts. With a memo, each finished row is remembered under its request's `doc`, and when every
+    request of the batch lines up with its document's last fill, the first pass starts from those."""
     cfg = cfg or SamplerConfig()
     t0 = time.perf_counter()
     if not requests:
@@ -357,6 +392,8 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
                     _remember(memo, f, batch, b)
             elif should_stop is not None and should_stop(i):
                 f.cancelled, f.ms, done[b] = True, now, True
+            elif on_step is not None and f.req.drafts:
+                on_step(i, _draft(batch, b, f, tok, step))
         if any(done):
             batch.keep(torch.tensor([b for b, d in enumerate(done) if not d], dtype=torch.long, device=device))
     return [_result(f, tok) for f in fills]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .prompt import cut_lines
 
@@ -57,3 +58,56 @@ def rewritten(answer: str) -> str:
     if end in text:
         text = text.split(end, 1)[0]
     return text.replace(CURSOR, "")
+
+
+@dataclass(frozen=True)
+class ParsedEdit:
+    """An edit request's user message taken apart (what `edit_request` puts together)."""
+
+    path: str
+    before: str  # the file before the region, as the request shows it
+    region: str  # the code_to_edit section without the cursor mark
+    cursor: int | None  # offset of the cursor in `region`; None when not marked
+    after: str
+    history: str  # the edit_diff_history section: unified diffs, oldest first
+    snippets: str  # recently_viewed_code_snippets
+
+
+def _section(content: str, name: str, required: bool = True) -> str | None:
+    start, end = f"<|{name}|>", f"<|/{name}|>"
+    i = content.find(start)
+    j = content.find(end, i + len(start)) if i >= 0 else -1
+    if i < 0 or j < 0:
+        if required:
+            raise ValueError(f"the message has no {start} ... {end} section")
+        return None
+    body = content[i + len(start):j]
+    return body[1:] if body.startswith("\n") else body
+
+
+def parse_edit_request(content: str) -> ParsedEdit:
+    """The parts of a mercury-edit user message; ValueError naming a missing or repeated part."""
+    current = _section(content, "current_file_content")
+    path = ""
+    if current.startswith("current_file_path:"):
+        first, _, current = current.partition("\n")
+        path = first.split(":", 1)[1].strip()
+    start, end = _TAGS
+    if current.count(start) != 1 or current.count(end) != 1 or current.index(start) > current.index(end):
+        raise ValueError(f"the current file needs exactly one {start} ... {end} section")
+    before, rest = current.split(start, 1)
+    marked, after = rest.split(end, 1)
+    marked = marked[1:] if marked.startswith("\n") else marked
+    after = after[1:] if after.startswith("\n") else after
+    if marked.count(CURSOR) > 1:
+        raise ValueError(f"more than one {CURSOR} in {start}")
+    cursor = marked.find(CURSOR)
+    region = marked.replace(CURSOR, "")
+    return ParsedEdit(path, before, region, None if cursor < 0 else cursor, after,
+                      _section(content, "edit_diff_history", required=False) or "",
+                      _section(content, "recently_viewed_code_snippets", required=False) or "")
+
+
+def fenced(region: str) -> str:
+    """The answer an edit endpoint gives: the region as it should read, in a code fence."""
+    return "```\n" + region + ("" if region.endswith("\n") or not region else "\n") + "```"

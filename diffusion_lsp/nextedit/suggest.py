@@ -85,6 +85,7 @@ class EditRequest:
     uri: str = ""  # the document's uri (cross-file context skips it)
     open_docs: list = field(default_factory=list)  # other open documents (context.types.Document)
     index_of: Callable | None = None  # their definitions (context.index.indexed on the server's path)
+    region: tuple[int, int] | None = None  # str offsets of the region to rewrite; None: editable_region's
 
 
 @dataclass
@@ -181,12 +182,20 @@ def _definitions(req: EditRequest, before: str, old: str, after: str) -> str:
                       req.settings.max_context_tokens // 8, req.count, req.index_of).text
 
 
+def given_region(text: str, start: int, end: int) -> Region:
+    """The Region of text[start:end] (a caller's, e.g. an edit request's code_to_edit section)."""
+    first = text.count("\n", 0, start)
+    last = text.count("\n", 0, end) + (0 if end > start and text[end - 1] == "\n" else 1)
+    return Region(first, max(last, first + 1), start, end)
+
+
 def plan(req: EditRequest) -> Plan:
     s = req.settings
     mode = req.mode or s.mode
     text, count = req.text, req.count
     region_tokens = max(8, min(s.region_tokens, s.max_context_tokens // 4))
-    region = editable_region(text, req.cursor[0], req.spec, count, s.region_lines, region_tokens)
+    region = (given_region(text, *req.region) if req.region is not None else
+              editable_region(text, req.cursor[0], req.spec, count, s.region_lines, region_tokens))
     old = text[region.start_offset:region.end_offset]
     before, after = text[:region.start_offset], text[region.end_offset:]
     diffs = req.diffs[-s.history_steps:] if s.history_steps else []

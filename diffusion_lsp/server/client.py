@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.settings import LaunchSettings
-from .wire import (MAX_LINE, WIRE_VERSION, Fill, FillOrder, FillRefused, ProbeOrder, Probed, check_socket_path, decode, encode,
-                   model_name)
+from .wire import (MAX_LINE, WIRE_VERSION, DraftEvent, Fill, FillOrder, FillRefused, ProbeOrder, Probed, check_socket_path,
+                   decode, encode, model_name)
 
 SPAWN_TIMEOUT_S = 60.0  # the worker prints "ready" once its socket listens, before loading the model
 CONNECT_TRIES = 40  # when another session is starting the worker: 40 x 0.25 s
@@ -28,10 +28,11 @@ class Launch:
     socket: Path
     settings: LaunchSettings = LaunchSettings()
     idle_exit_s: float = 600.0
+    max_batch: int = 8  # most fills the worker decodes together
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "diffusion_lsp.server.worker", "--socket", str(self.socket),
-                "--idle-exit", str(self.idle_exit_s), *self.settings.to_argv()]
+                "--idle-exit", str(self.idle_exit_s), "--max-batch", str(self.max_batch), *self.settings.to_argv()]
 
 
 class WorkerUnavailable(Exception):
@@ -49,6 +50,7 @@ class WorkerClient:
         self.error: str | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future] = {}
+        self._drafts: dict[int, Callable[[DraftEvent], None]] = {}  # fills with drafts: where they go
         self._connecting: asyncio.Task | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._closed = False
@@ -68,21 +70,26 @@ class WorkerClient:
             self._connecting = asyncio.ensure_future(self._connect())
         await asyncio.shield(self._connecting)
 
-    async def fill(self, key: str, order: FillOrder) -> Fill:
+    async def fill(self, key: str, order: FillOrder, on_draft: Callable[[DraftEvent], None] | None = None) -> Fill:
         """The worker's fill for `order`. Raises WorkerUnavailable when it is not connected and
         ready or goes away meanwhile, FillRefused when it says no. Cancelling this coroutine sends
-        a cancel, so the worker abandons the work."""
-        return await self._order(key, order, Fill)
+        a cancel, so the worker abandons the work. With `order.drafts`, on_draft gets each draft."""
+        return await self._order(key, order, Fill, on_draft)
 
     async def probe(self, key: str, order: ProbeOrder) -> Probed:
         """The worker's probe (model/probe.py); raises like `fill`."""
         return await self._order(key, order, Probed)
 
-    async def _order(self, key: str, order, answer):
+    async def _order(self, key: str, order, answer, on_draft=None):
         if not self.connected or self.state != "ready":
             raise WorkerUnavailable(f"the model worker is {self.state}")
         rid = next(self._ids)
-        reply = await self._ask(order.message(rid, key), rid, cancel=True)
+        if on_draft is not None:
+            self._drafts[rid] = on_draft
+        try:
+            reply = await self._ask(order.message(rid, key), rid, cancel=True)
+        finally:
+            self._drafts.pop(rid, None)
         if not reply.get("ok"):
             raise FillRefused(str(reply.get("reason")), reply.get("error"))
         try:
@@ -209,6 +216,10 @@ class WorkerClient:
                 message = decode(line)
                 if "event" in message:
                     self._event(message)
+                elif "draft" in message:
+                    if (sink := self._drafts.get(message.get("id"))) is not None and (
+                            draft := DraftEvent.from_message(message)) is not None:
+                        sink(draft)
                 elif (fut := self._pending.get(message.get("id"))) is not None and not fut.done():
                     fut.set_result(message)
         except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):

@@ -33,7 +33,12 @@ class Ui(Protocol):
 
 class Unavailable(Exception):
     """The model could not answer (off, not loaded, failed, gone, past its deadline): answered
-    empty and not cached. The message says why."""
+    empty and not cached. The message says why; `kind` is off | starting | lost | timeout | refused
+    (serve-api retries a fill whose worker was lost, and answers the others with their status)."""
+
+    def __init__(self, message: str, kind: str = "off"):
+        super().__init__(message)
+        self.kind = kind
 
 
 class _Progress:
@@ -106,33 +111,37 @@ class WorkerLink:
                 self.progress.end(f"model {client.state}")
         return client
 
-    async def fill(self, key: str, order: FillOrder) -> Fill | None:
+    async def fill(self, key: str, order: FillOrder, on_draft=None) -> Fill | None:
         """The worker's fill; None when the worker dropped it for a newer one. Raises Unavailable.
-        Cancelling this coroutine cancels the fill in the worker."""
-        return await self._call("fill", key, order)
+        Cancelling this coroutine cancels the fill in the worker. With `order.drafts`, on_draft gets
+        each draft (wire.DraftEvent)."""
+        return await self._call("fill", key, order, on_draft)
 
     async def probe(self, key: str, order: ProbeOrder) -> Probed | None:
         """The worker's probe (model/probe.py), with the same deadline and failures as `fill`."""
         return await self._call("probe", key, order)
 
-    async def _call(self, op: str, key: str, order):
+    async def _call(self, op: str, key: str, order, on_draft=None):
         client = await self.ensure()
         if client is None:
-            raise Unavailable("the model worker is not available")
+            raise Unavailable("the model worker is not available", "off")
+        if client.connected and client.state == "loading":
+            raise Unavailable("the model is loading", "starting")
+        ask = client.fill(key, order, on_draft) if on_draft is not None else getattr(client, op)(key, order)
         try:
-            return await asyncio.wait_for(getattr(client, op)(key, order), self.fill_timeout_s)
+            return await asyncio.wait_for(ask, self.fill_timeout_s)
         except asyncio.TimeoutError:
             self.stats.fill_timeouts += 1
             self.check = asyncio.ensure_future(self._check_alive(client))
-            raise Unavailable(f"no {op} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)") from None
+            raise Unavailable(f"no {op} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)", "timeout") from None
         except WorkerUnavailable as e:
-            raise Unavailable(str(e)) from None
+            raise Unavailable(str(e), "starting" if client.connected and client.state == "loading" else "lost") from None
         except FillRefused as e:
             if e.reason in ("superseded", "cancelled"):
                 return None
             if e.reason == "error":
                 self.ui.log("error", f"{op} failed: {e.error}")
-            raise Unavailable(f"the worker refused the {op}: {e}") from None
+            raise Unavailable(f"the worker refused the {op}: {e}", "refused" if e.reason == "error" else "off") from None
 
     async def _check_alive(self, client: WorkerClient) -> None:
         """After a missed deadline: a worker that does not answer a ping, or whose batch has run

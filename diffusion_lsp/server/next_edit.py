@@ -166,33 +166,40 @@ class NextEditor:
         return NextEdit(doc.uri, doc.version, rng, e.text, e.start, e.end, out.jump), out
 
     async def _drive(self, p: Plan, ticket: _Ticket, key: str) -> Outcome | None:
-        """The plan's CPU steps in the thread, its model work through the link; None when superseded."""
-        loop = asyncio.get_running_loop()
-        answer = None
-        while True:
-            done, order = await loop.run_in_executor(self.thread, functools.partial(_advance, p, answer))
-            if done:
-                return order
-            if ticket.superseded.is_set():
-                return None
-            call = (self.link.probe if isinstance(order, ProbeOrder) else
-                    self.link.rewrite if isinstance(order, RewriteOrder) else self.link.fill)
-            task = asyncio.ensure_future(call(key, order))
-            waiter = asyncio.ensure_future(ticket.superseded.wait())
-            try:
-                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                waiter.cancel()
-                if not task.done():
-                    task.cancel()
-            if not task.done() or task.cancelled():
-                return None
-            answer = task.result()  # raises Unavailable
-            if answer is None:
-                return None
+        return await drive_link(p, self.link, key, self.thread, ticket.superseded)
 
     def close(self) -> None:
         self.thread.shutdown(wait=False, cancel_futures=True)
+
+
+async def drive_link(p: Plan, link, key: str, thread: ThreadPoolExecutor, stop: asyncio.Event | None = None
+                     ) -> Outcome | None:
+    """Run a plan: its CPU steps in `thread`, its model work through `link` (a WorkerLink or a
+    RemoteLink); None when `stop` is set meanwhile or the link drops the work. Raises Unavailable."""
+    loop = asyncio.get_running_loop()
+    stop = stop or asyncio.Event()
+    answer = None
+    while True:
+        done, order = await loop.run_in_executor(thread, functools.partial(_advance, p, answer))
+        if done:
+            return order
+        if stop.is_set():
+            return None
+        call = (link.probe if isinstance(order, ProbeOrder) else
+                link.rewrite if isinstance(order, RewriteOrder) else link.fill)
+        task = asyncio.ensure_future(call(key, order))
+        waiter = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not task.done():
+                task.cancel()
+        if not task.done() or task.cancelled():
+            return None
+        answer = task.result()  # raises Unavailable
+        if answer is None:
+            return None
 
 
 def _advance(p: Plan, answer) -> tuple[bool, object]:

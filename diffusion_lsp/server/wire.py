@@ -5,13 +5,16 @@ dir) and is itself 0600, so only the user who started the worker can send it cod
 
 Messages, one JSON object per line (`WIRE_VERSION` in hello; a client refuses another version):
   client -> worker  {"op": "fill", "id": 7, "key": "file:///a.py", "prefix": "...", "suffix": "...",
-                     "max_tokens": 32, "one_line": true, "sampling": SamplerConfig.to_wire()}
+                     "max_tokens": 32, "one_line": true, "sampling": SamplerConfig.to_wire(),
+                     "drafts": true (optional: the draft after every denoising step, as below)}
                     {"op": "cancel", "id": 7}
                     {"op": "ping", "id": 8}
   worker -> client  {"event": "hello", "version": 2, "pid": 123, "state": "loading", "model": "..."}
                     {"event": "state", "state": "ready" | "failed", "error": "..."}
+                    {"id": 7, "draft": "def f(x): \u2592\u2592", "committed": "def f(x): ", "step": 2,
+                     "masked": 2}  (only for a fill with drafts, before its answer)
                     {"id": 7, "ok": true, "text": "...", "pieces": [...], "confidence": [...], "ms": 12.5,
-                     "forwards": 3, "reused": 120}
+                     "forwards": 3, "reused": 120, "batch": 4}
                     {"id": 7, "ok": false, "reason": "superseded" | "cancelled" | "model" | "error",
                      "error": "..."}
                     {"id": 8, "ok": true, "pong": true, "busy_s": 0.4}  (answered by the socket thread,
@@ -100,10 +103,14 @@ class FillOrder:
     max_tokens: int
     one_line: bool = False  # the caller keeps the first line only: the worker stops once it is written
     sampling: SamplerConfig = field(default_factory=SamplerConfig)
+    drafts: bool = False  # the worker sends the draft after every denoising step (serve-api's streams)
 
     def message(self, rid: int, key: str) -> dict:
-        return {"op": "fill", "id": rid, "key": key, "prefix": self.prefix, "suffix": self.suffix,
-                "max_tokens": self.max_tokens, "one_line": self.one_line, "sampling": self.sampling.to_wire()}
+        msg = {"op": "fill", "id": rid, "key": key, "prefix": self.prefix, "suffix": self.suffix,
+               "max_tokens": self.max_tokens, "one_line": self.one_line, "sampling": self.sampling.to_wire()}
+        if self.drafts:
+            msg["drafts"] = True
+        return msg
 
     @classmethod
     def from_message(cls, msg: dict) -> FillOrder:
@@ -114,9 +121,10 @@ class FillOrder:
             raise ValueError("prefix and suffix must be strings")
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 4096:
             raise ValueError(f"max_tokens must be an integer between 1 and 4096, got {n!r}")
-        if not isinstance(one_line, bool):
-            raise ValueError(f"one_line must be true or false, got {one_line!r}")
-        return cls(prefix, suffix, n, one_line, SamplerConfig.from_wire(msg.get("sampling", {})))
+        drafts = msg.get("drafts", False)
+        if not isinstance(one_line, bool) or not isinstance(drafts, bool):
+            raise ValueError(f"one_line and drafts must be true or false, got {one_line!r} and {drafts!r}")
+        return cls(prefix, suffix, n, one_line, SamplerConfig.from_wire(msg.get("sampling", {})), drafts)
 
 
 @dataclass
@@ -130,10 +138,12 @@ class Fill:
     forwards: int = 0
     reused: int = 0  # context positions the worker reused from this document's last fill
     end_confidence: float = 1.0  # how sure the model was that the text ends where it does
+    batch: int = 1  # requests decoded in the same batch (one forward pass per step for all of them)
 
     def message(self, rid) -> dict:
         return {"id": rid, "ok": True, "text": self.text, "pieces": self.pieces, "confidence": self.confidence,
-                "ms": self.ms, "forwards": self.forwards, "reused": self.reused, "end_confidence": self.end_confidence}
+                "ms": self.ms, "forwards": self.forwards, "reused": self.reused, "end_confidence": self.end_confidence,
+                "batch": self.batch}
 
     @classmethod
     def from_message(cls, msg: dict) -> Fill:
@@ -146,7 +156,9 @@ class Fill:
         ms, forwards, reused = msg.get("ms", 0.0), msg.get("forwards", 0), msg.get("reused", 0)
         end = msg.get("end_confidence", 1.0)
         end = float(end) if isinstance(end, (int, float)) and not isinstance(end, bool) else 1.0
-        return cls(text, pieces, [float(c) for c in conf], float(ms), int(forwards), int(reused), end)
+        batch = msg.get("batch", 1)
+        batch = batch if isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1 else 1
+        return cls(text, pieces, [float(c) for c in conf], float(ms), int(forwards), int(reused), end, batch)
 
 
 @dataclass(frozen=True)
@@ -198,6 +210,27 @@ class Probed:
             raise ValueError("a probe reply whose pieces and probabilities do not line up")
         return cls(pieces, [float(x) for x in prob], [float(x) for x in best], int(msg.get("forwards", 0)),
                    float(msg.get("ms", 0.0)))
+
+
+@dataclass(frozen=True)
+class DraftEvent:
+    """A fill's draft after a denoising step (FillOrder.drafts): model/sampler.py's Draft on the wire."""
+
+    step: int
+    committed: str  # the text up to the first masked position: a prefix of the final text
+    text: str  # the whole canvas, masked positions shown as a glyph
+    masked: int
+
+    def message(self, rid) -> dict:
+        return {"id": rid, "draft": self.text, "committed": self.committed, "step": self.step, "masked": self.masked}
+
+    @classmethod
+    def from_message(cls, msg: dict) -> DraftEvent | None:
+        text, committed, step, masked = (msg.get(k) for k in ("draft", "committed", "step", "masked"))
+        if not (isinstance(text, str) and isinstance(committed, str) and isinstance(step, int)
+                and isinstance(masked, int)):
+            return None
+        return cls(step, committed, text, masked)
 
 
 class FillRefused(Exception):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..model.settings import LaunchSettings, SamplerConfig, add_args, from_args
 from .listener import Conn, bind, serve
-from .wire import WIRE_VERSION, Fill, FillOrder, ProbeOrder, Probed, model_name
+from .wire import WIRE_VERSION, DraftEvent, Fill, FillOrder, ProbeOrder, Probed, model_name
 
 log = logging.getLogger("diffusion-lsp.worker")
 WARM_UP = FillOrder("def f(x):\n", "\n", 4)  # first-call kernel set-up, before the worker says ready
@@ -171,10 +171,16 @@ class Worker:
                 self.busy_since = None
 
     def _decode(self, batch: list[Job], sampling: SamplerConfig) -> None:
+        def on_step(i: int, d) -> None:
+            job = batch[i]
+            if not job.stop.is_set():
+                job.conn.send(DraftEvent(d.step, d.committed, d.text, d.masked).message(job.id))
+
         try:
+            options = {"on_step": on_step} if any(j.order.drafts for j in batch) else {}
             results = self.engine.fill([_request(j.order, j.id, j.key) for j in batch], sampling,
-                                       should_stop=lambda i: batch[i].stop.is_set())
-            replies = [self._reply(j, r) for j, r in zip(batch, results)]
+                                       should_stop=lambda i: batch[i].stop.is_set(), **options)
+            replies = [self._reply(j, r, len(batch)) for j, r in zip(batch, results)]
         except Exception as e:  # a request the checks let through fails its batch, not the worker
             log.exception("fill failed")
             replies = [{"id": j.id, "ok": False, "reason": "error", "error": f"{type(e).__name__}: {e}"}
@@ -198,11 +204,11 @@ class Worker:
             job.conn.send(reply)
 
     @staticmethod
-    def _reply(job: Job, r) -> dict:
+    def _reply(job: Job, r, batch: int) -> dict:
         if job.stop.is_set() or r.cancelled:
             return {"id": job.id, "ok": False, "reason": job.reason}
         return Fill(r.text, r.pieces, r.confidence, r.ms, r.forwards, r.reused,
-                    getattr(r, "end_confidence", 1.0)).message(job.id)
+                    getattr(r, "end_confidence", 1.0), batch).message(job.id)
 
 
 def _request(order: FillOrder, rid, key: str):
@@ -210,7 +216,7 @@ def _request(order: FillOrder, rid, key: str):
     from ..model.canvas import FillRequest
 
     return FillRequest(order.prefix, order.suffix, order.max_tokens, id=rid, one_line=order.one_line,
-                       doc=key or None)
+                       doc=key or None, drafts=order.drafts)
 
 
 def load_model(launch: LaunchSettings):
@@ -230,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--socket", required=True)
     add_args(p, LaunchSettings)
     p.add_argument("--idle-exit", type=float, default=600.0, help="seconds without clients before exiting")
+    p.add_argument("--max-batch", type=int, default=8, help="most fills decoded together (default 8)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
     path = Path(args.socket)
@@ -239,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     listener, _lock = bound
     launch = from_args(LaunchSettings, args)
-    worker = Worker(lambda: load_model(launch), model_name(launch))
+    worker = Worker(lambda: load_model(launch), model_name(launch), max(1, args.max_batch))
     print(f"ready {os.getpid()}", flush=True)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # whoever read that line may be gone
     threading.Thread(target=worker.run, daemon=True).start()

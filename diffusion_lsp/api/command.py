@@ -1,0 +1,112 @@
+"""`diffusion-lsp serve-api`: the OpenAI/Mercury-compatible API on uvicorn, the model in a worker."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+import os
+import sys
+from pathlib import Path
+
+from ..errors import UserError
+from ..model.settings import LaunchSettings, SamplerConfig, add_args, from_args
+
+DEFAULT_MODEL_NAME = "diffusion-lsp"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve-api", help="serve the model as an OpenAI/Mercury-compatible HTTP API",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    add_args(p, LaunchSettings, only=("path", "device", "threads", "precision"))
+    add_args(p, SamplerConfig)  # how every fill is decoded
+    p.add_argument("--api-key-env", metavar="VAR",
+                   help="environment variable holding the API key that clients must send as a bearer token")
+    p.add_argument("--served-model-name", action="append", metavar="NAME",
+                   help=f"model name clients ask for (repeatable; default {DEFAULT_MODEL_NAME})")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds a request may take (default 30)")
+    p.add_argument("--max-in-flight", type=int, default=64,
+                   help="requests admitted at once; past it: 429 with Retry-After (default 64)")
+    p.add_argument("--max-batch", type=int, default=16, help="most fills decoded together (default 16)")
+    p.add_argument("--max-tokens", type=int, default=512, help="largest max_tokens a request may ask (default 512)")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
+    p.add_argument("--next-edit", metavar="JSON", default="{}",
+                   help='next-edit settings for /v1/edit/completions, as the editors\' nextEdit.* settings, '
+                        'e.g. \'{"mode": "full", "maxSpanLines": 1}\'')
+    p.add_argument("--worker-socket", metavar="PATH",
+                   help="the model worker's Unix socket (default: one for this model in a private runtime directory)")
+    p.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
+    p.set_defaults(run=run)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _next_edit_settings(raw: str):
+    import json
+
+    from ..server.config import parse_config
+
+    try:
+        value = json.loads(raw)
+    except ValueError as e:
+        raise UserError(f"--next-edit is not JSON: {e}") from None
+    cfg, problems = parse_config({"nextEdit": value})
+    if problems:
+        raise UserError("--next-edit: " + "; ".join(problems))
+    return cfg.next_edit
+
+
+def api_socket(launch: LaunchSettings) -> Path:
+    """The API's own worker (its batch size differs from the editors' workers)."""
+    from ..server.wire import model_name, private_dir
+
+    digest = hashlib.sha256(f"{model_name(launch)}\0{launch.device}\0{launch.precision}".encode()).hexdigest()[:16]
+    return private_dir() / f"api-{digest}.sock"
+
+
+def run(args) -> int:
+    import uvicorn
+
+    from ..server.client import Launch
+    from .app import create_app
+    from .metrics import Metrics
+    from .service import Service
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        launch = from_args(LaunchSettings, args)
+        sampling = from_args(SamplerConfig, args)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    for name, value, low in (("--timeout", args.timeout, 0.1), ("--max-in-flight", args.max_in_flight, 1),
+                             ("--max-batch", args.max_batch, 1), ("--max-tokens", args.max_tokens, 1),
+                             ("--max-body-bytes", args.max_body_bytes, 1024)):
+        if value < low:
+            raise UserError(f"{name} must be at least {low}, got {value}")
+    next_edit = _next_edit_settings(args.next_edit)
+    key = None
+    if args.api_key_env:
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            raise UserError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
+    elif not _loopback(args.host):
+        print(f"diffusion-lsp: warning: serving on {args.host} with no API key: anyone who can reach it can use "
+              "it (set --api-key-env)", file=sys.stderr)
+    socket = Path(args.worker_socket) if args.worker_socket else api_socket(launch)
+    service = Service(Launch(socket, launch, idle_exit_s=60.0, max_batch=args.max_batch), Metrics(),
+                      timeout_s=args.timeout, max_in_flight=args.max_in_flight, sampling=sampling,
+                      next_edit=next_edit)
+    app = create_app(service, models=args.served_model_name or [DEFAULT_MODEL_NAME], api_key=key,
+                     max_body_bytes=args.max_body_bytes, max_tokens=min(args.max_tokens, 4096))
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(), access_log=False,
+                timeout_graceful_shutdown=5)
+    return 0

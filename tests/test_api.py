@@ -1,0 +1,312 @@
+"""`diffusion-lsp serve-api` for real on 127.0.0.1, driven by the official `openai` client and httpx:
+a fill on both routes and in a FIM template (Zed's request, as its OpenAI-compatible edit-prediction
+provider sends it), streaming deltas and `diffusing` drafts, a next edit, the key, 429 when the
+queue is full, bad and hostile bodies, a client leaving mid-stream, the worker killed mid-request,
+and the language server's remote backend pointed at it.
+
+The checkpoints' answers are known: test_server_range's scripted checkpoint writes "foo(value) + 1"
+after "self." one token per step; test_server_e2e's echo checkpoint re-masks into "foo"s."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from lsprotocol import types
+
+from conftest import loads_ended, open_doc, start_server, stop_server, within
+from diffusion_lsp.api.requests import BadRequest, cut_at_stop, parse_fim, split_fim, stream_safe
+from diffusion_lsp.model.sampler import MASK_GLYPH
+from diffusion_lsp.nextedit import mercury
+from test_server_e2e import echo_checkpoint  # noqa: F401 (a fixture)
+from test_server_range import CAPS, SCRIPT, scripted_checkpoint
+
+PREFIX, SUFFIX, ANSWER = "def f(self):\n    y = self.", "\n", "foo(value) + 1"
+KEY_ENV, KEY = "DIFFUSION_LSP_TEST_API_KEY", "sk-test-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Api:
+    def __init__(self, model: Path, folder: Path, *flags: str, env: dict | None = None):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = folder / "api.log"
+        cmd = [sys.executable, "-m", "diffusion_lsp", "serve-api", "--port", str(self.port), "--model", str(model),
+               "--no-heal", "--worker-socket", str(folder / "worker.sock"), "--log-level", "warning", *flags]
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(self.base + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("serve-api did not get ready: " + self.log.read_text())
+
+    def client(self, **options) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base + "/v1", api_key=options.pop("api_key", "unused"), **options)
+
+    def worker_pid(self) -> int:
+        return httpx.get(self.base + "/health").json()["worker"]["pid"]
+
+    def metric(self, name: str, headers: dict | None = None) -> float:
+        text = httpx.get(self.base + "/metrics", headers=headers or {}).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+    def close(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def api(tokenizer, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("api")
+    server = Api(scripted_checkpoint(tokenizer, SCRIPT, folder / "model"), folder / "run", "--max-in-flight", "1",
+                 "--timeout", "10")
+    yield server
+    server.close()
+
+
+# ---- requests, without a server ----
+
+@pytest.mark.parametrize("prompt", [
+    f"<|fim_prefix|>{PREFIX}<|fim_suffix|>{SUFFIX}<|fim_middle|>",
+    f"<fim_prefix>{PREFIX}<fim_suffix>{SUFFIX}<fim_middle>",
+    f"<PRE> {PREFIX} <SUF>{SUFFIX} <MID>",
+    f"<｜fim▁begin｜>{PREFIX}<｜fim▁hole｜>{SUFFIX}<｜fim▁end｜>",
+    f"[SUFFIX]{SUFFIX}[PREFIX]{PREFIX}",
+    f"<|code_prefix|>{PREFIX}<|code_suffix|>{SUFFIX}<|code_middle|>",
+])
+def test_every_fim_template_is_taken_apart(prompt):
+    assert split_fim(prompt)[:2] == (PREFIX, SUFFIX)
+
+
+def test_a_request_body_is_checked_field_by_field():
+    ok = parse_fim({"prompt": "a", "suffix": "b", "max_tokens": 5, "stop": "\n", "user": "u", "frobnicate": 1}, 64)
+    assert (ok.prefix, ok.suffix, ok.max_tokens, ok.stop, ok.ignored) == ("a", "b", 5, ["\n"], ["frobnicate"])
+    for body, param in [({"prompt": 3}, "prompt"), ({"prompt": "a", "max_tokens": 0}, "max_tokens"),
+                        ({"prompt": "a", "max_tokens": True}, "max_tokens"), ({"prompt": "a", "stop": [1]}, "stop"),
+                        ({"prompt": "a", "temperature": "hot"}, "temperature"), ({"prompt": "a", "n": 2}, "n"),
+                        ({"prompt": "a", "stream": "yes"}, "stream"), ({"prompt": "a", "logprobs": 5}, "logprobs")]:
+        with pytest.raises(BadRequest) as e:
+            parse_fim(body, 64)
+        assert e.value.param == param, body
+    with pytest.raises(BadRequest):
+        parse_fim(["not", "an", "object"], 64)
+
+
+def test_stop_sequences_cut_the_text_and_hold_back_what_may_start_one():
+    assert cut_at_stop("abc\ndef", ["\n"]) == ("abc", True)
+    assert cut_at_stop("abc", ["\n"]) == ("abc", False)
+    assert stream_safe("x = 1 # TO", ["# TODO"]) == "x = 1 "
+    assert stream_safe("x = 1", ["# TODO"]) == "x = 1"
+
+
+# ---- the API with the official client ----
+
+def test_a_fill_on_both_routes_and_in_a_fim_template(api):
+    client = api.client()
+    done = client.completions.create(model="diffusion-lsp", prompt=PREFIX, suffix=SUFFIX, max_tokens=16)
+    assert done.choices[0].text == ANSWER and done.choices[0].finish_reason == "stop"
+    assert done.usage.completion_tokens >= 1
+    fim = httpx.post(api.base + "/v1/fim/completions", json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 16})
+    assert fim.status_code == 200 and fim.json()["choices"][0]["text"] == ANSWER
+    # Zed's OpenAI-compatible edit-prediction provider: a qwen FIM prompt, its stop tokens, no suffix field
+    zed = {"model": "diffusion-lsp", "prompt": f"<|fim_prefix|>{PREFIX}<|fim_suffix|>{SUFFIX}<|fim_middle|>",
+           "max_tokens": 64, "temperature": None, "stop": ["<|endoftext|>", "<|fim_prefix|>", "<fim_prefix>", "<PRE>"]}
+    answer = httpx.post(api.base + "/v1/completions", json=zed)
+    assert answer.status_code == 200 and answer.json()["choices"][0]["text"] == ANSWER
+    stopped = client.completions.create(model="diffusion-lsp", prompt=PREFIX, suffix=SUFFIX, max_tokens=16,
+                                        stop=["("])
+    assert stopped.choices[0].text == "foo" and stopped.choices[0].finish_reason == "stop"
+    assert [m.id for m in client.models.list().data] == ["diffusion-lsp"]
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="gpt-4", prompt=PREFIX, max_tokens=4)
+
+
+def test_streaming_deltas_and_diffusing_drafts(api):
+    client = api.client()
+    chunks = list(client.completions.create(model="diffusion-lsp", prompt=PREFIX, suffix=SUFFIX, max_tokens=16,
+                                            stream=True))
+    texts = [c.choices[0].text for c in chunks]
+    assert "".join(texts) == ANSWER and len([t for t in texts if t]) >= 3, texts  # the text as it commits
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    drafts = [c.choices[0].text for c in client.completions.create(
+        model="diffusion-lsp", prompt=PREFIX, suffix=SUFFIX, max_tokens=16, stream=True,
+        extra_body={"diffusing": True})]
+    assert drafts[-1] == ANSWER and len(drafts) >= 3, drafts
+    assert all(MASK_GLYPH in d for d in drafts[:-1]), drafts  # each a whole draft, masks still in it
+    masks = [d.count(MASK_GLYPH) for d in drafts]
+    assert masks == sorted(masks, reverse=True), drafts  # sharpening: fewer masks at every step
+
+
+def test_a_next_edit_through_the_edit_endpoint(echo_checkpoint, tmp_path):  # noqa: F811
+    server = Api(echo_checkpoint, tmp_path / "run", "--timeout", "20", "--next-edit",
+                 json.dumps({"maxSpanLines": 1, "minConfidence": 0.5}))
+    try:
+        region = "def area(width, h):\n    return w * h\n"
+        content = mercury.edit_request("area.py", "", region, 4, "\nprint(area(2, 3))\n",
+                                       ["--- a/area.py\n+++ b/area.py\n@@ -1 +1 @@\n-def area(w, h):\n"
+                                        "+def area(width, h):\n"], lambda t: len(t) // 3 + 1, 400)
+        client = server.client()
+        done = client.post("/edit/completions", cast_to=openai.types.chat.ChatCompletion,
+                           body={"model": "diffusion-lsp", "messages": [{"role": "user", "content": content}]})
+        new = mercury.rewritten(done.choices[0].message.content)
+        changed = [(a, b) for a, b in zip(region.splitlines(), new.splitlines()) if a != b]
+        assert len(new.splitlines()) == 2 and len(changed) == 1, new
+        assert changed[0][1].strip().strip("fo") == "", changed  # the echo model's foo's
+        bad = httpx.post(server.base + "/v1/edit/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+        assert bad.status_code == 400 and "<|current_file_content|>" in bad.json()["error"]["message"]
+    finally:
+        server.close()
+
+
+def test_the_key_is_needed_when_one_is_set(tokenizer, tmp_path):
+    model = scripted_checkpoint(tokenizer, SCRIPT, tmp_path / "model")
+    server = Api(model, tmp_path / "run", "--api-key-env", KEY_ENV, env={KEY_ENV: KEY})
+    try:
+        with pytest.raises(openai.AuthenticationError):
+            server.client(api_key="wrong").completions.create(model="diffusion-lsp", prompt=PREFIX, max_tokens=4)
+        bare = httpx.post(server.base + "/v1/completions", json={"prompt": PREFIX, "max_tokens": 4})
+        assert bare.status_code == 401 and bare.headers["www-authenticate"] == "Bearer"
+        assert httpx.get(server.base + "/metrics").status_code == 401
+        done = server.client(api_key=KEY).completions.create(model="diffusion-lsp", prompt=PREFIX, suffix=SUFFIX,
+                                                             max_tokens=16)
+        assert done.choices[0].text == ANSWER
+        assert httpx.get(server.base + "/health").status_code == 200  # load balancers ask without a key
+        assert server.metric('diffusion_lsp_api_rejected_total{reason="auth"}', {"Authorization": f"Bearer {KEY}"}) == 3
+    finally:
+        server.close()
+    with pytest.raises(subprocess.CalledProcessError):  # a key variable that is not set: refused at start
+        subprocess.run([sys.executable, "-m", "diffusion_lsp", "serve-api", "--api-key-env", "NO_SUCH_VAR_XYZ"],
+                       check=True, capture_output=True, timeout=60)
+
+
+def test_a_full_queue_answers_429_with_retry_after(api):
+    pid = api.worker_pid()
+    os.kill(pid, signal.SIGSTOP)  # the worker stalls: the one request admitted (--max-in-flight 1) waits
+    try:
+        first, refused = asyncio.run(_hold_and_probe(api, pid))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert refused.status_code == 429 and refused.response.headers["retry-after"] == "1"
+    assert first.status_code == 200 and first.json()["choices"][0]["text"] == ANSWER
+    assert api.metric('diffusion_lsp_api_rejected_total{reason="queue_full"}') >= 1
+
+
+async def _hold_and_probe(api: Api, pid: int):
+    async with httpx.AsyncClient(timeout=30) as http:
+        first = asyncio.ensure_future(http.post(api.base + "/v1/completions",
+                                                json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 16}))
+        for _ in range(200):  # until the first is admitted
+            if api.metric("diffusion_lsp_api_queue_depth") >= 1:
+                break
+            await asyncio.sleep(0.05)
+        with pytest.raises(openai.RateLimitError) as refused:  # the official client, not retrying
+            api.client(max_retries=0).completions.create(model="diffusion-lsp", prompt=PREFIX, max_tokens=4)
+        os.kill(pid, signal.SIGCONT)
+        return await first, refused.value
+
+
+def test_bad_and_hostile_bodies_get_4xx_and_the_server_keeps_serving(api):
+    url = api.base + "/v1/completions"
+    cases = {
+        "malformed": httpx.post(url, content=b"{not json", headers={"Content-Type": "application/json"}),
+        "binary": httpx.post(url, content=bytes(range(256)) * 4),
+        "oversized": httpx.post(url, content=b"x" * (2 << 20)),
+        "wrong type": httpx.post(url, json={"prompt": PREFIX, "max_tokens": "lots"}),
+        "not an object": httpx.post(url, json=[1, 2, 3]),
+        "huge max_tokens": httpx.post(url, json={"prompt": PREFIX, "max_tokens": 10 ** 9}),
+        "no route": httpx.post(api.base + "/v1/nothing", json={}),
+        "wrong method": httpx.get(url),
+    }
+    status = {k: r.status_code for k, r in cases.items()}
+    assert status == {"malformed": 400, "binary": 400, "oversized": 413, "wrong type": 400, "not an object": 400,
+                      "huge max_tokens": 400, "no route": 404, "wrong method": 405}, status
+    assert all("error" in r.json() for r in cases.values())
+    assert cases["wrong type"].json()["error"]["param"] == "max_tokens"
+    unknown = httpx.post(url, json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 16, "mystery": {"a": 1}})
+    assert unknown.status_code == 200 and unknown.json()["choices"][0]["text"] == ANSWER  # ignored, counted
+    assert api.metric("diffusion_lsp_api_ignored_fields_total") >= 1
+
+
+def test_a_client_leaving_mid_stream_cancels_its_fill_and_the_server_goes_on(api):
+    before = api.metric("diffusion_lsp_api_client_disconnects_total")
+    with httpx.Client(timeout=30) as http:
+        with http.stream("POST", api.base + "/v1/completions", json={
+                "prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 512, "stream": True, "diffusing": True}) as r:
+            assert r.status_code == 200
+            next(r.iter_lines())  # one event, then hang up
+    deadline = time.monotonic() + 10
+    while api.metric("diffusion_lsp_api_queue_depth") > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert api.metric("diffusion_lsp_api_queue_depth") == 0  # its place was given back
+    done = api.client().completions.create(model="diffusion-lsp", prompt=PREFIX, suffix=SUFFIX, max_tokens=16)
+    assert done.choices[0].text == ANSWER
+    assert api.metric("diffusion_lsp_api_client_disconnects_total") >= before
+
+
+def test_a_worker_killed_mid_request_is_restarted_and_the_request_retried(api):
+    pid = api.worker_pid()
+    os.kill(pid, signal.SIGSTOP)  # hold the request in the worker, then kill the worker under it
+
+    async def go():
+        async with httpx.AsyncClient(timeout=30) as http:
+            task = asyncio.ensure_future(http.post(api.base + "/v1/completions",
+                                                   json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 16}))
+            while api.metric("diffusion_lsp_api_queue_depth") < 1:
+                await asyncio.sleep(0.05)
+            os.kill(pid, signal.SIGKILL)
+            return await task
+
+    answer = asyncio.run(go())
+    assert answer.status_code == 200 and answer.json()["choices"][0]["text"] == ANSWER, answer.text
+    assert api.worker_pid() != pid
+    assert api.metric("diffusion_lsp_api_retries_total") >= 1
+    assert api.metric("diffusion_lsp_api_worker_restarts") >= 1
+
+
+@pytest.mark.asyncio
+async def test_the_language_server_completes_through_serve_api(api, tmp_path):
+    options = {"model": {"backend": "openai", "baseUrl": api.base + "/v1", "remoteModel": "diffusion-lsp"},
+               "completion": {"confidenceCut": 0.0}, "worker": {"fillTimeoutS": 20}}
+    client = await start_server(tmp_path / "unused", None, CAPS, options)
+    try:
+        open_doc(client, "file:///p.py", PREFIX + SUFFIX)
+        result = await within(client.text_document_inline_completion_async(types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier("file:///p.py"), position=types.Position(1, 13),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked))))
+        items = result.items if hasattr(result, "items") else result
+        assert [i.insert_text for i in items] == [ANSWER]
+    finally:
+        await stop_server(client)
+
+
+def test_the_metrics_are_prometheus_text(api):
+    text = httpx.get(api.base + "/metrics").text
+    for name in ("requests_total", "rejected_total", "queue_depth", "batch_size_bucket", "completion_tokens_total",
+                 "tokens_per_second", "forwards_total"):
+        assert f"diffusion_lsp_api_{name}" in text, name
+    assert json.loads(httpx.get(api.base + "/health").text)["status"] == "ok"
