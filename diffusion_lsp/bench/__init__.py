@@ -2,11 +2,12 @@
 
     bench sampler   forward passes and ms per span of the sampler alone (sampler.py)
     bench lsp       inline-completion latency through the real server over stdio (lsp.py)
-    bench pretrained  load time, peak RSS, fill time: a 0.5 B checkpoint vs the embedded model, fp32 vs int8"""
+    bench pretrained  load time, peak RSS, fill time: a 0.5 B checkpoint vs the embedded model, fp32 vs int8
+    bench api       serve-api under load and faults: requests/s, tokens/s, latency, 429s, RSS (api.py)"""
 
 from __future__ import annotations
 
-from . import lsp, pretrained, sampler
+from . import api, lsp, pretrained, sampler
 
 
 def register(sub) -> None:
@@ -15,3 +16,4 @@ def register(sub) -> None:
     sampler.register(bench)
     lsp.register(bench)
     pretrained.register(bench)
+    api.register(bench)

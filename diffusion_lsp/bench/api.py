@@ -1,0 +1,341 @@
+"""`diffusion-lsp bench api`: load and fault figures for `serve-api`, against a server it starts
+(or `--url`, one already running). Prints; asserts nothing.
+
+- Load: at each concurrency, that many clients send fill requests back to back for `--seconds`
+  (prefixes and suffixes cut at fixed positions of this package's own source files): requests/s,
+  tokens/s, p50/p95 latency, 429s, errors (5xx and failed connections), the mean batch the worker
+  decoded each fill in (from /metrics), and the peak RSS of the server and its worker, side by side,
+  with the batching gain over concurrency 1 and the goals (at 16: >= 3x the requests/s of 1 with p95
+  <= 4x; no 5xx).
+- Soak (`--soak SECONDS`): concurrency 16 for that long, RSS sampled every 5 s: first, peak, last
+  and the slope (MB per minute, least squares).
+- Faults: malformed, binary and oversized bodies, wrong types, unknown fields, a client that
+  disconnects mid-stream, and the worker killed mid-batch: what each was answered, and whether
+  the server then still answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..server.stats import percentile
+
+GOAL_GAIN, GOAL_P95_RATIO, GOAL_AT = 3.0, 4.0, 16
+
+
+def register(bench) -> None:
+    p = bench.add_parser("api", help="serve-api under load and faults: requests/s, tokens/s, latency, RSS")
+    p.add_argument("--concurrency", default="1,4,16,64", help="concurrency levels, comma-separated (default 1,4,16,64)")
+    p.add_argument("--seconds", type=float, default=15.0, help="seconds per level (default 15)")
+    p.add_argument("--max-tokens", type=int, default=16, help="max_tokens of each request (default 16)")
+    p.add_argument("--model", help="checkpoint folder for the server it starts (default: the embedded model)")
+    p.add_argument("--max-batch", type=int, default=16, help="the server's --max-batch (default 16)")
+    p.add_argument("--max-in-flight", type=int, default=64, help="the server's --max-in-flight (default 64)")
+    p.add_argument("--url", help="bench a server already running at this base URL (no RSS figures, no worker kill)")
+    p.add_argument("--soak", type=float, default=0.0, metavar="SECONDS", help="then run concurrency 16 this long")
+    p.add_argument("--no-faults", action="store_true", help="skip the fault checks")
+    p.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
+    p.set_defaults(run=run)
+
+
+# ---- the server and the workload ----
+
+class Server:
+    """serve-api in a subprocess on a free port of 127.0.0.1."""
+
+    def __init__(self, args):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.tmp = tempfile.TemporaryDirectory(prefix="dlsp-bench-api-")
+        folder = Path(self.tmp.name)
+        folder.chmod(0o700)
+        cmd = [sys.executable, "-m", "diffusion_lsp", "serve-api", "--port", str(self.port), "--log-level", "warning",
+               "--worker-socket", str(folder / "worker.sock"), "--max-batch", str(args.max_batch),
+               "--max-in-flight", str(args.max_in_flight)]
+        cmd += ["--model", args.model] if args.model else []
+        self.log = open(folder / "server.log", "wb")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def close(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+        self.tmp.cleanup()
+
+
+def rss_mb(pid: int | None) -> float:
+    if not pid:
+        return 0.0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def workload(n: int = 200, seed: int = 0) -> list[dict]:
+    """Fill requests cut at fixed positions of this package's own source files."""
+    root = Path(__file__).resolve().parent.parent
+    files = sorted(p for p in root.rglob("*.py") if p.stat().st_size > 2000)
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        text = rng.choice(files).read_text()
+        lines = text.split("\n")
+        i = rng.randrange(5, len(lines) - 5)
+        col = len(lines[i]) - len(lines[i].lstrip())
+        before = "\n".join(lines[:i]) + "\n" + lines[i][:col]
+        after = lines[i][col:] if rng.random() < 0.3 else ""
+        out.append({"prompt": before[-1500:], "suffix": (after + "\n" + "\n".join(lines[i + 1:]))[:500]})
+    return out
+
+
+async def _health(http, base: str, wait_s: float = 180.0) -> dict:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            r = await http.get(base + "/health")
+            if r.status_code == 200:
+                return r.json()
+        except Exception:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{base} did not get ready in {wait_s:.0f} s")
+        await asyncio.sleep(0.2)
+
+
+async def _batch_stats(http, base: str) -> tuple[float, float]:
+    """(sum, count) of the batch-size histogram."""
+    text = (await http.get(base + "/metrics")).text
+    values = {}
+    for line in text.splitlines():
+        for name in ("diffusion_lsp_api_batch_size_sum", "diffusion_lsp_api_batch_size_count"):
+            if line.startswith(name + " "):
+                values[name] = float(line.split()[1])
+    return values.get("diffusion_lsp_api_batch_size_sum", 0.0), values.get("diffusion_lsp_api_batch_size_count", 0.0)
+
+
+# ---- load ----
+
+async def level(http, base: str, concurrency: int, seconds: float, max_tokens: int, requests: list[dict],
+                pids: list[int]) -> dict:
+    lat, statuses, tokens = [], {}, 0
+    errors = 0
+    stop_at = time.monotonic() + seconds
+    peak = 0.0
+    s0, c0 = await _batch_stats(http, base)
+
+    async def client(k: int) -> None:
+        nonlocal tokens, errors
+        i = k
+        while time.monotonic() < stop_at:
+            body = {**requests[i % len(requests)], "max_tokens": max_tokens, "model": "diffusion-lsp"}
+            i += concurrency
+            t0 = time.perf_counter()
+            try:
+                r = await http.post(base + "/v1/completions", json=body)
+            except Exception:
+                errors += 1
+                continue
+            statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+            if r.status_code == 200:
+                lat.append((time.perf_counter() - t0) * 1e3)
+                tokens += r.json()["usage"]["completion_tokens"]
+            elif r.status_code == 429:
+                await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+
+    async def sample() -> None:
+        nonlocal peak
+        while time.monotonic() < stop_at:
+            peak = max(peak, sum(rss_mb(p) for p in pids))
+            await asyncio.sleep(0.25)
+
+    t0 = time.monotonic()
+    await asyncio.gather(sample(), *(client(k) for k in range(concurrency)))
+    wall = time.monotonic() - t0
+    s1, c1 = await _batch_stats(http, base)
+    ok = statuses.get(200, 0)
+    return {"concurrency": concurrency, "seconds": wall, "ok": ok, "rps": ok / wall, "tokens_s": tokens / wall,
+            "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95), "429": statuses.get(429, 0),
+            "5xx": sum(n for s, n in statuses.items() if s >= 500), "errors": errors + sum(
+                n for s, n in statuses.items() if 400 <= s < 500 and s != 429),
+            "mean_batch": (s1 - s0) / (c1 - c0) if c1 > c0 else None, "peak_rss_mb": peak or None}
+
+
+def print_load(rows: list[dict]) -> None:
+    base = rows[0]
+    print(f"{'concurrency':>11}{'req/s':>8}{'tok/s':>8}{'p50 ms':>8}{'p95 ms':>8}{'429s':>6}{'5xx':>5}{'errors':>7}"
+          f"{'batch':>7}{'peak RSS MB':>13}{'gain':>7}")
+    for r in rows:
+        gain = r["rps"] / base["rps"] if base["rps"] else float("nan")
+        batch = f"{r['mean_batch']:.1f}" if r["mean_batch"] else "-"
+        rss = f"{r['peak_rss_mb']:.0f}" if r["peak_rss_mb"] else "-"
+        print(f"{r['concurrency']:>11}{r['rps']:>8.1f}{r['tokens_s']:>8.0f}{r['p50_ms'] or 0:>8.0f}{r['p95_ms'] or 0:>8.0f}"
+              f"{r['429']:>6}{r['5xx']:>5}{r['errors']:>7}{batch:>7}{rss:>13}{gain:>6.2f}x")
+    at = next((r for r in rows if r["concurrency"] == GOAL_AT), None)
+    if at and base["rps"] and base["p95_ms"]:
+        gain, ratio = at["rps"] / base["rps"], at["p95_ms"] / base["p95_ms"]
+        print(f"goal: at concurrency {GOAL_AT}, requests/s >= {GOAL_GAIN:g}x concurrency 1: {gain:.2f}x "
+              f"({'met' if gain >= GOAL_GAIN else 'MISSED'}); p95 <= {GOAL_P95_RATIO:g}x: {ratio:.2f}x "
+              f"({'met' if ratio <= GOAL_P95_RATIO else 'MISSED'})")
+    total_5xx = sum(r["5xx"] for r in rows)
+    print(f"goal: no 5xx under load: {total_5xx} ({'met' if total_5xx == 0 else 'MISSED'})")
+
+
+# ---- soak ----
+
+async def soak(http, base: str, seconds: float, max_tokens: int, requests: list[dict], pids) -> dict:
+    samples: list[tuple[float, float]] = []
+    stop_at = time.monotonic() + seconds
+    t_start = time.monotonic()
+    done = {"ok": 0, "5xx": 0}
+
+    async def client(k: int) -> None:
+        i = k
+        while time.monotonic() < stop_at:
+            body = {**requests[i % len(requests)], "max_tokens": max_tokens}
+            i += GOAL_AT
+            try:
+                r = await http.post(base + "/v1/completions", json=body)
+                key = "ok" if r.status_code == 200 else "5xx" if r.status_code >= 500 else "other"
+                done[key] = done.get(key, 0) + 1
+            except Exception:
+                done["5xx"] += 1
+
+    async def sample() -> None:
+        while time.monotonic() < stop_at:
+            samples.append((time.monotonic() - t_start, sum(rss_mb(p()) for p in pids)))
+            await asyncio.sleep(5.0)
+
+    await asyncio.gather(sample(), *(client(k) for k in range(GOAL_AT)))
+    xs, ys = [s[0] for s in samples], [s[1] for s in samples]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    var = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var * 60 if var else 0.0
+    return {"seconds": seconds, "first_mb": ys[0], "peak_mb": max(ys), "last_mb": ys[-1], "slope_mb_min": slope,
+            "samples": n, **done}
+
+
+# ---- faults ----
+
+async def faults(http, base: str, server: Server | None) -> list[dict]:
+    import httpx
+
+    url = base + "/v1/completions"
+    ok_body = {"prompt": "def add(a, b):\n    return ", "suffix": "\n", "max_tokens": 8}
+    rows = []
+
+    async def check(name: str, expect: str, send) -> None:
+        t0 = time.perf_counter()
+        try:
+            got = await send()
+        except Exception as e:
+            got = f"{type(e).__name__}"
+        after = await http.post(url, json=ok_body)
+        rows.append({"fault": name, "expect": expect, "got": got, "ms": (time.perf_counter() - t0) * 1e3,
+                     "then": after.status_code})
+
+    async def status(**kw) -> str:
+        return str((await http.post(url, **kw)).status_code)
+
+    await check("malformed JSON", "400", lambda: status(content=b"{\"prompt\": ", headers={"content-type": "application/json"}))
+    await check("binary body", "400", lambda: status(content=os.urandom(4096)))
+    await check("oversized body (2 MiB)", "413", lambda: status(content=b"x" * (2 << 20)))
+    await check("wrong types", "400", lambda: status(json={"prompt": ["a", "b"], "max_tokens": "8"}))
+    await check("unknown fields", "200", lambda: status(json={**ok_body, "mystery": {"deep": [1, 2]}}))
+
+    async def leave_mid_stream() -> str:
+        async with httpx.AsyncClient(timeout=30) as other:
+            async with other.stream("POST", url, json={**ok_body, "max_tokens": 256, "stream": True,
+                                                          "diffusing": True}) as r:
+                async for _ in r.aiter_lines():
+                    break
+                return f"{r.status_code}, left after 1 event"
+    await check("client disconnects mid-stream", "200 then served", leave_mid_stream)
+
+    if server is not None:
+        async def kill_mid_batch() -> str:
+            pid = (await http.get(base + "/health")).json()["worker"]["pid"]
+            tasks = [asyncio.ensure_future(http.post(url, json={**ok_body, "max_tokens": 64})) for _ in range(8)]
+            await asyncio.sleep(0.05)
+            os.kill(pid, signal.SIGKILL)
+            answers = await asyncio.gather(*tasks, return_exceptions=True)
+            codes = {}
+            for a in answers:
+                k = str(a.status_code) if hasattr(a, "status_code") else type(a).__name__
+                codes[k] = codes.get(k, 0) + 1
+            return ", ".join(f"{n}x {k}" for k, n in sorted(codes.items()))
+        await check("worker killed mid-batch (8 requests)", "200 (retried) or 503", kill_mid_batch)
+    return rows
+
+
+def print_faults(rows: list[dict]) -> None:
+    print(f"{'fault':<40}{'expected':<22}{'answered':<30}{'ms':>8}  then")
+    for r in rows:
+        print(f"{r['fault']:<40}{r['expect']:<22}{r['got']:<30}{r['ms']:>8.0f}  {r['then']}")
+
+
+async def main(args) -> dict:
+    import httpx
+
+    levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    server = None if args.url else Server(args)
+    base = args.url.rstrip("/") if args.url else server.base
+    if base.endswith("/v1"):
+        base = base[:-3]
+    limits = httpx.Limits(max_connections=max(levels + [GOAL_AT]) + 8, max_keepalive_connections=max(levels) + 8)
+    out: dict = {}
+    try:
+        async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+            health = await _health(http, base)
+            worker = lambda: (health.get("worker") or {}).get("pid")  # noqa: E731
+            pids = [server.proc.pid, worker()] if server else []
+            requests = workload()
+            for body in requests[:4]:  # warm-up
+                await http.post(base + "/v1/completions", json={**body, "max_tokens": args.max_tokens})
+            rows = []
+            for c in levels:
+                rows.append(await level(http, base, c, args.seconds, args.max_tokens, requests, pids))
+            out["load"] = rows
+            print(f"serve-api at {base}: {args.seconds:g} s per level, max_tokens {args.max_tokens}, "
+                  f"{os.cpu_count()} CPUs")
+            print_load(rows)
+            if args.soak:
+                out["soak"] = s = await soak(http, base, args.soak, args.max_tokens, requests,
+                                             [lambda: server.proc.pid if server else None, worker])
+                print(f"soak: concurrency {GOAL_AT} for {s['seconds']:.0f} s, {s['ok']} answered, {s['5xx']} 5xx; "
+                      f"RSS first {s['first_mb']:.0f} MB, peak {s['peak_mb']:.0f}, last {s['last_mb']:.0f}, "
+                      f"slope {s['slope_mb_min']:+.2f} MB/min over {s['samples']} samples")
+            if not args.no_faults:
+                out["faults"] = f = await faults(http, base, server)
+                print_faults(f)
+                health = await _health(http, base, 30)
+                print(f"after the faults: /health {health['status']}, worker pid {health['worker']['pid']}")
+    finally:
+        if server is not None:
+            server.close()
+    return out
+
+
+def run(args) -> int:
+    out = asyncio.run(main(args))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return 0
