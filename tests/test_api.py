@@ -177,10 +177,22 @@ def test_a_next_edit_through_the_edit_endpoint(echo_checkpoint, tmp_path):  # no
         changed = [(a, b) for a, b in zip(region.splitlines(), new.splitlines()) if a != b]
         assert len(new.splitlines()) == 2 and len(changed) == 1, new
         assert changed[0][1].strip().strip("fo") == "", changed  # the echo model's foo's
+        via = asyncio.run(_edit_through_the_language_servers_client(server.base, content))
+        assert mercury.rewritten(via) == new  # the remote backend's own client (remote.py) gets the same
         bad = httpx.post(server.base + "/v1/edit/completions", json={"messages": [{"role": "user", "content": "hi"}]})
         assert bad.status_code == 400 and "<|current_file_content|>" in bad.json()["error"]["message"]
     finally:
         server.close()
+
+
+async def _edit_through_the_language_servers_client(base: str, content: str) -> str:
+    from diffusion_lsp.remote import FimClient
+
+    client = FimClient(base + "/v1", "diffusion-lsp")
+    try:
+        return (await client.edit(content, 128)).text
+    finally:
+        await client.aclose()
 
 
 def test_the_key_is_needed_when_one_is_set(tokenizer, tmp_path):
