@@ -24,7 +24,7 @@ import openai
 import pytest
 from lsprotocol import types
 
-from conftest import loads_ended, open_doc, start_server, stop_server, within
+from conftest import open_doc, start_server, stop_server, within
 from diffusion_lsp.api.requests import BadRequest, cut_at_stop, parse_fim, split_fim, stream_safe
 from diffusion_lsp.model.sampler import MASK_GLYPH
 from diffusion_lsp.nextedit import mercury

@@ -28,12 +28,12 @@ import uuid
 import weakref
 from contextlib import asynccontextmanager
 
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .metrics import CONTENT_TYPE_LATEST
 from .requests import BadRequest, Edit, Fim, cut_at_stop, parse_edit, parse_fim, stream_safe
 from .service import Answer, Busy, Failed, Service
 
@@ -247,14 +247,14 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
                             status_code=200 if ready else 503)
 
     async def metrics_route(request: Request) -> Response:
-        authorize(request)
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     async def not_found(request: Request, exc) -> Response:
         return ApiError(404, f"no route {request.method} {request.url.path}", "invalid_request_error").response()
 
     async def not_allowed(request: Request, exc) -> Response:
-        return ApiError(405, f"{request.method} is not allowed on {request.url.path}", "invalid_request_error").response()
+        return ApiError(405, f"{request.method} is not allowed on {request.url.path}",
+                        "invalid_request_error").response()
 
     routes = [
         Route("/v1/completions", handler("/v1/completions", fim_route), methods=["POST"]),

@@ -9,7 +9,6 @@ import time
 from collections import deque
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
-from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401 (re-exported for the app)
 
 RATE_WINDOW_S = 10.0
 disable_created_metrics()  # no *_created series: a scraper has the process start time

@@ -186,7 +186,8 @@ def print_load(rows: list[dict]) -> None:
         gain = r["rps"] / base["rps"] if base["rps"] else float("nan")
         batch = f"{r['mean_batch']:.1f}" if r["mean_batch"] else "-"
         rss = f"{r['peak_rss_mb']:.0f}" if r["peak_rss_mb"] else "-"
-        print(f"{r['concurrency']:>11}{r['rps']:>8.1f}{r['tokens_s']:>8.0f}{r['p50_ms'] or 0:>8.0f}{r['p95_ms'] or 0:>8.0f}"
+        print(f"{r['concurrency']:>11}{r['rps']:>8.1f}{r['tokens_s']:>8.0f}{r['p50_ms'] or 0:>8.0f}"
+              f"{r['p95_ms'] or 0:>8.0f}"
               f"{r['429']:>6}{r['5xx']:>5}{r['errors']:>7}{batch:>7}{rss:>13}{gain:>6.2f}x")
     at = next((r for r in rows if r["concurrency"] == GOAL_AT), None)
     if at and base["rps"] and base["p95_ms"]:
@@ -255,7 +256,8 @@ async def faults(http, base: str, server: Server | None) -> list[dict]:
     async def status(**kw) -> str:
         return str((await http.post(url, **kw)).status_code)
 
-    await check("malformed JSON", "400", lambda: status(content=b"{\"prompt\": ", headers={"content-type": "application/json"}))
+    await check("malformed JSON", "400",
+                lambda: status(content=b"{\"prompt\": ", headers={"content-type": "application/json"}))
     await check("binary body", "400", lambda: status(content=os.urandom(4096)))
     await check("oversized body (2 MiB)", "413", lambda: status(content=b"x" * (2 << 20)))
     await check("wrong types", "400", lambda: status(json={"prompt": ["a", "b"], "max_tokens": "8"}))

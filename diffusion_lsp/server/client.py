@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.settings import LaunchSettings
-from .wire import (MAX_LINE, WIRE_VERSION, DraftEvent, Fill, FillOrder, FillRefused, ProbeOrder, Probed, check_socket_path,
-                   decode, encode, model_name)
+from .wire import (MAX_LINE, WIRE_VERSION, DraftEvent, Fill, FillOrder, FillRefused, ProbeOrder, Probed,
+                   check_socket_path, decode, encode, model_name)
 
 SPAWN_TIMEOUT_S = 60.0  # the worker prints "ready" once its socket listens, before loading the model
 CONNECT_TRIES = 40  # when another session is starting the worker: 40 x 0.25 s

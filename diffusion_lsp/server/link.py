@@ -135,13 +135,15 @@ class WorkerLink:
             self.check = asyncio.ensure_future(self._check_alive(client))
             raise Unavailable(f"no {op} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)", "timeout") from None
         except WorkerUnavailable as e:
-            raise Unavailable(str(e), "starting" if client.connected and client.state == "loading" else "lost") from None
+            kind = "starting" if client.connected and client.state == "loading" else "lost"
+            raise Unavailable(str(e), kind) from None
         except FillRefused as e:
             if e.reason in ("superseded", "cancelled"):
                 return None
             if e.reason == "error":
                 self.ui.log("error", f"{op} failed: {e.error}")
-            raise Unavailable(f"the worker refused the {op}: {e}", "refused" if e.reason == "error" else "off") from None
+            kind = "refused" if e.reason == "error" else "off"
+            raise Unavailable(f"the worker refused the {op}: {e}", kind) from None
 
     async def _check_alive(self, client: WorkerClient) -> None:
         """After a missed deadline: a worker that does not answer a ping, or whose batch has run
