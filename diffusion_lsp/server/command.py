@@ -22,6 +22,8 @@ def register(sub):
                    help="Unix socket of a model worker to share (started when nobody serves it); default: "
                         "one per model and device in a private runtime directory")
     p.add_argument("--tcp", type=int, metavar="PORT", help="listen on 127.0.0.1:PORT instead of stdio (debugging)")
+    p.add_argument("--stdio", action="store_true",
+                   help="speak LSP over stdio: the default, accepted for clients that pass it (vscode-languageclient)")
     p.add_argument("--log-level", default="WARNING", help="Python logging level on stderr (default WARNING)")
     p.set_defaults(run=run)
 

@@ -6,7 +6,6 @@
 import * as vscode from 'vscode';
 import {
   DidChangeConfigurationNotification, LanguageClient, type LanguageClientOptions, type ServerOptions, State,
-  TransportKind,
 } from 'vscode-languageclient/node';
 
 import { NextEditView, VISIBLE_KEY } from './nextEditView';
@@ -70,9 +69,9 @@ class Extension implements vscode.Disposable {
       this.fail(missingServerMessage(s.command));
       return;
     }
-    const serverOptions: ServerOptions = {
-      command: s.command[0], args: s.command.slice(1), transport: TransportKind.stdio, options: { env, cwd },
-    };
+    // stdio with no `transport`: TransportKind.stdio would make vscode-languageclient append `--stdio`
+    // to the command line, which `diffusion-lsp serve` rejects (it speaks stdio without being asked)
+    const serverOptions: ServerOptions = { command: s.command[0], args: s.command.slice(1), options: { env, cwd } };
     const clientOptions: LanguageClientOptions = {
       documentSelector: s.languages.flatMap((language) => [{ scheme: 'file', language }, { scheme: 'untitled', language }]),
       initializationOptions: this.serverSettings(),
