@@ -26,6 +26,7 @@ from lsprotocol import types
 
 from conftest import open_doc, start_server, stop_server, within
 from diffusion_lsp.api.requests import BadRequest, cut_at_stop, parse_fim, split_fim, stream_safe
+from diffusion_lsp.bench.api import stop
 from diffusion_lsp.model.sampler import MASK_GLYPH
 from diffusion_lsp.nextedit import mercury
 from test_server_e2e import echo_checkpoint  # noqa: F401 (a fixture)
@@ -73,11 +74,7 @@ class Api:
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
     def close(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop(self.proc)
 
 
 @pytest.fixture(scope="module")

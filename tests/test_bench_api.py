@@ -14,7 +14,7 @@ def test_bench_api_prints_load_and_fault_figures(tokenizer, tmp_path):
     model = scripted_checkpoint(tokenizer, SCRIPT, tmp_path / "model")
     out = tmp_path / "figures.json"
     done = subprocess.run([sys.executable, "-m", "diffusion_lsp", "bench", "api", "--model", str(model),
-                           "--concurrency", "1,4", "--seconds", "2", "--json", str(out)],
+                           "--concurrency", "1,4", "--seconds", "2", "--json", str(out), "--no-engine"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     figures = json.loads(out.read_text())

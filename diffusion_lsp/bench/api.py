@@ -11,7 +11,9 @@
   and the slope (MB per minute, least squares).
 - Faults: malformed, binary and oversized bodies, wrong types, unknown fields, a client that
   disconnects mid-stream, and the worker killed mid-batch: what each was answered, and whether
-  the server then still answers."""
+  the server then still answers.
+- The engine alone: the same requests decoded in this process, batch 1 and batch 16, no HTTP and no
+  worker: the batching gain the hardware allows, to read the server's against."""
 
 from __future__ import annotations
 
@@ -43,6 +45,8 @@ def register(bench) -> None:
     p.add_argument("--url", help="bench a server already running at this base URL (no RSS figures, no worker kill)")
     p.add_argument("--soak", type=float, default=0.0, metavar="SECONDS", help="then run concurrency 16 this long")
     p.add_argument("--no-faults", action="store_true", help="skip the fault checks")
+    p.add_argument("--no-engine", action="store_true",
+                   help="skip the engine alone (in this process, no HTTP): its own gain from batch 1 to 16")
     p.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
     p.set_defaults(run=run)
 
@@ -68,13 +72,18 @@ class Server:
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
 
     def close(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop(self.proc)
         self.log.close()
         self.tmp.cleanup()
+
+
+def stop(proc: subprocess.Popen, wait_s: float = 15.0) -> None:
+    """Ask a server to stop (SIGINT: uvicorn shuts down gracefully), then kill it."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def rss_mb(pid: int | None) -> float:
@@ -336,8 +345,32 @@ async def main(args) -> dict:
     return out
 
 
+def engine_alone(model: str | None, max_tokens: int, seconds: float = 8.0) -> dict:
+    """Requests/s of the engine in process at batch 1 and batch GOAL_AT (no HTTP, no worker)."""
+    from ..engine import load_engine
+    from ..model.canvas import FillRequest
+    from ..model.settings import LaunchSettings
+
+    engine = load_engine(LaunchSettings(path=model))
+    requests = workload()
+    out = {}
+    for batch in (1, GOAL_AT):
+        engine.fill([FillRequest(r["prompt"], r["suffix"], max_tokens) for r in requests[:batch]])  # warm-up
+        done, t0, i = 0, time.perf_counter(), 0
+        while time.perf_counter() - t0 < seconds:
+            rows = [requests[(i + k) % len(requests)] for k in range(batch)]
+            engine.fill([FillRequest(r["prompt"], r["suffix"], max_tokens) for r in rows])
+            done, i = done + batch, i + batch
+        out[batch] = done / (time.perf_counter() - t0)
+    print(f"engine alone (in process, no HTTP, no worker): batch 1 {out[1]:.1f} req/s, batch {GOAL_AT} "
+          f"{out[GOAL_AT]:.1f} req/s: {out[GOAL_AT] / out[1]:.2f}x")
+    return {"batch_1_rps": out[1], f"batch_{GOAL_AT}_rps": out[GOAL_AT], "gain": out[GOAL_AT] / out[1]}
+
+
 def run(args) -> int:
     out = asyncio.run(main(args))
+    if not args.no_engine and not args.url:
+        out["engine"] = engine_alone(args.model, args.max_tokens)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
