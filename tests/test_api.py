@@ -248,12 +248,13 @@ def test_bad_and_hostile_bodies_get_4xx_and_the_server_keeps_serving(api):
         "wrong type": httpx.post(url, json={"prompt": PREFIX, "max_tokens": "lots"}),
         "not an object": httpx.post(url, json=[1, 2, 3]),
         "huge max_tokens": httpx.post(url, json={"prompt": PREFIX, "max_tokens": 10 ** 9}),
+        "deeply nested": httpx.post(url, content=b"[" * 100_000 + b"]" * 100_000),
         "no route": httpx.post(api.base + "/v1/nothing", json={}),
         "wrong method": httpx.get(url),
     }
     status = {k: r.status_code for k, r in cases.items()}
     assert status == {"malformed": 400, "binary": 400, "oversized": 413, "wrong type": 400, "not an object": 400,
-                      "huge max_tokens": 400, "no route": 404, "wrong method": 405}, status
+                      "huge max_tokens": 400, "deeply nested": 400, "no route": 404, "wrong method": 405}, status
     assert all("error" in r.json() for r in cases.values())
     assert cases["wrong type"].json()["error"]["param"] == "max_tokens"
     unknown = httpx.post(url, json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 16, "mystery": {"a": 1}})
