@@ -36,7 +36,6 @@ class Engine:
             return fill_variable(self.model, self.tokenizer, requests, cfg, should_stop)
         return fill(self.model, self.tokenizer, requests, cfg, should_stop, self.memo, on_step)
 
-
     def probe(self, prefix: str, middle: str, suffix: str, stride: int = 4, doc: str | None = None):
         """model/probe.py: how sure the model is of `middle`'s tokens where they stand; with `doc`,
         the next fill for `doc` starts from the probe's context (reuse.py)."""

@@ -321,7 +321,9 @@ class Draft:
 def _draft(batch: _Batch, b: int, f: _Fill, tok: Tokenizer, step: int) -> Draft:
     ids = batch.x[b].gather(0, batch.canvas_idx[b, : f.row.length]).tolist()
     first = next((j for j, t in enumerate(ids) if t == tok.mask_id), len(ids))
-    committed, _ = _text(tok, [t for t in ids[:first] if t != tok.filler_id], f.row.healed)
+    # one decode (not _text's per-token pieces, quadratic in the canvas); a character whose last
+    # bytes are still masked is not committed yet, so the committed text stays a prefix of the final
+    committed = _unhealed(tok.decode([t for t in ids[:first] if t != tok.filler_id]), f.row.healed).rstrip("\ufffd")
     parts, run = [committed], []
     for t in ids[first:]:
         if t == tok.mask_id or t == tok.filler_id:
@@ -406,13 +408,18 @@ def _remember(memo: ContextMemo, f: _Fill, batch: _Batch, b: int) -> None:
     memo.put(f.req.doc, Entry(f.row.ids, f.row.start, f.row.length, keys, values, age))
 
 
+def _unhealed(text: str, healed: str) -> str:
+    """The text without the healed prefix the first token re-types."""
+    return text[len(healed):] if text.startswith(healed) else text
+
+
 def _text(tok: Tokenizer, ids: list[int], healed: str) -> tuple[str, list[str]]:
     """(text, pieces) of the emitted ids: the text without the healed prefix, and per token the part
     of it that token completes. Incremental decoding: a multi-byte character split across tokens
     lands on the token that completes it ("" on the others); the healed text, which the first token
     re-types, is cut from the front."""
     pieces, prev = decode_pieces(tok, ids)
-    text = prev[len(healed):] if prev.startswith(healed) else prev
+    text = _unhealed(prev, healed)
     if "".join(pieces) != prev:  # a decoder that rewrites earlier text: all of it on the first token
         return text, [text] + [""] * (len(ids) - 1)
     cut = len(prev) - len(text)

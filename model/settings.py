@@ -29,8 +29,10 @@ _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 def check(test, need: str, **more) -> dict:
     """Field metadata: `test(value)` must hold; `need` says what a good value is, for messages.
     More keys: `flag` (the command-line flag, when not --field-name / --no-field-name), `dest` (its
-    argparse name, when not the field's), `help`,
-    `editor=False` (not an editor setting: the server derives it)."""
+    argparse name, when not the field's), `help` (the flag's), `doc` (the editor setting's, when the
+    flag's help does not fit it), `minimum` / `maximum` / `exclusive_minimum` / `enum` (for the
+    settings schema, server/schema.py; `within` and `one_of` set them), `editor=False` (not an
+    editor setting: the server derives it)."""
     return {"check": test, "need": need, **more}
 
 

@@ -37,7 +37,7 @@ class FakeClient:
             raise WorkerUnavailable(self.fail_start)
         self.connected, self.state = True, "ready"
 
-    async def fill(self, key, order):
+    async def fill(self, key, order, on_draft=None):  # the real client's signature
         if self.answer == "hang":
             await asyncio.Event().wait()
         if isinstance(self.answer, Exception):

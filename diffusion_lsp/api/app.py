@@ -14,12 +14,13 @@ Every request body is read up to `max_body_bytes` (413 past it), checked (400 na
 admitted among at most `max_in_flight` requests (429 with Retry-After past it) and answered within
 the request timeout (504). With a key, `/v1/*` and `/metrics` need `Authorization: Bearer KEY`,
 compared in constant time (401 otherwise). A client that goes away mid-request or mid-stream
-cancels its fill in the worker. Nothing a client sends answers 500: an unexpected failure is logged
+cancels its fill in the worker (counted, and logged as status 499). Nothing a client sends answers 500: an unexpected failure is logged
 and answered 500 without details, and counted."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import json
 import logging
@@ -38,6 +39,13 @@ from .requests import BadRequest, Edit, Fim, cut_at_stop, parse_edit, parse_fim,
 from .service import Answer, Busy, Failed, Service
 
 log = logging.getLogger("diffusion-lsp.api")
+
+
+CLIENT_GONE = 499  # nginx's "client closed request": counted, and sent to nobody
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer; its fill was cancelled."""
 
 
 class ApiError(Exception):
@@ -98,7 +106,7 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
             req = fn(body, max_tokens)
         except BadRequest as e:
             metrics.rejected.labels("bad_request").inc()
-            raise ApiError(e.status, str(e), "invalid_request_error", e.param, e.code) from None
+            raise ApiError(400, str(e), "invalid_request_error", e.param) from None
         if req.ignored:
             metrics.ignored_fields.inc(len(req.ignored))
         return req
@@ -118,7 +126,10 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
             except Failed as e:
                 headers = {"Retry-After": str(e.retry_after_s)} if e.retry_after_s else {}
                 response = ApiError(e.status, str(e), "server_error", headers=headers).response()
-            except asyncio.CancelledError:
+            except ClientGone:
+                metrics.disconnects.inc()
+                response = Response(status_code=CLIENT_GONE)
+            except asyncio.CancelledError:  # servers that cancel the handler when the client leaves
                 metrics.disconnects.inc()
                 raise
             except Exception:
@@ -143,11 +154,11 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
             gone.cancel()
             if not task.done():
                 task.cancel()
-        if task.cancelled():
-            raise asyncio.CancelledError()
+        if not task.done():  # cancelled just now: the client has left
+            raise ClientGone()
         return task.result()
 
-    def completion_body(fim: Fim, model: str, rid: str, answer: Answer) -> dict:
+    def completion_body(model: str, rid: str, answer: Answer) -> dict:
         return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
                 "choices": [{"index": 0, "text": answer.text, "finish_reason": answer.finish_reason,
                              "logprobs": None}],
@@ -157,35 +168,41 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
         return {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
                 "total_tokens": answer.prompt_tokens + answer.completion_tokens}
 
-    async def fim_route(request: Request) -> Response:
+    async def fim_route(request: Request, route: str) -> Response:
         fim = parsed(parse_fim, await read_json(request))
         model = check_model(fim.model)
         rid = f"cmpl-{uuid.uuid4().hex[:24]}"
         if fim.stream:
             release = service.reserve()  # 429 before the stream starts; released when it ends
-            events = stream(fim, model, rid, release)
+            events = stream(request, fim, model, rid, release, route)
             weakref.finalize(events, release)  # a stream never started (the client left at once)
             return StreamingResponse(events, media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         async with service.admit():
             answer = await unless_gone(request, service.complete(fim))
-        return JSONResponse(completion_body(fim, model, rid, answer))
+        return JSONResponse(completion_body(model, rid, answer))
 
     def event(rid: str, model: str, text: str, finish: str | None) -> str:
         chunk = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
                  "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}]}
         return f"data: {json.dumps(chunk)}\n\n"
 
-    async def stream(fim: Fim, model: str, rid: str, release):
+    async def stream(request: Request, fim: Fim, model: str, rid: str, release, route: str):
+        """The events of a stream; a client that leaves (seen at once, not at the next write) ends it
+        and cancels its fill."""
         drafts: asyncio.Queue = asyncio.Queue()
         task = asyncio.ensure_future(service.complete(fim, drafts.put_nowait))
-        t0, sent, finished = time.monotonic(), "", False
+        gone = asyncio.ensure_future(until_disconnect(request))
+        getter: asyncio.Future | None = None
+        t0, sent = time.monotonic(), ""
         try:
-            while not task.done():
+            while True:
                 getter = asyncio.ensure_future(drafts.get())
-                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-                if not getter.done():
-                    getter.cancel()
+                await asyncio.wait({getter, task, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if gone.done():
+                    metrics.disconnects.inc()
+                    return
+                if not getter.done():  # the fill is done and every draft sent
                     break
                 draft = getter.result()
                 if fim.diffusing:
@@ -197,33 +214,31 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
                     yield event(rid, model, safe[len(sent):], None)
                     sent = safe
                 if stopped:  # the rest cannot change the answer
-                    task.cancel()
                     yield event(rid, model, "", "stop")
-                    finished = True
-                    break
-            if not finished:
-                try:
-                    answer = await task
-                except (Failed, Busy) as e:
-                    yield f"data: {json.dumps({'error': {'message': str(e), 'type': 'server_error'}})}\n\n"
+                    yield "data: [DONE]\n\n"
                     return
-                if fim.diffusing:
-                    yield event(rid, model, answer.text, answer.finish_reason)
-                else:
-                    rest = answer.text[len(sent):] if answer.text.startswith(sent) else ""
-                    yield event(rid, model, rest, answer.finish_reason)
-                if fim.include_usage:
-                    chunk = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-                             "choices": [], "usage": usage(answer)}
-                    yield f"data: {json.dumps(chunk)}\n\n"
+            try:
+                answer = task.result()
+            except Failed as e:
+                yield f"data: {json.dumps({'error': {'message': str(e), 'type': 'server_error'}})}\n\n"
+                return
+            if fim.diffusing:
+                yield event(rid, model, answer.text, answer.finish_reason)
+            else:  # a draft's committed text is a prefix of the final text (model/sampler.py _draft)
+                yield event(rid, model, answer.text[len(sent):], answer.finish_reason)
+            if fim.include_usage:
+                chunk = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+                         "choices": [], "usage": usage(answer)}
+                yield f"data: {json.dumps(chunk)}\n\n"
             yield "data: [DONE]\n\n"
         except asyncio.CancelledError:
             metrics.disconnects.inc()
             raise
         finally:
-            if not task.done():
-                task.cancel()
-            metrics.latency.labels("/v1/completions").observe(time.monotonic() - t0)
+            for pending in (task, gone, getter):
+                if pending is not None and not pending.done():
+                    pending.cancel()
+            metrics.latency.labels(route).observe(time.monotonic() - t0)
             release()
 
     async def edit_route(request: Request) -> Response:
@@ -260,8 +275,8 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
                         "invalid_request_error").response()
 
     routes = [
-        Route("/v1/completions", handler("/v1/completions", fim_route), methods=["POST"]),
-        Route("/v1/fim/completions", handler("/v1/fim/completions", fim_route), methods=["POST"]),
+        *(Route(route, handler(route, functools.partial(fim_route, route=route)), methods=["POST"])
+          for route in ("/v1/completions", "/v1/fim/completions")),
         Route("/v1/edit/completions", handler("/v1/edit/completions", edit_route), methods=["POST"]),
         Route("/v1/models", handler("/v1/models", models_route), methods=["GET"]),
         Route("/health", health, methods=["GET"]),

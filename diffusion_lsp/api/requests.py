@@ -38,9 +38,9 @@ ACCEPTED = {"top_p", "seed", "user", "presence_penalty", "frequency_penalty", "l
 class BadRequest(Exception):
     """A body this API cannot answer: 400 with the message and the offending `param`."""
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None):
+    def __init__(self, message: str, param: str | None = None):
         super().__init__(message)
-        self.param, self.status, self.code = param, status, code
+        self.param = param
 
 
 @dataclass
@@ -55,7 +55,6 @@ class Fim:
     stream: bool = False
     diffusing: bool = False  # stream the whole draft after every denoising step
     include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
-    template: str | None = None  # the FIM template the prompt came in
     ignored: list[str] = field(default_factory=list)  # unknown fields, ignored
 
 
@@ -67,13 +66,13 @@ class Edit:
     ignored: list[str] = field(default_factory=list)
 
 
-def split_fim(prompt: str) -> tuple[str, str, str | None]:
-    """(prefix, suffix, template name) of a prompt in a FIM template; (prompt, "", None) otherwise."""
-    for name, (pattern, p, s) in FIM_TEMPLATES.items():
+def split_fim(prompt: str) -> tuple[str, str]:
+    """(prefix, suffix) of a prompt in a FIM template; (prompt, "") otherwise."""
+    for pattern, p, s in FIM_TEMPLATES.values():
         m = pattern.match(prompt)
         if m:
-            return m.group(p), m.group(s), name
-    return prompt, "", None
+            return m.group(p), m.group(s)
+    return prompt, ""
 
 
 def _is_int(v) -> bool:
@@ -130,9 +129,8 @@ def parse_fim(body, cap: int, needs_suffix_field: bool = False) -> Fim:
     suffix = body.get("suffix")
     if suffix is not None and not isinstance(suffix, str):
         raise BadRequest(f"suffix must be a string, got {type(suffix).__name__}", "suffix")
-    template = None
     if not suffix:
-        prompt, suffix, template = split_fim(prompt)
+        prompt, suffix = split_fim(prompt)
     stop = body.get("stop")
     stop = [stop] if isinstance(stop, str) else [] if stop is None else stop
     if not (isinstance(stop, list) and len(stop) <= MAX_STOPS
@@ -152,7 +150,7 @@ def parse_fim(body, cap: int, needs_suffix_field: bool = False) -> Fim:
         raise BadRequest("stream_options must be an object", "stream_options")
     include_usage = bool((options or {}).get("include_usage", False))
     return Fim(model, prompt, suffix or "", max_tokens, stop, flags["stream"], flags["diffusing"], include_usage,
-               template, ignored)
+               ignored)
 
 
 def parse_edit(body, cap: int) -> Edit:

@@ -76,12 +76,11 @@ class _LogUi:
 
 class Service:
     def __init__(self, launch: Launch, metrics: Metrics, *, timeout_s: float = 30.0, max_in_flight: int = 64,
-                 sampling: SamplerConfig = SamplerConfig(), next_edit: NextEditSettings = NextEditSettings(),
-                 link: WorkerLink | None = None):
+                 sampling: SamplerConfig = SamplerConfig(), next_edit: NextEditSettings = NextEditSettings()):
         self.metrics, self.timeout_s, self.max_in_flight = metrics, timeout_s, max_in_flight
         self.sampling, self.next_edit = sampling, next_edit
         self.stats = Stats()
-        self.link = link or WorkerLink(_LogUi(), self.stats, launch)
+        self.link = WorkerLink(_LogUi(), self.stats, launch)
         self.link.fill_timeout_s = timeout_s
         self.in_flight = 0
         self._ids = itertools.count(1)
@@ -94,10 +93,6 @@ class Service:
 
     def describe(self) -> dict:
         return self.link.describe()
-
-    @property
-    def ready(self) -> bool:
-        return self.describe()["state"] == "ready"
 
     def reserve(self) -> Callable[[], None]:
         """A place among the requests in flight, or Busy; returns its release (idempotent)."""
@@ -140,23 +135,23 @@ class Service:
     async def _ask(self, call: Callable, deadline: float):
         """One model call with the request's deadline; a worker lost meanwhile is waited for and
         asked again, once."""
-        for attempt in (0, 1):
+        retried = False
+        while True:
             await self._until_ready(deadline)
             try:
                 return await asyncio.wait_for(call(), max(0.01, deadline - time.monotonic()))
-            except asyncio.TimeoutError:
-                self.metrics.timeouts.inc()
-                raise Failed(f"no answer within the request timeout ({self.timeout_s:g} s)", 504) from None
             except Unavailable as e:
-                if e.kind == "lost" and attempt == 0:
+                if e.kind == "lost" and not retried:
+                    retried = True
                     self.metrics.retries.inc()
                     log.warning("retrying a request: %s", e)
                     continue
-                if e.kind == "timeout":
-                    self.metrics.timeouts.inc()
-                    raise Failed(f"no answer within the request timeout ({self.timeout_s:g} s)", 504) from None
-                raise Failed(str(e), 503, retry_after_s=2) from None
-        raise AssertionError("unreachable")
+                if e.kind != "timeout":
+                    raise Failed(str(e), 503, retry_after_s=2) from None
+            except asyncio.TimeoutError:
+                pass
+            self.metrics.timeouts.inc()  # our deadline, or the link's (worker.fillTimeoutS)
+            raise Failed(f"no answer within the request timeout ({self.timeout_s:g} s)", 504)
 
     async def complete(self, req: Fim, on_draft: Callable[[DraftEvent], None] | None = None) -> Answer:
         """The fill for `req`; with on_draft, the worker's draft after every denoising step."""

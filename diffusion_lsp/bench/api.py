@@ -210,7 +210,7 @@ def print_load(rows: list[dict]) -> None:
 
 # ---- soak ----
 
-async def soak(http, base: str, seconds: float, max_tokens: int, requests: list[dict], pids) -> dict:
+async def soak(http, base: str, seconds: float, max_tokens: int, requests: list[dict], pids: list[int]) -> dict:
     samples: list[tuple[float, float]] = []
     stop_at = time.monotonic() + seconds
     t_start = time.monotonic()
@@ -230,7 +230,7 @@ async def soak(http, base: str, seconds: float, max_tokens: int, requests: list[
 
     async def sample() -> None:
         while time.monotonic() < stop_at:
-            samples.append((time.monotonic() - t_start, sum(rss_mb(p()) for p in pids)))
+            samples.append((time.monotonic() - t_start, sum(rss_mb(p) for p in pids)))
             await asyncio.sleep(5.0)
 
     await asyncio.gather(sample(), *(client(k) for k in range(GOAL_AT)))
@@ -316,8 +316,7 @@ async def main(args) -> dict:
     try:
         async with httpx.AsyncClient(timeout=60, limits=limits) as http:
             health = await _health(http, base)
-            worker = lambda: (health.get("worker") or {}).get("pid")  # noqa: E731
-            pids = [server.proc.pid, worker()] if server else []
+            pids = [server.proc.pid, health["worker"]["pid"]] if server else []
             requests = workload()
             for body in requests[:4]:  # warm-up
                 await http.post(base + "/v1/completions", json={**body, "max_tokens": args.max_tokens})
@@ -329,8 +328,7 @@ async def main(args) -> dict:
                   f"{os.cpu_count()} CPUs")
             print_load(rows)
             if args.soak:
-                out["soak"] = s = await soak(http, base, args.soak, args.max_tokens, requests,
-                                             [lambda: server.proc.pid if server else None, worker])
+                out["soak"] = s = await soak(http, base, args.soak, args.max_tokens, requests, pids)
                 print(f"soak: concurrency {GOAL_AT} for {s['seconds']:.0f} s, {s['ok']} answered, {s['5xx']} 5xx; "
                       f"RSS first {s['first_mb']:.0f} MB, peak {s['peak_mb']:.0f}, last {s['last_mb']:.0f}, "
                       f"slope {s['slope_mb_min']:+.2f} MB/min over {s['samples']} samples")

@@ -125,9 +125,7 @@ class WorkerLink:
         client = await self.ensure()
         if client is None:
             raise Unavailable("the model worker is not available", "off")
-        if client.connected and client.state == "loading":
-            raise Unavailable("the model is loading", "starting")
-        ask = client.fill(key, order, on_draft) if on_draft is not None else getattr(client, op)(key, order)
+        ask = client.fill(key, order, on_draft) if op == "fill" else client.probe(key, order)
         try:
             return await asyncio.wait_for(ask, self.fill_timeout_s)
         except asyncio.TimeoutError:

@@ -148,7 +148,7 @@ class NextEditor:
                               sampling=self.cfg.sampling, uri=doc.uri, open_docs=open_docs, index_of=indexed)
             if not getattr(self.link, "can_probe", False):
                 req.mode = "api"  # a remote API: its edit endpoint (nextedit/mercury.py)
-            out = await self._drive(plan(req), ticket, "nextedit:" + doc.uri)
+            out = await drive_link(plan(req), self.link, "nextedit:" + doc.uri, self.thread, ticket.superseded)
         finally:
             if self._latest.get(doc.uri) is ticket:
                 del self._latest[doc.uri]
@@ -164,9 +164,6 @@ class NextEditor:
         e = out.edit
         rng = (positions.position_at(doc.text, e.start, encoding), positions.position_at(doc.text, e.end, encoding))
         return NextEdit(doc.uri, doc.version, rng, e.text, e.start, e.end, out.jump), out
-
-    async def _drive(self, p: Plan, ticket: _Ticket, key: str) -> Outcome | None:
-        return await drive_link(p, self.link, key, self.thread, ticket.superseded)
 
     def close(self) -> None:
         self.thread.shutdown(wait=False, cancel_futures=True)

@@ -16,10 +16,10 @@ from ..context.tokens import model_token_counter
 from ..context.types import Document
 from ..engine import model_folder
 from ..model.settings import LaunchSettings
+from ..nextedit.history import EditSteps
 from .client import Launch
 from .completion import Completer
 from .config import Config, WorkerSettings, parse_config
-from ..nextedit.history import EditSteps
 from .history import RecentEdits
 from .indexer import Indexer
 from .link import Ui, WorkerLink
@@ -135,8 +135,11 @@ def _common_prefix(a: str, b: str) -> int:
 def _common_suffix(a: str, b: str, limit: int) -> int:
     """Length of the common end of a and b, at most `limit`."""
     i = 0
-    while i < limit and a[len(a) - min(i + CHUNK, limit):len(a) - i] == b[len(b) - min(i + CHUNK, limit):len(b) - i]:
-        i = min(i + CHUNK, limit)
+    while i < limit:
+        j = min(i + CHUNK, limit)
+        if a[len(a) - j:len(a) - i] != b[len(b) - j:len(b) - i]:
+            break
+        i = j
     while i < limit and a[-1 - i] == b[-1 - i]:
         i += 1
     return i

@@ -105,7 +105,7 @@ export class NextEditView implements vscode.Disposable {
           || vscode.window.activeTextEditor !== editor) {
         return null;
       }
-      this.show(editor, edit);
+      this.show(editor, edit, client);
       return edit;
     } catch (e) {
       if (!pending.token.isCancellationRequested) {
@@ -120,15 +120,12 @@ export class NextEditView implements vscode.Disposable {
     }
   }
 
-  private show(editor: vscode.TextEditor, edit: NextEdit): void {
+  private show(editor: vscode.TextEditor, edit: NextEdit, client: LanguageClient): void {
     this.clear();
-    const client = this.client();
-    const range = client ? client.protocol2CodeConverter.asRange(edit.range) : new vscode.Range(
-      edit.range.start.line, edit.range.start.character, edit.range.end.line, edit.range.end.character);
-    this.shown = { editor, edit, range, jumping: false };
+    this.shown = { editor, edit, range: client.protocol2CodeConverter.asRange(edit.range), jumping: false };
     this.draw();
     void vscode.commands.executeCommand('setContext', VISIBLE_KEY, true);
-    void client?.sendNotification(DID_SHOW_INLINE_EDIT, { item: { command: edit.command } });
+    void client.sendNotification(DID_SHOW_INLINE_EDIT, { item: { command: edit.command } });
   }
 
   private draw(): void {
