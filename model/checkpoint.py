@@ -11,6 +11,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from .claims import Claims
 from .config import ModelConfig, SpecialTokens
 from .tokenizer import Tokenizer
 from .transformer import DiffusionTransformer
@@ -60,6 +61,11 @@ def read_config(folder: str | Path) -> dict:
     if version != FORMAT_VERSION:
         raise CheckpointError(f"checkpoint {folder}: format_version {version!r} is not supported "
                               f"(this build reads {FORMAT_VERSION})")
+    if "claims" in config:
+        try:
+            Claims.from_dict(config["claims"])
+        except ValueError as e:
+            raise CheckpointError(f"checkpoint {folder}: bad config.json ({e})") from None
     return config
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,12 @@ from diffusion_lsp.model.checkpoint import save_checkpoint
 from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.tokenizer import train_bpe
 from diffusion_lsp.model.transformer import DiffusionTransformer, KVCache
+
+def pytest_configure(config):
+    """What the servers remember between starts (server/notice.py) goes to a fresh folder, never
+    the user's home; the processes the tests start inherit it."""
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="diffusion-lsp-state-")
+
 
 pytest_plugins = ["remote_api"]  # the scripted OpenAI-compatible API fixture `api`
 STDLIB = Path(sysconfig.get_paths()["stdlib"])

@@ -58,7 +58,7 @@ def make(link, steps=None, **next_edit):
     logged = []
     editor = NextEditor(link, NextEditStats(), lambda kind, message: logged.append((kind, message)),
                         steps or EditSteps())
-    cfg, problems = parse_config({"nextEdit": next_edit})
+    cfg, problems = parse_config({"nextEdit": {"enable": True, **next_edit}})  # no model claims them here
     assert problems == []
     editor.configure(cfg, count_tokens=lambda t: len(t.split()))
     editor.logged = logged

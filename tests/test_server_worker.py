@@ -174,9 +174,9 @@ def test_the_socket_is_owner_only_and_one_worker_holds_it(tmp_path, monkeypatch)
     folder = wire.private_dir()
     wire.ensure_private_dir(folder)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-    path = wire.default_socket(None, "cpu")
-    assert path.parent == folder and path != wire.default_socket(None, "cuda")
-    assert path != wire.default_socket(None, "cpu", "fp32")  # another precision: another worker
+    path = wire.default_socket(LaunchSettings(device="cpu"))
+    assert path.parent == folder and path != wire.default_socket(LaunchSettings(device="cuda"))
+    assert path != wire.default_socket(LaunchSettings(device="cpu", precision="fp32"))  # another worker
     listener, lock = bind(path)
     try:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -247,7 +247,7 @@ def test_a_worker_of_another_wire_version_is_refused_with_a_clear_reason(tmp_pat
     server = _fake_worker_socket(path, [wire.encode({"event": "hello", "version": 1, "pid": 1, "state": "ready"})])
     client = WorkerClient(Launch(socket=path), on_event=lambda m: None, on_lost=lambda r: None)
     try:
-        with pytest.raises(WorkerUnavailable, match="protocol version .1, this server speaks 2"):
+        with pytest.raises(WorkerUnavailable, match=f"protocol version .1, this server speaks {wire.WIRE_VERSION}"):
             asyncio.run(client.start())
     finally:
         server.close()
@@ -258,7 +258,7 @@ def test_an_over_long_line_from_the_worker_drops_the_connection(tmp_path, monkey
 
     monkeypatch.setattr(client_module, "MAX_LINE", 4096)
     path = tmp_path / "w.sock"
-    hello = wire.encode({"event": "hello", "version": wire.WIRE_VERSION, "pid": 1, "state": "ready", "model": "<embedded>"})
+    hello = wire.encode(_hello(LaunchSettings()))
     server = _fake_worker_socket(path, [hello, b'{"id": 1, "text": "' + b"x" * 10_000 + b'"}\n'])
 
     async def go():
@@ -342,15 +342,42 @@ def test_a_socket_folder_that_does_not_exist_is_made_private_and_a_planted_socke
         wire.check_socket_path(shared / "w.sock")
 
 
-def test_a_shared_socket_whose_worker_serves_another_model_is_refused(tmp_path):
+def _hello(launch: LaunchSettings, **changes) -> dict:
+    """The hello a worker started with `launch` by this install says."""
+    return {"event": "hello", "version": wire.WIRE_VERSION, "pid": 1, "state": "ready",
+            "model": wire.model_name(launch), "build": wire.build_id(), "weights": wire.weights_id(launch), **changes}
+
+
+@pytest.mark.parametrize("changes, why", [
+    ({"model": "/models/a"}, "serves the model /models/a, not /models/b"),
+    ({"build": "0.0.9+0123abcd"}, "runs diffusion-lsp 0.0.9.0123abcd, not this install's"),
+    ({"build": None}, "runs diffusion-lsp None"),  # a worker from before builds were said
+    ({"weights": "0" * 16}, "loaded other weights of /models/b"),
+])
+def test_a_shared_socket_whose_worker_runs_other_code_or_another_model_is_refused(tmp_path, changes, why):
     path = tmp_path / "w.sock"
-    hello = wire.encode({"event": "hello", "version": wire.WIRE_VERSION, "pid": 1, "state": "ready",
-                         "model": "/models/a"})
-    server = _fake_worker_socket(path, [hello])
-    client = WorkerClient(Launch(socket=path, settings=LaunchSettings(path="/models/b")), lambda m: None,
-                          lambda r: None)
+    launch = LaunchSettings(path="/models/b")
+    server = _fake_worker_socket(path, [wire.encode(_hello(launch, **changes))])
+    client = WorkerClient(Launch(socket=path, settings=launch), lambda m: None, lambda r: None)
     try:
-        with pytest.raises(WorkerUnavailable, match="serves the model /models/a, not /models/b"):
+        with pytest.raises(WorkerUnavailable, match=why):
             asyncio.run(client.start())
     finally:
         server.close()
+
+
+def test_the_default_socket_differs_for_another_install_or_changed_weights(tmp_path, monkeypatch, tiny_checkpoint):
+    import shutil
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_checkpoint, folder)
+    launch = LaunchSettings(path=str(folder))
+    first = wire.default_socket(launch)
+    assert wire.default_socket(launch) == first  # stable: sessions of one install share their worker
+    weights = folder / "model.safetensors"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # re-trained
+    retrained = wire.default_socket(launch)
+    assert retrained != first
+    monkeypatch.setattr(wire, "build_id", lambda: "9.9.9+feedface")  # an upgraded install
+    assert wire.default_socket(launch) not in (first, retrained)

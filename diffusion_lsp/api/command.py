@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import logging
 import os
@@ -67,10 +66,9 @@ def _next_edit_settings(raw: str):
 
 def api_socket(launch: LaunchSettings) -> Path:
     """The API's own worker (its batch size differs from the editors' workers)."""
-    from ..server.wire import model_name, private_dir
+    from ..server.wire import default_socket
 
-    digest = hashlib.sha256(f"{model_name(launch)}\0{launch.device}\0{launch.precision}".encode()).hexdigest()[:16]
-    return private_dir() / f"api-{digest}.sock"
+    return default_socket(launch, prefix="api")
 
 
 def run(args) -> int:

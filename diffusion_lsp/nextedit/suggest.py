@@ -38,7 +38,9 @@ DOC_KEY = "nextedit"  # in process, the probe's context is reused by the fill af
 class NextEditSettings:
     """Editor settings `nextEdit.*`."""
 
-    enable: bool = field(default=True, metadata=check(None, "true or false", doc="next-edit suggestions"))
+    # None: on only for a model that claims next edits (model/claims.py; the embedded one does not)
+    enable: bool | None = field(default=None, metadata=check(
+        None, "true, false or null", doc="next-edit suggestions; null: only for a model that claims them"))
     debounce_ms: int = field(default=0, metadata=within(0, 5000, doc="wait this long for more typing first"))
     mode: str = field(default="refine", metadata=one_of(
         MODES, doc="refine: re-mask only the tokens the model doubts; full: re-mask the whole region"))

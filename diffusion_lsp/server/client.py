@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..model.settings import LaunchSettings
 from .wire import (MAX_LINE, WIRE_VERSION, DraftEvent, Fill, FillOrder, FillRefused, ProbeOrder, Probed,
-                   check_socket_path, decode, encode, model_name)
+                   build_id, check_socket_path, decode, encode, model_name, weights_id)
 
 SPAWN_TIMEOUT_S = 60.0  # the worker prints "ready" once its socket listens, before loading the model
 CONNECT_TRIES = 40  # when another session is starting the worker: 40 x 0.25 s
@@ -33,6 +33,19 @@ class Launch:
     def command(self) -> list[str]:
         return [sys.executable, "-m", "diffusion_lsp.server.worker", "--socket", str(self.socket),
                 "--idle-exit", str(self.idle_exit_s), "--max-batch", str(self.max_batch), *self.settings.to_argv()]
+
+
+def refusal(hello: dict, settings: LaunchSettings) -> str | None:
+    """Why a worker that said `hello` must not serve these settings (it runs another install's code,
+    another model, or older weights of it), or None. The default socket's name already differs for
+    each (wire.worker_key); this catches a shared worker.socket."""
+    if hello.get("build") != (build := build_id()):
+        return f"runs diffusion-lsp {hello.get('build')}, not this install's {build}"
+    if hello.get("model") != (model := model_name(settings)):
+        return f"serves the model {hello.get('model')}, not {model}"
+    if hello.get("weights") != weights_id(settings):
+        return f"loaded other weights of {model} (the files changed since it started)"
+    return None
 
 
 class WorkerUnavailable(Exception):
@@ -177,10 +190,9 @@ class WorkerClient:
             raise WorkerUnavailable(f"the worker on {path} speaks another protocol version "
                                     f"({hello.get('version')!r}, this server speaks {WIRE_VERSION}); "
                                     "it exits once idle, or stop it and retry")
-        if hello.get("model") != (want := model_name(self.launch.settings)):  # a shared worker.socket
+        if (why := refusal(hello, self.launch.settings)) is not None:
             writer.close()
-            raise WorkerUnavailable(f"the worker on {path} serves the model {hello.get('model')}, not {want}; "
-                                    "it exits once idle, or set another worker.socket")
+            raise WorkerUnavailable(f"the worker on {path} {why}; it exits once idle, or set another worker.socket")
         self._writer = writer
         self._event(hello)
         asyncio.ensure_future(self._read(reader, writer))

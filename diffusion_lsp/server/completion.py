@@ -26,7 +26,8 @@ from ..context.tokens import approx_tokens, valid_text
 from ..context.types import CompletionContext, ContextBudget, Document, EditSnippet, SpanKind, Suggestion
 from . import positions
 from .cache import CompletionCache
-from .config import Config
+from ..context.languages import language_for
+from .config import Config, serves_language
 from .link import Unavailable, WorkerLink
 from .stats import Stats, Timing
 from .wire import Fill, FillOrder
@@ -58,6 +59,15 @@ def locate(text: str, line: int, column: int, encoding: str, max_line_chars: int
     if index is None:
         raise BadInput(f"position {line}:{column} is past the end of its line")
     return span[0] + index
+
+
+def check_language(cfg: Config, doc: Document) -> None:
+    """BadInput when the model does not write the document's language (completion.languages, by
+    default the languages its checkpoint claims): no Python in a Go file."""
+    spec = language_for(doc.language_id, doc.uri)
+    if spec is not None and not serves_language(cfg, spec):
+        raise BadInput(f"the model does not write {spec.name} (completion.languages is "
+                       f"{cfg.completion.languages}; add {spec.name!r}, or \"*\", to try it)")
 
 
 def replace_range(text: str, offset: int, sug: Suggestion, encoding: str) -> tuple[Position, Position] | None:
@@ -156,6 +166,7 @@ class Completer:
         cc = self.cfg.completion
         if doc.language_id in cc.disabled_languages:
             raise BadInput(f"completion is disabled for {doc.language_id!r}")
+        check_language(self.cfg, doc)
         prefix, suffix = doc.text[:offset], doc.text[offset:]
         hit, cached = self.cache.lookup(doc.uri, prefix, suffix)
         if hit:

@@ -12,6 +12,8 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
+from ..context.languages import LANGUAGE_IDS, LanguageSpec
+from ..model.claims import Claims
 from ..model.settings import LaunchSettings, SamplerConfig, check, coerce, field_problem, within
 from ..model.settings import hints as settings_hints
 from ..nextedit.suggest import NextEditSettings
@@ -35,6 +37,10 @@ class CompletionSettings:
     line_budget_ms: float | None = field(default=200.0, metadata=check(
         lambda v: 0 < v <= 60_000, "between 0 and 60000", exclusive_minimum=0, maximum=60_000,
         doc="time budget of a single-line fill (ms): past it the rest is committed at once; null: none"))
+    # None: the languages the model claims (model/claims.py); the embedded model claims Python only
+    languages: list[str] | None = field(default=None, metadata=check(
+        None, "a list of language ids, or null",
+        doc='languages with completions and next edits ("*": all); null: those the model was trained on'))
     disabled_languages: list[str] = field(default_factory=list, metadata=check(
         None, "a list of language ids", doc="editor language ids with no completions"))
     max_line_chars: int = field(default=5000, metadata=within(
@@ -117,3 +123,25 @@ def parse_config(raw, base: Config | None = None) -> tuple[Config, list[str]]:
             raw = raw[section]
             break
     return _parse(Config, raw, base, "", problems), problems
+
+
+def with_claims(cfg: Config, claims: Claims) -> Config:
+    """`cfg` with the settings left to the model (null) filled in from what it claims: next edits
+    only for a model that claims them, completions only in its languages."""
+    completion, next_edit = cfg.completion, cfg.next_edit
+    if completion.languages is None:
+        languages = ["*"] if claims.languages is None else list(claims.languages)
+        completion = dataclasses.replace(completion, languages=languages)
+    if next_edit.enable is None:
+        next_edit = dataclasses.replace(next_edit, enable=claims.next_edits)
+    return dataclasses.replace(cfg, completion=completion, next_edit=next_edit)
+
+
+def serves_language(cfg: Config, spec: LanguageSpec) -> bool:
+    """Whether `completion.languages` (filled in by with_claims) lets the model write `spec`'s code;
+    names are canonical names or editor language ids ("typescript" covers tsx)."""
+    names = cfg.completion.languages
+    if names is None or "*" in names:
+        return True
+    wanted = {LANGUAGE_IDS.get(n.lower(), n.lower()) for n in names}
+    return spec.name in wanted or (spec.name == "tsx" and "typescript" in wanted)

@@ -24,7 +24,7 @@ from ..nextedit.history import EditSteps
 from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, Plan, RewriteOrder, plan
 from ..server.wire import ProbeOrder
 from . import positions
-from .completion import BadInput, _set_within, locate
+from .completion import BadInput, _set_within, check_language, locate
 from .config import Config
 from .link import Unavailable
 from .stats import NextEditStats
@@ -134,6 +134,7 @@ class NextEditor:
         spec = language_for(doc.language_id, doc.uri)
         if spec is None:
             raise BadInput(f"unsupported language {doc.language_id!r}")
+        check_language(self.cfg, doc)
         ticket = _Ticket()
         if (old := self._latest.get(doc.uri)) is not None:
             old.superseded.set()

@@ -15,11 +15,13 @@ from ..context.cutting import memoized
 from ..context.tokens import model_token_counter
 from ..context.types import Document
 from ..engine import model_folder
+from ..model.claims import GENERAL, Claims, read_claims
 from ..model.settings import LaunchSettings
 from ..nextedit.history import EditSteps
 from .client import Launch
 from .completion import Completer
-from .config import Config, WorkerSettings, parse_config
+from . import notice
+from .config import Config, WorkerSettings, parse_config, with_claims
 from .history import RecentEdits
 from .indexer import Indexer
 from .link import Ui, WorkerLink
@@ -39,7 +41,7 @@ class ServeOptions:
 
 def launch_for(cfg: Config) -> Launch:
     m, w = cfg.model, cfg.worker
-    socket = Path(w.socket) if w.socket else default_socket(m.path, m.device, m.precision)
+    socket = Path(w.socket) if w.socket else default_socket(m)
     return Launch(socket=socket, settings=m, idle_exit_s=w.idle_exit_s)
 
 
@@ -47,6 +49,11 @@ def link_for(cfg: Config, ui: Ui, stats: Stats) -> WorkerLink | RemoteLink:
     """The link model.backend asks for: the model worker, or an OpenAI-compatible FIM API."""
     link = RemoteLink if cfg.model.backend == "openai" else WorkerLink
     return link(ui, stats, launch_for(cfg))
+
+
+def claims_for(launch: LaunchSettings) -> Claims:
+    """What the model in use claims (model/claims.py); an API's model claims nothing we can read."""
+    return GENERAL if launch.backend == "openai" else read_claims(model_folder(launch.path))
 
 
 def counter_for(model_path: str | None) -> Callable[[str], int]:
@@ -59,7 +66,8 @@ class Session:
         self.ui = ui
         self.base = Config(model=options.launch,
                            worker=WorkerSettings(socket=options.worker_socket))
-        self.cfg = self.base
+        self.claims = claims_for(self.base.model)
+        self.cfg = with_claims(self.base, self.claims)
         self.stats = Stats()
         self.edits = RecentEdits()
         self.link = link_for(self.cfg, ui, self.stats)
@@ -76,6 +84,11 @@ class Session:
         cfg, problems = parse_config(raw, self.base)
         for problem in problems:
             self.ui.show("warning", f"diffusion-lsp settings: {problem}")
+        self.claims = claims_for(cfg.model)
+        cfg = with_claims(cfg, self.claims)
+        if self.claims.demo and not notice.already_said(notice.DEMO):
+            self.ui.show("info", notice.demo_message(self.claims))
+            notice.remember(notice.DEMO)
         model_changed = cfg.model.path != self.cfg.model.path
         if cfg.model.backend != self.cfg.model.backend:  # another kind of link; the old one closes
             old, self.link = self.link, link_for(cfg, self.ui, self.stats)
@@ -110,7 +123,10 @@ class Session:
         self.next_edit.last.pop(uri, None)
 
     def report(self) -> dict:
-        return self.stats.report(worker=self.link.describe())
+        c = self.cfg
+        model = {"claims": self.claims.to_dict(), "languages": c.completion.languages,
+                 "next_edits": c.next_edit.enable}
+        return self.stats.report(worker=self.link.describe(), model=model)
 
     async def close(self) -> None:
         self.indexer.close()

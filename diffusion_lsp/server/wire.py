@@ -9,7 +9,9 @@ Messages, one JSON object per line (`WIRE_VERSION` in hello; a client refuses an
                      "drafts": true (optional: the draft after every denoising step, as below)}
                     {"op": "cancel", "id": 7}
                     {"op": "ping", "id": 8}
-  worker -> client  {"event": "hello", "version": 2, "pid": 123, "state": "loading", "model": "..."}
+  worker -> client  {"event": "hello", "version": 3, "pid": 123, "state": "loading", "model": "...",
+                     "build": "0.1.0+3f2a...", "weights": "9c1e..."} (a client refuses another build
+                     or other weights: the worker runs other code, or an older copy of the model)
                     {"event": "state", "state": "ready" | "failed", "error": "..."}
                     {"id": 7, "draft": "def f(x): \u2592\u2592", "committed": "def f(x): ", "step": 2,
                      "masked": 2}  (only for a fill with drafts, before its answer)
@@ -24,6 +26,7 @@ A fill supersedes any older fill with the same key from the same connection. `Fi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -32,9 +35,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import __version__
+from ..engine import model_folder
 from ..model.settings import LaunchSettings, SamplerConfig
 
-WIRE_VERSION = 2
+WIRE_VERSION = 3
 MAX_LINE = 64 * 1024 * 1024  # bytes; a line longer than this closes the connection
 
 
@@ -57,11 +62,47 @@ def ensure_private_dir(folder: Path) -> None:
                            f"(found mode {stat.S_IMODE(info.st_mode):o}, uid {info.st_uid})")
 
 
-def default_socket(model: str | None, device: str, precision: str = "auto") -> Path:
-    """One worker per (checkpoint folder, device, precision): sessions with the same model share it."""
-    model_key = str(Path(model).resolve()) if model else "<embedded>"
-    digest = hashlib.sha256(f"{model_key}\0{device}\0{precision}".encode()).hexdigest()[:16]
-    return private_dir() / f"worker-{digest}.sock"
+def default_socket(launch: LaunchSettings, prefix: str = "worker") -> Path:
+    """One worker per (install, model, launch settings): sessions with the same ones share it, and
+    a new or upgraded install, or changed weights, never reach an older worker (worker_key)."""
+    return private_dir() / f"{prefix}-{worker_key(launch)}.sock"
+
+
+def worker_key(launch: LaunchSettings) -> str:
+    """What must match for a worker to serve a session: this install's code (build_id), the model
+    folder and its weights (weights_id), and the launch settings that shape the worker."""
+    parts = [build_id(), model_name(launch), weights_id(launch), *launch.to_argv()]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+@functools.cache
+def build_id() -> str:
+    """This install's code: its version, where it lives, and its newest source file (an upgrade or
+    an edited checkout is another build). Stats the package's ~200 files once per process."""
+    package = Path(__file__).resolve().parents[1]
+    newest = max((p.stat().st_mtime_ns for p in package.rglob("*.py")), default=0)
+    digest = hashlib.sha256(f"{package}\0{newest}".encode()).hexdigest()[:12]
+    return f"{__version__}+{digest}"
+
+
+def weights_id(launch: LaunchSettings) -> str:
+    """A fingerprint of the model folder's config and weights: each file's name, size, mtime and
+    its first MiB (the safetensors header and the first tensors) -- not the whole file, which for a
+    7B checkpoint would take seconds at every start. Empty for a remote backend or a missing folder."""
+    if launch.backend != "local":
+        return ""
+    folder = model_folder(launch.path)
+    h = hashlib.sha256()
+    for path in sorted([*folder.glob("*.safetensors"), folder / "config.json"]):
+        try:
+            info = path.stat()
+            with path.open("rb") as f:
+                head = f.read(1 << 20)
+        except OSError:
+            continue
+        h.update(f"{path.name}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
+        h.update(head)
+    return h.hexdigest()[:16]
 
 
 def model_name(launch: LaunchSettings) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..model.settings import LaunchSettings, SamplerConfig, add_args, from_args
 from .listener import Conn, bind, serve
-from .wire import WIRE_VERSION, DraftEvent, Fill, FillOrder, ProbeOrder, Probed, model_name
+from .wire import WIRE_VERSION, DraftEvent, Fill, FillOrder, ProbeOrder, Probed, build_id, model_name, weights_id
 
 log = logging.getLogger("diffusion-lsp.worker")
 WARM_UP = FillOrder("def f(x):\n", "\n", 4)  # first-call kernel set-up, before the worker says ready
@@ -48,8 +48,9 @@ class Worker:
     """`load()` returns an engine (`fill(requests, cfg, should_stop)`, diffusion_lsp.engine) or raises;
     LoadFailed and ModelMissing carry a message for the user, anything else is shown with its type."""
 
-    def __init__(self, load: Callable[[], object], model: str = "<embedded>", max_batch: int = 8):
-        self._load, self.model, self.max_batch = load, model, max_batch
+    def __init__(self, load: Callable[[], object], launch: LaunchSettings = LaunchSettings(), max_batch: int = 8):
+        self._load, self.max_batch = load, max_batch
+        self.model, self.weights = model_name(launch), weights_id(launch)  # said in hello
         self.state, self.error, self.engine = "loading", None, None
         self.cond = threading.Condition()
         self.queue: list[Job] = []
@@ -60,7 +61,7 @@ class Worker:
 
     def hello(self) -> dict:
         return {"event": "hello", "version": WIRE_VERSION, "pid": os.getpid(), "state": self.state,
-                "error": self.error, "model": self.model}
+                "error": self.error, "model": self.model, "build": build_id(), "weights": self.weights}
 
     def has_clients(self) -> bool:
         with self.cond:
@@ -246,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     listener, _lock = bound
     launch = from_args(LaunchSettings, args)
-    worker = Worker(lambda: load_model(launch), model_name(launch), max(1, args.max_batch))
+    worker = Worker(lambda: load_model(launch), launch, max(1, args.max_batch))
     print(f"ready {os.getpid()}", flush=True)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # whoever read that line may be gone
     threading.Thread(target=worker.run, daemon=True).start()

@@ -20,6 +20,10 @@ import torch
 
 from diffusion_lsp.model.checkpoint import load_checkpoint, save_checkpoint
 
+# what a model trained by these commands may claim (model/claims.py): the corpus is Python files only
+# (data/build.py reads .py files), and no run measures next edits as right, so none is claimed
+TRAINED_CLAIMS = {"languages": ["python"], "next_edits": False}
+
 STATE_VERSION = 1
 
 
@@ -39,7 +43,7 @@ def save_run(out: Path, model, tokenizer, optimizer, progress: Progress, config:
     out.mkdir(parents=True, exist_ok=True)
     ckpt, tmp, old = out / "checkpoint", out / "checkpoint.tmp", out / "checkpoint.old"
     shutil.rmtree(tmp, ignore_errors=True)
-    save_checkpoint(tmp, model, tokenizer, extra={"train": {
+    save_checkpoint(tmp, model, tokenizer, extra={"claims": TRAINED_CLAIMS, "train": {
         "step": progress.step, "tokens": progress.tokens, "elapsed_s": progress.elapsed_s,
         "val_loss": progress.val_loss}})
     state = {

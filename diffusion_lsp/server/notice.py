@@ -1,0 +1,66 @@
+"""Words the server says to the user once per install, never again: today only that the model in
+use is a small demo (its checkpoint claims `demo`, model/claims.py) and where a better one is.
+
+What was said is remembered in $XDG_STATE_HOME/diffusion-lsp/said.json (~/.local/state when unset).
+It is shown with window/showMessage, not a request with buttons: Neovim answers a
+window/showMessageRequest with a blocking inputlist(), which would hang the editor's first start."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..engine import DEFAULT_MODEL
+from ..model.claims import Claims
+
+DEMO = "demo-model"
+README_SECTION = "use-a-real-model"
+
+
+def state_file() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "diffusion-lsp" / "said.json"
+
+
+def _said() -> dict:
+    try:
+        said = json.loads(state_file().read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return {}
+    return said if isinstance(said, dict) else {}
+
+
+def already_said(key: str) -> bool:
+    return bool(_said().get(key))
+
+
+def remember(key: str) -> bool:
+    """Record that `key` was said; False when the state cannot be written (it is said again next
+    time: better twice than a user never told)."""
+    path, said = state_file(), _said()
+    said[key] = True
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(said, indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        return False
+    return True
+
+
+def readme_link() -> str:
+    """The README's section on real models: the file beside a source checkout; an installed wheel
+    has no README, so its model card (which says the same in short) instead."""
+    readme = DEFAULT_MODEL.parents[2] / "README.md"
+    if readme.is_file():
+        return f"{readme.as_uri()}#{README_SECTION}"
+    return f"{(DEFAULT_MODEL / 'MODEL_CARD.md').as_uri()}#{README_SECTION}"
+
+
+def demo_message(claims: Claims) -> str:
+    knows = "" if claims.languages is None else f", {'/'.join(claims.languages)} only"
+    return (f"diffusion-lsp: the model is a small offline demo{knows}: its suggestions are rarely right"
+            f"{'' if claims.next_edits else ' and next edits are off'}. For useful ones set model.path to "
+            f"a real checkpoint or model.backend to an API: {readme_link()}")
