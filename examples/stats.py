@@ -7,9 +7,9 @@ def mean(values):
 
 
 def variance(values):
+    """Mean squared distance of the values from their mean."""
     m = mean(values)
-    return sum((v - m) ** 2 for v in values) / len(values)
-
+    
 
 if __name__ == "__main__":
     print(mean([1, 2, 3]), variance([1, 2, 3]))

@@ -16,6 +16,8 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcRequestCancelled
 from pytest_lsp import LanguageClient
 
+from test_server_range import SCRIPTED_CLAIMS
+
 from conftest import complete, completion_params, loads_ended, open_doc, start_server, stop_server, within
 from diffusion_lsp.model.checkpoint import load_checkpoint, save_checkpoint
 
@@ -47,7 +49,7 @@ def echo_checkpoint(tiny_checkpoint, tmp_path_factory):
         emb[tok.mask_id, 0] = 1
         emb[word, 0] = 5
         model.norm.weight.fill_(1)
-    return save_checkpoint(tmp_path_factory.mktemp("echo") / "echo", model, tok)
+    return save_checkpoint(tmp_path_factory.mktemp("echo") / "echo", model, tok, extra={"claims": SCRIPTED_CLAIMS})
 
 
 async def start(model, socket, env=None) -> LanguageClient:

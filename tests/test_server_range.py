@@ -54,7 +54,12 @@ def scripted_checkpoint(tok, script: str, folder: Path) -> Path:
         for d, (token, after) in enumerate(zip(chain, chain[1:] + [tok.filler_id])):
             model.embed.weight[token, d] = 1  # RMSNorm makes it 8 (sqrt of dim 64)
             model.lm_head.weight[after, d] = 2  # logit 16 against 0 for the 511 others
-    return save_checkpoint(folder, model, tok)
+    return save_checkpoint(folder, model, tok, extra={"claims": SCRIPTED_CLAIMS})
+
+
+# a test model whose answers are known claims next edits, so that servers (and the editors' tests)
+# take their defaults from the claims as they do for a real model: next edits on, any language
+SCRIPTED_CLAIMS = {"languages": None, "next_edits": True}
 
 
 @pytest.fixture(scope="module")
