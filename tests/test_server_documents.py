@@ -176,3 +176,25 @@ async def test_an_edit_below_a_form_feed_keeps_the_servers_copy_right(client):
     assert await refusals(client, 1, 10) == ["no completion: position 1:10 is past the end of its line"]
     assert await refusals(client, 0, 7) == ["no completion: position 0:7 is past the end of its line"]
     assert await refusals(client, 3, 0) == ["no completion: position 3:0 is past the end of the document"]
+
+
+@pytest.mark.asyncio
+async def test_a_change_not_newer_than_the_document_is_dropped_and_said(client):
+    """v1 -> v5 -> v3: pygls took the copy back to v3's text, silently, and next edits then took it
+    as current. A change must carry a newer version; an older or repeated one is dropped."""
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        types.TextDocumentItem(uri=URI, language_id="python", version=1, text="abc\n")))
+
+    def edit(version: int, text: str) -> None:
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=version),
+            content_changes=[change((0, 0), (0, 3), text)]))
+
+    edit(5, "abcdefgh")  # the copy is "abcdefgh\n"
+    edit(3, "x")  # older: dropped (applied, the copy would be "xdefgh\n")
+    edit(5, "y")  # as old: dropped
+    assert await refusals(client, 0, 9) == ["no completion: position 0:9 is past the end of its line"]
+    assert await refusals(client, 0, 8) == []  # still 8 characters long: v5's text
+    dropped = [m.message for m in client.log_messages if "dropped a change" in m.message]
+    assert dropped == [f"dropped a change: {URI} is at version 5; a change to version 3 is not newer",
+                       f"dropped a change: {URI} is at version 5; a change to version 5 is not newer"]

@@ -135,6 +135,14 @@ class SyncedWorkspace(Workspace):
         return SyncedDocument(doc_uri, source=source, version=version, language_id=language_id,
                               sync_kind=self._sync_kind, position_codec=self.position_codec)
 
+    def stale(self, text_doc: types.VersionedTextDocumentIdentifier) -> str | None:
+        """Why a change to `text_doc` must not be applied: its version is not newer than the
+        document's (LSP versions increase with every change); None when it may be."""
+        doc = self.text_documents.get(unquote(text_doc.uri))
+        if doc is None or doc.version is None or text_doc.version is None or text_doc.version > doc.version:
+            return None
+        return f"{text_doc.uri} is at version {doc.version}; a change to version {text_doc.version} is not newer"
+
     def update_text_document(self, text_doc: types.VersionedTextDocumentIdentifier,
                              change: types.TextDocumentContentChangeEvent) -> None:
         doc = self.text_documents.get(unquote(text_doc.uri))

@@ -157,6 +157,17 @@ class Protocol(LanguageServerProtocol):
             general.position_encodings = [chosen] + [e for e in general.position_encodings if e != chosen]
         return (yield from super().lsp_initialize(params))
 
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
+        """pygls applies a change of any version; one that is not newer than the document (sent
+        out of order, or twice) would take the copy back to an older text that the next edits
+        then take as current: it is dropped, and said in the log."""
+        if (why := self.workspace.stale(params.text_document)) is not None:
+            log.warning("dropped a didChange: %s", why)
+            self._server.window_log_message(types.LogMessageParams(types.MessageType.Warning, f"dropped a change: {why}"))
+            return
+        yield from super().lsp_text_document__did_change(params)
+
     @property
     def workspace(self) -> SyncedWorkspace:
         """pygls builds a plain Workspace inside lsp_initialize and offers no factory for it; every
