@@ -48,3 +48,40 @@ def test_the_index_and_token_counts_are_made_in_a_child_process_and_looked_up_wi
     assert INDEXES.is_current(doc) and "helper_defined_here" in indexed(doc).defs
     line = "def helper_defined_here(path):\n"
     assert memo.memo[line] == counter_for(None)(line) != len(line) and memo.missing(SOURCE) == []
+
+
+def test_the_indexing_child_and_the_resource_tracker_die_with_a_killed_server():
+    """After `kill -9` of the server its indexing child (and with it multiprocessing's resource
+    tracker, which waits for both to close its pipe) lived on: pairs from killed sessions were still
+    running 30 minutes later."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import os, sys\n"
+            "from diffusion_lsp.server.indexer import ChildProcess\n"
+            "run = ChildProcess()\n"
+            "print(run(os.getpid), flush=True)\n"
+            "sys.stdin.read()\n")
+    server = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = int(server.stdout.readline())
+    family = [int(p) for p in subprocess.run(["ps", "-o", "pid=", "--ppid", str(server.pid)], capture_output=True,
+                                             text=True).stdout.split()]
+    assert child in family and len(family) == 2  # the indexing child and the resource tracker
+    os.kill(server.pid, signal.SIGKILL)
+    server.wait()
+    deadline = time.monotonic() + 10  # the child looks for its parent every 0.5 s
+    while any(_alive(p) for p in family) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in family if _alive(p)]
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie waiting for init to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -16,6 +16,8 @@ import asyncio
 import logging
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -30,6 +32,20 @@ from ..context.types import Document
 log = logging.getLogger("diffusion-lsp.indexer")
 DEBOUNCE_S = 1.0  # typing in a document re-indexes it once the user pauses (definitions rarely move)
 Run = Callable[..., object]  # run(fn, *args) -> fn(*args), somewhere else
+
+
+def _child_start(parent: int) -> None:
+    """The child's set-up: idle priority, and it dies with the server (a server killed with -9 left
+    its indexing child, and so multiprocessing's resource tracker, running for good)."""
+    _idle_priority()
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True, name="diffusion-lsp-parent").start()
+
+
+def _exit_with(parent: int, every_s: float = 0.5) -> None:
+    """Exit once `parent` is gone: this process is then re-parented, so getppid() changes."""
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(0)
 
 
 def _idle_priority() -> None:
@@ -71,7 +87,7 @@ class ChildProcess:
             return fn(*args)
         if self.pool is None:
             self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=_idle_priority)
+                                            initializer=_child_start, initargs=(os.getpid(),))
         try:
             return self.pool.submit(fn, *args).result()
         except BrokenProcessPool:
