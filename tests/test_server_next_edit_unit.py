@@ -185,3 +185,18 @@ def test_changed_lines_keep_what_is_outside_them_equal():
         assert a[:first] == b[:first] and a[last_before + 1:] == b[last_after + 1:], (before, after)
         assert first <= last_before < len(a) and first <= last_after < len(b), (before, after)
     assert _changed_lines("x = 1\ny = 2\n", "x = 1\ny = 3\n") == (1, 1, 1)
+
+
+def test_a_document_with_cr_or_crlf_line_ends_gets_its_own_line_ends_back():
+    """On a "\\r"-only file a next edit rewrote the region with "\\n" line ends (and the parse filter,
+    which cuts windows at "\\n", never fired): the plan now sees "\\n" and its edit is mapped back."""
+    unix = "import os\n\ntotal = add(2, 3)\nx = 1\n"
+    edits = {}
+    for end in ("\r", "\r\n", "\n"):
+        text = unix.replace("\n", end)
+        editor = make(FakeLink(text="total = add(2, 3)\nprint(total)\n", doubted=2))
+        doc = Document(URI, text, "python", 1)
+        edits[end] = edit = asyncio.run(editor.suggest(doc, 1, 2, 0, UTF16, "a.py"))
+        assert edit.range == ((3, 0), (3, 0)), end  # an insertion at the start of "x = 1"
+        assert text[:edit.start] + edit.text + text[edit.end:] == text.replace(f"){end}", f"){end}print(total){end}")
+    assert [edits[e].text for e in edits] == ["print(total)\r", "print(total)\r\n", "print(total)\n"]

@@ -7,6 +7,8 @@ the parse of a region that parsed (tree-sitter, on a window around the region)."
 
 from __future__ import annotations
 
+import bisect
+import re
 from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
@@ -22,6 +24,33 @@ class TextEdit:
 
     def apply(self, doc: str) -> str:
         return doc[:self.start] + self.text + doc[self.end:]
+
+
+class LineEnds:
+    """A document whose lines end in "\r\n" or "\r" as the next-edit pipeline sees it: with "\n"
+    (the model writes "\n", tree-sitter's parse filter splits windows at "\n"), and the way back:
+    an edit's offsets and line breaks in the editor's own text. Lines and columns are the same in both."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.unix = text.replace("\r\n", "\n").replace("\r", "\n")
+        self.end = "\n" if self.unix == text else "\r\n" if "\r\n" in text else "\r"
+        if self.unix != text:  # where each line starts, in both texts
+            self._starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
+            self._unix_starts = [0] + [i + 1 for i, c in enumerate(self.unix) if c == "\n"]
+
+    def offset(self, unix_offset: int) -> int:
+        """An offset into `unix` -> the same place in `text`."""
+        if self.unix == self.text:
+            return unix_offset
+        line = bisect.bisect_right(self._unix_starts, unix_offset) - 1
+        return self._starts[line] + unix_offset - self._unix_starts[line]
+
+    def edit(self, edit: TextEdit) -> TextEdit:
+        """An edit of `unix` -> the same edit of `text`, its line breaks written as `text` writes them."""
+        if self.unix == self.text:
+            return edit
+        return TextEdit(self.offset(edit.start), self.offset(edit.end), edit.text.replace("\n", self.end))
 
 
 def minimal_edit(old: str, new: str, at: int = 0) -> TextEdit | None:

@@ -20,6 +20,7 @@ from ..context.index import indexed
 from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..context.types import Document
+from ..nextedit.edits import LineEnds
 from ..nextedit.history import EditSteps
 from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, Plan, RewriteOrder, plan
 from ..server.wire import ProbeOrder
@@ -143,8 +144,10 @@ class NextEditor:
             if s.debounce_ms and await _set_within(ticket.superseded, s.debounce_ms / 1000):
                 self.stats.superseded += 1
                 return None, None
-            line_start = doc.text.rfind("\n", 0, offset) + 1
-            req = EditRequest(doc.text, path, (doc.text.count("\n", 0, offset), offset - line_start), spec,
+            ends = LineEnds(doc.text)  # the plan sees "\n" line ends; its edit is mapped back
+            before = LineEnds(doc.text[:offset]).unix
+            cursor = (before.count("\n"), len(before) - before.rfind("\n") - 1)
+            req = EditRequest(ends.unix, path, cursor, spec,
                               self.steps.diffs(), self.steps.last(doc.uri), s, self.count_tokens,
                               sampling=self.cfg.sampling, uri=doc.uri, open_docs=open_docs, index_of=indexed)
             if not getattr(self.link, "can_probe", False):
@@ -162,7 +165,7 @@ class NextEditor:
         if out.edit is None:
             return None, out
         self.stats.jumps += out.jump
-        e = out.edit
+        e = ends.edit(out.edit)
         rng = (positions.position_at(doc.text, e.start, encoding), positions.position_at(doc.text, e.end, encoding))
         return NextEdit(doc.uri, doc.version, rng, e.text, e.start, e.end, out.jump), out
 
