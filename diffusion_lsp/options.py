@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -103,3 +104,9 @@ def read_source(path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UserError(f"{name} is not UTF-8 (bad byte at offset {e.start})") from None
+
+
+def paragraphs(*texts: str) -> str:
+    """A description for argparse.RawDescriptionHelpFormatter: each text a paragraph filled to 79
+    columns, never broken inside a URL or a path (argparse's own filling breaks them at hyphens)."""
+    return "\n\n".join(textwrap.fill(t, 79, break_on_hyphens=False, break_long_words=False) for t in texts)

@@ -168,7 +168,7 @@ def _decode(model, tok: Tokenizer, req: FillRequest, cfg: SamplerConfig, stop: C
     conf = [0.0] * len(middle)
     head, tail = row.ids[: row.start], row.ids[row.start + row.length:] + [eos]
     allowed_first = None
-    if row.healed:
+    if row.first_allowed:
         allowed_first = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)
         allowed_first[row.first_allowed] = True
     newline, newline_first = set(), set()

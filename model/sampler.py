@@ -10,18 +10,20 @@ The model writes real tokens followed by filler tokens; fillers are stripped, so
 adapts up to N. As in training, a fill is at least one real token and fillers only ever trail it:
 committing one at position k commits fillers at every later position, and neither position 0 nor
 one before a committed real token may become one. A one-line request is done as soon as a committed
-newline has no masked position before it; with `stop_below`, any request is done once a token
-committed below that confidence has none before it (a caller that drops the tail from such a token
-has its answer). With the context cache (Fast-dLLM dual cache) a step after the first full pass
-recomputes only a window of the canvas, the open block and the one before it, and writes the
-window's keys/values back; the prefix, the suffix and the rest of the canvas come from the cache.
-Only the open block's masked positions go through the output head. A result's per-token pieces
-are made once, in `_result`, by incremental decoding minus the healed text (`_text`).
+newline has no masked position before it, and its result is the first line without the line break;
+with `stop_below`, any request is done once a token committed below that confidence has none before
+it (a caller that drops the tail from such a token has its answer). With the context cache
+(Fast-dLLM dual cache) a step after the first full pass recomputes only a window of the canvas, the
+open block and the one before it, and writes the window's keys/values back; the prefix, the suffix
+and the rest of the canvas come from the cache. Only the open block's masked positions go through
+the output head. A result's per-token pieces are made once, in `_result`, by incremental decoding
+minus the healed text (`_text`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,13 +46,19 @@ class FillResult:
     pieces: list[str]  # per emitted token, the text it completes: they add up to `text` (see _text)
     confidence: list[float]  # per emitted token, probability when it was committed
     forwards: int  # forward passes this request took part in
-    tokens: int  # real (non-filler) tokens committed
     ms: float
     budget_hit: bool = False
     cancelled: bool = False  # abandoned between steps because should_stop said so; text is empty
     reused: int = 0  # positions whose keys/values came from the document's last fill (reuse.py)
     canvas: list[int] = field(default_factory=list, repr=False)  # all canvas ids, fillers included
     end_confidence: float = 1.0  # how sure the model was where the text ends (its surest filler; 1.0: none)
+
+    @property
+    def tokens(self) -> int:
+        """The tokens the model wrote into the text (the re-typed healed one included; fillers and a
+        one-line fill's stripped line break not): one per piece and confidence, at most max_tokens.
+        Every count of a fill's tokens (`fim --json`, `--batch`, serve-api's usage) is this one."""
+        return len(self.token_ids)
 
 
 @dataclass
@@ -165,7 +173,7 @@ def _newline_first(tok: Tokenizer, rows: list[Row], newline: torch.Tensor) -> to
     the prefix's last token (maybe "\n\n"): only a newline after that text counts."""
     table = newline.expand(len(rows), -1).clone()
     for i, r in enumerate(rows):
-        if r.healed:
+        if r.first_allowed:
             table[i] = False
             table[i, [t for t in r.first_allowed if "\n" in tok.decode([t])[len(r.healed):]]] = True
     return table
@@ -409,8 +417,13 @@ def _remember(memo: ContextMemo, f: _Fill, batch: _Batch, b: int) -> None:
 
 
 def _unhealed(text: str, healed: str) -> str:
-    """The text without the healed prefix the first token re-types."""
-    return text[len(healed):] if text.startswith(healed) else text
+    """The text without the healed prefix the fill re-types. Healed blanks the fill re-typed only in
+    part (canvas.py lets "\n    " be re-typed as "\n   ", its next token bringing the blank) are cut
+    as far as they go: the user's blanks stand."""
+    if text.startswith(healed) or healed.strip():
+        return text[len(healed):] if text.startswith(healed) else text
+    common = len(os.path.commonprefix([text, healed]))
+    return text[common:]
 
 
 def _text(tok: Tokenizer, ids: list[int], healed: str) -> tuple[str, list[str]]:
@@ -428,12 +441,29 @@ def _text(tok: Tokenizer, ids: list[int], healed: str) -> tuple[str, list[str]]:
     return text, pieces
 
 
+def _first_line(text: str, pieces: list[str]) -> tuple[str, list[str]]:
+    """A one-line fill's (text, pieces) up to its first line break. `_canvas` left the token that
+    writes the break last; it keeps the text before the break, or goes when it wrote none (a line
+    break and the next line's indentation)."""
+    nl = text.find("\n")
+    if nl < 0:
+        return text, pieces
+    before = len(text) - len(pieces[-1])
+    if before > nl:  # a decoder that rewrites earlier text: all of it on the first token (_text)
+        return text[:nl], [text[:nl]] + pieces[1:]
+    last = pieces[-1][: nl - before]
+    return text[:nl], pieces[:-1] + ([last] if last else [])
+
+
 def _result(f: _Fill, tok: Tokenizer) -> FillResult:
     kept = [(t, c) for t, c in zip(f.canvas, f.conf) if t != tok.filler_id]
     ids = [t for t, _ in kept]
     text, pieces = _text(tok, ids, f.row.healed)
-    return FillResult(id=f.req.id, text=text, token_ids=ids, pieces=pieces, confidence=[c for _, c in kept],
-                      forwards=f.forwards, tokens=len(ids) - (1 if f.row.healed and ids else 0), ms=f.ms,
+    if f.req.one_line:
+        text, pieces = _first_line(text, pieces)
+        kept = kept[: len(pieces)]
+    return FillResult(id=f.req.id, text=text, token_ids=[t for t, _ in kept], pieces=pieces,
+                      confidence=[c for _, c in kept], forwards=f.forwards, ms=f.ms,
                       budget_hit=f.budget_hit, cancelled=f.cancelled, reused=f.plan.reused() if f.plan else 0,
                       canvas=f.canvas,
                       end_confidence=max((c for t, c in zip(f.canvas, f.conf) if t == tok.filler_id), default=1.0))

@@ -148,7 +148,8 @@ class SamplerConfig:
         None, "true or false", help="keep decoding after a committed filler (by default a filler ends the fill)",
         doc="on: a committed filler ends the fill; off: keep decoding after it"))
     reuse_context: bool = field(default=True, metadata=check(
-        None, "true or false", help="do not start from the document's last fill (model/reuse.py)",
+        None, "true or false", help="do not start a fill from the same document's last fill (its context's "
+                                    "keys and values, where they still fit)",
         doc="start a fill from the document's last fill where it still fits (model/reuse.py)"))
     # done once a real token committed below this confidence has no masked position before it: a caller
     # that drops a fill's tail from its first token below this (the server's confidenceCut) needs no more
@@ -184,7 +185,8 @@ class LaunchSettings:
                                                               help="torch threads on CPU (default: the idle cores)"))
     precision: str = field(default="auto", metadata=one_of(
         PRECISIONS, "auto, fp32 or int8 (int8: CPU only)",
-        help="weights: auto is int8 on CPU (model/quantize.py), the checkpoint's own on GPU"))
+        help="weights: auto is int8 on CPU (where torch has the int8 kernels), the checkpoint's own on GPU",
+        doc="weights: auto is int8 on CPU (model/quantize.py), the checkpoint's own on GPU"))
     backend: str = field(default="local", metadata=one_of(
         BACKENDS,
         help="local: the model in a worker process; openai: an OpenAI-compatible FIM API (--base-url)"))

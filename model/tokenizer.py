@@ -63,6 +63,14 @@ class Tokenizer:
         pieces, ids = self._sorted_pieces
         return sorted(i for p, i in zip(pieces, ids) if "\n" in p)
 
+    def ids_of_text(self, text: str) -> list[int]:
+        """Ids of the tokens whose text is exactly `text`."""
+        pieces, ids = self._sorted_pieces
+        j, out = bisect.bisect_left(pieces, text), []
+        while j < len(pieces) and pieces[j] == text:
+            out, j = out + [ids[j]], j + 1
+        return out
+
     def ids_starting_with(self, text: str) -> list[int]:
         """Ids of the tokens whose text starts with `text` (token healing's allowed first tokens)."""
         pieces, ids = self._sorted_pieces

@@ -43,13 +43,14 @@ def free_port() -> int:
 
 
 class Api:
-    def __init__(self, model: Path, folder: Path, *flags: str, env: dict | None = None):
+    def __init__(self, model: Path, folder: Path, *flags: str, env: dict | None = None, heal: bool = False):
         folder.mkdir(mode=0o700, exist_ok=True)
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = folder / "api.log"
         cmd = [sys.executable, "-m", "diffusion_lsp", "serve-api", "--port", str(self.port), "--model", str(model),
-               "--no-heal", "--worker-socket", str(folder / "worker.sock"), "--log-level", "warning", *flags]
+               *([] if heal else ["--no-heal"]), "--worker-socket", str(folder / "worker.sock"), "--log-level",
+               "warning", *flags]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         deadline = time.monotonic() + 120
@@ -123,11 +124,11 @@ def test_stop_sequences_cut_the_text_and_hold_back_what_may_start_one():
 
 # ---- the API with the official client ----
 
-def test_a_fill_on_both_routes_and_in_a_fim_template(api):
+def test_a_fill_on_both_routes_and_in_a_fim_template(api, tokenizer):
     client = api.client()
     done = client.completions.create(model="diffusion-lsp", prompt=PREFIX, suffix=SUFFIX, max_tokens=16)
     assert done.choices[0].text == ANSWER and done.choices[0].finish_reason == "stop"
-    assert done.usage.completion_tokens >= 1
+    assert done.usage.completion_tokens == len(tokenizer.encode(ANSWER))  # the scripted model writes its tokens
     fim = httpx.post(api.base + "/v1/fim/completions", json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 16})
     assert fim.status_code == 200 and fim.json()["choices"][0]["text"] == ANSWER
     # Zed's OpenAI-compatible edit-prediction provider: a qwen FIM prompt, its stop tokens, no suffix field
@@ -141,6 +142,22 @@ def test_a_fill_on_both_routes_and_in_a_fim_template(api):
     assert [m.id for m in client.models.list().data] == ["diffusion-lsp"]
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="gpt-4", prompt=PREFIX, max_tokens=4)
+
+
+def test_usage_counts_the_tokens_the_model_wrote_never_past_max_tokens(tokenizer, tmp_path):
+    """With token healing the fill's first token re-types the prompt's last one ("."): it is one of
+    the max_tokens the model writes, and usage counts it, once."""
+    server = Api(scripted_checkpoint(tokenizer, SCRIPT, tmp_path / "model"), tmp_path / "run", heal=True)
+    try:
+        client = server.client()
+        cut = client.completions.create(model="diffusion-lsp", prompt=PREFIX, suffix=SUFFIX, max_tokens=4)
+        assert cut.choices[0].text == "foo(value" and cut.choices[0].finish_reason == "length"  # ".", foo, (, value
+        assert cut.usage.completion_tokens == 4
+        whole = client.completions.create(model="diffusion-lsp", prompt=PREFIX, suffix=SUFFIX, max_tokens=16)
+        assert whole.choices[0].text == ANSWER and whole.choices[0].finish_reason == "stop"
+        assert whole.usage.completion_tokens == len(tokenizer.encode(SCRIPT))  # ".", then ANSWER's tokens
+    finally:
+        server.close()
 
 
 def test_streaming_deltas_and_diffusing_drafts(api):

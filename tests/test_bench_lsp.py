@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from diffusion_lsp.bench.figures import Sample
-from diffusion_lsp.bench.lsp import server_launch
+from diffusion_lsp.bench.lsp import _print_header, server_launch
 from diffusion_lsp.bench.replay import Crowd, Site, find_sites
 from diffusion_lsp.bench.workload import open_documents
 from diffusion_lsp.cli import build_parser, main
@@ -98,6 +98,13 @@ def test_the_server_starts_with_the_bench_s_launch_settings(tmp_path):
     assert cfg.completion.max_context_tokens == 256 and cfg.completion.debounce_ms == 0
     cmd, _ = server_launch(LaunchSettings(), 256, tmp_path / "w.sock")
     assert "--model" not in cmd  # the server's own default: the embedded model
+
+
+def test_the_header_says_what_the_columns_are(capsys):
+    _print_header(LaunchSettings(), build_parser().parse_args(["bench", "lsp"]), {"pid": 7}, 1.25)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("model: embedded default  device: auto") and "worker pid 7 ready in 1.2 s" in lines[0]
+    assert lines[1].startswith("Times are in ms. The columns: model is the worker's fill time; "), lines[1]
 
 
 def test_a_missing_default_model_is_one_clear_line(monkeypatch, tmp_path, capsys):

@@ -1,20 +1,26 @@
-"""The command line: `fim` end to end on a tiny checkpoint and every bad input, the launch and sampler
-flags every model command shares, `bench sampler`, the default thread count, and how the package's
-modules import each other (no cycles; `--help` without torch)."""
+"""The command line: `fim` end to end on a tiny checkpoint and every bad input, the token counts and
+one-line fills it prints, the launch and sampler flags every model command shares, `bench sampler`,
+the default thread count, every command's help and `--version`, and how the package's modules
+import each other (no cycles; `--help` without torch)."""
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
 import io
 import json
+import re
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
-from diffusion_lsp.cli import main
+import diffusion_lsp
+from diffusion_lsp.cli import build_parser, main
+from test_server_range import scripted_checkpoint
 
 SOURCE = "def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n"
 
@@ -39,7 +45,7 @@ def test_fim_prints_the_fill_and_json_has_the_figures(tiny_checkpoint, src, caps
     record = json.loads(out)
     assert code == 0 and record["text"] == text
     assert set(record) >= {"text", "tokens", "forwards", "ms", "confidence"}
-    assert 1 <= record["forwards"] <= 7 and len(record["confidence"]) >= record["tokens"]
+    assert 1 <= record["forwards"] <= 7 and record["tokens"] == len(record["confidence"]) <= 6
 
 
 @pytest.mark.parametrize("policy", ["threshold", "topk", "eb", "one"])
@@ -97,6 +103,36 @@ def test_missing_file_and_checkpoints(tiny_checkpoint, src, tmp_path, capsys):
     assert code == 2 and "model.safetensors is corrupt" in err and len(err.strip().splitlines()) == 1
 
 
+SCRIPTED = "def f(self):\n    y = self.\n"  # the cursor at 2:14, after "self."
+
+
+@pytest.fixture(scope="module")
+def script_model(tokenizer, tmp_path_factory):
+    """A checkpoint that writes ".foo(value)" and then the next line, one token per step."""
+    return scripted_checkpoint(tokenizer, ".foo(value)\n    return", tmp_path_factory.mktemp("script") / "model")
+
+
+def test_fim_json_counts_the_tokens_the_model_wrote(script_model, tmp_path, capsys):
+    """Token healing re-types the prefix's "." as the fill's first token: one of the --max-tokens, so
+    the count is never past it and there is one confidence per token."""
+    path = tmp_path / "f.py"
+    path.write_text(SCRIPTED)
+    code, out, _ = fim(capsys, path, "--at", "2:14", "--model", script_model, "--max-tokens", "4", "--json")
+    record = json.loads(out)
+    assert code == 0 and record["text"] == "foo(value"  # ".", "foo", "(", "value"
+    assert record["tokens"] == len(record["confidence"]) == 4
+
+
+def test_fim_one_line_is_the_first_line_without_the_line_break(script_model, tmp_path, capsys):
+    path = tmp_path / "f.py"
+    path.write_text(SCRIPTED)
+    code, text, _ = fim(capsys, path, "--at", "2:14", "--model", script_model, "--one-line")
+    assert code == 0 and text == "foo(value)"  # not "foo(value)\n   ": the next line's break and indentation
+    code, out, _ = fim(capsys, path, "--at", "2:14", "--model", script_model, "--one-line", "--json")
+    record = json.loads(out)
+    assert record["text"] == "foo(value)" and record["tokens"] == len(record["confidence"]) == 5
+
+
 def test_batch_mode_reports_bad_lines_and_continues(tiny_checkpoint, tmp_path, capsys):
     lines = [
         json.dumps({"id": "a", "prefix": "def f(x):\n    return ", "suffix": "\n", "max_tokens": 5}),
@@ -119,7 +155,7 @@ def test_batch_mode_reports_bad_lines_and_continues(tiny_checkpoint, tmp_path, c
     assert {"text", "tokens", "forwards", "ms"} <= set(records[0]) and "error" not in records[4]
     assert "not valid JSON" in records[1]["error"] and "must be strings" in records[2]["error"]
     assert "max_tokens" in records[3]["error"] and "does not fit" in records[5]["error"]
-    assert "one_line" in records[6]["error"] and records[7]["text"].count("\n") <= 1
+    assert "one_line" in records[6]["error"] and "\n" not in records[7]["text"]
     assert "5 of 8 requests failed" in err
 
 
@@ -127,7 +163,8 @@ def test_console_script_end_to_end(tiny_checkpoint, src):
     proc = subprocess.run(["diffusion-lsp", "fim", str(src), "--at", "2:5", "--model", str(tiny_checkpoint),
                            "--json", "--max-tokens", "4"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["tokens"] <= 5
+    record = json.loads(proc.stdout)
+    assert record["tokens"] == len(record["confidence"]) <= 4
     proc = subprocess.run(["diffusion-lsp", "fim", str(src), "--at", "99:1", "--model", str(tiny_checkpoint)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "past the end" in proc.stderr
@@ -246,3 +283,72 @@ def test_no_import_cycles_between_the_package_modules():
             visit(name, [name])
     assert len(graph) > 50 and "diffusion_lsp.fim_batch" in graph["diffusion_lsp.fim"]  # the graph sees imports
     assert cycles == []
+
+
+def command_paths(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """Every command line of the parser tree: (), ("fim",), ("bench",), ("bench", "lsp"), ..."""
+    yield path
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from command_paths(child, (*path, name))
+
+
+def source_names() -> set[str]:
+    """The package's own module files (server.py, quantize.py, ...): help is for users, not a map of them."""
+    roots = {Path(diffusion_lsp.__file__).parent, Path(importlib.import_module("diffusion_lsp.model").__file__).parent,
+             Path(importlib.import_module("diffusion_lsp.kernels").__file__).parent}
+    return {f.name for root in roots for f in root.rglob("*.py")}
+
+
+def test_no_help_cites_the_source_or_speaks_to_its_developers(capsys):
+    names = source_names()
+    paths = list(command_paths(build_parser()))
+    assert ("serve-api",) in paths and ("eval", "nep") in paths and len(paths) > 20
+    for path in paths:
+        with pytest.raises(SystemExit) as done:
+            main([*path, "--help"])
+        text = capsys.readouterr().out
+        where = " ".join(path) or "diffusion-lsp"
+        assert done.value.code == 0 and text.startswith("usage: diffusion-lsp"), where
+        cited = sorted(set(re.findall(r"[\w.-]+\.py\b", text)) & names)
+        folders = re.findall(r"\b(?:diffusion_lsp|model|kernels|server|context|nextedit|evals|tests)/", text)
+        assert not cited and not folders, f"{where} --help cites the source: {cited + folders}"
+        assert "its own module" not in text and "register(" not in text, where
+        assert not re.search(r"^`diffusion-lsp", text, re.M), f"{where} --help opens with a module docstring"
+    main_help = subprocess.run(["diffusion-lsp", "--help"], capture_output=True, text=True, timeout=60).stdout
+    assert "language server" in main_help and "README" in main_help
+    assert all(f"    {name} " in main_help for name in ("fim", "serve", "serve-api", "eval", "train")), main_help
+
+
+def test_train_help_shows_its_examples_as_written(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "  torchrun --nproc_per_node 4 -m diffusion_lsp.cli train --corpus data/corpus \\\n" in out
+    assert "\n      --out runs/base --preset base --minutes 60\n" in out
+
+
+def test_version_is_the_package_version_everywhere(monkeypatch):
+    proc = subprocess.run(["diffusion-lsp", "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == f"diffusion-lsp {metadata.version('diffusion-lsp')}\n"
+    from diffusion_lsp.server.server import VERSION  # what the language server tells the editor
+
+    assert VERSION == diffusion_lsp.__version__ == metadata.version("diffusion-lsp")
+
+    def not_installed(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)  # a source tree that was never installed
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11
+    pyproject = tomllib.loads((Path(diffusion_lsp.__file__).parents[1] / "pyproject.toml").read_text())
+    assert diffusion_lsp._version() == pyproject["project"]["version"]
+
+
+def test_a_test_run_starts_without_a_deprecation_warning():
+    """pytest-asyncio warns at every run while asyncio_default_fixture_loop_scope is unset (shown
+    when Python shows deprecation warnings)."""
+    proc = subprocess.run([sys.executable, "-W", "always", "-m", "pytest", "--collect-only", "-q", "-p",
+                           "no:cacheprovider", "tests/test_server_positions.py"],
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
+    assert proc.returncode == 0 and "asyncio_default_fixture_loop_scope" not in proc.stdout + proc.stderr, proc.stderr

@@ -281,7 +281,8 @@ def test_predict_file_refills_the_lines_at_the_cursor_and_counts_every_forward(t
     assert req.prefix.endswith(head) and CURRENT.endswith(req.suffix)
     n_mid = len(tokenizer.encode(CURRENT[len(head):len(CURRENT) - len(req.suffix)]))  # "b = 2 ... d = 4"
     assert req.max_tokens == n_mid + max(8, n_mid // 4)  # the canvas and its slack
-    assert got.text == head + "x" * req.max_tokens + "\n"  # all of it "x"
+    # all of it "x", after the canvas's first token, which re-types the prefix's last "\n" (token healing)
+    assert got.text == head + "x" * (req.max_tokens - 1) + "\n"
     assert got.outcome.edit.start == len(head)
     (probe,), (fill,) = engine.probes, engine.fills
     assert probe.forwards == 4 and fill.forwards >= 1
@@ -294,7 +295,8 @@ def test_predict_file_with_an_engine_that_cannot_probe_uses_full_mode(tokenizer,
     assert got.outcome.mode == "full" and engine.probes == [] and len(engine.fills) == 1
     assert got.forwards == engine.fills[0].forwards
     n_old = len(tokenizer.encode(CURRENT))  # the region is the whole file: it is rewritten in full
-    assert got.text == got.outcome.edit.apply(CURRENT) == "x" * (n_old + max(8, n_old // 4)) + "\n"
+    canvas = n_old + max(8, n_old // 4)  # its first token re-types the prompt's last "\n" (token healing)
+    assert got.text == got.outcome.edit.apply(CURRENT) == "x" * (canvas - 1) + "\n"
 
 
 def test_an_empty_fill_deletes_the_doubted_line_gated_by_where_the_fill_ends():

@@ -70,7 +70,8 @@ def test_the_server_asks_the_edit_endpoint_and_answers_the_minimal_edit(api):
     from diffusion_lsp.server.session import launch_for
 
     cfg = parse_config({"model": {"backend": "openai", "baseUrl": api.base, "remoteModel": "mercury-edit",
-                                  "apiKeyEnv": ENV}, "worker": {"fillTimeoutS": 20}})[0]
+                                  "apiKeyEnv": ENV}, "worker": {"fillTimeoutS": 20},
+                      "nextEdit": {"enable": True}})[0]  # an API's model claims nothing: the user turns them on
     ui, stats = RecordingUi(), Stats()
     link = RemoteLink(ui, stats, launch_for(cfg))
     link.configure(launch_for(cfg), True, cfg.worker.fill_timeout_s)

@@ -140,8 +140,13 @@ def test_a_missing_key_variable_is_shown_once(api, monkeypatch):
     assert len(ui.shown) == 1 and "$TEST_KEY" in ui.shown[0][1] and api.got == []
 
 
-def test_the_session_picks_and_switches_the_link_from_model_backend(api):
+def test_the_session_picks_and_switches_the_link_from_model_backend(api, monkeypatch, tmp_path):
+    from diffusion_lsp.model.claims import read_claims
+    from diffusion_lsp.server import notice
+    from diffusion_lsp.engine import DEFAULT_MODEL
     from diffusion_lsp.server.session import ServeOptions, Session
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))  # the demo model has not been named yet
 
     async def go():
         ui = RecordingUi()
@@ -162,7 +167,8 @@ def test_the_session_picks_and_switches_the_link_from_model_backend(api):
         session.configure({"model": {"baseUrl": api.base}})  # backend local again (its default)
         assert isinstance(session.link, WorkerLink) and session.completer.link is session.link
         await asyncio.sleep(0)  # one loop turn: the old link's close runs
-        assert remote.client is None and ui.shown == []
+        assert remote.client is None
+        assert ui.shown == [("info", notice.demo_message(read_claims(DEFAULT_MODEL)))]  # back to the demo: said once
         await session.close()
 
     asyncio.run(go())

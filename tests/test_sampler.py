@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from diffusion_lsp.model.canvas import FillRequest, build_row
-from diffusion_lsp.model.sampler import fill
+from diffusion_lsp.model.sampler import _first_line, fill
 from diffusion_lsp.model.settings import SamplerConfig
 
 PREFIX = "def add(a, b):\n    return"
@@ -82,7 +82,10 @@ def test_one_line_request_stops_once_its_first_line_is_written(tokenizer, oracle
     whole = run(model, tokenizer, cfg, max_tokens=16)
     (line,) = fill(model, tokenizer, [FillRequest(PREFIX, SUFFIX, 16, one_line=True)], cfg)
     assert whole.text == answer
-    assert line.text.split("\n")[0] == " a + b" and line.text.count("\n") == 1
+    first = tokenizer.encode(" a + b")
+    assert ids[: len(first)] == first and tokenizer.decode(ids[len(first):]).startswith("\n")  # the break's own token
+    assert line.text == " a + b" and line.token_ids == first  # the first line, without the break or what follows
+    assert line.tokens == len(line.confidence) == len(line.pieces) == len(first)
     assert line.forwards < whole.forwards
 
 
@@ -145,7 +148,31 @@ def test_token_healing_continues_the_word(tokenizer, oracle):
     (res,) = fill(model, tokenizer, [FillRequest(prefix, "", 4)], SamplerConfig())
     full = prefix + res.text
     assert full.startswith("x = self.foo"), full
-    assert res.tokens == 0  # the healed token re-types what was there, plus the "o"
+    assert res.tokens == 1  # the model wrote one token: it re-types what was there, plus the "o"
+
+
+def test_a_healed_fill_has_at_most_max_tokens_tokens_one_confidence_each(tokenizer, oracle):
+    """The re-typed token takes one of the canvas's max_tokens positions: the count a fill reports
+    (`fim --json`, serve-api's usage) is the tokens it wrote, never past max_tokens, one per confidence."""
+    prefix = "x = self.fo"
+    row = build_row(FillRequest(prefix, "", 4), tokenizer, 512, heal=True)
+    foo = next(i for i in row.first_allowed if tokenizer.decode([i]).startswith(row.healed + "o"))
+    rest = tokenizer.encode("(bar, baz) + qux")  # more than the canvas holds
+    model = oracle(tokenizer, {row.start + i: t for i, t in enumerate([foo, *rest])}, easy=range(1000))
+    (res,) = fill(model, tokenizer, [FillRequest(prefix, "", 4)], SamplerConfig())
+    assert res.token_ids == [foo, *rest[:3]]
+    assert res.tokens == len(res.confidence) == len(res.pieces) == 4
+    assert prefix + res.text == prefix[: -len(row.healed)] + tokenizer.decode([foo, *rest[:3]])
+
+
+def test_the_first_line_keeps_the_text_of_the_token_that_breaks_it():
+    # pieces as _canvas leaves a one-line fill: the token holding the first line break is the last
+    assert _first_line("f(x)\n    ", ["f", "(x", ")\n    "]) == ("f(x)", ["f", "(x", ")"])
+    assert _first_line("f(x)\n    ", ["f", "(x)", "\n    "]) == ("f(x)", ["f", "(x)"])
+    assert _first_line("\n", ["\n"]) == ("", [])
+    assert _first_line("f(x)", ["f", "(x)"]) == ("f(x)", ["f", "(x)"])
+    # a decoder that rewrites earlier text puts all of it on the first token: every token stays
+    assert _first_line("f(x)\n    y", ["f(x)\n    y", "", ""]) == ("f(x)", ["f(x)", "", ""])
 
 
 def test_a_healed_newline_does_not_end_a_one_line_fill(tokenizer, oracle):
@@ -157,7 +184,7 @@ def test_a_healed_newline_does_not_end_a_one_line_fill(tokenizer, oracle):
     (whole,) = fill(model, tokenizer, [FillRequest(prefix, SUFFIX, 12)], cfg)
     (line,) = fill(model, tokenizer, [FillRequest(prefix, SUFFIX, 12, one_line=True)], cfg)
     assert whole.text == answer[1:]
-    assert line.text.split("\n")[0] == "    return y" and line.forwards < whole.forwards
+    assert line.text == "    return y" and line.forwards < whole.forwards
 
 
 def test_batch_of_mixed_requests_matches_each_alone(tokenizer, oracle):
@@ -220,3 +247,27 @@ def test_should_stop_abandons_one_request_between_steps(tokenizer, oracle):
     kept, stopped = fill(model, tokenizer, reqs, cfg, should_stop=lambda i: i == 1)
     assert stopped.cancelled and stopped.text == "" and stopped.forwards == 1
     assert not kept.cancelled and kept.forwards == 6 and kept.text == fill(model, tokenizer, reqs[:1], cfg)[0].text
+
+
+def test_an_indented_empty_line_is_continued_at_its_indentation(oracle):
+    """Byte-level BPE writes "\n    return" as "\n   " + " return": healing a prefix that ends in the
+    token "\n    " must let the fill re-type it one blank shorter, or the only continuations are
+    deeper indentation (the embedded model indented every such fill 4 columns too deep)."""
+    from diffusion_lsp.engine import DEFAULT_MODEL
+    from diffusion_lsp.model.config import SpecialTokens
+    from diffusion_lsp.model.sampler import _unhealed
+    from diffusion_lsp.model.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_file(DEFAULT_MODEL / "tokenizer.json", SpecialTokens())
+    prefix = "def f(x):\n    y = x * 2\n    "
+    row = build_row(FillRequest(prefix, "", 6), tok, 512, heal=True)
+    assert row.healed == "\n    "
+    (shorter,) = tok.ids_of_text("\n   ")
+    assert shorter in row.first_allowed
+    deeper = tok.ids_of_text("\n       ")[0]  # what the constraint left before: 4 columns too deep
+    model = oracle(tok, {row.start + i: t for i, t in enumerate([shorter, *tok.encode(" return y")])},
+                   easy=range(1000))
+    (res,) = fill(model, tok, [FillRequest(prefix, "", 6)], SamplerConfig())
+    assert res.text == "return y" and res.token_ids[0] == shorter != deeper
+    assert _unhealed("\n   y", "\n    ") == "y"  # the next token left out the blank: the user's stand
+    assert _unhealed("\n\n    y", "\n    ") == "\n    y"  # a blank line first: kept

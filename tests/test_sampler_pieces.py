@@ -70,7 +70,7 @@ def test_the_healed_text_is_cut_from_the_first_piece(tokenizer, oracle, more):
     first = next(i for i in row.first_allowed if tokenizer.decode([i]) == row.healed + more)
     ids = [first, *tokenizer.encode("(bar)")]
     _, res = oracle_fill(tokenizer, oracle, ids, prefix=prefix, heal=True)
-    assert res.token_ids == ids and res.tokens == len(ids) - 1
+    assert res.token_ids == ids and res.tokens == len(ids)  # the re-typed token is one the model wrote
     assert res.pieces == [more, *(tokenizer.decode([t]) for t in ids[1:])]
     assert "".join(res.pieces) == res.text and prefix + res.text == "x = self.fo" + more + "(bar)"
 

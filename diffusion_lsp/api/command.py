@@ -16,7 +16,10 @@ DEFAULT_MODEL_NAME = "diffusion-lsp"
 
 def register(sub) -> None:
     p = sub.add_parser("serve-api", help="serve the model as an OpenAI/Mercury-compatible HTTP API",
-                       description=__doc__.splitlines()[0])
+                       description="Serve the model over HTTP: OpenAI-compatible fills on /v1/completions and "
+                                   "/v1/fim/completions, next edits on /v1/edit/completions (Mercury's request), "
+                                   "and /v1/models, /health and /metrics. The model runs in a worker process; "
+                                   "requests that arrive together are decoded as one batch.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     add_args(p, LaunchSettings, only=("path", "device", "threads", "precision"))

@@ -37,7 +37,9 @@ EDITED_DOCS = 10  # of the open documents, those edited during the replay; the o
 
 def register(bench) -> None:
     p = bench.add_parser("lsp", help="inline-completion latency through the real server over stdio",
-                         description=__doc__.splitlines()[0])
+                         description="Inline-completion latency through the real language server over stdio: "
+                                     "a typing session replayed over real code, with p50/p95 of where the time "
+                                     "goes and what the user would have seen. Prints figures; asserts nothing.")
     p.add_argument("--file", metavar="PATH", help="Python file to type in (default: a CPython test module); "
                    f"a {BIG_LINES:,}-line file of stdlib modules is replayed after it, alone and with others open")
     p.add_argument("--requests", type=int, default=200, help="completion requests per file (default 200)")
@@ -115,18 +117,19 @@ def _print_header(launch: LaunchSettings, args, worker: dict, ready_s: float) ->
     print(f"model: {launch.path or 'embedded default'}  device: {launch.device}  "
           f"threads: {launch.threads or 'default'}  precision: {launch.precision}  worker pid {worker['pid']} "
           f"ready in {ready_s:.1f} s  context: {args.context} tokens  requests per file: {args.requests}")
-    print("ms. model: the worker's fill time; server overhead: the server's own work (cache, tree-sitter "
-          "and context, post-processing); ipc: the worker socket and queue; lsp: JSON-RPC, document sync "
-          "and the handler around the completer")
+    print("Times are in ms. The columns: model is the worker's fill time; server overhead is the server's own "
+          "work (cache, tree-sitter and context, post-processing); ipc is the worker socket and queue; lsp is "
+          "JSON-RPC, document sync and the handler around the completer.")
 
 
 def server_launch(launch: LaunchSettings, context: int, socket: Path) -> tuple[list[str], dict]:
     """The `serve` command line and initializationOptions that start the server with these launch
     settings (--model and --device on its command line, model.threads and model.precision in its
-    settings), no debounce, and a worker of its own that exits with it."""
+    settings), no debounce, next edits on whatever the model claims (they are measured), and a
+    worker of its own that exits with it."""
     cmd = [sys.executable, "-m", "diffusion_lsp", "serve", "--device", launch.device, "--worker-socket", str(socket)]
     options = {"completion": {"maxContextTokens": context, "debounceMs": 0}, "worker": {"idleExitS": 0},
-               "model": {"threads": launch.threads, "precision": launch.precision}}
+               "model": {"threads": launch.threads, "precision": launch.precision}, "nextEdit": {"enable": True}}
     return cmd + (["--model", launch.path] if launch.path else []), options
 
 

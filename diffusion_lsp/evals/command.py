@@ -3,6 +3,7 @@ beside the policy under test, so each number means something."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import replace
@@ -10,21 +11,35 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..fim_batch import decode_all
-from ..options import add_fill_args, engine_for, launch_settings, sampler_config
-from . import heldout, humaneval, nep, typing_session
+from ..options import add_fill_args, engine_for, launch_settings, paragraphs, sampler_config
+from . import confidence, heldout, humaneval, nep, typing_session
 from .execute import run_all
 
 
 def register(sub):
-    p = sub.add_parser("eval", help="quality evaluations (HumanEval infilling, held-out packages)")
+    raw = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser("eval", help="quality evaluations: HumanEval infilling, held-out code, next edits",
+                       formatter_class=raw, description=paragraphs(
+                           "Quality evaluations of the model.",
+                           f"humaneval-infill reads {humaneval.SOURCE}.",
+                           f"nep reads {nep.SOURCE}.",
+                           f"Both look in {humaneval.data_root()} (${humaneval.DATA_ENV} when set, else shared/data "
+                           "beside the checkout) for human-eval-infilling/ and next-edit-prediction/, unless --data "
+                           "says where. That data is for measuring: never train on it.",
+                           "heldout and typing read the held-out split (val.jsonl) of the training corpus that "
+                           "`diffusion-lsp data build` writes."))
     ev = p.add_subparsers(dest="eval", required=True, metavar="EVAL")
-    h = ev.add_parser("humaneval-infill", help="pass@1 on HumanEval infilling")
+    h = ev.add_parser("humaneval-infill", help="pass@1 on HumanEval infilling", formatter_class=raw,
+                      description=paragraphs("pass@1 on HumanEval infilling: fill each task's gap, run its tests.",
+                                             f"The data: {humaneval.SOURCE}."))
     h.add_argument("--split", default="single-line",
                    choices=("single-line", "multi-line", "random-span", "random-span-light"))
     h.add_argument("--limit", type=int, default=None, help="first N tasks only")
     h.add_argument("--sample", type=int, default=None, metavar="N",
                    help="N tasks spread evenly over the split (a quicker estimate over every function)")
-    h.add_argument("--data", default=None, help="folder with the HumanEval-*Infilling.jsonl.gz files")
+    h.add_argument("--data", default=None, metavar="DIR",
+                   help=f"folder with the HumanEval-*Infilling.jsonl.gz files (default: {humaneval.default_data_dir()},"
+                        f" from ${humaneval.DATA_ENV} when set)")
     h.add_argument("--timeout", type=float, default=3.0, help="seconds per program (default 3)")
     h.add_argument("--json", action="store_true", help="print one JSON object")
     h.add_argument("--no-baselines", action="store_true", help="skip the empty and one-per-step rows")
@@ -33,6 +48,7 @@ def register(sub):
     heldout.register(ev)
     typing_session.register(ev)
     nep.register(ev)
+    confidence.register(ev)
 
 
 def summarize(name: str, passed: list[bool], records: list[dict] | None, wall: float) -> dict:

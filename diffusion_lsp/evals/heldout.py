@@ -18,7 +18,8 @@ MASK_RATES = (0.15, 0.5, 0.85)
 
 def register(ev):
     h = ev.add_parser("heldout", help="masked-token loss and single-line exact match on held-out packages")
-    h.add_argument("--corpus", default="data/corpus", help="folder with val.jsonl (default data/corpus)")
+    h.add_argument("--corpus", default="data/corpus",
+                   help="corpus folder with val.jsonl, made by `diffusion-lsp data build` (default data/corpus)")
     h.add_argument("--lines", type=int, default=200, help="single lines to fill (default 200)")
     h.add_argument("--crops", type=int, default=64, help="crops for the masked-token loss (default 64)")
     h.add_argument("--seq-len", type=int, default=256)

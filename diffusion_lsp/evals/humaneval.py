@@ -18,14 +18,20 @@ SPLITS = {
 }
 # canvas size per split, in tokens; sized from the kind of span, never from the reference answer
 CANVAS = {"single-line": 32, "multi-line": 128, "random-span": 64, "random-span-light": 64}
+# where a user gets the data: the help and the error when it is missing say it
+SOURCE = ("the HumanEval-*Infilling.jsonl.gz files of HumanEval infilling (Bavarian et al. 2022, MIT): the data/ "
+          "folder of https://github.com/openai/human-eval-infilling")
+DATA_ENV = "DIFFUSION_LSP_DATA"  # a folder with human-eval-infilling/ and next-edit-prediction/ in it
+
+
+def data_root() -> Path:
+    """The evaluation data's folder: $DIFFUSION_LSP_DATA, else shared/data beside the repository checkout."""
+    env = os.environ.get(DATA_ENV)
+    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def default_data_dir() -> Path:
-    """$DIFFUSION_LSP_DATA, else shared/data beside the repository checkout."""
-    env = os.environ.get("DIFFUSION_LSP_DATA")
-    if env:
-        return Path(env) / "human-eval-infilling"
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "human-eval-infilling"
+    return data_root() / "human-eval-infilling"
 
 
 def load_split(split: str, data_dir: Path | None = None, limit: int | None = None,
@@ -36,7 +42,9 @@ def load_split(split: str, data_dir: Path | None = None, limit: int | None = Non
         raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
     path = (data_dir or default_data_dir()) / SPLITS[split]
     if not path.is_file():
-        raise FileNotFoundError(f"HumanEval infilling data not found: {path} (set DIFFUSION_LSP_DATA)")
+        raise FileNotFoundError(f"HumanEval infilling data not found: {path}. The evaluation reads {SOURCE}; "
+                                f"pass their folder with --data, or set {DATA_ENV} to a folder that holds "
+                                "human-eval-infilling/")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         records = [json.loads(line) for line in f if line.strip()]
     if sample and sample < len(records):

@@ -14,6 +14,7 @@ object with `.text` (str | None) and `.forwards` (int); the baselines (nep_basel
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -23,8 +24,8 @@ from pathlib import Path
 from ..context.languages import LanguageSpec, language_for
 from ..errors import UserError
 from ..nextedit.history import last_change_end
-from ..options import add_launch_args, engine_for, launch_settings
-from .humaneval import default_data_dir
+from ..options import add_launch_args, engine_for, launch_settings, paragraphs
+from .humaneval import DATA_ENV, default_data_dir
 from .nep_baselines import no_edit, repeat_last_edit
 from .nep_metrics import score, summarize
 
@@ -47,6 +48,11 @@ class NepCase:
         """The file extension, the per-language grouping: py, java, go, c, cpp, js, ts."""
         tail = self.path.rsplit("/", 1)[-1]
         return tail.rsplit(".", 1)[-1].lower() if "." in tail.lstrip(".") else "(none)"
+
+
+# where a user gets the data: the help and the error when it is missing say it
+SOURCE = ("the next-edit prediction test set (Lu et al. 2025, arXiv 2508.10074, Apache-2.0): nep_test.jsonl, "
+          "a copy of dataset/crawl/test.jsonl of https://github.com/lurf21/NextEditPrediction")
 
 
 def default_data() -> Path:
@@ -101,7 +107,8 @@ def unedited(case: NepCase) -> NepCase:
 
 def load_cases(path: Path, limit: int | None = None) -> list[NepCase]:
     if not path.is_file():
-        raise FileNotFoundError(f"next-edit data not found: {path} (pass --data or set DIFFUSION_LSP_DATA)")
+        raise FileNotFoundError(f"next-edit data not found: {path}. The evaluation reads {SOURCE}; pass it with "
+                                f"--data, or set {DATA_ENV} to a folder that holds next-edit-prediction/nep_test.jsonl")
     cases = []
     with path.open(encoding="utf-8") as f:
         for i, line in enumerate(f):
@@ -140,9 +147,13 @@ def run_predictor(name: str, predict, cases: list[NepCase], progress: bool = Fal
 
 
 def register(ev) -> None:
-    n = ev.add_parser("nep", help="next-edit prediction: exact, partial and position match beside baselines")
-    n.add_argument("--data", default=None, help="a jsonl of next-edit records (default: shared/data/next-edit-"
-                                                "prediction/nep_test.jsonl, or under $DIFFUSION_LSP_DATA)")
+    n = ev.add_parser("nep", help="next-edit prediction: exact, partial and position match beside baselines",
+                      formatter_class=argparse.RawDescriptionHelpFormatter,
+                      description=paragraphs("Next-edit prediction: exact, partial and position match of the "
+                                             "model's next edit, beside baselines that need no model.",
+                                             f"The data: {SOURCE}."))
+    n.add_argument("--data", default=None, metavar="FILE",
+                   help=f"a jsonl of next-edit records (default: {default_data()}, from ${DATA_ENV} when set)")
     n.add_argument("--limit", type=int, default=None, help="first N records only")
     n.add_argument("--predictions", default=None, metavar="OUT.jsonl",
                    help='write {"id", "predicted"} per record for the model (the no-edit baseline with --no-model)')

@@ -23,7 +23,8 @@ from .metrics import edit_similarity, exact_match
 
 def register(ev) -> None:
     t = ev.add_parser("typing", help="typing sessions on held-out lines, with and without context reuse")
-    t.add_argument("--corpus", default="data/corpus", help="folder with val.jsonl (default data/corpus)")
+    t.add_argument("--corpus", default="data/corpus",
+                   help="corpus folder with val.jsonl, made by `diffusion-lsp data build` (default data/corpus)")
     t.add_argument("--lines", type=int, default=100, help="lines to type (default 100)")
     t.add_argument("--chars", type=int, default=4, help="characters typed per line, one fill each (default 4)")
     t.add_argument("--context", type=int, default=512, help="context tokens, 3/4 prefix and 1/4 suffix (default 512)")

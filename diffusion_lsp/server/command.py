@@ -15,8 +15,10 @@ SWITCH_INTERVAL_S = 0.0005
 
 
 def register(sub):
-    p = sub.add_parser("serve", help="run the language server (inline completions) over stdio",
-                       description="Language server for inline completions; the model runs in a worker process.")
+    p = sub.add_parser("serve", help="run the language server (inline completions, next edits) over stdio",
+                       description="The language server your editor starts: inline completions and next-edit "
+                                   "suggestions over stdio. The model runs in a worker process; the editor's "
+                                   "diffusionLsp.model.* settings override these flags.")
     add_args(p, LaunchSettings)  # defaults that the editor's model.* settings override
     p.add_argument("--worker-socket", metavar="PATH",
                    help="Unix socket of a model worker to share (started when nobody serves it); default: "

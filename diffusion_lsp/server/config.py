@@ -27,7 +27,11 @@ class CompletionSettings:
     debounce_ms: int = field(default=0, metadata=within(0, 5000, doc="wait this long for more typing before a fill"))
     max_context_tokens: int = field(default=512, metadata=within(
         32, 8192, doc="tokens of prefix, suffix and cross-file context shown to the model"))
-    confidence_cut: float = field(default=0.3, metadata=within(
+    # 0.5: every token shown is one the model thinks more likely than not. On CPython's test suite
+    # (`eval confidence`, 500 lines) it shows 14-15% of positions against 25-34% at 0.3, and the
+    # shown ones are right as far as they go 34% (at a line's indentation) and 56% (3 characters
+    # typed) of the time, against 27% and 30%
+    confidence_cut: float = field(default=0.5, metadata=within(
         0, 1, need="in [0, 1]", doc="a fill ends at its first token less sure than this"))
     # drop (after one re-sample) a fill that breaks the parse
     reject_parse_errors: bool = field(default=True, metadata=check(
@@ -111,10 +115,11 @@ def _parse(cls, raw: dict, base, path: str, problems: list[str]):
 def parse_config(raw, base: Config | None = None) -> tuple[Config, list[str]]:
     """Settings JSON (dict or None) -> (Config, problems). Keys absent from `raw`, and bad values,
     keep their value in `base`: the defaults, or the `serve` command line's. Parse every settings
-    snapshot against the same base, so that a key the user removes goes back to its default."""
+    snapshot against the same base, so that a key the user removes goes back to its default. An
+    empty list is no settings too: Lua clients encode an empty table as [] (Neovim's did)."""
     base = base or Config()
     problems: list[str] = []
-    if raw is None:
+    if raw is None or raw == []:
         return base, problems
     if not isinstance(raw, dict):
         return base, [f"settings should be an object, got {raw!r} (ignored)"]

@@ -68,7 +68,8 @@ def write_vscode(package_json: Path) -> bool:
 
 def register(sub) -> None:
     p = sub.add_parser("settings-schema", help="the editor settings as JSON schema (VS Code configuration)",
-                       description=__doc__.splitlines()[0])
+                       description="Print every diffusionLsp.* editor setting as a JSON schema: its type, "
+                                   "default, bounds and description (the VS Code extension's configuration).")
     p.add_argument("--write", type=Path, metavar="PACKAGE_JSON",
                    help="update a VS Code extension's package.json in place instead of printing")
     p.set_defaults(run=run)

@@ -14,6 +14,7 @@ from lsprotocol import types
 from pygls.exceptions import FeatureRequestError, JsonRpcInternalError, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
+from .. import __version__
 from ..context.languages import prepare
 from ..context.types import Document
 from . import positions
@@ -21,7 +22,7 @@ from .completion import Answer
 from .protocol import Protocol, serve_stdio, serve_tcp
 from .session import ServeOptions, Session
 
-NAME, VERSION = "diffusion-lsp", "0.1.0"
+NAME, VERSION = "diffusion-lsp", __version__
 STATS = "diffusionLsp/stats"  # custom request: counts, latency percentiles, worker pid and state
 ACCEPTED = "diffusionLsp.didAcceptCompletion"  # command on each item, run by the editor on accept
 DID_SHOW = "textDocument/didShowCompletion"  # Copilot language server feedback notifications

@@ -1,11 +1,12 @@
-"""`diffusion-lsp train`: train or resume a masked-diffusion model on a corpus folder.
+r"""Train or resume a masked-diffusion model on a corpus folder made by `diffusion-lsp data`.
 
-    diffusion-lsp train --corpus data/corpus --out runs/small --preset small --minutes 5
-    torchrun --nproc_per_node 4 -m diffusion_lsp.cli train --corpus data/corpus --out runs/base \
-        --preset base --minutes 60
+examples:
+  diffusion-lsp train --corpus data/corpus --out runs/small --preset small --minutes 5
+  torchrun --nproc_per_node 4 -m diffusion_lsp.cli train --corpus data/corpus \
+      --out runs/base --preset base --minutes 60
 
-Rerunning the same command continues the run in --out (step, optimizer, elapsed time: --minutes
-and --steps are totals over all restarts).
+Rerunning the same command continues the run in --out (step, optimizer, elapsed time:
+--minutes and --steps are totals over all restarts).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def register(sub) -> None:
     p.add_argument("--edit-rate", type=float, default=0.0, help="fraction of next-edit rows (default 0)")
     p.add_argument("--block-noise", type=float, default=0.0,
                    help="fraction of FIM and edit rows noised block by block, as the sampler decodes (default 0)")
-    p.add_argument("--preset", default="small", help="model preset from model/config.py (tiny, small, base)")
+    p.add_argument("--preset", default="small", help="model size: tiny, small or base (default small)")
     for flag in MODEL_FLAGS:
         p.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=int, help="override the preset")
     budget = p.add_argument_group("budget (at least one; totals over restarts)")
