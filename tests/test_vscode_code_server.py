@@ -10,6 +10,11 @@ pytest-asyncio's loop).
   renaming a parameter draws a next edit by itself; dismissed (Esc) and asked again away from the
   edit (Suggest next edit), it shows the "Tab: next edit" hint, Tab jumps to it and Tab applies it.
 
+Every code-server process runs with its config file, user data, extensions and its own log and
+state folders in the test's tmp_path, and with HOME there too, so nothing lands in the user's
+~/.config/code-server or ~/.local/share/code-server; a test checks that a session writes nothing
+under that HOME.
+
 Screenshots of every stage go to the test's tmp_path and, when DIFFUSION_LSP_SHOTS names a folder,
 there too. Needs code-server ($DIFFUSION_LSP_CODE_SERVER, else editors/vscode/.code-server, else
 PATH; editors/vscode/scripts/install-code-server.sh installs it, Chromium and playwright), Chromium
@@ -106,18 +111,41 @@ def vsix(node_modules, tmp_path_factory) -> Path:  # noqa: F811
     return copy
 
 
+# Where code-server writes by default (env-paths): its config.yaml (written on the first run, even by
+# --version), and coder-logs/ and heartbeat in its data folder.
+HOME_PATHS = (".config/code-server", ".local/share/code-server")
+
+
+def private(root: Path) -> tuple[list[str], dict[str, str]]:
+    """code-server's flags and environment that keep it under root. The config file and the user data
+    (settings, logs, state) are given by flag; its own data folder (coder-logs/, heartbeat) and
+    config folder by XDG_DATA_HOME and XDG_CONFIG_HOME. HOME is root/home, so whatever it would still write in a home lands there, where
+    code_server_wrote_in_home looks."""
+    (root / "home").mkdir(parents=True, exist_ok=True)
+    flags = ["--config", str(root / "config.yaml"), "--user-data-dir", str(root / "data")]
+    env = {**os.environ, "HOME": str(root / "home"), "XDG_CONFIG_HOME": str(root / "xdg-config"),
+           "XDG_DATA_HOME": str(root / "xdg-data")}
+    return flags, env
+
+
+def code_server_wrote_in_home(root: Path) -> list[str]:
+    """The paths of HOME_PATHS that a code-server run with private(root) created in its HOME."""
+    return [p for p in HOME_PATHS if (root / "home" / p).exists()]
+
+
+def code_server_cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    flags, env = private(root)
+    return subprocess.run([code_server_binary(), *flags, *args], capture_output=True, text=True, timeout=120, env=env)
+
+
 @pytest.fixture(scope="module")
 def extensions_dir(vsix, tmp_path_factory) -> Path:
-    """An extensions folder with the .vsix installed by code-server itself."""
+    """An extensions folder (root/extensions) with the .vsix installed by code-server itself."""
     root = tmp_path_factory.mktemp("cs")
     ext = root / "extensions"
-    done = subprocess.run([code_server_binary(), "--user-data-dir", str(root / "install-data"), "--extensions-dir",
-                           str(ext), "--install-extension", str(vsix)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "XDG_CONFIG_HOME": str(root / "xdg")})
+    done = code_server_cli(root, "--extensions-dir", str(ext), "--install-extension", str(vsix))
     assert done.returncode == 0 and "successfully installed" in done.stdout, done.stdout + done.stderr
-    listed = subprocess.run([code_server_binary(), "--extensions-dir", str(ext), "--list-extensions",
-                             "--show-versions"], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "XDG_CONFIG_HOME": str(root / "xdg")})
+    listed = code_server_cli(root, "--extensions-dir", str(ext), "--list-extensions", "--show-versions")
     assert "diffusion-lsp.diffusion-lsp@" in listed.stdout, listed.stdout + listed.stderr
     return ext
 
@@ -140,24 +168,24 @@ def descendants(pid: int) -> list[int]:
 
 
 class CodeServer:
-    """code-server on a free port of 127.0.0.1 (--bind-addr :0; the port read from its log), with
-    its own user data (settings.json) and the shared extensions folder; stop() ends it and every
-    process below it (the extension host, the language server, the model worker)."""
+    """code-server on a free port of 127.0.0.1 (--bind-addr :0; the port read from its log), kept
+    under root (private(root): config, user data with settings.json, logs, HOME) with the shared
+    extensions folder; stop() ends it and every process below it (the extension host, the language
+    server, the model worker)."""
 
     def __init__(self, binary: str, root: Path, extensions: Path, workspace: Path, settings: dict):
         self.root, self.workspace = root, workspace
-        data = root / "d"
-        (data / "User").mkdir(parents=True)
-        (data / "User" / "settings.json").write_text(json.dumps(settings, indent=1))
-        self.data = data
+        flags, env = private(root)
+        self.data = root / "data"
+        (self.data / "User").mkdir(parents=True)
+        (self.data / "User" / "settings.json").write_text(json.dumps(settings, indent=1))
         self.log_path = root / "code-server.log"
         self.log = self.log_path.open("w")
         self.proc = subprocess.Popen(
-            [binary, "--auth", "none", "--bind-addr", "127.0.0.1:0", "--disable-telemetry", "--disable-update-check",
-             "--disable-workspace-trust", "--user-data-dir", str(data), "--extensions-dir", str(extensions),
+            [binary, *flags, "--auth", "none", "--bind-addr", "127.0.0.1:0", "--disable-telemetry",
+             "--disable-update-check", "--disable-workspace-trust", "--extensions-dir", str(extensions),
              str(workspace)],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, "XDG_CONFIG_HOME": str(root / "xdg")})
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         self.base = self._wait_listening(60)
 
     def _wait_listening(self, timeout_s: float) -> str:
@@ -184,6 +212,8 @@ class CodeServer:
         return "\n".join(parts)
 
     def stop(self) -> None:
+        if self.log.closed:  # stopped already
+            return
         below = descendants(self.proc.pid)
         for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
             try:
@@ -243,10 +273,14 @@ def drive(cs: CodeServer, tmp_path: Path, name: str, **scenario) -> dict:
     spec = {"url": cs.url, "folder": str(cs.workspace), "shots": str(shots), "result": str(tmp_path / "result.json"),
             "chromium": chromium_binary(), "ready_s": 90, **scenario}
     (tmp_path / "spec.json").write_text(json.dumps(spec, indent=1))
+    # Chromium's own files (~/.config/chromium/Crash Reports, caches) go to a HOME of its own too
+    home = tmp_path / "browser-home"
+    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+           "XDG_CACHE_HOME": str(home / ".cache")}
     t0 = time.monotonic()
     try:
         done = subprocess.run([sys.executable, str(DRIVER), str(tmp_path / "spec.json")], capture_output=True,
-                              text=True, timeout=DRIVER_TIMEOUT_S)
+                              text=True, timeout=DRIVER_TIMEOUT_S, env=env)
         out = done.stdout + done.stderr
     except subprocess.TimeoutExpired as e:
         text = [t.decode(errors="replace") if isinstance(t, bytes) else (t or "") for t in (e.stdout, e.stderr)]
@@ -263,6 +297,21 @@ def drive(cs: CodeServer, tmp_path: Path, name: str, **scenario) -> dict:
     result = json.loads(result_path.read_text())
     assert result["ok"], f"{result.get('error')}\n{out[-4000:]}\n{cs.logs()}"
     return result
+
+
+def test_code_server_writes_nothing_in_home(extensions_dir, code_server, tmp_path):
+    """Installing the .vsix, and a session in the browser from start to stop, create none of
+    HOME_PATHS in the HOME code-server runs with; what it would have put there is in the private
+    folders instead (so the check has something to miss)."""
+    cs = code_server(["diffusion-lsp", "serve"], {"notes.txt": "nothing to complete\n"})
+    drive(cs, tmp_path, "workbench only")  # loads the workbench: the extension host and a connection
+    cs.stop()
+    for root in (extensions_dir.parent, cs.root):
+        written = sorted(str(p.relative_to(root)) for p in (root / "home").rglob("*"))
+        assert code_server_wrote_in_home(root) == [], (root, written)
+        assert (root / "config.yaml").is_file() and (root / "xdg-data" / "code-server" / "coder-logs").is_dir()
+    assert (cs.data / "logs").is_dir() and (cs.data / "User" / "globalStorage").is_dir()
+    assert (cs.root / "xdg-data" / "code-server" / "heartbeat").is_file()
 
 
 def test_inline_completion_ghost_text_accepted_with_tab(code_server, tokenizer, tmp_path):
@@ -288,7 +337,9 @@ def test_inline_completion_ghost_text_accepted_with_tab(code_server, tokenizer, 
 
 def test_a_next_edit_is_drawn_jumped_to_and_applied(code_server, echo_checkpoint, tmp_path):  # noqa: F811
     (tmp_path / "sock").mkdir(mode=0o700)
-    cs = code_server(serve(echo_checkpoint, tmp_path / "sock"), {"area.py": AREA})
+    # next edits on explicitly: not every model enables them by default
+    cs = code_server(serve(echo_checkpoint, tmp_path / "sock"), {"area.py": AREA},
+                     {"diffusionLsp.nextEdit.enable": True})
     n = drive(cs, tmp_path, "next edit", next_edit={
         "file": "area.py", "select": [0, 9, 0, 10], "text": "width", "cursor": [2, 0], "timeout_s": 60})["next_edit"]
     renamed = AREA.replace("area(w,", "area(width,")

@@ -53,7 +53,9 @@ def test_node_suite_and_client_layer_against_the_real_server(node_modules, token
     spec = {
         "completion": {"command": serve(scripted, tmp_path / "a"), "options": OPTIONS, "text": SAMPLE,
                        "position": [1, len("    y = self.")], "expect": SCRIPT[1:]},
-        "nextEdit": {"command": serve(echo_checkpoint, tmp_path / "b"), "options": OPTIONS, "text": AREA,
+        # next edits on explicitly: not every model enables them by default
+        "nextEdit": {"command": serve(echo_checkpoint, tmp_path / "b"), "text": AREA,
+                     "options": {**OPTIONS, "nextEdit": {**OPTIONS["nextEdit"], "enable": True}},
                      "change": [0, 9, 0, 10, "width"], "cursor": [1, 14], "expectLine": r"^\s*(foo)+$"},
     }
     for sub in ("a", "b"):

@@ -18,6 +18,8 @@
 #        postinstall.sh never asks for --unsafe-perm as root),
 #      - native modules are rebuilt with node-gyp against Node's own headers (/usr/include/node),
 #      - Debian's /usr/bin/rg is copied to where @vscode/ripgrep expects bin/rg.
+# Nothing goes into the user's ~/.config/code-server or ~/.local/share/code-server: the one run of
+# code-server here (--version) gets throwaway config and data folders.
 # Environment: PYTHON (default python3) is the interpreter that gets playwright.
 set -euo pipefail
 
@@ -73,9 +75,22 @@ else
 fi
 
 # ---- 3. code-server ---------------------------------------------------------------------------
-# `code-server --version` prints "4.100.3 <commit> with Code 1.100.3" (captured first: with pipefail,
-# `| grep -q` would fail the pipeline by closing it early)
-installed_version() { local v; v=$("$1" --version 2>/dev/null) || return 0; echo "${v%% *}"; }
+# `code-server --version` prints "4.100.3 <commit> with Code 1.100.3", but even --version first reads
+# its config file and opens its log folder: on a first run it writes a default config.yaml (and logs
+# "[<time>] info  Wrote default config file to ...") and creates coder-logs/. So it runs with its
+# config and data folders in a throwaway directory (none of it in the user's home), and the version
+# is the first word of the line that starts with one (matched without a pipe: with pipefail, an early
+# exit of the reader would fail the pipeline).
+installed_version() {
+  local tmp v line
+  tmp=$(mktemp -d)
+  v=$(HOME="$tmp" XDG_CONFIG_HOME="$tmp/config" XDG_DATA_HOME="$tmp/data" "$1" --version 2>/dev/null) || true
+  rm -rf "$tmp"
+  while IFS= read -r line; do
+    if [[ $line =~ ^([0-9]+\.[0-9]+\.[0-9]+)([[:space:]]|$) ]]; then echo "${BASH_REMATCH[1]}"; return 0; fi
+  done <<<"$v"
+  echo "${v//$'\n'/ | }"   # no version line: what it printed, for the error message
+}
 BIN="$PREFIX/node_modules/.bin/code-server"
 if [ -f "$PREFIX/$STAMP_NAME" ] && [ -x "$BIN" ] && [ "$(installed_version "$BIN")" = "$VERSION" ]; then
   say "code-server $VERSION already installed in $(cd "$PREFIX" && pwd) ($(( $(date +%s) - t0 )) s)"
