@@ -182,7 +182,8 @@ class Extension implements vscode.Disposable {
     const on = !this.enabled();
     const c = vscode.workspace.getConfiguration(SECTION);
     await c.update('completion.enable', on, vscode.ConfigurationTarget.Global);
-    await c.update('nextEdit.enable', on, vscode.ConfigurationTarget.Global);
+    // on: back to the default (null: next edits only for a model that claims them), not forced on
+    await c.update('nextEdit.enable', on ? undefined : false, vscode.ConfigurationTarget.Global);
     if (!on) {
       this.nextEdits.clear();
     }
