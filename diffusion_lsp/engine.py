@@ -36,6 +36,15 @@ class Engine:
             return fill_variable(self.model, self.tokenizer, requests, cfg, should_stop)
         return fill(self.model, self.tokenizer, requests, cfg, should_stop, self.memo, on_step)
 
+    def max_tokens(self) -> int:
+        """The largest canvas a fill may ask for: the model's positions less its fixed first token
+        (model/canvas.py canvas_room), and for DreamOn the end of text after the suffix."""
+        from .model.canvas import canvas_room
+        from .model.dreamon import expands
+
+        room = canvas_room(self.tokenizer, self.model.config.max_seq_len)
+        return room - 1 if expands(self.tokenizer) else room
+
     def probe(self, prefix: str, middle: str, suffix: str, stride: int = 4, doc: str | None = None):
         """model/probe.py: how sure the model is of `middle`'s tokens where they stand; with `doc`,
         the next fill for `doc` starts from the probe's context (reuse.py)."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from .context.tokens import valid_text
 from .errors import UserError
 from .model.settings import LaunchSettings
 
@@ -99,7 +100,8 @@ def api_message(raw: bytes, scrub: Callable[[str], str] = str) -> str:
 
 
 def parse_answer(raw: bytes) -> tuple[str, int]:
-    """(text, completion tokens) from a completions answer; RequestFailed when it has none."""
+    """(text, completion tokens) from a completions answer; RequestFailed when it has none. Lone
+    surrogates in the text (JSON can carry them, UTF-8 cannot) become U+FFFD."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):
@@ -113,7 +115,7 @@ def parse_answer(raw: bytes) -> tuple[str, int]:
         raise RequestFailed("the API's answer has no choices[0].text", "answer")
     usage = data.get("usage")
     tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    return text, tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else 0
+    return valid_text(text), tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else 0
 
 
 def retry_after(value: str | None) -> float | None:

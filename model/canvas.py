@@ -52,6 +52,16 @@ def _heal(prefix_ids: list[int], tok: Tokenizer) -> tuple[list[int], str, list[i
     return prefix_ids[:-1], typed, allowed
 
 
+class DoesNotFit(ValueError):
+    """A request that can never fit the model's positions (a canvas or a probed middle too long): a
+    problem with the input, the same on every try; the worker answers it "invalid", serve-api 400."""
+
+
+def canvas_room(tok: Tokenizer, max_seq_len: int) -> int:
+    """The most positions a canvas may have in a row of `max_seq_len`: all but the fixed first token."""
+    return max_seq_len - (0 if tok.bos_id is None else 1)
+
+
 def fit_context(prefix: list[int], suffix: list[int], room: int) -> tuple[list[int], list[int]]:
     """Cut the prefix on the left and the suffix on the right to `room` tokens in all; the suffix
     keeps at least a quarter of the room when it has that much."""
@@ -75,7 +85,8 @@ def build_row(req: FillRequest, tok: Tokenizer, max_seq_len: int, heal: bool) ->
     bos = [] if tok.bos_id is None else [tok.bos_id]
     room = max_seq_len - n - len(bos)
     if room < 0:
-        raise ValueError(f"max_tokens={req.max_tokens} does not fit the model's {max_seq_len} positions")
+        raise DoesNotFit(f"max_tokens={req.max_tokens} does not fit the model's {max_seq_len} positions "
+                         f"(at most {canvas_room(tok, max_seq_len)})")
     prefix, suffix = fit_context(prefix, suffix, room)
     start = len(bos) + len(prefix)
     ids = bos + prefix + [tok.mask_id] * n + suffix

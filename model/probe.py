@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .tokenizer import Tokenizer, decode_pieces
-from .canvas import fit_context
+from .canvas import DoesNotFit, fit_context
 from .reuse import ContextMemo, Entry
 from .transformer import KVCache
 
@@ -47,7 +47,7 @@ def probe(model, tok: Tokenizer, prefix: str, middle: str, suffix: str, stride: 
     bos = [] if tok.bos_id is None else [tok.bos_id]
     room = model.config.max_seq_len - len(bos) - len(mid)
     if room < 0:
-        raise ValueError(f"a middle of {len(mid)} tokens does not fit the model's {model.config.max_seq_len} positions")
+        raise DoesNotFit(f"a region of {len(mid)} tokens does not fit the model's {model.config.max_seq_len} positions")
     pre, suf = fit_context(tok.encode(prefix), tok.encode(suffix), room)
     ids = bos + pre + mid + suf
     start, n = len(bos) + len(pre), len(mid)

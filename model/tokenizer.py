@@ -9,7 +9,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as HFTokenizer
 
 from .config import SpecialTokens
-
+from .text import valid_text
 
 class Tokenizer:
     def __init__(self, hf: HFTokenizer, special: SpecialTokens):
@@ -44,7 +44,7 @@ class Tokenizer:
         return self.hf.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
-        return self.hf.encode(text, add_special_tokens=False).ids
+        return self.hf.encode(valid_text(text), add_special_tokens=False).ids
 
     def decode(self, ids: list[int]) -> str:
         return self.hf.decode([i for i in ids if i not in self.special_ids], skip_special_tokens=False)

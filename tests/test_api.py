@@ -195,6 +195,11 @@ def test_a_next_edit_through_the_edit_endpoint(echo_checkpoint, tmp_path):  # no
         assert mercury.rewritten(via) == new  # the remote backend's own client (remote.py) gets the same
         bad = httpx.post(server.base + "/v1/edit/completions", json={"messages": [{"role": "user", "content": "hi"}]})
         assert bad.status_code == 400 and "<|current_file_content|>" in bad.json()["error"]["message"]
+        huge = mercury.edit_request("area.py", "", "x = 1\n" * 20_000, 0, "", [], lambda t: len(t) // 3 + 1, 10 ** 6)
+        big = httpx.post(server.base + "/v1/edit/completions", timeout=60,
+                         json={"messages": [{"role": "user", "content": huge}]})  # was a retryable 503
+        assert big.status_code == 400 and "retry-after" not in big.headers, big.text
+        assert big.json()["error"]["param"] == "messages" and "does not fit" in big.json()["error"]["message"]
     finally:
         server.close()
 
@@ -277,6 +282,22 @@ def test_bad_and_hostile_bodies_get_4xx_and_the_server_keeps_serving(api):
     unknown = httpx.post(url, json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 16, "mystery": {"a": 1}})
     assert unknown.status_code == 200 and unknown.json()["choices"][0]["text"] == ANSWER  # ignored, counted
     assert api.metric("diffusion_lsp_api_ignored_fields_total") >= 1
+
+
+def test_input_the_model_can_never_take_is_a_400_naming_the_field_not_a_retryable_503(api):
+    """A lone surrogate got 503 (TypeError from the tokenizer) and max_tokens 512 passed the API's own
+    check, then got 503 with Retry-After ("does not fit the model's 512 positions"): the openai client
+    retries 503s. Surrogates are read as U+FFFD, as the language server reads them; a canvas that does
+    not fit is the same on every try, so a 400."""
+    url = api.base + "/v1/completions"
+    lone = json.dumps({"prompt": PREFIX, "suffix": "\ud800" + SUFFIX, "max_tokens": 16})  # json.dumps escapes it
+    answer = httpx.post(url, content=lone, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 200 and answer.json()["choices"][0]["text"] == ANSWER, answer.text
+    big = httpx.post(url, json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 512})
+    assert big.status_code == 400 and "retry-after" not in big.headers, big.text
+    assert big.json()["error"]["param"] == "max_tokens" and "at most 511" in big.json()["error"]["message"]
+    fits = httpx.post(url, json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 400})
+    assert fits.status_code == 200 and fits.json()["choices"][0]["text"] == ANSWER
 
 
 def test_a_client_that_leaves_cancels_its_request_and_the_server_goes_on(api):

@@ -262,3 +262,14 @@ def test_not_a_folder(tmp_path):
     with pytest.raises(ValueError, match="bad tokenizer.json"):
         (tmp_path / "tokenizer.json").write_text("{}")
         load_tokenizer_files(tmp_path)
+
+
+def test_every_text_the_model_reads_takes_lone_surrogates_as_u_fffd():
+    """An editor or an HTTP body may hold "\\ud800"; the tokenizer refused it (TypeError), which the
+    API answered 503."""
+    from diffusion_lsp.engine import DEFAULT_MODEL
+    from diffusion_lsp.model.config import SpecialTokens
+    from diffusion_lsp.model.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_file(DEFAULT_MODEL / "tokenizer.json", SpecialTokens())
+    assert tok.encode("x = '\ud800'") == tok.encode("x = '\ufffd'")

@@ -224,3 +224,14 @@ def test_the_engine_has_the_sampler_s_result_shape(api):
     text = by_id[1].text or by_id[2].text
     assert [r.pieces for r in results if r.text] == [[text]] and engine.route == "/fim/completions"
     assert engine.counts["requests"] == 2 and KEY not in repr(engine.__dict__)
+
+
+def test_fim_prints_an_answer_holding_a_lone_surrogate_instead_of_crashing(api, tmp_path):
+    """JSON can carry "\\ud800" and UTF-8 cannot: printing it was a UnicodeEncodeError traceback, exit 1."""
+    import subprocess
+    import sys
+
+    api.script.append(ok("a \ud800 b"))
+    done = subprocess.run([sys.executable, "-m", "diffusion_lsp", "fim", str(source(tmp_path)), "--at", "2:12",
+                           *remote_flags(api)], capture_output=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.decode() == "a \ufffd b", done.stderr.decode()

@@ -35,6 +35,9 @@ class FakeEngine:
         self.tokenizer, self.batches = CharTok(), []
         self.started, self.release = threading.Event(), threading.Event()
 
+    def max_tokens(self) -> int:
+        return 16  # the largest canvas this fake model takes
+
     def fill(self, requests, cfg=None, should_stop=None):
         if should_stop is None:  # the warm-up fill
             return []
@@ -67,8 +70,8 @@ class FakeConn:
             return next(m for m in self.sent if m.get("id") == rid)
 
 
-def fill(rid, key="a.py", prefix="x"):
-    return {"op": "fill", "id": rid, "key": key, "prefix": prefix, "suffix": "", "max_tokens": 4,
+def fill(rid, key="a.py", prefix="x", max_tokens=4):
+    return {"op": "fill", "id": rid, "key": key, "prefix": prefix, "suffix": "", "max_tokens": max_tokens,
             "sampling": SAMPLING}
 
 
@@ -103,6 +106,20 @@ def test_a_queued_fill_is_superseded_without_running_and_the_rest_are_batched(ru
     engine.release.set()
     assert [conn.reply(i)["ok"] for i in (1, 3, 4)] == [True, True, True]
     assert engine.batches == [["busy"], ["p3", "p4"]]
+
+
+def test_a_fill_past_the_models_positions_is_invalid_and_its_batch_goes_on(running):
+    """The same on every try, so not an error of the batch (which failed every fill in it) nor a
+    reason to retry: "invalid", naming the field."""
+    worker, engine, conn = running
+    worker.handle(conn, fill(1, key="busy.py", prefix="busy"))
+    assert engine.started.wait(WAIT)
+    worker.handle(conn, fill(2, key="a.py", prefix="big", max_tokens=17))
+    worker.handle(conn, fill(3, key="b.py", prefix="ok", max_tokens=16))
+    engine.release.set()
+    assert conn.reply(2) == {"id": 2, "ok": False, "reason": "invalid", "param": "max_tokens",
+                             "error": "max_tokens 17 does not fit the model: at most 16"}
+    assert conn.reply(3)["text"] == "OK" and engine.batches == [["busy"], ["ok"]]
 
 
 def test_cancel_and_disconnect_stop_fills(running):

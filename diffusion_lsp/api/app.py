@@ -122,7 +122,8 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
                                     code="queue_full", headers={"Retry-After": str(e.retry_after_s)}).response()
             except Failed as e:
                 headers = {"Retry-After": str(e.retry_after_s)} if e.retry_after_s else {}
-                response = ApiError(e.status, str(e), "server_error", headers=headers).response()
+                kind = "invalid_request_error" if e.status == 400 else "server_error"
+                response = ApiError(e.status, str(e), kind, e.param, headers=headers).response()
             except ClientGone:
                 metrics.disconnects.inc()
                 response = Response(status_code=CLIENT_GONE)

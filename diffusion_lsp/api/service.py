@@ -38,11 +38,12 @@ class Busy(Exception):
 
 
 class Failed(Exception):
-    """The model could not answer: `status` 503 (loading, worker unavailable) or 504 (deadline)."""
+    """The model could not answer: `status` 503 (loading, worker unavailable), 504 (deadline), or 400
+    (the request can never be done, e.g. a canvas past the model's positions: `param` names the field)."""
 
-    def __init__(self, message: str, status: int, retry_after_s: int | None = None):
+    def __init__(self, message: str, status: int, retry_after_s: int | None = None, param: str | None = None):
         super().__init__(message)
-        self.status, self.retry_after_s = status, retry_after_s
+        self.status, self.retry_after_s, self.param = status, retry_after_s, param
 
 
 @dataclass
@@ -132,15 +133,18 @@ class Service:
             await asyncio.sleep(0.05)
         raise Failed("the model is not ready", 503, retry_after_s=2)
 
-    async def _ask(self, call: Callable, deadline: float):
+    async def _ask(self, call: Callable, deadline: float, param: str | None = None):
         """One model call with the request's deadline; a worker lost meanwhile is waited for and
-        asked again, once."""
+        asked again, once. A request the model can never do is a 400 naming `param` (else the
+        worker's own name for the field)."""
         retried = False
         while True:
             await self._until_ready(deadline)
             try:
                 return await asyncio.wait_for(call(), max(0.01, deadline - time.monotonic()))
             except Unavailable as e:
+                if e.kind == "invalid":
+                    raise Failed(str(e), 400, param=param or e.param) from None
                 if e.kind == "lost" and not retried:
                     retried = True
                     self.metrics.retries.inc()
@@ -194,7 +198,7 @@ class Service:
         async def call():
             return await drive_link(plan(edit_req), self.link, key, self._thread)
 
-        out = await self._ask(call, deadline)
+        out = await self._ask(call, deadline, param="messages")
         region = e.region
         if out is not None and out.edit is not None:
             new = out.edit.apply(text)

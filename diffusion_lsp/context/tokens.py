@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def valid_text(text: str) -> str:
-    """`text` with lone surrogates (which an editor may send, and tokenizers and UTF-8 refuse)
-    replaced by U+FFFD: one code point for one, so offsets into the text stay the same."""
-    return text if text.isascii() or not _SURROGATE.search(text) else _SURROGATE.sub("\ufffd", text)
-
+from ..model.text import valid_text
 
 class TokenCounter:
     """Token counts with a Hugging Face tokenizer; many() counts a batch in one call."""

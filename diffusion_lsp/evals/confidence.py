@@ -23,7 +23,10 @@ CUTS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 def register(ev) -> None:
     c = ev.add_parser("confidence", help="shown and right suggestions per confidence cut (CPython's test suite)",
-                      description=__doc__.splitlines()[0])
+                      description="Is what the language server shows what the model believes? Completes random "
+                                  "lines of CPython's own test suite the way an editor asks and prints, for each "
+                                  "confidence cut, how often a suggestion is shown and how often a shown one is "
+                                  "right as far as it goes.")
     c.add_argument("--lines", type=int, default=300, help="lines to complete (default 300)")
     c.add_argument("--typed", type=int, default=0, help="characters of each line typed before asking (default 0)")
     c.add_argument("--seed", type=int, default=0)

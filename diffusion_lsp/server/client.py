@@ -104,7 +104,7 @@ class WorkerClient:
         finally:
             self._drafts.pop(rid, None)
         if not reply.get("ok"):
-            raise FillRefused(str(reply.get("reason")), reply.get("error"))
+            raise FillRefused(str(reply.get("reason")), reply.get("error"), reply.get("param"))
         try:
             return answer.from_message(reply)
         except (TypeError, ValueError) as e:

@@ -33,12 +33,13 @@ class Ui(Protocol):
 
 class Unavailable(Exception):
     """The model could not answer (off, not loaded, failed, gone, past its deadline): answered
-    empty and not cached. The message says why; `kind` is off | starting | lost | timeout | refused
-    (serve-api retries a fill whose worker was lost, and answers the others with their status)."""
+    empty and not cached. The message says why; `kind` is off | starting | lost | timeout | refused |
+    invalid (serve-api retries a fill whose worker was lost, answers an invalid one 400 naming
+    `param`, and the others with their status)."""
 
-    def __init__(self, message: str, kind: str = "off"):
+    def __init__(self, message: str, kind: str = "off", param: str | None = None):
         super().__init__(message)
-        self.kind = kind
+        self.kind, self.param = kind, param
 
 
 class _Progress:
@@ -138,6 +139,8 @@ class WorkerLink:
         except FillRefused as e:
             if e.reason in ("superseded", "cancelled"):
                 return None
+            if e.reason == "invalid":  # the input's problem, the same on every try
+                raise Unavailable(e.error or f"the {op} does not fit the model", "invalid", e.param) from None
             if e.reason == "error":
                 self.ui.log("error", f"{op} failed: {e.error}")
             kind = "refused" if e.reason == "error" else "off"

@@ -17,8 +17,8 @@ Messages, one JSON object per line (`WIRE_VERSION` in hello; a client refuses an
                      "masked": 2}  (only for a fill with drafts, before its answer)
                     {"id": 7, "ok": true, "text": "...", "pieces": [...], "confidence": [...], "ms": 12.5,
                      "forwards": 3, "reused": 120, "batch": 4}
-                    {"id": 7, "ok": false, "reason": "superseded" | "cancelled" | "model" | "error",
-                     "error": "..."}
+                    {"id": 7, "ok": false, "reason": "superseded" | "cancelled" | "model" | "error" | "invalid",
+                     "error": "...", "param": "max_tokens"} (invalid: the same on every try; param: its field)
                     {"id": 8, "ok": true, "pong": true, "busy_s": 0.4}  (answered by the socket thread,
                      so a worker whose model thread is busy still answers; one that is stopped does not)
 A fill supersedes any older fill with the same key from the same connection. `FillOrder` and
@@ -275,8 +275,10 @@ class DraftEvent:
 
 
 class FillRefused(Exception):
-    """The worker answered a fill with ok: false; `reason` is superseded, cancelled, model or error."""
+    """The worker answered a fill with ok: false; `reason` is superseded, cancelled, model, error or
+    invalid (the order can never be done, e.g. a canvas past the model's positions: `param` names
+    the field at fault)."""
 
-    def __init__(self, reason: str, error: str | None = None):
+    def __init__(self, reason: str, error: str | None = None, param: str | None = None):
         super().__init__(f"{reason}: {error}" if error else reason)
-        self.reason, self.error = reason, error
+        self.reason, self.error, self.param = reason, error, param

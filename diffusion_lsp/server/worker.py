@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..model.canvas import DoesNotFit
 from ..model.settings import LaunchSettings, SamplerConfig, add_args, from_args
 from .listener import Conn, bind, serve
 from .wire import WIRE_VERSION, DraftEvent, Fill, FillOrder, ProbeOrder, Probed, build_id, model_name, weights_id
@@ -177,6 +178,17 @@ class Worker:
             if not job.stop.is_set():
                 job.conn.send(DraftEvent(d.step, d.committed, d.text, d.masked).message(job.id))
 
+        limit = self.engine.max_tokens()
+        refused = [j for j in batch if j.order.max_tokens > limit]  # the same on every try: "invalid"
+        if refused:
+            with self.cond:
+                for job in refused:
+                    self._forget(job)
+                    job.conn.send({"id": job.id, "ok": False, "reason": "invalid", "param": "max_tokens",
+                                   "error": f"max_tokens {job.order.max_tokens} does not fit the model: at most {limit}"})
+            batch = [j for j in batch if j not in refused]
+            if not batch:
+                return
         try:
             options = {"on_step": on_step} if any(j.order.drafts for j in batch) else {}
             results = self.engine.fill([_request(j.order, j.id, j.key) for j in batch], sampling,
@@ -197,6 +209,8 @@ class Worker:
             r = self.engine.probe(o.prefix, o.middle, o.suffix, o.stride, doc=job.key or None)
             reply = (Probed(r.pieces, r.prob, r.best, r.forwards, r.ms).message(job.id) if not job.stop.is_set()
                      else {"id": job.id, "ok": False, "reason": job.reason})
+        except DoesNotFit as e:  # the same on every try
+            reply = {"id": job.id, "ok": False, "reason": "invalid", "param": "middle", "error": str(e)}
         except Exception as e:
             log.exception("probe failed")
             reply = {"id": job.id, "ok": False, "reason": "error", "error": f"{type(e).__name__}: {e}"}
