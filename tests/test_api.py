@@ -324,6 +324,29 @@ def test_a_client_that_leaves_cancels_its_request_and_the_server_goes_on(api):
     assert done.choices[0].text == ANSWER
 
 
+def test_a_worker_that_stops_answering_is_killed_and_restarted_after_a_missed_deadline(tokenizer, tmp_path):
+    """SIGSTOP: every request got 504 for good and /health said ready; the request's deadline
+    cancelled the link's call before the link's own ping-and-restart ran. As in the language
+    server, a missed deadline now has the worker pinged, and killed and restarted when it is mute."""
+    server = Api(scripted_checkpoint(tokenizer, SCRIPT, tmp_path / "model"), tmp_path / "run", "--timeout", "2")
+    try:
+        body = {"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 16}
+        pid = server.worker_pid()
+        os.kill(pid, signal.SIGSTOP)
+        late = httpx.post(server.base + "/v1/completions", json=body, timeout=30)
+        assert late.status_code == 504, late.text
+        deadline = time.monotonic() + 60  # the ping's 2 s, then a new worker loads the model
+        while time.monotonic() < deadline and not (
+                (h := httpx.get(server.base + "/health").json()["worker"])["pid"] not in (pid, None)
+                and h["state"] == "ready"):
+            time.sleep(0.1)
+        assert h["pid"] not in (pid, None) and h["state"] == "ready", h
+        again = httpx.post(server.base + "/v1/completions", json=body, timeout=30)
+        assert again.status_code == 200 and again.json()["choices"][0]["text"] == ANSWER
+    finally:
+        server.close()
+
+
 def test_a_worker_killed_mid_request_is_restarted_and_the_request_retried(api):
     pid = api.worker_pid()
     os.kill(pid, signal.SIGSTOP)  # hold the request in the worker, then kill the worker under it

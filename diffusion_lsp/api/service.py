@@ -152,8 +152,8 @@ class Service:
                     continue
                 if e.kind != "timeout":
                     raise Failed(str(e), 503, retry_after_s=2) from None
-            except asyncio.TimeoutError:
-                pass
+            except asyncio.TimeoutError:  # our deadline cancelled the link's call before its own ran
+                self.link.suspect()  # else a stopped worker would hold every request past its deadline for good
             self.metrics.timeouts.inc()  # our deadline, or the link's (worker.fillTimeoutS)
             raise Failed(f"no answer within the request timeout ({self.timeout_s:g} s)", 504)
 

@@ -131,7 +131,7 @@ class WorkerLink:
             return await asyncio.wait_for(ask, self.fill_timeout_s)
         except asyncio.TimeoutError:
             self.stats.fill_timeouts += 1
-            self.check = asyncio.ensure_future(self._check_alive(client))
+            self.suspect()
             raise Unavailable(f"no {op} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)", "timeout") from None
         except WorkerUnavailable as e:
             kind = "starting" if client.connected and client.state == "loading" else "lost"
@@ -145,6 +145,12 @@ class WorkerLink:
                 self.ui.log("error", f"{op} failed: {e.error}")
             kind = "refused" if e.reason == "error" else "off"
             raise Unavailable(f"the worker refused the {op}: {e}", kind) from None
+
+    def suspect(self) -> None:
+        """A call got no answer in time (this link's deadline, or a caller's shorter one: serve-api's
+        request timeout): check that the worker is alive, and restart it when it is not."""
+        if self.client is not None and self.client.connected:
+            self.check = asyncio.ensure_future(self._check_alive(self.client))
 
     async def _check_alive(self, client: WorkerClient) -> None:
         """After a missed deadline: a worker that does not answer a ping, or whose batch has run
