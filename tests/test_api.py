@@ -226,7 +226,10 @@ def test_the_key_is_needed_when_one_is_set(tokenizer, tmp_path):
         done = server.client(api_key=KEY).completions.create(model="diffusion-lsp", prompt=PREFIX, suffix=SUFFIX,
                                                              max_tokens=16)
         assert done.choices[0].text == ANSWER
-        assert httpx.get(server.base + "/health").status_code == 200  # load balancers ask without a key
+        health = httpx.get(server.base + "/health")  # load balancers ask without a key
+        assert health.status_code == 200 and health.json() == {"status": "ok"}  # no pid, socket or error
+        full = httpx.get(server.base + "/health", headers={"Authorization": f"Bearer {KEY}"}).json()
+        assert full["worker"]["state"] == "ready" and full["worker"]["pid"] > 0
         assert server.metric('diffusion_lsp_api_rejected_total{reason="auth"}', {"Authorization": f"Bearer {KEY}"}) == 3
     finally:
         server.close()

@@ -7,7 +7,8 @@ Service, in OpenAI's shapes (answers, `{"error": {...}}` errors, `text/event-str
   draft after a denoising step (masked positions as a glyph): the draft sharpening.
 - `POST /v1/edit/completions`: Inception's next-edit request, the rewritten region in
   `choices[0].message.content`.
-- `GET /v1/models`, `GET /health` (200 when the model is ready, 503 before; no key needed),
+- `GET /v1/models`, `GET /health` (200 when the model is ready, 503 before; no key needed, and
+  without the key it says only that),
   `GET /metrics` (Prometheus).
 
 Every request body is read up to `max_body_bytes` (413 past it), checked (400 naming the field),
@@ -64,12 +65,14 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
     metrics = service.metrics
     key = api_key.encode() if api_key else None
 
-    def authorize(request: Request) -> None:
+    def authorized(request: Request) -> bool:
         if key is None:
-            return
-        given = request.headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if not (scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key)):
+            return True
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key)
+
+    def authorize(request: Request) -> None:
+        if not authorized(request):
             metrics.rejected.labels("auth").inc()
             raise ApiError(401, "a valid API key is needed: Authorization: Bearer KEY", "authentication_error",
                            code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
@@ -256,11 +259,14 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
             {"id": m, "object": "model", "created": 0, "owned_by": "diffusion-lsp"} for m in models]})
 
     async def health(request: Request) -> Response:
+        """Ready or not for anyone (load balancers ask without a key); the worker's pid, socket and
+        load error only for those who may use the API."""
         worker = service.describe()
         ready = worker["state"] == "ready"
-        return JSONResponse({"status": "ok" if ready else worker["state"], "worker": worker,
-                             "in_flight": service.in_flight, "models": models},
-                            status_code=200 if ready else 503)
+        body = {"status": "ok" if ready else worker["state"]}
+        if authorized(request):
+            body.update(worker=worker, in_flight=service.in_flight, models=models)
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     async def metrics_route(request: Request) -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
