@@ -392,3 +392,45 @@ def test_the_metrics_are_prometheus_text(api):
                  "tokens_per_second", "forwards_total"):
         assert f"diffusion_lsp_api_{name}" in text, name
     assert json.loads(httpx.get(api.base + "/health").text)["status"] == "ok"
+
+
+def test_slow_or_vanishing_senders_are_cut_off_and_counted_not_500s(tokenizer, tmp_path):
+    """uvicorn has no deadline for a request to arrive: 60 connections trickling their headers were all
+    open after 20 s. And a client that left mid-body was a 500 with an ERROR traceback, not a 499."""
+    server = Api(scripted_checkpoint(tokenizer, SCRIPT, tmp_path / "model"), tmp_path / "run",
+                 "--receive-timeout", "1.5")
+    try:
+        host, port = "127.0.0.1", server.port
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
+        trickling = [socket.create_connection((host, port)) for _ in range(5)]
+        for s in trickling:
+            s.settimeout(10)
+        t0 = time.monotonic()
+        closed_after = []
+        for i in range(40):  # a byte of headers every 0.1 s from each: never done within 1.5 s
+            for s in list(trickling):
+                try:
+                    s.sendall(head[i:i + 1])
+                except OSError:  # the server closed it
+                    closed_after.append(time.monotonic() - t0)
+                    trickling.remove(s)
+            time.sleep(0.1)
+        for s in trickling:  # whatever is left must be closed now: its read gives EOF
+            assert s.recv(1024) == b"", "a trickling connection stayed open"
+            closed_after.append(time.monotonic() - t0)
+        assert len(closed_after) == 5 and max(closed_after) < 6
+        before = server.metric("diffusion_lsp_api_client_disconnects_total")
+        with socket.create_connection((host, port)) as s:  # headers, half a body, then gone
+            s.sendall(head + b"\r\n" + b'{"prompt": "def f(')
+            time.sleep(0.3)
+        deadline = time.monotonic() + 10
+        while server.metric("diffusion_lsp_api_client_disconnects_total") == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.metric("diffusion_lsp_api_client_disconnects_total") == before + 1
+        assert server.metric('diffusion_lsp_api_requests_total{route="/v1/completions",status="499"}') == 1
+        assert server.metric('diffusion_lsp_api_requests_total{route="/v1/completions",status="500"}') == 0
+        assert "Traceback" not in server.log.read_text()
+        done = httpx.post(server.base + "/v1/completions", json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 16})
+        assert done.status_code == 200 and done.json()["choices"][0]["text"] == ANSWER  # and it goes on serving
+    finally:
+        server.close()

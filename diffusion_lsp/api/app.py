@@ -32,7 +32,7 @@ from contextlib import asynccontextmanager
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -83,11 +83,14 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
             metrics.rejected.labels("too_large").inc()
             raise ApiError(413, f"the body is over {max_body_bytes} bytes", "invalid_request_error")
         body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_body_bytes:
-                metrics.rejected.labels("too_large").inc()
-                raise ApiError(413, f"the body is over {max_body_bytes} bytes", "invalid_request_error")
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > max_body_bytes:
+                    metrics.rejected.labels("too_large").inc()
+                    raise ApiError(413, f"the body is over {max_body_bytes} bytes", "invalid_request_error")
+        except ClientDisconnect:  # it left mid-body (or was too slow: receive.py closed it)
+            raise ClientGone() from None
         try:
             return json.loads(body)
         except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply to decode

@@ -29,6 +29,9 @@ def register(sub) -> None:
     p.add_argument("--served-model-name", action="append", metavar="NAME",
                    help=f"model name clients ask for (repeatable; default {DEFAULT_MODEL_NAME})")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds a request may take (default 30)")
+    p.add_argument("--receive-timeout", type=float, default=20.0,
+                   help="seconds a request's headers and body may take to arrive; past it the connection is "
+                        "closed (default 20)")
     p.add_argument("--max-in-flight", type=int, default=64,
                    help="requests admitted at once; past it: 429 with Retry-After (default 64)")
     p.add_argument("--max-batch", type=int, default=16, help="most fills decoded together (default 16)")
@@ -80,6 +83,7 @@ def run(args) -> int:
     from ..server.client import Launch
     from .app import create_app
     from .metrics import Metrics
+    from .receive import with_receive_deadline
     from .service import Service
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -88,7 +92,8 @@ def run(args) -> int:
         sampling = from_args(SamplerConfig, args)
     except ValueError as e:
         raise UserError(str(e)) from None
-    for name, value, low in (("--timeout", args.timeout, 0.1), ("--max-in-flight", args.max_in_flight, 1),
+    for name, value, low in (("--timeout", args.timeout, 0.1), ("--receive-timeout", args.receive_timeout, 0.1),
+                             ("--max-in-flight", args.max_in_flight, 1),
                              ("--max-batch", args.max_batch, 1), ("--max-tokens", args.max_tokens, 1),
                              ("--max-body-bytes", args.max_body_bytes, 1024)):
         if value < low:
@@ -109,5 +114,5 @@ def run(args) -> int:
     app = create_app(service, models=args.served_model_name or [DEFAULT_MODEL_NAME], api_key=key,
                      max_body_bytes=args.max_body_bytes, max_tokens=min(args.max_tokens, 4096))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(), access_log=False,
-                timeout_graceful_shutdown=5)
+                timeout_graceful_shutdown=5, http=with_receive_deadline(args.receive_timeout))
     return 0
