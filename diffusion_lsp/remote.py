@@ -20,6 +20,7 @@ import asyncio
 import email.utils
 import json
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -133,6 +134,23 @@ def retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time()) if when is not None and when.tzinfo else None
 
 
+KEY_PIECE = 8  # characters of the key that, found anywhere in a word of an API's text, hide that word
+_WORD = re.compile(r"[^\s\"'`<>()\[\]{},;:]+")
+
+
+def scrub_key(text: str, key: str | None) -> str:
+    """`text` with every word that holds a piece of `key` (KEY_PIECE characters of it, in any case,
+    forwards or backwards) written [key]: an API that echoes the key upper-cased, reversed, cut or
+    inside a longer token must not get it printed. A key shorter than that is hidden where it stands."""
+    if not key:
+        return text
+    if len(key) < KEY_PIECE:
+        return re.sub(re.escape(key), "[key]", text, flags=re.IGNORECASE)
+    low = key.lower()
+    pieces = {s[i:i + KEY_PIECE] for s in (low, low[::-1]) for i in range(len(s) - KEY_PIECE + 1)}
+    return _WORD.sub(lambda m: "[key]" if any(p in m.group(0).lower() for p in pieces) else m.group(0), text)
+
+
 def read_key(env: str | None) -> str | None:
     """The API key from the environment variable `env` (None: no key); RemoteError when it is
     missing or could not go in a header (httpx's own error would quote it)."""
@@ -175,7 +193,7 @@ class FimClient:
         return f"FimClient({self.base_url!r}, {self.model!r}, api_key_env={self.api_key_env!r})"
 
     def _scrub(self, text: str) -> str:
-        return text.replace(self._key, "[key]") if self._key else text
+        return scrub_key(text, self._key)
 
     def _fail(self, cls, message: str, kind: str, status: int | None = None) -> RemoteError:
         self.counts["failures"] += 1

@@ -94,7 +94,7 @@ def test_a_refused_key_is_one_line_naming_the_variable_not_the_key(api, caplog):
 
 
 @pytest.mark.parametrize("answer, message", [
-    ((400, {"error": {"message": "prompt too long " + "x" * 500 + KEY}}),
+    ((400, {"error": {"message": "prompt too long " + "x" * 500 + " " + KEY}}),
      r"rejected the request \(HTTP 400\): prompt too long x+\.\.\.$"),
     ((200, b"<html>not json</html>"), "not JSON"),
     ((200, {"id": 1}), r"no choices\[0\]\.text"),

@@ -125,6 +125,26 @@ def test_a_fill_past_the_deadline_is_unavailable(api):
 
     asyncio.run(go())
     assert link.stats.fill_timeouts == 1 and api.dropped.wait(WAIT)
+    # shown to the user once, as every other failure is (it was only logged: the README says shown)
+    assert ui.shown == [("error", "diffusion-lsp: the remote API gave no fill within worker.fillTimeoutS (0.2 s)")]
+
+
+@pytest.mark.parametrize("echo", [str.upper, lambda k: k[::-1], lambda k: k[5:19], lambda k: f"Bearer{k}!"])
+def test_a_key_the_api_echoes_changed_is_never_shown(api, echo):
+    """Only the exact key was scrubbed: an API that echoed it upper-cased or reversed got it printed."""
+    api.default = (401, {"error": {"message": f"the key {echo(KEY)} is not valid"}})
+    completer, link, ui = make_completer(api)
+
+    async def go():
+        with pytest.raises(Unavailable) as e:
+            await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
+        await link.close()
+        return e.value
+
+    error = asyncio.run(go())
+    assert "is not valid" in ui.shown[0][1] and "[key]" in ui.shown[0][1]
+    text = repr((ui.shown, ui.logged, str(error))).lower()
+    assert echo(KEY).lower() not in text and KEY[5:13].lower() not in text and KEY[::-1][5:13].lower() not in text
 
 
 def test_a_missing_key_variable_is_shown_once(api, monkeypatch):

@@ -79,11 +79,11 @@ class RemoteLink:
             raise Unavailable(f"the remote API is not available: {self.error or 'completions are off'}")
         try:
             done = await asyncio.wait_for(ask(client), self.fill_timeout_s)
-        except asyncio.TimeoutError:
+        except asyncio.TimeoutError:  # shown once, like every other failure (it was only logged)
             self.stats.fill_timeouts += 1
-            self.ui.log("warning", f"the remote API gave no {what} within worker.fillTimeoutS "
-                                   f"({self.fill_timeout_s:g} s)")
-            raise Unavailable(f"no {what} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)") from None
+            message = f"the remote API gave no {what} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)"
+            self._report_failure("timeout", message)
+            raise Unavailable(message) from None
         except RemoteError as e:
             self._report_failure(e.kind, str(e))
             raise Unavailable(str(e)) from None
