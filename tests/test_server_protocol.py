@@ -168,6 +168,23 @@ async def test_a_malformed_request_gets_its_json_rpc_error(raw, message, code, a
 
 
 @pytest.mark.asyncio
+async def test_a_malformed_next_edit_request_is_one_warning_line_not_a_traceback(raw, tmp_path):
+    """pygls logged the handler's invalid-params error as a crash: an ERROR line and a 10-line traceback
+    for every malformed copilotInlineEdit. Its params are now checked before dispatch."""
+    await raw.initialize()
+    for i, params in enumerate([{"textDocument": {"uri": "file:///a.py"}}, [1, 2], None,
+                                {"textDocument": {"uri": "file:///a.py", "version": -1},
+                                 "position": {"line": 0, "character": 0}}], start=10):
+        raw.send(frame(request(i, "textDocument/copilotInlineEdit", params)))
+        answer, _ = await raw.reply(i)
+        assert answer["error"]["code"] == INVALID_PARAMS and "copilotInlineEdit needs" in answer["error"]["message"]
+    await raw.stats_answered(2)
+    log = (tmp_path / "stderr.txt").read_text()
+    assert "Traceback" not in log and " ERROR " not in log, log
+    assert log.count("answered textDocument/copilotInlineEdit") == 4
+
+
+@pytest.mark.asyncio
 async def test_a_custom_request_may_leave_out_params(raw):
     await raw.initialize()
     raw.send(frame(request(2, "diffusionLsp/stats")))

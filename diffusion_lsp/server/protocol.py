@@ -214,6 +214,8 @@ class Protocol(LanguageServerProtocol):
             message = self._structure(data)
         except Exception as e:
             return self._refuse(msg_id, method, JsonRpcInvalidParams(f"Invalid params: {_why(e)}"))
+        if (why := self._server.invalid_params(method, data.get("params"))) is not None:
+            return self._refuse(msg_id, method, JsonRpcInvalidParams(f"Invalid params: {why}"))
         if method == types.SHUTDOWN:
             self._closing = True
         self.handle_message(message)

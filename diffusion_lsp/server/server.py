@@ -11,7 +11,7 @@ import sys
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
-from pygls.exceptions import FeatureRequestError, JsonRpcInternalError, JsonRpcInvalidParams
+from pygls.exceptions import FeatureRequestError, JsonRpcInternalError
 from pygls.lsp.server import LanguageServer
 
 from .. import __version__
@@ -90,6 +90,14 @@ class DiffusionServer(LanguageServer):
         logging.getLogger(__name__).error("%s: %s", type(error).__name__, error)
         if source is not JsonRpcInternalError:
             self.session.ui.log("error", f"{type(error).__name__}: {error}")
+
+    def invalid_params(self, method: str, params) -> str | None:
+        """Why the params of a request whose type pygls does not know (Copilot's) are invalid, or
+        None: checked before dispatch, so that a malformed one is one warning line, not a handler's
+        error that pygls logs with its traceback."""
+        if method == NEXT_EDIT:
+            return next_edit_problem(params)
+        return None
 
     def document(self, uri: str) -> Document | None:
         """A snapshot of an open document (its text is an immutable str: safe to read in a thread)."""
@@ -187,13 +195,20 @@ def _field(obj, *keys):
     return obj
 
 
-async def next_edit(ls: DiffusionServer, params) -> dict:
-    """textDocument/copilotInlineEdit: at most one edit, empty for a version that is not current."""
+def next_edit_problem(params) -> str | None:
     uri, version = _field(params, "textDocument", "uri"), _field(params, "textDocument", "version")
     line, character = _field(params, "position", "line"), _field(params, "position", "character")
     if not isinstance(uri, str) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
                                            for v in (version, line, character)):
-        raise JsonRpcInvalidParams("copilotInlineEdit needs textDocument.uri and .version, and a position")
+        return "copilotInlineEdit needs textDocument.uri and .version, and a position"
+    return None
+
+
+async def next_edit(ls: DiffusionServer, params) -> dict:
+    """textDocument/copilotInlineEdit (its params checked by invalid_params): at most one edit, empty
+    for a version that is not current."""
+    uri, version = _field(params, "textDocument", "uri"), _field(params, "textDocument", "version")
+    line, character = _field(params, "position", "line"), _field(params, "position", "character")
     edit = await ls.session.next_edit.suggest(ls.document(uri), version, line, character, ls.encoding,
                                               ls.path_of(uri), ls.other_documents(uri))
     if edit is None:
