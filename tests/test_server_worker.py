@@ -259,6 +259,39 @@ def _fake_worker_socket(path, lines: list[bytes]):
     return server
 
 
+def test_a_worker_that_resets_the_connection_on_its_way_out_is_not_a_failure(tmp_path):
+    """When a shared worker was killed, the session that did not restart it sometimes connected as it
+    went and showed "could not start the model worker: Connection reset by peer"; it tries again."""
+    import struct
+
+    path = tmp_path / "w.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(2)
+
+    def talk():
+        dying, _ = server.accept()  # the old worker: takes the connection and drops it
+        dying.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        dying.close()
+        conn, _ = server.accept()  # the next one says hello
+        conn.sendall(wire.encode(_hello(LaunchSettings())))
+        conn.recv(1)
+
+    threading.Thread(target=talk, daemon=True).start()
+    client = WorkerClient(Launch(socket=path), on_event=lambda m: None, on_lost=lambda r: None)
+
+    async def go():
+        await client.start()
+        state = client.state
+        await client.close()
+        return state
+
+    try:
+        assert asyncio.run(go()) == "ready"
+    finally:
+        server.close()
+
+
 def test_a_worker_of_another_wire_version_is_refused_with_a_clear_reason(tmp_path):
     path = tmp_path / "w.sock"
     server = _fake_worker_socket(path, [wire.encode({"event": "hello", "version": 1, "pid": 1, "state": "ready"})])

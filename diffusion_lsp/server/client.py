@@ -167,9 +167,25 @@ class WorkerClient:
         path = str(self.launch.socket)
         spawns = 0
         for _ in range(CONNECT_TRIES):
+            writer = None
             try:
                 reader, writer = await asyncio.open_unix_connection(path, limit=MAX_LINE)
+                line = await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S)
+                if not line:  # closed before its hello
+                    raise ConnectionResetError
+                hello = decode(line)
                 break
+            except (asyncio.TimeoutError, ValueError, asyncio.IncompleteReadError) as e:
+                if writer is not None:
+                    writer.close()
+                raise WorkerUnavailable(f"the worker on {path} did not say hello ({type(e).__name__})") from None
+            except (ConnectionResetError, BrokenPipeError):
+                # a worker on its way out (killed, idle exit) took the connection and dropped it, or
+                # reset it:
+                # another session may be starting the next one, as this one may
+                if writer is not None:
+                    writer.close()
+                await asyncio.sleep(0.25)
             except (FileNotFoundError, ConnectionRefusedError):
                 # nobody listens: start a worker; one that found the lock held ("busy") leaves the
                 # socket to its holder, which may be on its way out (idle exit): then start another
@@ -180,11 +196,6 @@ class WorkerClient:
                 await asyncio.sleep(0.25)  # another session's worker is binding the socket
         else:
             raise WorkerUnavailable(f"no worker answers on {path}")
-        try:
-            hello = decode(await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S))
-        except (asyncio.TimeoutError, ValueError, asyncio.IncompleteReadError) as e:
-            writer.close()
-            raise WorkerUnavailable(f"the worker on {path} did not say hello ({type(e).__name__})") from None
         if hello.get("event") != "hello" or hello.get("version") != WIRE_VERSION:
             writer.close()
             raise WorkerUnavailable(f"the worker on {path} speaks another protocol version "
