@@ -28,7 +28,10 @@ def register(sub):
     p = sub.add_parser("model", help="inspect a checkpoint folder")
     model = p.add_subparsers(dest="model_command", required=True, metavar="COMMAND")
     c = model.add_parser("check", help="family, sizes, special tokens, and our logits beside transformers'",
-                         description=__doc__.splitlines()[0])
+                         description="Is a checkpoint loaded right? Loads the folder as every command does and "
+                                     "prints its family, parameters, dtype, special tokens, memory and load time; "
+                                     "for a Hugging Face folder, where transformers is installed, also how far "
+                                     "our logits are from transformers' own on a sample of code.")
     c.add_argument("path", metavar="PATH", help="checkpoint folder (ours or a Hugging Face one)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.add_argument("--no-reference", action="store_true", help="skip the comparison with transformers")
@@ -87,7 +90,7 @@ def run(args) -> int:
     from .model.checkpoint import CheckpointError
 
     path = Path(args.path)
-    if not (path / "config.json").is_file():
+    if not (path / "config.json").exists():  # not is_file(): a FIFO or a folder by that name is the loader's error
         raise UserError(f"no checkpoint at {path} (config.json is missing)")
     try:
         report = check(path, reference=not args.no_reference)

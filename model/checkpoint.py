@@ -1,18 +1,25 @@
 """Our checkpoint format: a folder with config.json (format version, model config, special token
-names), model.safetensors and tokenizer.json. Loading never unpickles and never runs checkpoint code."""
+names), model.safetensors and tokenizer.json. Loading never unpickles and never runs checkpoint code.
+
+Both loaders (this one and pretrained.py's) check config.json's sizes against the safetensors headers
+before any module is built (check_sizes), and read every small file through config.read_text: a
+FIFO, a folder, a device or an oversized file in a checkpoint is one error, never a hang."""
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .claims import Claims
-from .config import ModelConfig, SpecialTokens
+from .config import ModelConfig, SpecialTokens, read_json, regular_file, size_problem
+from .hf_tokenizer import read_tokenizer_json
 from .tokenizer import Tokenizer
 from .transformer import DiffusionTransformer
 
@@ -48,13 +55,13 @@ def read_config(folder: str | Path) -> dict:
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint folder not found: {folder}")
-    missing = [f for f in FILES if not (folder / f).is_file()]
+    missing = [f for f in FILES if not (folder / f).exists()]  # a FIFO or a folder by these names: refused on reading
     if missing:
         raise CheckpointError(f"checkpoint {folder} is missing {', '.join(missing)}")
     try:
-        config = json.loads((folder / "config.json").read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"checkpoint {folder}: config.json is not valid JSON ({e})") from None
+        config = read_json(folder / "config.json")
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {folder}: {e}") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {folder}: config.json is not a {FORMAT} config")
     version = config.get("format_version")
@@ -69,24 +76,96 @@ def read_config(folder: str | Path) -> dict:
     return config
 
 
+def tensor_shapes(folder: Path, path: Path) -> dict[str, list[int]]:
+    """Tensor name -> shape, from a safetensors file's header alone (no tensor is read)."""
+    try:
+        regular_file(path)
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {folder}: {e}") from None
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {name: f.get_slice(name).get_shape() for name in f.keys()}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {folder}: {path.name} is corrupt ({e})") from None
+
+
+def check_bounds(read: dict[str, tuple[str, object]], folder: Path) -> None:
+    """Each size config.json gives within config.size_problem's bounds; read: a ModelConfig field ->
+    (the config.json key it was read from, its value). Run first: a float, a negative or a billion
+    is the config's fault whatever the weights hold."""
+    for field, (key, value) in read.items():
+        problem = None if value is None else size_problem(field, value)
+        if problem:
+            raise CheckpointError(f"checkpoint {folder}: config.json {key} {problem}")
+
+
+# The tensors whose shapes pin config.json's sizes down: our name -> per dimension, the ModelConfig fields
+# whose product it is. A tensor the files do not hold is left for the name check once the model is built.
+SIZED = {
+    "embed.weight": (("vocab_size",), ("dim",)),
+    "layers.0.mlp.gate_proj.weight": (("hidden_dim",), ("dim",)),
+    "layers.0.attn.q_norm.weight": (("head_dim",),),
+    "layers.0.attn.q_proj.weight": (("n_heads", "head_dim"), ("dim",)),
+    "layers.0.attn.k_proj.weight": (("n_kv_heads", "head_dim"), ("dim",)),
+}
+
+
+def check_sizes(cfg: ModelConfig, shapes: dict[str, list[int]], name: Callable[[str], str | None],
+                key: Callable[[str], str], folder: Path) -> None:
+    """config.json's sizes against what the weights hold, before any module is built: a config.json that
+    says a million layers would otherwise build a million of them on the meta device (memory climbing
+    ~25 MB/s) before the first tensor is compared. shapes: the files' tensor name -> shape (headers
+    only); name: our tensor name -> the files' (None: the layout has none); key: a ModelConfig field ->
+    the config.json key it was read from, which the error names."""
+
+    def mismatch(what: str):
+        return CheckpointError(f"checkpoint {folder}: config.json and the weights do not match ({what})")
+
+    layers = 0  # layers 0, 1, ... that the files hold, counted by the norm every block has
+    while name(f"layers.{layers}.input_norm.weight") in shapes:
+        layers += 1
+    if cfg.n_layers != layers:
+        raise mismatch(f"{key('n_layers')} is {cfg.n_layers}, but the weights hold {layers} layers")
+    for ours, dims in SIZED.items():
+        theirs = name(ours)
+        if theirs not in shapes:
+            continue
+        got = list(shapes[theirs])
+        want = [math.prod(getattr(cfg, f) for f in fields) for fields in dims]
+        if len(got) != len(want):
+            raise mismatch(f"{theirs} is {got}, but config.json gives {want}")
+        for fields, w, g in zip(dims, want, got):
+            if w != g:
+                values = " × ".join(str(getattr(cfg, f)) for f in fields) + (f" = {w}" if len(fields) > 1 else "")
+                raise mismatch(f"{' × '.join(map(key, fields))} is {values}, but {theirs} is {got}")
+
+
 def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu",
                     dtype: torch.dtype = torch.float32) -> tuple[DiffusionTransformer, Tokenizer, dict]:
     folder = Path(folder)
     config = read_config(folder)
+    if isinstance(config.get("model"), dict):
+        check_bounds({field: (f"model.{field}", value) for field, value in config["model"].items()}, folder)
     try:
         model_config = ModelConfig.from_dict(config["model"])
         special = SpecialTokens.from_dict(config.get("special_tokens", {}))
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"checkpoint {folder}: bad config.json ({e})") from None
     try:
-        tokenizer = Tokenizer.from_file(folder / "tokenizer.json", special)
-    except Exception as e:  # tokenizers raises a bare Exception on malformed files
-        raise CheckpointError(f"checkpoint {folder}: bad tokenizer.json ({str(e).splitlines()[0]})") from None
+        hf = read_tokenizer_json(folder / "tokenizer.json")
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {folder}: {e}") from None
+    try:
+        tokenizer = Tokenizer(hf, special)
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {folder}: bad tokenizer.json ({e})") from None
     if tokenizer.vocab_size > model_config.vocab_size:
         raise CheckpointError(f"checkpoint {folder}: tokenizer has {tokenizer.vocab_size} tokens but the "
                               f"model only {model_config.vocab_size}")
+    path = folder / "model.safetensors"
+    check_sizes(model_config, tensor_shapes(folder, path), lambda ours: ours, lambda field: f"model.{field}", folder)
     try:
-        state = load_file(str(folder / "model.safetensors"), device=str(device))
+        state = load_file(str(path), device=str(device))
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"checkpoint {folder}: model.safetensors is corrupt ({e})") from None
     with torch.device("meta"):

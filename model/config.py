@@ -1,10 +1,30 @@
 """Model configuration: one dataclass whose flags describe our own small models and the open
-diffusion checkpoints (Dream / DiffuCoder / DreamOn on Qwen2, CoDA on Qwen3, LLaDA)."""
+diffusion checkpoints (Dream / DiffuCoder / DreamOn on Qwen2, CoDA on Qwen3, LLaDA), the bounds its
+sizes must keep, and the guarded reads of a checkpoint's small files (torch-free: the tokenizer
+loader and the language server read them too)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+import reprlib
+import stat
 from dataclasses import dataclass, field
+from pathlib import Path
+
+# Upper bounds on ModelConfig's sizes, each far past the largest open model's (vocab 262k: Gemma 3;
+# dim 16384, 126 layers, 128 heads and FFN 53248: Llama 3.1 405B; head_dim 256; 10M positions:
+# Llama 4 Scout). A config.json that says `num_hidden_layers: 1000000` is refused here, before a
+# million modules are built on the meta device (~25 MB/s of bookkeeping). max_seq_len allocates
+# nothing; its bound only refuses nonsense.
+LIMITS = dict(vocab_size=1 << 21, dim=1 << 16, n_layers=1 << 10, n_heads=1 << 10, n_kv_heads=1 << 10,
+              head_dim=1 << 12, hidden_dim=1 << 18, max_seq_len=1 << 30)
+POSITIVE = ("rope_theta", "norm_eps")  # positive finite numbers
+OPTIONAL = ("n_kv_heads", "head_dim", "hidden_dim")  # None in a config: derived from the others
+# The most a checkpoint's JSON side file (config.json, the safetensors index, tokenizer_config.json) is
+# read into memory: published ones are a few KB to a few MB.
+MAX_JSON = 64 << 20
 
 
 def strict_from_dict(cls, d: dict, what: str):
@@ -13,6 +33,16 @@ def strict_from_dict(cls, d: dict, what: str):
     if unknown:
         raise ValueError(f"unknown {what} keys: {', '.join(unknown)}")
     return cls(**d)
+
+
+def size_problem(name: str, value) -> str | None:
+    """Why `value` cannot be ModelConfig's `name`, worded to follow the key ("should be ..., got ..."),
+    or None when it can. Integers only for the sizes (a float such as 1e9 is a config at fault)."""
+    if name in LIMITS and (type(value) is not int or not 1 <= value <= LIMITS[name]):
+        return f"should be an integer from 1 to {LIMITS[name]}, got {reprlib.repr(value)}"
+    if name in POSITIVE and (type(value) not in (int, float) or not 0 < value < math.inf):
+        return f"should be a positive number, got {reprlib.repr(value)}"
+    return None
 
 
 @dataclass
@@ -33,6 +63,9 @@ class ModelConfig:
     shift_logits: bool = False  # True: logits at i predict token i+1 (Dream, CoDA); False: in place (LLaDA, ours)
 
     def __post_init__(self):
+        # the sizes given first (dim % n_heads below must not divide by zero), the derived ones once derived
+        self._check([n for n in (*LIMITS, *POSITIVE) if getattr(self, n) is not None or n not in OPTIONAL])
+        self.rope_theta, self.norm_eps = float(self.rope_theta), float(self.norm_eps)
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         if self.head_dim is None:
@@ -41,11 +74,15 @@ class ModelConfig:
             self.head_dim = self.dim // self.n_heads
         if self.hidden_dim is None:
             self.hidden_dim = -(-int(8 * self.dim / 3) // 64) * 64
+        self._check(OPTIONAL)
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
-        for name in ("vocab_size", "dim", "n_layers", "n_heads", "max_seq_len"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+    def _check(self, names) -> None:
+        for name in names:
+            problem = size_problem(name, getattr(self, name))
+            if problem:
+                raise ValueError(f"{name} {problem}")
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
@@ -102,3 +139,49 @@ class SpecialTokens:
     @classmethod
     def from_dict(cls, d: dict) -> "SpecialTokens":
         return strict_from_dict(cls, d, "special token")
+
+
+def regular_file(path: Path, limit: int | None = None) -> int:
+    """path's size in bytes; ValueError naming the file when it is not a regular file (opening a FIFO
+    waits for a writer that never comes: a folder holding one must fail, not hang) or when it holds
+    more than `limit` bytes. Checked before any open."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise ValueError(f"cannot read {path.name} ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode)
+                else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device")
+        raise ValueError(f"{path.name} is {kind}, not a regular file")
+    if limit is not None and st.st_size > limit:
+        raise ValueError(f"{path.name} is {st.st_size:,} bytes, more than the {limit >> 20} MB such a file may hold")
+    return st.st_size
+
+
+def read_text(path: Path, limit: int = MAX_JSON) -> str:
+    """A checkpoint's small text file, after regular_file's checks; ValueError naming it when it cannot be
+    read or is not UTF-8. At most `limit` bytes are read, even from a file that grows meanwhile."""
+    regular_file(path, limit)
+    try:
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise ValueError(f"cannot read {path.name} ({e.strerror})") from None
+    if len(data) > limit:
+        raise ValueError(f"{path.name} is more than the {limit >> 20} MB such a file may hold")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path.name} is not readable as UTF-8 (bad byte at offset {e.start})") from None
+
+
+def read_json(path: Path, limit: int = MAX_JSON):
+    """The JSON value in a checkpoint's file; ValueError in one line naming it for anything read_text
+    refuses, for bad JSON and for JSON nested past Python's recursion limit (json raises RecursionError)."""
+    text = read_text(path, limit)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{path.name} is not valid JSON (nested too deeply)") from None
+    except ValueError as e:  # JSONDecodeError; also an integer of more than 4300 digits
+        raise ValueError(f"{path.name} is not valid JSON ({e})") from None

@@ -52,10 +52,30 @@ LLADA_TENSORS = {
 }
 
 
-def _rope_theta(c: dict, default: float) -> float:
+_REQUIRED = object()
+
+
+def _read(c: dict, *keys: str, default=_REQUIRED) -> tuple[str, object]:
+    """(the first of `keys` that config.json sets, its value), so that a bad value is reported under the
+    key it came from; (keys[0], default) when none is set; KeyError(keys[0]) when required."""
+    for key in keys:
+        if c.get(key) is not None:
+            return key, c[key]
+    if default is _REQUIRED:
+        raise KeyError(keys[0])
+    return keys[0], default
+
+
+def _object(c: dict, key: str) -> dict:
+    value = c.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _rope_theta(c: dict, default: float) -> tuple[str, object]:
     """rope_theta top-level (transformers 4.x, Dream, LLaDA) or under rope_parameters (transformers 5.x)."""
-    params = c.get("rope_parameters") or {}
-    return float(c.get("rope_theta", params.get("rope_theta", default)))
+    if c.get("rope_theta") is None and _object(c, "rope_parameters").get("rope_theta") is not None:
+        return "rope_parameters.rope_theta", c["rope_parameters"]["rope_theta"]
+    return _read(c, "rope_theta", default=default)
 
 
 def _qwen_unsupported(c: dict) -> list[str]:
@@ -63,7 +83,10 @@ def _qwen_unsupported(c: dict) -> list[str]:
     if c.get("hidden_act", "silu") != "silu":
         out.append(f"hidden_act {c['hidden_act']!r}")
     for key in ("rope_scaling", "rope_parameters"):
-        kind = (c.get(key) or {}).get("rope_type", (c.get(key) or {}).get("type", "default"))
+        if c.get(key) is not None and not isinstance(c[key], dict):
+            out.append(f"{key} that is not an object")
+            continue
+        kind = _object(c, key).get("rope_type", _object(c, key).get("type", "default"))
         if kind != "default":
             out.append(f"{key} of type {kind!r}")
     if c.get("use_sliding_window"):
@@ -71,13 +94,13 @@ def _qwen_unsupported(c: dict) -> list[str]:
     return out
 
 
-def _qwen_config(c: dict) -> dict:
+def _qwen_config(c: dict) -> dict[str, tuple[str, object]]:
     return dict(
-        vocab_size=c["vocab_size"], dim=c["hidden_size"], n_layers=c["num_hidden_layers"],
-        n_heads=c["num_attention_heads"], n_kv_heads=c.get("num_key_value_heads") or c["num_attention_heads"],
-        head_dim=c.get("head_dim"), hidden_dim=c["intermediate_size"],
-        max_seq_len=c.get("max_position_embeddings", 32768), rope_theta=_rope_theta(c, 10000.0),
-        norm_eps=c.get("rms_norm_eps", 1e-6),
+        vocab_size=_read(c, "vocab_size"), dim=_read(c, "hidden_size"), n_layers=_read(c, "num_hidden_layers"),
+        n_heads=_read(c, "num_attention_heads"), n_kv_heads=_read(c, "num_key_value_heads", "num_attention_heads"),
+        head_dim=_read(c, "head_dim", default=None), hidden_dim=_read(c, "intermediate_size"),
+        max_seq_len=_read(c, "max_position_embeddings", default=32768), rope_theta=_rope_theta(c, 10000.0),
+        norm_eps=_read(c, "rms_norm_eps", default=1e-6),
     )
 
 
@@ -89,13 +112,18 @@ def _llada_unsupported(c: dict) -> list[str]:
     return [f"{k}={c[k]!r}" for k, ok in allowed.items() if k in c and c[k] not in ok]
 
 
-def _llada_config(c: dict) -> dict:
+def _llada_config(c: dict) -> dict[str, tuple[str, object]]:
+    dim = _read(c, "d_model")
+    hidden = _read(c, "mlp_hidden_size", default=None)
+    if hidden[1] is None:  # OLMo: mlp_ratio * d_model when mlp_hidden_size is unset
+        ratio = _read(c, "mlp_ratio", default=4)[1]
+        sized = all(type(v) is int for v in (ratio, dim[1]))  # else the ratio is the value at fault
+        hidden = ("mlp_ratio × d_model", ratio * dim[1]) if sized else ("mlp_ratio", ratio)
     return dict(
-        vocab_size=c.get("embedding_size") or c["vocab_size"], dim=c["d_model"], n_layers=c["n_layers"],
-        n_heads=c["n_heads"], n_kv_heads=c.get("n_kv_heads") or c["n_heads"],
-        hidden_dim=c.get("mlp_hidden_size") or c.get("mlp_ratio", 4) * c["d_model"],
-        max_seq_len=c.get("max_sequence_length", 4096), rope_theta=_rope_theta(c, 10000.0),
-        norm_eps=c.get("rms_norm_eps", c.get("layer_norm_eps", 1e-5)),
+        vocab_size=_read(c, "embedding_size", "vocab_size"), dim=dim, n_layers=_read(c, "n_layers"),
+        n_heads=_read(c, "n_heads"), n_kv_heads=_read(c, "n_kv_heads", "n_heads"), hidden_dim=hidden,
+        max_seq_len=_read(c, "max_sequence_length", default=4096), rope_theta=_rope_theta(c, 10000.0),
+        norm_eps=_read(c, "rms_norm_eps", "layer_norm_eps", default=1e-5),
     )
 
 
@@ -109,7 +137,8 @@ class Family:
     mask: tuple[str, ...]
     filler: tuple[str, ...]  # what the family pads a generation with
     bos: tuple[str, ...]  # a fixed first token; shifted models need one (output i - 1 predicts token i)
-    config: Callable[[dict], dict]  # config.json -> ModelConfig keyword arguments (shapes)
+    # config.json -> ModelConfig keyword arguments (shapes), each as (the config.json key it is read from, value)
+    config: Callable[[dict], dict[str, tuple[str, object]]]
     unsupported: Callable[[dict], list[str]]  # config.json -> features this loader cannot run
     tensors: dict[str, str]  # our state_dict name -> the checkpoint's
     tie_key: str  # the config.json key that ties the output head to the embedding
@@ -140,7 +169,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
 def detect_family(config: dict) -> Family | None:
     """The family config.json describes: model_type first, then architectures; None when unknown."""
     model_type = str(config.get("model_type", "")).lower()
-    archs = config.get("architectures") or []
+    archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
     for fam in FAMILIES.values():
         if model_type in fam.model_types:
             return fam

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from .config import read_text
+
 # Qwen2's pre-tokenization regex, character for character as in transformers' PRETOKENIZE_REGEX (qwen2).
 QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
                  r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
@@ -24,6 +26,9 @@ _NAMED_SLOTS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
 # Qwen2Tokenizer's own defaults for the slots a config leaves out (bos is None).
 _QWEN2_DEFAULTS = {"eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}
 _ADDED_TOKEN_FLAGS = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
+# The most tokenizer.json, vocab.json or merges.txt may hold: published tokenizer.json files are a few MB
+# (Qwen2.5: 7 MB) to a few tens of MB (262k-token vocabularies); parsing one takes several times its size.
+MAX_TOKENIZER = 512 << 20
 
 
 def load_tokenizer_files(folder: Path) -> Tokenizer:
@@ -33,17 +38,27 @@ def load_tokenizer_files(folder: Path) -> Tokenizer:
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"tokenizer folder not found: {folder}")
-    if (folder / "tokenizer.json").is_file():
+    if (folder / "tokenizer.json").exists():  # not is_file(): a FIFO or a folder by that name is an error
         try:
-            return Tokenizer.from_file(str(folder / "tokenizer.json"))
-        except Exception as e:  # tokenizers raises a bare Exception on malformed files
-            raise ValueError(f"tokenizer {folder}: bad tokenizer.json ({str(e).splitlines()[0]})") from None
-    missing = [name for name in ("vocab.json", "merges.txt") if not (folder / name).is_file()]
+            return read_tokenizer_json(folder / "tokenizer.json")
+        except ValueError as e:
+            raise ValueError(f"tokenizer {folder}: {e}") from None
+    missing = [name for name in ("vocab.json", "merges.txt") if not (folder / name).exists()]
     if missing:
         found = sorted(p.name for p in folder.iterdir())
         raise ValueError(f"tokenizer {folder}: no tokenizer.json and no {' or '.join(missing)} to build one from "
                          f"(found: {', '.join(found) or 'nothing'})")
     return build_qwen2_tokenizer(folder)
+
+
+def read_tokenizer_json(path: Path) -> Tokenizer:
+    """A tokenizer.json, read by us (a FIFO, a device or a file over MAX_TOKENIZER is refused before
+    tokenizers would open it) and parsed from the text. ValueError in one line naming the file."""
+    text = read_text(path, MAX_TOKENIZER)
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as e:  # tokenizers raises a bare Exception on malformed files
+        raise ValueError(f"bad {path.name} ({(str(e).splitlines() or [type(e).__name__])[0]})") from None
 
 
 def build_qwen2_tokenizer(folder: Path) -> Tokenizer:
@@ -77,11 +92,17 @@ def build_qwen2_tokenizer(folder: Path) -> Tokenizer:
 
 def _read_json(folder: Path, name: str) -> dict | None:
     path = folder / name
-    if not path.is_file():
+    if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        text = read_text(path, MAX_TOKENIZER)
+    except ValueError as e:
+        raise ValueError(f"tokenizer {folder}: {e}") from None
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"tokenizer {folder}: {name} is not readable JSON (nested too deeply)") from None
+    except ValueError as e:
         raise ValueError(f"tokenizer {folder}: {name} is not readable JSON ({e})") from None
     if not isinstance(data, dict):
         raise ValueError(f"tokenizer {folder}: {name} holds a {type(data).__name__}, not an object")
@@ -102,9 +123,9 @@ def _read_merges(folder: Path) -> list[tuple[str, str]]:
     Only the first line may be a header: real merges such as '# #' start with '#' too, and the slow Qwen2Tokenizer
     once skipped them all (transformers PR #29929), which made it disagree with the fast one."""
     try:
-        lines = (folder / "merges.txt").read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"tokenizer {folder}: merges.txt is not readable ({e})") from None
+        lines = read_text(folder / "merges.txt", MAX_TOKENIZER).splitlines()
+    except ValueError as e:
+        raise ValueError(f"tokenizer {folder}: {e}") from None
     header = 1 if lines and lines[0].startswith("#version") else 0
     merges = []
     for number, line in enumerate(lines[header:], start=1 + header):

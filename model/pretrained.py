@@ -15,12 +15,11 @@ import re
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 from tokenizers import Tokenizer as HFTokenizer
 from torch import nn
 
-from .checkpoint import CheckpointError, load_checkpoint
-from .config import ModelConfig, SpecialTokens
+from .checkpoint import CheckpointError, check_bounds, check_sizes, load_checkpoint, tensor_shapes
+from .config import ModelConfig, SpecialTokens, read_json
 from .families import Family, detect_family, supported
 from .hf_tokenizer import load_tokenizer_files
 from .tokenizer import Tokenizer
@@ -52,14 +51,19 @@ class PretrainedLM(nn.Module):
 def is_hf_folder(folder: Path) -> bool:
     """config.json is a Hugging Face config: a JSON object without our format marker."""
     try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        config = read_json(folder / "config.json")
+    except ValueError:
         return False  # load_checkpoint says what is wrong
     return isinstance(config, dict) and "format" not in config and ("model_type" in config or "architectures" in config)
 
 
 def read_hf_config(folder: Path) -> tuple[dict, Family]:
-    config = json.loads((folder / "config.json").read_text())
+    try:
+        config = read_json(folder / "config.json")
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {folder}: {e}") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"checkpoint {folder}: config.json holds a {type(config).__name__}, not an object")
     family = detect_family(config)
     if family is None:
         raise CheckpointError(f"checkpoint {folder}: unknown model family (model_type {config.get('model_type')!r}, "
@@ -71,21 +75,27 @@ def read_hf_config(folder: Path) -> tuple[dict, Family]:
     return config, family
 
 
-def weight_files(folder: Path) -> dict[str, Path]:
-    """Tensor name -> the safetensors file that holds it (read from each file's header, checked against
-    the index when there is one)."""
+def weight_headers(folder: Path) -> dict[str, tuple[Path, list[int]]]:
+    """Tensor name -> (the safetensors file that holds it, its shape), read from each file's header
+    and checked against the index when there is one. No tensor is read."""
     index = folder / INDEX
-    if index.is_file():
+    if index.exists():  # not is_file(): a FIFO or a folder by that name is an error, not "no index"
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
-            raise CheckpointError(f"checkpoint {folder}: {INDEX} is not a valid index ({e})") from None
+            weight_map = read_json(index)["weight_map"]
+        except ValueError as e:
+            raise CheckpointError(f"checkpoint {folder}: {e}") from None
+        except (KeyError, TypeError) as e:
+            raise CheckpointError(f"checkpoint {folder}: {INDEX} is not a valid index (no weight_map: {e})") from None
+        if not isinstance(weight_map, dict) or not all(
+                isinstance(v, str) and v and Path(v).name == v and v != ".." for v in weight_map.values()):
+            raise CheckpointError(f"checkpoint {folder}: {INDEX} is not a valid index (its weight_map should map "
+                                  f"tensor names to file names in the folder)")
         files = sorted(set(weight_map.values()))
-        missing = [f for f in files if not (folder / f).is_file()]
+        missing = [f for f in files if not (folder / f).exists()]
         if missing:
             raise CheckpointError(f"checkpoint {folder}: {INDEX} lists {', '.join(missing)}, which "
                                   f"{'is' if len(missing) == 1 else 'are'} missing")
-    elif (folder / "model.safetensors").is_file():
+    elif (folder / "model.safetensors").exists():
         files, weight_map = ["model.safetensors"], None
     else:
         pickled = sorted(p.name for pattern in PICKLED for p in folder.glob(pattern))
@@ -97,16 +107,17 @@ def weight_files(folder: Path) -> dict[str, Path]:
                               f"model-0000k-of-0000n.safetensors with {INDEX}")
     where = {}
     for name in files:
-        try:
-            with safe_open(str(folder / name), framework="pt") as f:
-                where.update((k, folder / name) for k in f.keys())
-        except (SafetensorError, OSError, ValueError) as e:
-            raise CheckpointError(f"checkpoint {folder}: {name} is corrupt ({e})") from None
+        where.update((k, (folder / name, shape)) for k, shape in tensor_shapes(folder, folder / name).items())
     lost = sorted(set(weight_map or ()) - set(where))
     if lost:
         raise CheckpointError(f"checkpoint {folder}: {INDEX} lists tensors its shards do not hold: "
                               f"{', '.join(lost[:3])}")
     return where
+
+
+def weight_files(folder: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file that holds it (weight_headers without the shapes)."""
+    return {name: path for name, (path, _) in weight_headers(folder).items()}
 
 
 def load_hf_tokenizer(folder: Path) -> HFTokenizer:
@@ -124,8 +135,11 @@ def special_tokens(hf: HFTokenizer, family: Family, config: dict, folder: Path) 
     def first(names, taken=()):
         return next((n for n in names if n not in taken and hf.token_to_id(n) is not None), None)
 
-    mask_id = config.get("mask_token_id")
-    mask = (hf.id_to_token(mask_id) if isinstance(mask_id, int) else None) or first(family.mask)
+    def named(key):  # the token config.json names by id; None when the id is not the vocab's
+        i = config.get(key)
+        return hf.id_to_token(i) if type(i) is int and 0 <= i < hf.get_vocab_size() else None
+
+    mask = named("mask_token_id") or first(family.mask)
     filler = first(family.filler, {mask})
     bos = first(family.bos, {mask, filler})
     needed = [("mask", mask, family.mask), ("filler", filler, family.filler)]
@@ -135,8 +149,7 @@ def special_tokens(hf: HFTokenizer, family: Family, config: dict, folder: Path) 
             raise CheckpointError(f"checkpoint {folder}: the tokenizer has no {role} token (looked for "
                                   f"{', '.join(names)}{' and mask_token_id' if role == 'mask' else ''}); "
                                   f"a {family.name} checkpoint needs one")
-    expand_id = config.get("expand_token_id")
-    expand = (hf.id_to_token(expand_id) if isinstance(expand_id, int) else None) or first(family.expand)
+    expand = named("expand_token_id") or first(family.expand)
     if expand is None:
         return SpecialTokens(mask=mask, filler=filler, bos=bos)
     eos = first(family.end, {mask, bos, expand})
@@ -153,23 +166,27 @@ def _theirs(family: Family, ours: str) -> str | None:
     return template and template.format(i=m[1] if m else "")
 
 
-def model_config(config: dict, family: Family, names, folder: Path) -> ModelConfig:
-    """ModelConfig from config.json's shapes and the tensors' presence for the structural flags."""
+def model_config(config: dict, family: Family, shapes: dict[str, list[int]], folder: Path) -> ModelConfig:
+    """ModelConfig from config.json's sizes, each within config.size_problem's bounds and checked against
+    the tensors' shapes (shapes: the files' tensor name -> shape, headers only), and the tensors'
+    presence for the structural flags. Errors name the config.json key at fault."""
     try:
-        shapes = family.config(config)
+        read = family.config(config)  # field -> (config.json key, value)
     except KeyError as e:
         raise CheckpointError(f"checkpoint {folder}: config.json has no {e.args[0]!r} ({family.name} family)") from None
-    present = set(names)
+    check_bounds(read, folder)
     flags = dict(
-        qkv_bias=_theirs(family, "layers.0.attn.q_proj.bias") in present,
-        qk_norm=_theirs(family, "layers.0.attn.q_norm.weight") in present,
-        tie_embeddings=bool(config.get(family.tie_key)) or family.tensors["lm_head.weight"] not in present,
+        qkv_bias=_theirs(family, "layers.0.attn.q_proj.bias") in shapes,
+        qk_norm=_theirs(family, "layers.0.attn.q_norm.weight") in shapes,
+        tie_embeddings=bool(config.get(family.tie_key)) or family.tensors["lm_head.weight"] not in shapes,
         shift_logits=family.shift_logits,
     )
     try:
-        return ModelConfig(**{k: v for k, v in shapes.items() if v is not None}, **flags)
+        cfg = ModelConfig(**{k: v for k, (_, v) in read.items() if v is not None}, **flags)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"checkpoint {folder}: bad config.json ({e})") from None
+    check_sizes(cfg, shapes, lambda ours: _theirs(family, ours), lambda field: read.get(field, (field,))[0], folder)
+    return cfg
 
 
 def weights_dtype(config: dict, device, dtype: torch.dtype | None = None) -> torch.dtype:
@@ -182,8 +199,8 @@ def weights_dtype(config: dict, device, dtype: torch.dtype | None = None) -> tor
     return DTYPES.get(str(config.get("torch_dtype") or config.get("dtype")), torch.float32)
 
 
-def _read_weights(model: DiffusionTransformer, family: Family, where: dict[str, Path], device, dtype,
-                  folder: Path) -> dict[str, torch.Tensor]:
+def _read_weights(model: DiffusionTransformer, family: Family, where: dict[str, tuple[Path, list[int]]], device,
+                  dtype, folder: Path) -> dict[str, torch.Tensor]:
     expected = {ours: _theirs(family, ours) for ours in model.state_dict()}
     missing = sorted(t for t in expected.values() if t not in where)
     unused = sorted(t for t in set(where) - set(expected.values())
@@ -193,23 +210,23 @@ def _read_weights(model: DiffusionTransformer, family: Family, where: dict[str, 
             [f"unexpected {', '.join(unused[:4])}"] if unused else [])
         raise CheckpointError(f"checkpoint {folder}: tensors do not match the {family.name} layout "
                               f"({'; '.join(parts)})")
+    params = model.state_dict()
+    for ours, theirs in expected.items():  # every shape, from the headers, before a byte of data is read
+        if list(where[theirs][1]) != list(params[ours].shape):
+            raise CheckpointError(f"checkpoint {folder}: config.json and the weights do not match ({theirs} is "
+                                  f"{list(where[theirs][1])}, config.json gives {list(params[ours].shape)})")
     state = {}
     by_file: dict[Path, list[str]] = {}
     for ours, theirs in expected.items():
-        by_file.setdefault(where[theirs], []).append(ours)
-    params = model.state_dict()
+        by_file.setdefault(where[theirs][0], []).append(ours)
     for path, ours_names in by_file.items():
         try:
             with open(path, "rb") as f:
                 header, base = _header(f)
                 for ours in ours_names:
-                    entry = header[expected[ours]]
-                    if tuple(entry["shape"]) != tuple(params[ours].shape):
-                        raise CheckpointError(f"checkpoint {folder}: {expected[ours]} has shape {entry['shape']}, "
-                                              f"config.json says {list(params[ours].shape)}")
                     # one tensor at a time: read, cast, move; the read buffer is freed before the next
-                    state[ours] = _read_tensor(f, entry, base).to(device=device, dtype=dtype)
-        except (OSError, ValueError, KeyError, TypeError) as e:
+                    state[ours] = _read_tensor(f, header[expected[ours]], base).to(device=device, dtype=dtype)
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             raise CheckpointError(f"checkpoint {folder}: {path.name} is corrupt ({e})") from None
     return state
 
@@ -258,8 +275,8 @@ def load_hf_folder(folder: str | Path, device: str | torch.device = "cpu",
     CPU, the checkpoint's own (torch_dtype / dtype) elsewhere."""
     folder = Path(folder)
     config, family = read_hf_config(folder)
-    where = weight_files(folder)
-    cfg = model_config(config, family, where, folder)
+    where = weight_headers(folder)
+    cfg = model_config(config, family, {name: shape for name, (_, shape) in where.items()}, folder)
     hf = load_hf_tokenizer(folder)
     tokenizer = Tokenizer(hf, special_tokens(hf, family, config, folder))  # every name checked: cannot raise
     if tokenizer.vocab_size > cfg.vocab_size:
