@@ -13,9 +13,10 @@ and no next edits: none of them was trained for next-edit suggestions."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from .config import read_json
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,8 @@ def read_claims(folder: str | Path) -> Claims:
     """The claims of a checkpoint folder; GENERAL when it makes none (or cannot be read: loading it
     says what is wrong, in the worker)."""
     try:
-        config = json.loads((Path(folder) / "config.json").read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        config = read_json(Path(folder) / "config.json")  # never opens a FIFO, never reads 1 GB
+    except ValueError:
         return GENERAL
     raw = config.get("claims") if isinstance(config, dict) else None
     if raw is None:

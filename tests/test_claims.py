@@ -135,3 +135,29 @@ def test_the_demo_notice_is_said_once_per_install_with_the_way_to_a_real_model(m
 def test_no_notice_for_a_model_that_is_not_a_demo(monkeypatch, tmp_path, tiny_checkpoint):
     _, ui = _session(monkeypatch, tmp_path, str(tiny_checkpoint))
     assert ui.shown == [] and not notice.state_file().exists()
+
+
+def test_a_fifo_in_place_of_config_json_neither_hangs_the_server_nor_its_socket_name(tmp_path, tiny_checkpoint):
+    """The language server read config.json for the claims, and the worker's socket name read it for
+    the weights' fingerprint: both opened a FIFO there and waited for a writer forever."""
+    import os
+
+    from diffusion_lsp.server.wire import weights_id
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, folder)
+    (folder / "config.json").unlink()
+    os.mkfifo(folder / "config.json")
+    import threading
+
+    got = {}
+
+    def read():  # in a daemon thread: were it to hang, the test fails instead of hanging the run
+        got["claims"] = read_claims(folder)
+        got["weights"] = weights_id(LaunchSettings(path=str(folder)))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    assert got.get("claims") == GENERAL  # the worker's load says what is wrong
+    assert got.get("weights") not in (None, weights_id(LaunchSettings(path=str(tiny_checkpoint))))

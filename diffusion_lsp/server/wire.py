@@ -37,6 +37,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..engine import model_folder
+from ..model.config import regular_file
 from ..model.settings import LaunchSettings, SamplerConfig
 
 WIRE_VERSION = 3
@@ -95,10 +96,11 @@ def weights_id(launch: LaunchSettings) -> str:
     h = hashlib.sha256()
     for path in sorted([*folder.glob("*.safetensors"), folder / "config.json"]):
         try:
+            regular_file(path)  # a FIFO would hang the open; the loader says what is wrong with it
             info = path.stat()
             with path.open("rb") as f:
                 head = f.read(1 << 20)
-        except OSError:
+        except (OSError, ValueError):
             continue
         h.update(f"{path.name}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
         h.update(head)

@@ -235,7 +235,8 @@ def _request(order: FillOrder, rid, key: str):
 
 
 def load_model(launch: LaunchSettings):
-    if launch.path and not (Path(launch.path) / "config.json").is_file():  # fail fast, before importing torch
+    # fail fast, before importing torch; exists, not is_file: a FIFO or a folder there is the loader's error
+    if launch.path and not (Path(launch.path) / "config.json").exists():
         raise ModelMissing(f"no checkpoint at {launch.path} (config.json is missing)")
     from ..engine import load_engine
     from ..model.checkpoint import CheckpointError
