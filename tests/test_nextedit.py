@@ -349,3 +349,42 @@ def test_last_change_end_after_a_line_break_at_the_end_is_the_next_line():
 
     assert last_change_end("a", "a\n") == (1, 0)
     assert last_change_end("ab", "a\nb") == (1, 0)
+
+
+def test_a_huge_line_near_the_cursor_is_never_counted():
+    """A 2 MB minified line near the cursor was counted nine times for one next edit (3 s each, the
+    GIL held: the whole server stalled). Over every budget by its length alone, it is left out uncounted."""
+    from diffusion_lsp.nextedit.prompt import cut_lines
+
+    lines = [f"x{i} = {i}\n" for i in range(40)]
+    lines[22] = "y = [" + ", ".join(["1"] * 300_000) + "]\n"
+    text = "".join(lines)
+
+    def count(t: str) -> int:
+        assert len(t) < 100_000, "the huge line was counted"
+        return len(t.split())
+
+    region = editable_region(text, 18, language_for("python"), count, max_lines=20, max_tokens=350)
+    assert region.first <= 18 < region.end <= 22  # it stops before the huge line
+    assert cut_lines("".join(lines[22:]), count, 128, keep_end=False) == ""  # nearest line too big: nothing
+    assert cut_lines("".join(lines[10:23]), count, 128, keep_end=True) == ""
+    assert cut_lines("".join(lines[:22]), count, 128, keep_end=True) == "".join(lines[:22])
+
+
+def test_a_long_text_is_counted_without_holding_the_gil():
+    from diffusion_lsp.context.tokens import LONG_TEXT, TokenCounter
+
+    class Tok:  # records which encoding call counted what
+        calls = []
+
+        def encode(self, text, add_special_tokens):
+            self.calls.append(("encode", len(text)))
+            return type("E", (), {"ids": text.split()})()
+
+        def encode_batch(self, texts, add_special_tokens):  # releases the GIL in tokenizers
+            self.calls.append(("encode_batch", len(texts[0])))
+            return [type("E", (), {"ids": t.split()})() for t in texts]
+
+    count = TokenCounter(Tok())
+    assert count("a b") == 2 and count("a " * LONG_TEXT) == LONG_TEXT
+    assert Tok.calls == [("encode", 3), ("encode_batch", 2 * LONG_TEXT)]

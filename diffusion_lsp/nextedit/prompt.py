@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..context.tokens import over_budget
+
 HISTORY = "<|edit_history|>\n"
 DEFINITIONS = "<|definitions|>\n"  # other open files' definitions the region uses, as comments
 FILE = "<|current_file|> "
@@ -59,17 +61,16 @@ def cut_lines(text: str, count: Callable[[str], int], budget: int, keep_end: boo
     """The whole lines of `text` nearest the region (its end when keep_end) that fit `budget` tokens."""
     if budget <= 0 or not text:
         return ""
-    if count(text) <= budget:
+    if not over_budget(count, text, budget):
         return text
     lines = text.splitlines(keepends=True)
     order = reversed(lines) if keep_end else iter(lines)
     kept, used = [], 0
     for line in order:
-        n = count(line)
-        if used + n > budget:
+        if over_budget(count, line, budget - used):  # a huge line ends it uncounted
             break
         kept.append(line)
-        used += n
+        used += count(line)
     return "".join(reversed(kept) if keep_end else kept)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
 from ..context.parsing import parse_window
+from ..context.tokens import over_budget
 
 ABOVE, BELOW = 3, 7  # the plain window: lines above / below the cursor line
 PARSE_MARGIN = 60  # lines parsed on each side of the region
@@ -88,7 +89,7 @@ def editable_region(text: str, cursor_line: int, spec: LanguageSpec | None, coun
     if spec is not None and len(starts) > 1:
         lo, hi = _widen(spec, text, starts, lo, hi, max_lines)
     hi = max(hi, min(n_lines, cursor_line + 1))
-    while hi - lo > 1 and count(text[starts[lo]:starts[min(hi, len(starts) - 1)]]) > max_tokens:
+    while hi - lo > 1 and over_budget(count, text[starts[lo]:starts[min(hi, len(starts) - 1)]], max_tokens):
         if hi - 1 - cursor_line >= cursor_line - lo:
             hi -= 1
         else:
