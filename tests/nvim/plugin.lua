@@ -1,13 +1,25 @@
 -- Drives one headless session for tests/test_neovim_plugin.py, after tests/nvim/plugin_init.lua:
--- through the plugin's own functions only. Steps, each when the spec has it:
+-- through the plugin's own functions and commands only. It waits for the statusline to be drawn
+-- with spec.state ("diffusion: ready" unless given) when the spec has ready_ms. Steps, each when the
+-- spec has it:
 --   ghost     {line (1-based), col}: insert at the end of that line, wait for the ghost text, accept a
 --             word (require('diffusion_lsp').accept('word')), wait for the ghost text again, accept the
 --             rest; record the line after each
+--   leave     {line}: insert at the end of that line, wait for the ghost text and for its report
+--             (didShowCompletion), leave insert mode; enter and leave again before Neovim asks (it
+--             asks 200 ms after a key) and wait for that late answer to be handled; enter insert mode
+--             on line 1; record the ghost text after each
+--   no_edit   run :DiffusionLspNextEdit and wait for its message
 --   next_edit {change = {start_row, start_col, end_row, end_col, text}, cursor = {line, col}}: make the
 --             change, ask for the next edit, record what is drawn, move to the last line, press the
 --             accept key twice (jump, then apply) and record the buffer
+--   highlight with 'notermguicolors': the ghost-text highlight, also after :colorscheme default and
+--             after the user gave it a terminal colour of their own
 --   health    run :checkhealth diffusion_lsp and record its lines
--- Writes the result as JSON and quits, also on failure and on the watchdog (session.lua).
+-- Always recorded: `messages` (vim.notify, which shows window/showMessage too), `statusline` (each
+-- value the statusline was drawn with, in order, repeats left out) and `sent` (notifications the
+-- client sent, by method). Writes the result as JSON and quits, also on failure and on the watchdog
+-- (session.lua).
 local api = vim.api
 local session = dofile(debug.getinfo(1, 'S').source:sub(2):match('(.*/)') .. 'session.lua')
 local spec, result, finish, resume, after = session.spec, session.result, session.finish, session.resume,
@@ -15,6 +27,56 @@ local spec, result, finish, resume, after = session.spec, session.result, sessio
 local plugin = require('diffusion_lsp')
 local next_edit = require('diffusion_lsp.next_edit')
 local ghost_ns = api.nvim_create_namespace('nvim.lsp.inline_completion')
+local ANSWER = 'textDocument/inlineCompletion'
+
+result.messages, result.statusline, result.sent = {}, {}, {}
+local notify = vim.notify
+vim.notify = function(msg, level, opts)
+  table.insert(result.messages, { msg, level or vim.log.levels.INFO })
+  return notify(msg, level, opts)
+end
+
+--- The statusline, as drawn: a statusline expression is evaluated only when it is redrawn.
+function _G.diffusion_test_statusline()
+  local text = plugin.status()
+  if result.statusline[#result.statusline] ~= text then
+    table.insert(result.statusline, text)
+  end
+  return text
+end
+vim.o.laststatus = 2
+vim.o.statusline = '%!v:lua.diffusion_test_statusline()'
+
+local requests = {} -- inline completion requests in the order sent: { id, mode when sent, handled }
+api.nvim_create_autocmd('LspRequest', {
+  callback = function(ev)
+    local r = ev.data.request
+    if r.method ~= ANSWER then
+      return
+    end
+    if r.type == 'pending' then
+      table.insert(requests, { id = ev.data.request_id, mode = api.nvim_get_mode().mode })
+    elseif r.type == 'complete' then
+      -- the answer's handler, then the plugin's own look at it, are queued already: after both
+      vim.schedule(function()
+        vim.schedule(function()
+          for _, q in ipairs(requests) do
+            q.handled = q.handled or q.id == ev.data.request_id
+          end
+        end)
+      end)
+    end
+  end,
+})
+
+--- Count the notifications the client sends (the server's feedback).
+local function spy(client)
+  local send = client.notify
+  client.notify = function(self, method, params)
+    result.sent[method] = (result.sent[method] or 0) + 1
+    return send(self, method, params)
+  end
+end
 
 local function ghost()
   for _, m in ipairs(api.nvim_buf_get_extmarks(0, ghost_ns, 0, -1, { details = true })) do
@@ -83,6 +145,68 @@ local function ghost_step(g)
   return record
 end
 
+local function insert(start)
+  after('InsertEnter', function()
+    vim.cmd(start)
+  end)
+end
+
+local function leave()
+  after('InsertLeave', function()
+    vim.cmd('stopinsert')
+  end)
+end
+
+local function leave_step(l)
+  local record = {}
+  api.nvim_win_set_cursor(0, { l.line, 0 })
+  insert('startinsert!')
+  record.ghost = wait_ghost(l.line)
+  record.reported = vim.wait(spec.ghost_ms, function()
+    return result.sent['textDocument/didShowCompletion'] ~= nil
+  end, 10)
+  leave()
+  record.after_leave = ghost()
+  -- in and out at once: Neovim's request (200 ms after the key) goes out in normal mode
+  local late = #requests + 1
+  insert('startinsert!')
+  leave()
+  record.late_handled = vim.wait(spec.ghost_ms, function()
+    return requests[late] ~= nil and requests[late].handled
+  end, 10)
+  record.late_asked_in = requests[late] and requests[late].mode
+  record.after_late = ghost()
+  -- elsewhere in insert mode: nothing stale is shown before Neovim asks again
+  api.nvim_win_set_cursor(0, { 1, 0 })
+  insert('startinsert')
+  record.on_enter = ghost()
+  leave()
+  return record
+end
+
+local function no_edit_step()
+  local before = #result.messages
+  vim.cmd('DiffusionLspNextEdit')
+  vim.wait(spec.ghost_ms, function()
+    return #result.messages > before
+  end, 10)
+  return vim.list_slice(result.messages, before + 1)
+end
+
+local function highlight_step()
+  vim.o.termguicolors = false
+  local function hl(name)
+    return api.nvim_get_hl(0, { name = name, link = false })
+  end
+  local record = { default = hl('ComplHint'), nontext = hl('NonText'), normal = hl('Normal') }
+  vim.cmd.colorscheme('default')
+  record.after_colorscheme = hl('ComplHint')
+  vim.cmd('highlight ComplHint ctermfg=33')
+  vim.cmd('doautocmd ColorScheme')
+  record.own = hl('ComplHint')
+  return record
+end
+
 local function next_edit_step(n)
   local record = {}
   local c = n.change
@@ -118,16 +242,26 @@ end
 local function main()
   vim.cmd.edit(vim.fn.fnameescape(spec.file))
   if spec.ready_ms then
+    local state = spec.state or 'diffusion: ready'
     if not vim.wait(spec.ready_ms, function()
-      return plugin.status() == 'diffusion: ready'
+      return result.statusline[#result.statusline] == state
     end, 20) then
-      return finish(('the plugin never said the model is ready (status %q)'):format(plugin.status()))
+      return finish(('the statusline was never drawn with %q (now %q, the plugin says %q)'):format(
+        state, result.statusline[#result.statusline], plugin.status()))
     end
     local client = plugin.client(0)
     result.offset_encoding = client.offset_encoding
+    result.init_options = vim.json.encode(client.config.init_options) -- initializationOptions, as sent
+    spy(client)
   end
   if spec.ghost then
     result.ghost = ghost_step(spec.ghost)
+  end
+  if spec.leave then
+    result.leave = leave_step(spec.leave)
+  end
+  if spec.no_edit then
+    result.no_edit = no_edit_step()
   end
   if spec.next_edit then
     result.next_edit = next_edit_step(spec.next_edit)
@@ -135,6 +269,9 @@ local function main()
   if spec.ready_ms then
     local reply = plugin.client(0):request_sync('diffusionLsp/stats', {}, spec.ghost_ms, 0)
     result.stats = reply and reply.result
+  end
+  if spec.highlight then
+    result.highlight = highlight_step()
   end
   if spec.health then
     result.health = health_step()

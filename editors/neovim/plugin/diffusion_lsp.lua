@@ -5,8 +5,8 @@ end
 vim.g.loaded_diffusion_lsp = true
 
 vim.api.nvim_create_user_command('DiffusionLspNextEdit', function()
-  require('diffusion_lsp.next_edit').request()
-end, { desc = 'diffusion-lsp: ask for the next edit at the cursor' })
+  require('diffusion_lsp.next_edit').ask()
+end, { desc = 'diffusion-lsp: ask for the next edit at the cursor (says so when there is none)' })
 vim.api.nvim_create_user_command('DiffusionLspAcceptEdit', function()
   require('diffusion_lsp.next_edit').accept()
 end, { desc = 'diffusion-lsp: jump to / apply the shown next edit' })

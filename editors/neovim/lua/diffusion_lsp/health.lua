@@ -1,5 +1,6 @@
--- :checkhealth diffusion_lsp: the server command, the Neovim version, and for each running client the
--- server's version, whether the model is loaded and whether its worker process is alive.
+-- :checkhealth diffusion_lsp: the server command, the Neovim version (and whether the plugin can see the
+-- shown ghost text), and for each running client the server's version, whether the model is loaded
+-- and whether its worker process is alive.
 local M = {}
 
 function M.check()
@@ -8,6 +9,12 @@ function M.check()
   h.start('diffusion_lsp')
   if vim.fn.has('nvim-0.12') == 1 then
     h.ok('Neovim ' .. tostring(vim.version()) .. ' (vim.lsp.inline_completion)')
+    if require('diffusion_lsp.ghost').supported() then
+      h.ok('shown ghost text is reported to the server (textDocument/didShowCompletion)')
+    else
+      h.warn('this Neovim does not let the plugin see the shown ghost text: none is counted as shown, '
+        .. 'and an answer that comes after leaving insert mode is drawn anyway')
+    end
   else
     h.error('Neovim 0.12 or newer is needed (vim.lsp.inline_completion)')
   end

@@ -1,9 +1,12 @@
 -- diffusion-lsp for Neovim 0.12: starts `diffusion-lsp serve` with the built-in LSP client, turns on
 -- native inline completion (ghost text), adds keys to accept all / a word / a line and to dismiss,
--- and renders next-edit suggestions (next_edit.lua). No other plugin needed.
+-- and renders next-edit suggestions (next_edit.lua). ghost.lua reports the shown ghost text to the
+-- server and keeps it to insert mode; status.lua follows the model's state for the statusline. No
+-- other plugin needed.
 local M = {}
 
 M.name = 'diffusion_lsp'
+local CREATE_PROGRESS = 'window/workDoneProgress/create' -- the server's first word of a model load
 
 ---@class diffusion_lsp.Config
 local defaults = {
@@ -78,19 +81,19 @@ function M.dismiss(bufnr)
   })
 end
 
-local progress = {} -- client id -> 'loading' | 'ready'
-
---- For the statusline: "diffusion: loading", "diffusion: ready", "diffusion: next edit" or "".
+--- For the statusline: "diffusion: " and the model's state (starting, loading, ready, stopped or
+--- failed; status.lua), "diffusion: next edit" while one is shown, or "" when not attached.
 function M.status(bufnr)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
-  local client = M.client(bufnr)
+  -- a client that has not answered `initialize` yet is attached already, but get_clients() hides it
+  local client = vim.lsp.get_clients({ bufnr = bufnr, name = M.name, _uninitialized = true })[1]
   if not client then
     return ''
   end
   if require('diffusion_lsp.next_edit').shown(bufnr) then
     return 'diffusion: next edit'
   end
-  return 'diffusion: ' .. (progress[client.id] or 'starting')
+  return 'diffusion: ' .. require('diffusion_lsp.status').state(client.id)
 end
 
 local function map(mode, lhs, rhs, desc, opts)
@@ -116,7 +119,7 @@ local function keymaps(k)
   end, 'diffusion-lsp: dismiss the suggestion')
   map('n', k.next_edit, function()
     if not require('diffusion_lsp.next_edit').accept() then
-      require('diffusion_lsp.next_edit').request()
+      require('diffusion_lsp.next_edit').ask()
     end
   end, 'diffusion-lsp: go to / apply the next edit (ask for one when none is shown)')
 end
@@ -125,26 +128,40 @@ end
 function M.setup(opts)
   M.config = vim.tbl_deep_extend('force', vim.deepcopy(defaults), opts or {})
   local c = M.config
+  local status = require('diffusion_lsp.status')
   vim.lsp.config(M.name, {
     cmd = c.cmd,
     filetypes = c.filetypes,
     root_markers = c.root_markers,
-    init_options = c.settings,
+    -- an empty Lua table would go out as the JSON array [], which the server rejects
+    init_options = vim.tbl_isempty(c.settings) and vim.empty_dict() or c.settings,
     on_attach = function(client, bufnr)
+      status.watch(client)
       require('diffusion_lsp.next_edit').attach(client, bufnr, c.next_edit)
     end,
+    on_exit = function(_, _, client_id)
+      status.forget(client_id)
+    end,
+    handlers = {
+      [CREATE_PROGRESS] = function(err, result, ctx)
+        status.loading(ctx.client_id)
+        return vim.lsp.handlers[CREATE_PROGRESS](err, result, ctx)
+      end,
+    },
   })
   vim.lsp.enable(M.name)
   if c.inline_completion then
     vim.lsp.inline_completion.enable(true)
   end
+  require('diffusion_lsp.ghost').setup(M.name)
   keymaps(c.keymaps or {})
   vim.api.nvim_create_autocmd('LspProgress', {
     group = vim.api.nvim_create_augroup('diffusion_lsp.progress', { clear = true }),
     callback = function(ev)
+      local client = vim.lsp.get_client_by_id(ev.data.client_id)
       local value = ev.data.params.value
-      if type(value) == 'table' and value.kind then
-        progress[ev.data.client_id] = value.kind == 'end' and 'ready' or 'loading'
+      if client and client.name == M.name and type(value) == 'table' then
+        status.progress(client, value)
       end
     end,
   })

@@ -99,6 +99,18 @@ function M.request(bufnr, done)
   end, bufnr)
 end
 
+--- Ask for the next edit at the cursor because the user did (a command, a key): say so when there is none.
+function M.ask(bufnr)
+  if not plugin().client(buf(bufnr)) then
+    return vim.notify('diffusion-lsp is not attached to this buffer', vim.log.levels.WARN)
+  end
+  M.request(bufnr, function(edit)
+    if not edit then
+      vim.notify('diffusion-lsp: no next edit here', vim.log.levels.INFO)
+    end
+  end)
+end
+
 --- The accept key: jump to an edit away from the cursor (the first press), else apply it. False when
 --- no edit is shown.
 function M.accept(bufnr)
