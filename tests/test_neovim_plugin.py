@@ -103,6 +103,17 @@ def test_a_default_set_up_starts_without_a_warning_and_the_statusline_follows_th
     assert result["stats"]["worker"]["state"] == "ready"
 
 
+def test_the_demo_notice_fits_the_command_line_and_is_whole_in_messages(tmp_path):
+    """The first start with the embedded model says it is a demo, with a link: three lines at 110
+    columns, so Neovim's first start stopped at a "Press ENTER" prompt."""
+    server = [sys.executable, "-m", "diffusion_lsp", "serve", "--worker-socket", str(tmp_path / "worker.sock")]
+    # run_session gives each session a fresh $XDG_STATE_HOME: an install that has not said it yet
+    result = session(tmp_path, server, SAMPLE, ready_ms=90_000, notice="small offline demo")
+    [shown] = [m for m, _ in result["messages"] if "small offline demo" in m]
+    assert len(shown) <= result["echospace"] and shown.endswith(":messages"), (shown, result["echospace"])
+    assert "#use-a-real-model" in result["history"] and "README" in result["history"], result["history"]
+
+
 def test_the_statusline_says_failed_when_the_model_cannot_load(tmp_path):
     result = session(tmp_path, serve(tmp_path / "no-such-model", tmp_path), SAMPLE, ready_ms=90_000,
                      state="diffusion: failed")

@@ -16,6 +16,7 @@
 --   highlight with 'notermguicolors': the ghost-text highlight, also after :colorscheme default and
 --             after the user gave it a terminal colour of their own
 --   health    run :checkhealth diffusion_lsp and record its lines
+--   notice    wait for a message with spec.notice in it; record :messages and the echo space
 -- Always recorded: `messages` (vim.notify, which shows window/showMessage too), `statusline` (each
 -- value the statusline was drawn with, in order, repeats left out) and `sent` (notifications the
 -- client sent, by method). Writes the result as JSON and quits, also on failure and on the watchdog
@@ -275,6 +276,14 @@ local function main()
   end
   if spec.health then
     result.health = health_step()
+  end
+  if spec.notice then
+    vim.wait(spec.ghost_ms, function()
+      return vim.iter(result.messages):any(function(m)
+        return m[1]:find(spec.notice, 1, true) ~= nil
+      end)
+    end, 20)
+    result.history, result.echospace = vim.fn.execute('messages'), vim.v.echospace
   end
   finish(nil)
 end

@@ -124,6 +124,27 @@ local function keymaps(k)
   end, 'diffusion-lsp: go to / apply the next edit (ask for one when none is shown)')
 end
 
+--- window/showMessage without a hit-enter prompt: a message wider than the command line (the first
+--- start's word about the demo model has a link in it) goes whole to :messages, and the screen shows
+--- what fits, pointing there.
+function M.show_message(err, result, ctx)
+  local msg = result and result.message or ''
+  local room = vim.v.echospace
+  if msg:find('\n') or vim.fn.strdisplaywidth(msg) <= room then
+    return vim.lsp.handlers['window/showMessage'](err, result, ctx)
+  end
+  -- into :messages without the prompt: for this one echo, 'messagesopt' waits 0 ms instead
+  local old = vim.o.messagesopt
+  vim.o.messagesopt = old:gsub('hit%-enter', 'wait:0')
+  vim.api.nvim_echo({ { msg } }, true, {})
+  vim.cmd.redraw()
+  vim.o.messagesopt = old
+  local tail = ' … :messages'
+  local short = vim.fn.strcharpart(msg, 0, math.max(room - vim.fn.strdisplaywidth(tail), 10)) .. tail
+  local levels = { vim.log.levels.ERROR, vim.log.levels.WARN, vim.log.levels.INFO, vim.log.levels.DEBUG }
+  vim.notify(short, levels[result.type] or vim.log.levels.INFO)
+end
+
 ---@param opts? diffusion_lsp.Config
 function M.setup(opts)
   M.config = vim.tbl_deep_extend('force', vim.deepcopy(defaults), opts or {})
@@ -147,6 +168,7 @@ function M.setup(opts)
         status.loading(ctx.client_id)
         return vim.lsp.handlers[CREATE_PROGRESS](err, result, ctx)
       end,
+      ['window/showMessage'] = M.show_message,
     },
   })
   vim.lsp.enable(M.name)
