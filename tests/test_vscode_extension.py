@@ -114,3 +114,20 @@ def test_the_manifest_defaults_are_the_server_defaults_and_draw_no_complaint():
             nested.setdefault(section, {})[name] = schema["default"]
     cfg, problems = parse_config({"diffusionLsp": nested})
     assert problems == [] and cfg == Config()
+
+
+def test_the_install_scripts_version_check_reads_past_a_first_start_log_line(tmp_path):
+    """code-server's first start prints "Wrote default config file" before its version (and writes it
+    into the user's home): the script's first run on a fresh machine failed, comparing the log line."""
+    script = Path(__file__).parents[1] / "editors" / "vscode" / "scripts" / "install-code-server.sh"
+    fake = tmp_path / "code-server"
+    fake.write_text('#!/bin/sh\nmkdir -p "$XDG_CONFIG_HOME/code-server"\n'
+                    'echo "[2026-12-01T00:15:14.889Z] info  Wrote default config file to $XDG_CONFIG_HOME/code-server"\n'
+                    'echo "4.100.3 6c4ba5e0 with Code 1.100.3"\n')
+    fake.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    check = f'eval "$(sed -n \'/^installed_version() {{/,/^}}/p\' {script})"; installed_version {fake}'
+    done = subprocess.run(["bash", "-c", check], capture_output=True, text=True, env={**os.environ, "HOME": str(home)})
+    assert done.stdout.strip() == "4.100.3", done
+    assert list(home.iterdir()) == []  # its config went to a throwaway folder, not the user's home
