@@ -108,8 +108,8 @@ def test_the_demo_notice_fits_the_command_line_and_is_whole_in_messages(tmp_path
     columns, so Neovim's first start stopped at a "Press ENTER" prompt."""
     server = [sys.executable, "-m", "diffusion_lsp", "serve", "--worker-socket", str(tmp_path / "worker.sock")]
     # run_session gives each session a fresh $XDG_STATE_HOME: an install that has not said it yet
-    result = session(tmp_path, server, SAMPLE, ready_ms=90_000, notice="small offline demo")
-    [shown] = [m for m, _ in result["messages"] if "small offline demo" in m]
+    result = session(tmp_path, server, SAMPLE, ready_ms=90_000, notice="small offline demo model")
+    [shown] = [m for m, _ in result["messages"] if "small offline demo model" in m]
     assert len(shown) <= result["echospace"] and shown.endswith(":messages"), (shown, result["echospace"])
     assert "#use-a-real-model" in result["history"] and "README" in result["history"], result["history"]
 

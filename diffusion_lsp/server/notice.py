@@ -60,7 +60,10 @@ def readme_link() -> str:
 
 
 def demo_message(claims: Claims) -> str:
-    knows = "" if claims.languages is None else f", {'/'.join(claims.languages)} only"
-    return (f"diffusion-lsp: the model is a small offline demo{knows}: its suggestions are rarely right"
-            f"{'' if claims.next_edits else ' and next edits are off'}. For useful ones set model.path to "
-            f"a real checkpoint or model.backend to an API: {readme_link()}")
+    """One sentence and a link, in markdown: VS Code makes [text](url) a link in its notification,
+    Neovim shows it as written (the plugin keeps it whole in :messages)."""
+    what = ([] if claims.languages is None else ["/".join(n.capitalize() for n in claims.languages) + " only"]) + (
+        [] if claims.next_edits else ["no next edits"])
+    said = f" ({', '.join(what)})" if what else ""
+    return (f"diffusion-lsp: a small offline demo model{said}; its suggestions are rarely right. "
+            f"[Use a real model]({readme_link()})")
