@@ -9,7 +9,7 @@ import {
 } from 'vscode-languageclient/node';
 
 import { NextEditView, VISIBLE_KEY } from './nextEditView';
-import { STATS, type Stats } from './protocol';
+import { noNextEditMessage, STATS, type Stats } from './protocol';
 import { clientSettings, findExecutable, missingServerMessage, SECTION, serverKeys, userSettings } from './settings';
 import { type ClientState, statusView } from './status';
 
@@ -178,6 +178,14 @@ class Extension implements vscode.Disposable {
     }
   }
 
+  /** The Suggest command: the next edit at the cursor, or a word on why there is none. */
+  async suggestNextEdit(): Promise<void> {
+    if (!vscode.window.activeTextEditor || (await this.nextEdits.request())) {
+      return;
+    }
+    void vscode.window.showInformationMessage(noNextEditMessage(await this.refresh()));
+  }
+
   async toggle(): Promise<void> {
     const on = !this.enabled();
     const c = vscode.workspace.getConfiguration(SECTION);
@@ -227,7 +235,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<Api> {
     vscode.commands.registerCommand('diffusionLsp.restartServer', () => ext.restart()),
     vscode.commands.registerCommand('diffusionLsp.showStatistics', () => ext.showStatistics()),
     vscode.commands.registerCommand('diffusionLsp.openLogs', () => ext.log.show()),
-    vscode.commands.registerCommand('diffusionLsp.suggestNextEdit', () => ext.nextEdits.request()),
+    vscode.commands.registerCommand('diffusionLsp.suggestNextEdit', () => ext.suggestNextEdit()),
     vscode.commands.registerCommand('diffusionLsp.acceptNextEdit', () => ext.nextEdits.accept()),
     vscode.commands.registerCommand('diffusionLsp.dismissNextEdit', () => ext.nextEdits.clear()),
   );

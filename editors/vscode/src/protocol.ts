@@ -75,4 +75,15 @@ export interface Stats {
   timings?: { total_ms: number; source: string }[];
   worker?: { pid?: number | null; state?: string; error?: string | null };
   next_edit?: { counts?: Record<string, number>; latency_ms?: { p50?: number | null } };
+  // what the model claims, and the defaults the server took from it (completion.languages, nextEdit.enable)
+  model?: { next_edits?: boolean; languages?: string[] | null };
+}
+
+/** What the Suggest command says when no next edit came back. */
+export function noNextEditMessage(stats: Stats | null): string {
+  if (stats?.model?.next_edits === false) {
+    return 'Diffusion LSP: next edits are off for this model (it does not claim them); '
+      + 'the diffusionLsp.nextEdit.enable setting turns them on.';
+  }
+  return 'Diffusion LSP: no next edit here.';
 }

@@ -9,7 +9,7 @@ import * as path from 'node:path';
 import { describe, it } from 'node:test';
 
 import { acceptAction, applyEdit, preview, textIn } from '../src/nextEdit';
-import { parseNextEdit, type NextEdit } from '../src/protocol';
+import { noNextEditMessage, parseNextEdit, type NextEdit } from '../src/protocol';
 import { clientSettings, findExecutable, missingServerMessage, serverKeys, userSettings } from '../src/settings';
 import { statusView } from '../src/status';
 
@@ -78,6 +78,12 @@ describe('settings', () => {
 });
 
 describe('next edit', () => {
+  it('says why the Suggest command found none: off for a model that does not claim them, or none here', () => {
+    assert.match(noNextEditMessage({ model: { next_edits: false, languages: ['python'] } }), /off for this model/);
+    assert.equal(noNextEditMessage({ model: { next_edits: true } }), 'Diffusion LSP: no next edit here.');
+    assert.equal(noNextEditMessage(null), 'Diffusion LSP: no next edit here.');
+  });
+
   const lines = ['def area(width, h):', '    return w * h', ''];
 
   it('keeps only an edit for this document and version', () => {
