@@ -200,6 +200,11 @@ def test_a_next_edit_through_the_edit_endpoint(echo_checkpoint, tmp_path):  # no
                          json={"messages": [{"role": "user", "content": huge}]})  # was a retryable 503
         assert big.status_code == 400 and "retry-after" not in big.headers, big.text
         assert big.json()["error"]["param"] == "messages" and "does not fit" in big.json()["error"]["message"]
+        lone = mercury.edit_request("area.py", "", "x = '\ud800'\n", 0, "", [], lambda t: len(t) // 3 + 1, 400)
+        echoed = httpx.post(server.base + "/v1/edit/completions", timeout=60,  # the region comes back in the answer
+                            content=json.dumps({"messages": [{"role": "user", "content": lone}]}),
+                            headers={"Content-Type": "application/json"})
+        assert echoed.status_code == 200, echoed.text  # was a 500: the answer could not be encoded
     finally:
         server.close()
 
@@ -299,6 +304,10 @@ def test_input_the_model_can_never_take_is_a_400_naming_the_field_not_a_retryabl
     big = httpx.post(url, json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 512})
     assert big.status_code == 400 and "retry-after" not in big.headers, big.text
     assert big.json()["error"]["param"] == "max_tokens" and "at most 511" in big.json()["error"]["message"]
+    streamed = httpx.post(url, json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 512, "stream": True})
+    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "max_tokens"  # before the stream
+    odd = httpx.post(url, json={"prompt": "a", "temperature": 10 ** 400})  # math.isfinite overflowed: a 500
+    assert odd.status_code == 400 and odd.json()["error"]["param"] == "temperature"
     fits = httpx.post(url, json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 400})
     assert fits.status_code == 200 and fits.json()["choices"][0]["text"] == ANSWER
 
@@ -434,3 +443,28 @@ def test_slow_or_vanishing_senders_are_cut_off_and_counted_not_500s(tokenizer, t
         assert done.status_code == 200 and done.json()["choices"][0]["text"] == ANSWER  # and it goes on serving
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("flags, why", [
+    (["--timeout", "nan"], "--timeout must be at least 0.1, got nan"),
+    (["--receive-timeout", "nan"], "--receive-timeout must be at least 0.1, got nan"),
+    (["--host", "not a host!"], "--host not a host!: not an address this machine has"),
+    (["--port", "PORT_IN_USE"], "cannot listen on 127.0.0.1:PORT_IN_USE: Address already in use"),
+    (["--worker-socket", "SHARED/w.sock"], "must be a directory owned by uid"),
+])
+def test_a_bad_start_is_one_line_and_exit_2_before_anything_loads(tmp_path, flags, why):
+    """They were: exit 3 after uvicorn's log (port in use, no such host), a server that never got
+    ready logging an ERROR every 50 ms (a worker socket in a folder others can enter), NaN accepted."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = str(taken.getsockname()[1])
+        shared = tmp_path / "shared"
+        shared.mkdir(mode=0o755)
+        shared.chmod(0o755)
+        flags = [f.replace("PORT_IN_USE", port).replace("SHARED", str(shared)) for f in flags]
+        done = subprocess.run([sys.executable, "-m", "diffusion_lsp", "serve-api", *flags], capture_output=True,
+                              text=True, timeout=60)
+    why = why.replace("PORT_IN_USE", port)
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith("diffusion-lsp: error: "), done
+    assert why in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -23,6 +23,7 @@ class FakeClient:
     """`answer`: what fill does (a Fill, an exception, or "hang"); `pong`: what ping answers."""
 
     made: list[FakeClient] = []
+    max_tokens = None  # the loaded model's largest canvas: not said by this fake
 
     def __init__(self, launch, on_event, on_lost, answer=None, pong=0.0, fail_start=None):
         self.launch, self.on_event, self.on_lost = launch, on_event, on_lost

@@ -175,6 +175,7 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
     async def fim_route(request: Request, route: str) -> Response:
         fim = parsed(parse_fim, await read_json(request))
         model = check_model(fim.model)
+        service.check(fim)
         rid = f"cmpl-{uuid.uuid4().hex[:24]}"
         if fim.stream:
             release = service.reserve()  # 429 before the stream starts; released when it ends
@@ -223,8 +224,9 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
                     return
             try:
                 answer = task.result()
-            except Failed as e:
-                yield f"data: {json.dumps({'error': {'message': str(e), 'type': 'server_error'}})}\n\n"
+            except Failed as e:  # a 400 the model found once the stream had started (it was still loading)
+                kind = "invalid_request_error" if e.status == 400 else "server_error"
+                yield f"data: {json.dumps({'error': {'message': str(e), 'type': kind, 'param': e.param}})}\n\n"
                 return
             if fim.diffusing:
                 yield event(rid, model, answer.text, answer.finish_reason)

@@ -55,6 +55,24 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def listen_check(host: str, port: int) -> None:
+    """UserError when the API could not listen on host:port (no such address, the port taken): one
+    line now, not uvicorn's log and exit status 3 after the model has started loading."""
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise UserError(f"--host {host}: not an address this machine has ({e})") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as e:
+            raise UserError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+
+
 def _next_edit_settings(raw: str):
     import json
 
@@ -81,6 +99,7 @@ def run(args) -> int:
     import uvicorn
 
     from ..server.client import Launch
+    from ..server.wire import check_socket_path
     from .app import create_app
     from .metrics import Metrics
     from .receive import with_receive_deadline
@@ -96,9 +115,10 @@ def run(args) -> int:
                              ("--max-in-flight", args.max_in_flight, 1),
                              ("--max-batch", args.max_batch, 1), ("--max-tokens", args.max_tokens, 1),
                              ("--max-body-bytes", args.max_body_bytes, 1024)):
-        if value < low:
+        if not value >= low:  # not `<`: NaN is no number of seconds either
             raise UserError(f"{name} must be at least {low}, got {value}")
     next_edit = _next_edit_settings(args.next_edit)
+    listen_check(args.host, args.port)
     key = None
     if args.api_key_env:
         key = os.environ.get(args.api_key_env)
@@ -108,6 +128,10 @@ def run(args) -> int:
         print(f"diffusion-lsp: warning: serving on {args.host} with no API key: anyone who can reach it can use "
               "it (set --api-key-env)", file=sys.stderr)
     socket = Path(args.worker_socket) if args.worker_socket else api_socket(launch)
+    try:  # a folder others can enter would be refused at every request, for good: say it now
+        check_socket_path(socket)
+    except (OSError, RuntimeError) as e:
+        raise UserError(f"--worker-socket: {e}") from None
     service = Service(Launch(socket, launch, idle_exit_s=60.0, max_batch=args.max_batch), Metrics(),
                       timeout_s=args.timeout, max_in_flight=args.max_in_flight, sampling=sampling,
                       next_edit=next_edit)

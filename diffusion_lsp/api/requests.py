@@ -14,6 +14,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from ..model.text import valid_text
 from ..nextedit import mercury
 
 MAX_STOPS = 4
@@ -80,7 +81,8 @@ def _is_int(v) -> bool:
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A JSON number that is finite (an integer of 400 digits is, and math.isfinite overflows on it)."""
+    return _is_int(v) or (isinstance(v, float) and math.isfinite(v))
 
 
 def _max_tokens(body: dict, cap: int) -> int:
@@ -131,6 +133,7 @@ def parse_fim(body, cap: int, needs_suffix_field: bool = False) -> Fim:
         raise BadRequest(f"suffix must be a string, got {type(suffix).__name__}", "suffix")
     if not suffix:
         prompt, suffix = split_fim(prompt)
+    prompt, suffix = valid_text(prompt), valid_text(suffix or "")  # lone surrogates: U+FFFD, as the model reads them
     stop = body.get("stop")
     stop = [stop] if isinstance(stop, str) else [] if stop is None else stop
     if not (isinstance(stop, list) and len(stop) <= MAX_STOPS
@@ -170,7 +173,7 @@ def parse_edit(body, cap: int) -> Edit:
     if not isinstance(content, str):
         raise BadRequest("the last user message must have text content", "messages")
     try:
-        parsed = mercury.parse_edit_request(content)
+        parsed = mercury.parse_edit_request(valid_text(content))  # the region comes back in the answer
     except ValueError as e:
         raise BadRequest(f"not a next-edit request: {e}", "messages") from None
     return Edit(model, parsed, max_tokens, ignored)

@@ -157,6 +157,13 @@ class Service:
             self.metrics.timeouts.inc()  # our deadline, or the link's (worker.fillTimeoutS)
             raise Failed(f"no answer within the request timeout ({self.timeout_s:g} s)", 504)
 
+    def check(self, req: Fim) -> None:
+        """A request the loaded model can never take: a 400 before anything starts (a stream, say)."""
+        limit = self.describe().get("max_tokens")
+        if limit is not None and req.max_tokens > limit:
+            raise Failed(f"max_tokens {req.max_tokens} does not fit the model: at most {limit}", 400,
+                         param="max_tokens")
+
     async def complete(self, req: Fim, on_draft: Callable[[DraftEvent], None] | None = None) -> Answer:
         """The fill for `req`; with on_draft, the worker's draft after every denoising step."""
         t0 = time.monotonic()

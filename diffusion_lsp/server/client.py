@@ -61,6 +61,7 @@ class WorkerClient:
         self.pid: int | None = None
         self.state = "stopped"  # stopped | loading | ready | failed
         self.error: str | None = None
+        self.max_tokens: int | None = None  # the largest canvas the loaded model takes (its state event)
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future] = {}
         self._drafts: dict[int, Callable[[DraftEvent], None]] = {}  # fills with drafts: where they go
@@ -231,6 +232,8 @@ class WorkerClient:
         if message.get("event") == "hello":
             self.pid = message.get("pid")
         self.state, self.error = message.get("state", self.state), message.get("error")
+        limit = message.get("max_tokens")
+        self.max_tokens = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
         self.on_event(message)
 
     async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

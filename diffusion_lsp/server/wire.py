@@ -12,7 +12,8 @@ Messages, one JSON object per line (`WIRE_VERSION` in hello; a client refuses an
   worker -> client  {"event": "hello", "version": 3, "pid": 123, "state": "loading", "model": "...",
                      "build": "0.1.0+3f2a...", "weights": "9c1e..."} (a client refuses another build
                      or other weights: the worker runs other code, or an older copy of the model)
-                    {"event": "state", "state": "ready" | "failed", "error": "..."}
+                    {"event": "state", "state": "ready" | "failed", "error": "...", "max_tokens": 511}
+                     (max_tokens, once ready: the largest canvas a fill may ask for)
                     {"id": 7, "draft": "def f(x): \u2592\u2592", "committed": "def f(x): ", "step": 2,
                      "masked": 2}  (only for a fill with drafts, before its answer)
                     {"id": 7, "ok": true, "text": "...", "pieces": [...], "confidence": [...], "ms": 12.5,

@@ -61,8 +61,8 @@ class Worker:
         self.busy_since: float | None = None  # monotonic start of the batch being decoded
 
     def hello(self) -> dict:
-        return {"event": "hello", "version": WIRE_VERSION, "pid": os.getpid(), "state": self.state,
-                "error": self.error, "model": self.model, "build": build_id(), "weights": self.weights}
+        return {**self._state(), "event": "hello", "version": WIRE_VERSION, "pid": os.getpid(), "model": self.model,
+                "build": build_id(), "weights": self.weights}
 
     def has_clients(self) -> bool:
         with self.cond:
@@ -128,11 +128,16 @@ class Worker:
         if self.latest.get((job.conn.id, job.key)) is job:
             del self.latest[(job.conn.id, job.key)]
 
+    def _state(self) -> dict:
+        """The state event; once loaded, with the largest canvas a fill may ask for (max_tokens)."""
+        more = {"max_tokens": self.engine.max_tokens()} if self.state == "ready" else {}
+        return {"event": "state", "state": self.state, "error": self.error, **more}
+
     def _set_state(self, state: str, error: str | None = None) -> None:
         with self.cond:
             self.state, self.error = state, error
             for conn in list(self.conns):
-                conn.send({"event": "state", "state": state, "error": error})
+                conn.send(self._state())
             if state == "failed":
                 for job in list(self.queue):
                     self.queue.remove(job)
