@@ -60,10 +60,19 @@ def _context_memo():
 
 
 def pick_device(name: str = "auto") -> str:
+    """The device `name` asks for; ValueError when this machine has no such device (a CUDA or MPS
+    device asked for where torch has none gave a traceback from deep inside the loader)."""
     import torch
 
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        index = int(name.partition(":")[2] or 0)
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            raise ValueError(f"device {name}: this machine has {have} CUDA device{'s' * (have != 1)} torch can use")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("device mps: torch has no MPS device on this machine")
     return name
 
 

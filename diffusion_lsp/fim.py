@@ -4,6 +4,7 @@ JSONL batch to fim_batch.py."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 from .errors import UserError
@@ -29,7 +30,9 @@ def split_at(text: str, at: str) -> tuple[str, str]:
         line, col = (int(v) for v in at.split(":"))
     except ValueError:
         raise UserError(f"--at expects LINE:COL, got {at!r}") from None
-    lines = text.splitlines(keepends=True) or [""]
+    # lines end at \n, \r\n or \r only, as in the language server (str.splitlines also breaks at
+    # form feeds and U+2028, so a column there was "past the end of its line")
+    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", text) or [""]
     if text.endswith(("\n", "\r")):
         lines.append("")  # the empty line after a final newline is a valid cursor line
     if not 1 <= line <= len(lines):

@@ -23,6 +23,8 @@ def parse_request(line: str, lineno: int, default_max: int):
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         return {"id": None, "line": lineno, "error": f"line {lineno}: not valid JSON ({e.msg})"}
+    except RecursionError:
+        return {"id": None, "line": lineno, "error": f"line {lineno}: not valid JSON (nested too deeply)"}
     if not isinstance(obj, dict):
         return {"id": None, "line": lineno, "error": f"line {lineno}: expected a JSON object"}
     rid = obj.get("id", lineno)

@@ -16,6 +16,7 @@ from .context.tokens import model_token_counter
 from .engine import Engine, load_engine, model_folder
 from .server.config import CompletionSettings
 from .errors import UserError
+from .model.config import regular_file
 from .model.settings import LaunchSettings, SamplerConfig, add_args, from_args
 
 CONTEXT_TOKENS = CompletionSettings().max_context_tokens
@@ -86,12 +87,26 @@ def engine_for(launch: LaunchSettings) -> Engine:
         raise UserError(str(e)) from None
 
 
+MAX_SOURCE = 256 << 20  # bytes: past any source file; /dev/zero read on until memory ran out
+
+
 def read_bytes(path: str) -> bytes:
-    """A file's bytes, or stdin's for "-"."""
+    """A file's bytes, or stdin's for "-". A FIFO, a device or a folder is refused before it is
+    opened (a FIFO with no writer hung `fim`), and more than MAX_SOURCE bytes are not read."""
     try:
-        return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_SOURCE + 1)
+        else:
+            regular_file(Path(path), MAX_SOURCE)
+            with open(path, "rb") as f:
+                data = f.read(MAX_SOURCE + 1)
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
+    except ValueError as e:  # regular_file: not a regular file, or too large
+        raise UserError(f"{path}: {e}") from None
+    if len(data) > MAX_SOURCE:
+        raise UserError(f"{'stdin' if path == '-' else path} holds more than {MAX_SOURCE >> 20} MB")
+    return data
 
 
 def read_source(path: str) -> str:

@@ -78,8 +78,9 @@ class RemoteResult:
 
 
 def one_line(text: str) -> str:
-    """Collapse whitespace and truncate: an API's message as one short line."""
-    text = " ".join(text.split())
+    """Collapse whitespace, drop control characters (an API's escape codes must not reach the
+    user's terminal, nor a line break forge a line of ours) and truncate: one short line."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
 
 

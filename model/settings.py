@@ -64,7 +64,10 @@ def coerce(value, hint) -> tuple[bool, object]:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool), value
     if hint is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        try:  # an integer of 400 digits is not a float: float() and math.isfinite overflow on it
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
+        except OverflowError:
+            ok = False
         return ok, float(value) if ok else value
     if hint is str:
         return isinstance(value, str), value

@@ -352,3 +352,40 @@ def test_a_test_run_starts_without_a_deprecation_warning():
                            "no:cacheprovider", "tests/test_server_positions.py"],
                           capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
     assert proc.returncode == 0 and "asyncio_default_fixture_loop_scope" not in proc.stdout + proc.stderr, proc.stderr
+
+
+def _fim(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "diffusion_lsp", "fim", *args], capture_output=True, text=True,
+                          timeout=120, input=stdin)
+
+
+def test_fim_refuses_a_fifo_and_a_device_and_a_missing_device_in_one_line(tmp_path):
+    """From our probe: a FIFO as FILE (or --batch) hung, /dev/zero read until memory ran out, and
+    --device cuda:99 on a machine without it was a traceback from deep inside the loader."""
+    import os
+
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    source = tmp_path / "a.py"
+    source.write_text("x = 1\n")
+    for args, why in [((str(fifo), "--at", "1:1"), "is a FIFO (named pipe), not a regular file"),
+                      (("--batch", str(fifo)), "is a FIFO (named pipe), not a regular file"),
+                      (("/dev/zero", "--at", "1:1"), "not a regular file"),
+                      ((str(source), "--at", "1:1", "--device", "cuda:99"), "device cuda:99: this machine has")]:
+        done = _fim(*args)
+        assert done.returncode == 2 and why in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_fim_lines_end_where_the_language_servers_do_and_a_deep_batch_line_is_one_record(tmp_path):
+    """str.splitlines also broke lines at form feeds and U+2028 ("column 5 is past the end of line 2");
+    a batch line nested 100,000 deep was a RecursionError that lost the whole batch."""
+    from diffusion_lsp.fim import split_at
+
+    assert split_at("a = 1\fb\nc = \n", "2:5") == ("a = 1\fb\nc = ", "\n")
+    assert split_at("s = 'a\u2028b'\nc = \n", "2:5") == ("s = 'a\u2028b'\nc = ", "\n")
+    assert split_at("a\r\nb\rc", "3:2") == ("a\r\nb\rc", "")
+    batch = tmp_path / "in.jsonl"
+    batch.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    done = _fim("--batch", str(batch), "--max-tokens", "4")
+    assert done.returncode == 0 and json.loads(done.stdout)["error"] == "line 1: not valid JSON (nested too deeply)"

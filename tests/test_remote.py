@@ -235,3 +235,10 @@ def test_fim_prints_an_answer_holding_a_lone_surrogate_instead_of_crashing(api, 
     done = subprocess.run([sys.executable, "-m", "diffusion_lsp", "fim", str(source(tmp_path)), "--at", "2:12",
                            *remote_flags(api)], capture_output=True, timeout=60)
     assert done.returncode == 0 and done.stdout.decode() == "a \ufffd b", done.stderr.decode()
+
+
+def test_an_api_message_cannot_put_escape_codes_or_lines_on_the_users_terminal():
+    from diffusion_lsp.remote import one_line
+
+    said = one_line("bad\x1b[31mred\x1b[0m\r\nFAKE: diffusion-lsp: error: spoofed")
+    assert "\x1b" not in said and "\n" not in said and "\r" not in said and said.startswith("bad [31mred")

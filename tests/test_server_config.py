@@ -137,3 +137,12 @@ def test_recent_edits_keep_the_newest_text_of_a_spot():
     big = "".join(f"x{i} = {i}\n" for i in range(5000))
     edits.note("file:///b.py", big, 0, 5000)  # a whole file replaced: its first lines only
     assert edits.oldest_first()[-1].text == "".join(f"x{i} = {i}\n" for i in range(15)).rstrip("\n")
+
+
+def test_a_number_too_large_for_a_float_is_one_warning_and_the_default():
+    """math.isfinite overflowed on a 400-digit integer: initialize failed with an OverflowError and
+    the editor could not start the server; through didChangeConfiguration the whole update was lost."""
+    cfg, problems = parse_config({"sampling": {"threshold": 10 ** 400}, "completion": {"confidenceCut": 10 ** 400,
+                                                                                        "debounceMs": 7}})
+    assert len(problems) == 2 and all("is not valid" in p for p in problems), problems
+    assert cfg.sampling.threshold == 0.9 and cfg.completion.confidence_cut == 0.5 and cfg.completion.debounce_ms == 7

@@ -185,6 +185,18 @@ async def test_a_malformed_next_edit_request_is_one_warning_line_not_a_traceback
 
 
 @pytest.mark.asyncio
+async def test_a_cancel_or_progress_cancel_naming_no_usable_id_is_dropped(raw):
+    """pygls hashes the id: {"id": {"a": 1}} killed the server (exit 1), a progress token object was
+    an internal error shown in the log."""
+    await raw.initialize()
+    raw.send(frame(notification("$/cancelRequest", {"id": {"a": 1}})),
+             frame(notification("$/cancelRequest", {"id": [1]})),
+             frame(notification("window/workDoneProgress/cancel", {"token": {"a": 1}})))
+    await raw.stats_answered(2)  # alive, and no window
+    assert raw.responses() == [] and raw.proc.returncode is None
+
+
+@pytest.mark.asyncio
 async def test_a_custom_request_may_leave_out_params(raw):
     await raw.initialize()
     raw.send(frame(request(2, "diffusionLsp/stats")))

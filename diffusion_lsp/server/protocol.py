@@ -135,6 +135,21 @@ def _envelope_problem(data: dict) -> str | None:
     return None
 
 
+_ID_PARAM = {"$/cancelRequest": "id", types.WINDOW_WORK_DONE_PROGRESS_CANCEL: "token"}
+
+
+def _bad_id(method: str, params) -> str | None:
+    """Why a notification that names a request or a progress by id cannot be served: its id is not
+    an integer or a string (JSON-RPC ids, LSP progress tokens)."""
+    key = _ID_PARAM.get(method)
+    if key is None:
+        return None
+    value = params.get(key) if isinstance(params, dict) else None
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        return None
+    return f"params.{key} must be an integer or a string, got {value!r}"[:200]
+
+
 def _usable_id(data: dict):
     msg_id = data.get("id")
     return msg_id if isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool) else None
@@ -226,6 +241,8 @@ class Protocol(LanguageServerProtocol):
             log.warning("dropped a notification: %s", problem)
         elif method != types.EXIT and (self._closing or self._workspace is None):
             log.info("dropped %s %s", method, "after shutdown" if self._closing else "before initialize")
+        elif (why := _bad_id(method, data.get("params"))) is not None:
+            log.warning("dropped %s: %s", method, why)  # pygls hashes it: a dict killed the server
         else:
             try:
                 message = self._structure(data)
