@@ -468,3 +468,51 @@ def test_a_bad_start_is_one_line_and_exit_2_before_anything_loads(tmp_path, flag
     why = why.replace("PORT_IN_USE", port)
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith("diffusion-lsp: error: "), done
     assert why in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_worker_socket_served_by_another_model_is_a_503_saying_so(tmp_path):
+    """Every request got "the model is not ready" and /health "stopped" with no error, while the log
+    said why every 50 ms."""
+    import threading
+
+    from diffusion_lsp.server import wire
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    path = run / "w.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(8)
+    hello = wire.encode({"event": "hello", "version": wire.WIRE_VERSION, "pid": 1, "state": "ready",
+                         "model": "/models/another", "build": wire.build_id(), "weights": ""})
+
+    def serve():  # a worker of another model: says hello to every connection
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.sendall(hello)
+
+    threading.Thread(target=serve, daemon=True).start()
+    port = free_port()
+    log = open(tmp_path / "api.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "diffusion_lsp", "serve-api", "--port", str(port),
+                             "--worker-socket", str(path), "--log-level", "warning"], stdout=log, stderr=log)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                health = httpx.get(base + "/health", timeout=2)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        answer = httpx.post(base + "/v1/completions", json={"prompt": "x = ", "max_tokens": 4}, timeout=30)
+        assert answer.status_code == 503 and "serves the model /models/another" in answer.json()["error"]["message"]
+        assert "serves the model /models/another" in httpx.get(base + "/health").json()["worker"]["error"]
+        assert health.status_code == 503
+    finally:
+        stop(proc)
+        server.close()
+        log.close()

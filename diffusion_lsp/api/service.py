@@ -128,8 +128,9 @@ class Service:
                 return
             if state == "failed":
                 raise Failed(f"the model failed to load: {self.describe().get('error')}", 503)
-            if state == "stopped":
-                await self.link.ensure()
+            if state == "stopped" and await self.link.ensure() is None:  # it cannot start: say why, now
+                raise Failed(f"the model worker is unavailable: {self.describe().get('error') or 'see the log'}",
+                             503, retry_after_s=2)
             await asyncio.sleep(0.05)
         raise Failed("the model is not ready", 503, retry_after_s=2)
 

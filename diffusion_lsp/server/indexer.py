@@ -137,6 +137,8 @@ class Indexer:
                 memo, model = counts
                 todo = memo.missing(doc.text)
                 memo.keep_many(todo, self.run(count_lines, str(model), todo))
+        except RuntimeError as e:  # the server is shutting down under it (its executors are closed)
+            log.info("indexing %s stopped: %s", doc.uri, e)
         except Exception:  # an optimisation only: a request does without it
             log.exception("indexing %s failed", doc.uri)
 

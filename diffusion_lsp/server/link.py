@@ -213,5 +213,5 @@ class WorkerLink:
     def describe(self) -> dict:
         c = self.client
         return {"pid": c.pid if c else None, "state": c.state if c else "stopped",
-                "error": c.error if c else None, "socket": str(self.launch.socket),
+                "error": (c.error if c else None) or self._shown_failure, "socket": str(self.launch.socket),
                 "max_tokens": c.max_tokens if c else None}
