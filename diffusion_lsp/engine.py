@@ -141,6 +141,8 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
     from .model.pretrained import load_folder
 
     path, precision = launch.path, launch.precision
+    if precision == "int8" and launch.device not in ("auto", "cpu"):  # said before whether it exists
+        raise ValueError(f"int8 weights are for CPU inference, not {launch.device}")
     device = pick_device(launch.device)
     if device == "cpu":
         torch.set_num_threads(launch.threads or default_threads(1))
