@@ -161,3 +161,14 @@ def test_a_fifo_in_place_of_config_json_neither_hangs_the_server_nor_its_socket_
     reader.join(10)
     assert got.get("claims") == GENERAL  # the worker's load says what is wrong
     assert got.get("weights") not in (None, weights_id(LaunchSettings(path=str(tiny_checkpoint))))
+
+
+def test_the_demo_notice_is_said_once_a_session_when_its_state_cannot_be_written(monkeypatch, tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocked))  # no folder can be made under a file
+    ui = RecordingUi()
+    session = Session(ServeOptions(LaunchSettings(), worker_socket=str(tmp_path / "w.sock")), ui, {}.get)
+    session.configure(None)
+    session.configure({"completion": {"debounceMs": 10}})
+    assert [kind for kind, _ in ui.shown] == ["info"]

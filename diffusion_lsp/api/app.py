@@ -128,8 +128,7 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
                                     code="queue_full", headers={"Retry-After": str(e.retry_after_s)}).response()
             except Failed as e:
                 headers = {"Retry-After": str(e.retry_after_s)} if e.retry_after_s else {}
-                kind = "invalid_request_error" if e.status == 400 else "server_error"
-                response = ApiError(e.status, str(e), kind, e.param, headers=headers).response()
+                response = ApiError(e.status, str(e), e.kind, e.param, headers=headers).response()
             except ClientGone:
                 metrics.disconnects.inc()
                 response = Response(status_code=CLIENT_GONE)
@@ -225,8 +224,7 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
             try:
                 answer = task.result()
             except Failed as e:  # a 400 the model found once the stream had started (it was still loading)
-                kind = "invalid_request_error" if e.status == 400 else "server_error"
-                yield f"data: {json.dumps({'error': {'message': str(e), 'type': kind, 'param': e.param}})}\n\n"
+                yield f"data: {json.dumps({'error': {'message': str(e), 'type': e.kind, 'param': e.param}})}\n\n"
                 return
             if fim.diffusing:
                 yield event(rid, model, answer.text, answer.finish_reason)

@@ -45,6 +45,11 @@ class Failed(Exception):
         super().__init__(message)
         self.status, self.retry_after_s, self.param = status, retry_after_s, param
 
+    @property
+    def kind(self) -> str:
+        """Its type in OpenAI's error shape."""
+        return "invalid_request_error" if self.status == 400 else "server_error"
+
 
 @dataclass
 class Answer:

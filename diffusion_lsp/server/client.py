@@ -181,9 +181,8 @@ class WorkerClient:
                     writer.close()
                 raise WorkerUnavailable(f"the worker on {path} did not say hello ({type(e).__name__})") from None
             except (ConnectionResetError, BrokenPipeError):
-                # a worker on its way out (killed, idle exit) took the connection and dropped it, or
-                # reset it:
-                # another session may be starting the next one, as this one may
+                # a worker on its way out (killed, idle exit) took the connection and dropped or reset
+                # it: another session may be starting the next one, as this one may
                 if writer is not None:
                     writer.close()
                 await asyncio.sleep(0.25)

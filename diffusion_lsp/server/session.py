@@ -68,6 +68,7 @@ class Session:
                            worker=WorkerSettings(socket=options.worker_socket))
         self.claims = claims_for(self.base.model)
         self.cfg = with_claims(self.base, self.claims)
+        self._said_demo = False
         self.stats = Stats()
         self.edits = RecentEdits()
         self.link = link_for(self.cfg, ui, self.stats)
@@ -86,8 +87,9 @@ class Session:
             self.ui.show("warning", f"diffusion-lsp settings: {problem}")
         self.claims = claims_for(cfg.model)
         cfg = with_claims(cfg, self.claims)
-        if self.claims.demo and not notice.already_said(notice.DEMO):
+        if self.claims.demo and not self._said_demo and not notice.already_said(notice.DEMO):
             self.ui.show("info", notice.demo_message(self.claims))
+            self._said_demo = True  # also when the state cannot be written: once a session at most
             notice.remember(notice.DEMO)
         model_changed = cfg.model.path != self.cfg.model.path
         if cfg.model.backend != self.cfg.model.backend:  # another kind of link; the old one closes
