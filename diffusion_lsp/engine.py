@@ -1,5 +1,6 @@
-"""Loading a checkpoint and running fills: the one entry point the CLI, benchmarks and the language
-server's worker use."""
+"""Loading a checkpoint and running fills: the one entry point the worker process, the in-process
+backend (backend/local.py) and the model benchmarks use. `answer` and `answer_probe` take the
+Backend's orders and give its answers (backend/orders.py); `fill` and `probe` are the model's own."""
 
 from __future__ import annotations
 
@@ -35,6 +36,27 @@ class Engine:
         if expands(self.tokenizer):  # DreamOn: the span grows and shrinks as it decodes
             return fill_variable(self.model, self.tokenizer, requests, cfg, should_stop)
         return fill(self.model, self.tokenizer, requests, cfg, should_stop, self.memo, on_step)
+
+    def answer(self, orders, keys, should_stop=None, on_step=None) -> list:
+        """Fill `orders` (backend/orders.py FillOrder, one sampling config for all) as one batch ->
+        a Fill per order, None for one abandoned because should_stop(i) said so. keys[i] names the
+        order's document (its context is remembered for the next fill with that key)."""
+        from .backend.orders import Fill
+        from .model.canvas import FillRequest
+
+        requests = [FillRequest(o.prefix, o.suffix, o.max_tokens, id=i, one_line=o.one_line, doc=k or None,
+                                drafts=o.drafts) for i, (o, k) in enumerate(zip(orders, keys))]
+        options = {"on_step": on_step} if on_step is not None else {}
+        results = self.fill(requests, orders[0].sampling, should_stop, **options)
+        return [None if r.cancelled else Fill(r.text, r.pieces, r.confidence, r.ms, r.forwards, r.reused,
+                                              r.end_confidence, len(orders), r.budget_hit) for r in results]
+
+    def answer_probe(self, order, key: str | None = None):
+        """backend/orders.py ProbeOrder -> Probed (model/probe.py)."""
+        from .backend.orders import Probed
+
+        r = self.probe(order.prefix, order.middle, order.suffix, order.stride, doc=key or None)
+        return Probed(r.pieces, r.prob, r.best, r.forwards, r.ms)
 
     def max_tokens(self) -> int:
         """The largest canvas a fill may ask for: the model's positions less its fixed first token

@@ -3,13 +3,16 @@ JSONL batch to fim_batch.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sys
 
+from .backend.failure import BackendError
+from .backend.orders import Fill, FillOrder
 from .errors import UserError
 from .fim_batch import result_record, run_batch
-from .options import add_fill_args, context_cutter, engine_for, launch_settings, read_source, sampler_config
+from .options import add_fill_args, backend_for, context_cutter, launch_settings, read_source, sampler_config
 
 
 def register(sub):
@@ -55,16 +58,21 @@ def run(args) -> int:
     if args.max_tokens < 1:
         raise UserError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     prefix, suffix = context_cutter(args, launch)(*split_at(read_source(args.file), args.at))
-    engine = engine_for(launch)
-    from .model.canvas import FillRequest  # the tokenizers library: kept off --help
-
-    try:
-        (res,) = engine.fill([FillRequest(prefix, suffix, args.max_tokens, one_line=args.one_line)], cfg)
-    except ValueError as e:
-        raise UserError(str(e)) from None
+    backend = backend_for(launch)
+    fill = asyncio.run(fill_one(backend, FillOrder(prefix, suffix, args.max_tokens, args.one_line, cfg)))
     if args.json:
-        print(json.dumps(result_record(res, with_confidence=True)))
+        print(json.dumps(result_record(fill, with_confidence=True)))
     else:
-        sys.stdout.write(res.text)
+        sys.stdout.write(fill.text)
         sys.stdout.flush()
     return 0
+
+
+async def fill_one(backend, order: FillOrder) -> Fill:
+    """One fill; every failure is a UserError (one line)."""
+    try:
+        return await backend.fill("", order)
+    except BackendError as e:
+        raise UserError(str(e)) from None
+    finally:
+        await backend.close()

@@ -6,19 +6,35 @@ decoded `--batch-size` at a time, one forward pass per step for the whole batch.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
+from dataclasses import dataclass
 
+from .backend.failure import BackendError
+from .backend.orders import Fill, FillOrder
 from .errors import UserError
 from .model.settings import LaunchSettings, SamplerConfig
-from .options import context_cutter, engine_for, read_bytes
+from .options import backend_for, context_cutter, ended_run, read_bytes
+
+
+@dataclass
+class Item:
+    """One request of a batch: its id and what it asks."""
+
+    id: object
+    prefix: str
+    suffix: str = ""
+    max_tokens: int = 32
+    one_line: bool = False
+
+    def order(self, cfg: SamplerConfig) -> FillOrder:
+        return FillOrder(self.prefix, self.suffix, self.max_tokens, self.one_line, cfg)
 
 
 def parse_request(line: str, lineno: int, default_max: int):
-    """-> FillRequest, or an error record for a bad line."""
-    from .model.canvas import FillRequest  # the tokenizers library: kept off --help
-
+    """-> Item, or an error record for a bad line."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
@@ -36,7 +52,7 @@ def parse_request(line: str, lineno: int, default_max: int):
     one_line = obj.get("one_line", False)
     if not isinstance(one_line, bool):
         return {"id": rid, "line": lineno, "error": f"line {lineno}: 'one_line' must be true or false"}
-    return FillRequest(prefix=prefix, suffix=suffix, max_tokens=max_tokens, id=rid, one_line=one_line)
+    return Item(rid, prefix, suffix, max_tokens, one_line)
 
 
 def run_batch(args, cfg: SamplerConfig, launch: LaunchSettings) -> int:
@@ -48,9 +64,9 @@ def run_batch(args, cfg: SamplerConfig, launch: LaunchSettings) -> int:
     for item in items:
         if not isinstance(item, dict):
             item.prefix, item.suffix = cut(item.prefix, item.suffix)
-    engine = engine_for(launch)
+    backend = backend_for(launch)
     errors = 0
-    for record in fill_records(engine, items, cfg, args.batch_size):
+    for record in fill_records(backend, items, cfg, args.batch_size):
         errors += "error" in record
         sys.stdout.write(json.dumps(record) + "\n")
         sys.stdout.flush()
@@ -59,49 +75,46 @@ def run_batch(args, cfg: SamplerConfig, launch: LaunchSettings) -> int:
     return 0
 
 
-def result_record(res, with_confidence: bool = False) -> dict:
-    """The JSON record of one FillResult: what `fim --json` prints and each `--batch` line holds."""
-    out = {"text": res.text, "tokens": res.tokens, "forwards": res.forwards, "ms": round(res.ms, 2)}
+def result_record(fill: Fill, with_confidence: bool = False) -> dict:
+    """The JSON record of one Fill: what `fim --json` prints and each `--batch` line holds."""
+    out = {"text": fill.text, "tokens": fill.tokens, "forwards": fill.forwards, "ms": round(fill.ms, 2)}
     if with_confidence:
-        out["confidence"] = [round(c, 4) for c in res.confidence]
-        out["budget_hit"] = res.budget_hit
+        out["confidence"] = [round(c, 4) for c in fill.confidence]
+        out["budget_hit"] = fill.budget_hit
     return out
 
 
-def decode_all(engine, requests, cfg, batch_size: int, desc: str) -> tuple[list[dict], float]:
+def decode_all(backend, items, cfg, batch_size: int, desc: str) -> tuple[list[dict], float]:
     """Every request through the batch path -> (records, wall seconds): what the evaluations time."""
     t0 = time.perf_counter()
-    records = list(fill_records(engine, requests, cfg, batch_size, desc=desc))
+    records = list(fill_records(backend, items, cfg, batch_size, desc=desc))
     return records, time.perf_counter() - t0
 
 
-def fill_records(engine, items, cfg, batch_size: int, desc: str = "fim"):
-    """Yield one result record per item (FillRequest or error record), in order, batch by batch,
-    with a progress bar on stderr."""
+def fill_records(backend, items, cfg, batch_size: int, desc: str = "fim"):
+    """Yield one result record per item (Item or error record), in order, batch by batch, with a
+    progress bar on stderr. A failure that ends the run (no model, no API) is a UserError. The run
+    has an event loop of its own, and closes the backend's connections or thread when it ends (a
+    backend makes them again for the next run)."""
     from tqdm import tqdm  # kept off --help
 
-    with tqdm(total=len(items), desc=desc, unit="req", file=sys.stderr, disable=None) as bar:
-        for i in range(0, len(items), batch_size):
-            chunk = items[i : i + batch_size]
-            results = iter(fill_each(engine, [r for r in chunk if not isinstance(r, dict)], cfg))
-            for item in chunk:
-                yield item if isinstance(item, dict) else next(results)
-            bar.update(len(chunk))
-
-
-def fill_each(engine, requests, cfg) -> list[dict]:
-    """Fill a batch; if the batch as a whole is rejected, retry one by one so only bad ones fail."""
-    if not requests:
-        return []
-    try:
-        return [{"id": r.id, **result_record(res)} for r, res in zip(requests, engine.fill(requests, cfg))]
-    except ValueError:
-        if len(requests) == 1:
-            raise
-    out = []
-    for r in requests:
+    with asyncio.Runner() as runner, tqdm(total=len(items), desc=desc, unit="req", file=sys.stderr,
+                                          disable=None) as bar:
         try:
-            out.extend(fill_each(engine, [r], cfg))
-        except ValueError as e:
-            out.append({"id": r.id, "error": str(e)})
-    return out
+            for i in range(0, len(items), batch_size):
+                chunk = items[i : i + batch_size]
+                asked = [r for r in chunk if not isinstance(r, dict)]
+                results = iter(runner.run(backend.fill_many([r.order(cfg) for r in asked])))
+                for item in chunk:
+                    yield item if isinstance(item, dict) else record(item, next(results))
+                bar.update(len(chunk))
+        finally:
+            runner.run(backend.close())
+
+
+def record(item: Item, answer: Fill | BackendError) -> dict:
+    if isinstance(answer, Fill):
+        return {"id": item.id, **result_record(answer)}
+    if ended_run(answer):
+        raise UserError(str(answer))
+    return {"id": item.id, "error": str(answer)}

@@ -1,11 +1,12 @@
 """Command-line pieces the model commands share (fim, bench, eval): their model/launch and sampler
 flags, made from the one definition of those settings (model/settings.py), the settings built back
 from the parsed flags (a bad value is a UserError: commands build them before any other work), the
-engine they describe, and reading an input file or stdin. Torch-free, so `--help` stays fast."""
+backend they describe (backend/base.py), and reading an input file or stdin. Torch-free, so `--help` stays fast."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import textwrap
 from collections.abc import Callable
@@ -73,18 +74,46 @@ def sampler_config(args: argparse.Namespace, **overrides) -> SamplerConfig:
 
 
 def engine_for(launch: LaunchSettings) -> Engine:
-    """The engine, or a UserError naming a missing or corrupt checkpoint or a bad setting. With
-    backend openai, a RemoteEngine (same `fill`) over the API; no model is loaded."""
+    """The model loaded in this process, or a UserError naming a missing or corrupt checkpoint or a
+    bad setting (for the evaluations that read the model itself: `eval heldout`'s loss)."""
     if launch.backend == "openai":
-        from .remote import RemoteEngine  # httpx: kept off --help
-
-        return RemoteEngine(launch)
+        raise UserError("this command needs a local model (--model DIR), not --backend openai")
     from .model.checkpoint import CheckpointError  # imports torch
 
     try:
         return load_engine(launch)
     except (CheckpointError, ValueError) as e:
         raise UserError(str(e)) from None
+
+
+def backend_for(launch: LaunchSettings):
+    """The Backend (backend/base.py) the flags describe: the model in this process, or with
+    --backend openai the API (no model is loaded; a missing key variable is a UserError now, before
+    any input is read). Its failures are the caller's to say: it reports nothing itself."""
+    if launch.backend == "openai":
+        from .backend.base import LogReporter  # httpx: kept off --help
+        from .backend.remote import RemoteBackend
+        from .remote import RemoteError, read_key
+
+        try:
+            read_key(launch.api_key_env)
+        except RemoteError as e:
+            raise UserError(str(e)) from None
+        quiet = logging.getLogger("diffusion-lsp.command-line")
+        quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
+        return RemoteBackend(LogReporter(quiet), launch, fill_timeout_s=120.0)
+    from .backend.local import LocalBackend
+
+    return LocalBackend(engine_for(launch))
+
+
+def ended_run(error) -> bool:
+    """A backend failure that ends a command-line run (no model, no API, a refused key) rather than
+    one request (INVALID or REFUSED: `fim --batch` records it and goes on)."""
+    from .backend.failure import Failure
+
+    return error.kind not in (Failure.INVALID, Failure.REFUSED)
 
 
 MAX_SOURCE = 256 << 20  # bytes: past any source file; /dev/zero read on until memory ran out

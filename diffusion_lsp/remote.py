@@ -1,9 +1,8 @@
 """Fills from an OpenAI-compatible fill-in-the-middle API (`--backend openai`), e.g. Inception's
 Mercury (base https://api.inceptionlabs.ai/v1, models mercury-edit / mercury-coder).
 
-One async core, `FimClient.complete`, used by the language server (server/remote_link.py), and the
-command line's engine on top of it, `RemoteEngine` (the `Engine.fill` interface, so `fim`,
-`fim --batch` and the evaluations run unchanged). A fill is `POST {base}/fim/completions` with
+One async core, `FimClient.complete` (and `edit`), behind the remote Backend (backend/remote.py)
+that the language server, the command line and the evaluations use. A fill is `POST {base}/fim/completions` with
 model, prompt, suffix, max_tokens, stop and temperature, the answer in `choices[0].text`; an API
 that answers 404 there is asked `POST {base}/completions` with `suffix`, and the client remembers
 which one answered. 429 and 5xx are retried with exponential backoff (Retry-After honoured) a
@@ -23,12 +22,11 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import httpx
 
 from .context.tokens import valid_text
-from .errors import UserError
 from .model.settings import LaunchSettings
 
 ROUTES = ("/fim/completions", "/completions")  # asked in this order; the first that is not a 404 is kept
@@ -57,24 +55,6 @@ class Completion:
     tokens: int  # the API's usage.completion_tokens; 0 when it does not say
     ms: float
     route: str  # the path that answered
-
-
-@dataclass
-class RemoteResult:
-    """A remote fill in the shape of model/sampler.py's FillResult (which imports torch)."""
-
-    id: object
-    text: str
-    token_ids: list[int] = field(default_factory=list)
-    pieces: list[str] = field(default_factory=list)
-    confidence: list[float] = field(default_factory=list)
-    forwards: int = 0
-    tokens: int = 0
-    ms: float = 0.0
-    budget_hit: bool = False
-    cancelled: bool = False
-    reused: int = 0
-    canvas: list[int] = field(default_factory=list, repr=False)
 
 
 def one_line(text: str) -> str:
@@ -308,77 +288,3 @@ class FimClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
-
-
-class RemoteEngine:
-    """The command line's engine for `--backend openai`: `fill(requests, cfg, should_stop)` like
-    diffusion_lsp.engine.Engine, the requests of a batch sent at once. The sampler settings do not
-    apply (the API decodes); a one-line request stops at a newline. A key the API refuses, or an
-    API that cannot be reached or keeps failing, ends the run (UserError); a request it rejects is
-    a ValueError, which `fim --batch` records for that request (re-sending the batch's others one
-    by one, as it does for a local model)."""
-
-    def __init__(self, launch: LaunchSettings, **options):
-        self.launch, self.options, self.route = launch, options, None
-        self.counts = {"requests": 0, "retries": 0, "failures": 0}
-        try:  # the key's variable is checked now, before any input is read
-            read_key(launch.api_key_env)
-        except RemoteError as e:
-            raise UserError(str(e)) from None
-
-    def _client(self) -> FimClient:
-        return FimClient.from_launch(self.launch, route=self.route, **self.options)
-
-    def rewrite(self, content: str, max_tokens: int) -> RemoteResult:
-        """A next edit through the API's edit endpoint (`FimClient.edit`), for `eval nep`."""
-        async def one():
-            client = self._client()
-            try:
-                return await client.edit(content, max_tokens)
-            finally:
-                for name, n in client.counts.items():
-                    self.counts[name] += n
-                await client.aclose()
-        try:
-            done = asyncio.run(one())
-        except RequestFailed:
-            raise
-        except RemoteError as e:
-            raise UserError(str(e)) from None
-        pieces = [done.text] if done.text else []
-        return RemoteResult(None, done.text, pieces=pieces, confidence=[1.0] * len(pieces), tokens=done.tokens,
-                            ms=done.ms)
-
-    def fill(self, requests, cfg=None, should_stop=None) -> list[RemoteResult]:
-        try:
-            return asyncio.run(self._fill_all(requests, should_stop))
-        except RequestFailed:
-            raise
-        except RemoteError as e:
-            raise UserError(str(e)) from None
-
-    async def _fill_all(self, requests, should_stop) -> list[RemoteResult]:
-        client = self._client()
-        try:
-            results = await asyncio.gather(*(self._fill_one(client, i, r, should_stop) for i, r in enumerate(requests)),
-                                           return_exceptions=True)
-        finally:
-            self.route = client.route
-            for name, n in client.counts.items():
-                self.counts[name] += n
-            await client.aclose()
-        failed = [r for r in results if isinstance(r, BaseException)]
-        fatal = [r for r in failed if not isinstance(r, RequestFailed)]
-        if failed:  # the run-ending one first
-            raise (fatal or failed)[0]
-        return results
-
-    @staticmethod
-    async def _fill_one(client: FimClient, i: int, req, should_stop) -> RemoteResult:
-        if should_stop is not None and should_stop(i):
-            return RemoteResult(req.id, "", cancelled=True)
-        done = await client.complete(req.prefix, req.suffix, req.max_tokens, req.one_line)
-        pieces = [done.text] if done.text else []
-        return RemoteResult(req.id, done.text, pieces=pieces, confidence=[1.0] * len(pieces), tokens=done.tokens,
-                            ms=done.ms)
-

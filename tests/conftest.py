@@ -1,14 +1,22 @@
-"""Shared fixtures: a tiny real checkpoint written in our on-disk format, and an oracle model."""
+"""Shared fixtures: a tiny real checkpoint written in our on-disk format, and an oracle model; and the
+two tiers: `pytest -m "not slow"` runs the in-process tests (under a minute), `pytest` all of them,
+the ones that start the server, the worker, serve-api, an editor or a benchmark too (SLOW_MODULES,
+and tests marked slow one by one)."""
 
 from __future__ import annotations
 
 import os
-import sysconfig
-import tempfile
-from pathlib import Path
 
-import pytest
-import torch
+# the tests run on the CPU on every host: a GPU host would otherwise run the end-to-end tests on CUDA
+# ("auto" picks it), in this process and in every process the tests start. Set before torch looks.
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+import sysconfig  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from diffusion_lsp.model.checkpoint import save_checkpoint
 from diffusion_lsp.model.config import ModelConfig
@@ -19,6 +27,19 @@ def pytest_configure(config):
     """What the servers remember between starts (server/notice.py) goes to a fresh folder, never
     the user's home; the processes the tests start inherit it."""
     os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="diffusion-lsp-state-")
+
+
+# modules whose every test drives a real process: the language server, the worker, serve-api, an
+# editor, a benchmark. Tests elsewhere that start one are marked @pytest.mark.slow themselves.
+SLOW_MODULES = {"test_api", "test_bench_api", "test_bench_lsp", "test_neovim", "test_neovim_next_edit",
+                "test_neovim_plugin", "test_server_e2e", "test_server_next_edit", "test_server_pretrained",
+                "test_server_protocol", "test_server_range", "test_vscode_code_server", "test_vscode_extension"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__ in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
 
 
 pytest_plugins = ["remote_api"]  # the scripted OpenAI-compatible API fixture `api`

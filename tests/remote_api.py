@@ -1,5 +1,5 @@
 """A scripted OpenAI-compatible FIM API on 127.0.0.1 and helpers, shared by test_remote.py (the client
-and the command line) and test_remote_server.py (the language server's RemoteLink)."""
+and the command line) and test_remote_server.py (the language server's RemoteBackend)."""
 
 from __future__ import annotations
 

@@ -475,7 +475,7 @@ def test_a_worker_socket_served_by_another_model_is_a_503_saying_so(tmp_path):
     said why every 50 ms."""
     import threading
 
-    from diffusion_lsp.server import wire
+    from diffusion_lsp.worker import wire
 
     run = tmp_path / "run"
     run.mkdir(mode=0o700)

@@ -21,7 +21,8 @@ def test_bench_api_prints_load_and_fault_figures(tokenizer, tmp_path):
     one, four = figures["load"]
     assert one["concurrency"] == 1 and four["concurrency"] == 4
     assert one["ok"] > 0 and four["ok"] > 0 and one["5xx"] == four["5xx"] == 0, figures["load"]
-    assert one["mean_batch"] == 1.0 and four["mean_batch"] >= 1.0 and four["peak_rss_mb"] > 0
+    # four clients at once: the worker decodes what queued meanwhile together (the point of serve-api's batching)
+    assert one["mean_batch"] == 1.0 and four["mean_batch"] > 1.0 and four["peak_rss_mb"] > 0
     got = {f["fault"]: f["got"] for f in figures["faults"]}
     assert got["malformed JSON"] == "400" and got["oversized body (2 MiB)"] == "413" and got["wrong types"] == "400"
     assert got["unknown fields"] == "200" and got["client disconnects mid-stream"].startswith("200")

@@ -11,6 +11,7 @@ import shutil
 import pytest
 from conftest import RecordingUi
 
+from diffusion_lsp.backend.base import Capabilities
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.context.types import Document
 from diffusion_lsp.engine import DEFAULT_MODEL
@@ -83,10 +84,10 @@ def test_completion_languages_name_canonical_languages_or_editor_ids(languages, 
     assert serves_language(cfg, language_for(language_id)) is served
 
 
-class RefusingLink:
-    """A link that fails the test if the model is asked: the language filter must come first."""
+class RefusingBackend:
+    """A backend that fails the test if the model is asked: the language filter must come first."""
 
-    can_probe = True
+    capabilities = Capabilities(probe=True)
 
     def configure(self, *args):
         pass
@@ -107,7 +108,7 @@ def _session(monkeypatch, tmp_path, model: str | None = None) -> tuple[Session, 
 
 def test_the_embedded_model_answers_nothing_in_go_and_no_next_edit_without_asking_the_model(monkeypatch, tmp_path):
     session, _ = _session(monkeypatch, tmp_path)
-    session.completer.link = session.next_edit.link = RefusingLink()
+    session.completer.backend = session.next_edit.backend = RefusingBackend()
     go = Document("file:///m.go", "package main\n\nfunc main() {\n\tx := \n}\n", "go", 1)
     py = Document("file:///m.py", "def f(x):\n    return x\n", "python", 1)
 
@@ -142,7 +143,7 @@ def test_a_fifo_in_place_of_config_json_neither_hangs_the_server_nor_its_socket_
     the weights' fingerprint: both opened a FIFO there and waited for a writer forever."""
     import os
 
-    from diffusion_lsp.server.wire import weights_id
+    from diffusion_lsp.worker.wire import weights_id
 
     folder = tmp_path / "ckpt"
     shutil.copytree(tiny_checkpoint, folder)

@@ -256,7 +256,8 @@ def test_fim_runs_dreamon_end_to_end(dreamon_folder, tmp_path, capsys, monkeypat
     real = dreamon.fill_variable
     monkeypatch.setattr(dreamon, "fill_variable", lambda *a, **k: calls.append(1) or real(*a, **k))
     fills = engine.fill([FillRequest("def f(x):\n    return ", "\n", 6), FillRequest("x = ", "", 3, one_line=True)])
-    assert calls == [1] and [0 <= f.tokens <= n and f.forwards >= 1 for f, n in zip(fills, (6, 3))] == [True, True]
+    assert calls == [1] and [f.tokens == len(f.pieces) <= n and "".join(f.pieces) == f.text and f.forwards >= 1
+                             for f, n in zip(fills, (6, 3))] == [True, True]
     assert all("".join(f.pieces) == f.text for f in fills)
     src = tmp_path / "add.py"
     src.write_text("def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n")
@@ -264,4 +265,4 @@ def test_fim_runs_dreamon_end_to_end(dreamon_folder, tmp_path, capsys, monkeypat
                  "--threads", "1"])
     record = json.loads(capsys.readouterr().out)
     assert code == 0 and calls == [1, 1] and isinstance(record["text"], str)
-    assert 0 <= record["tokens"] <= 5 and 1 <= record["forwards"] <= MIN_GEN_LEN + 1 + 2 * 5
+    assert record["tokens"] == len(record["confidence"]) <= 5 and 1 <= record["forwards"] <= MIN_GEN_LEN + 1 + 2 * 5

@@ -233,22 +233,22 @@ class FakeSettings:
 def test_command_calls_the_model_predictor(tmp_path, capsys, monkeypatch):
     calls = []
 
-    def predict_file(engine, path, old, current, cursor, spec, settings):
-        calls.append((engine, path, cursor, spec.name, settings.mode))
+    async def predict_file(backend, path, old, current, cursor, spec, count, settings):
+        calls.append((backend, path, cursor, spec.name, settings.mode, count("a b c") > 0))
         return types.SimpleNamespace(text=current.replace("foo(2)", "bar(2)"), forwards=5)
 
     monkeypatch.setitem(sys.modules, "diffusion_lsp.nextedit.run", types.SimpleNamespace(predict_file=predict_file))
     monkeypatch.setitem(sys.modules, "diffusion_lsp.nextedit.suggest",
                         types.SimpleNamespace(NextEditSettings=FakeSettings))
-    monkeypatch.setattr(nep, "engine_for", lambda launch: "ENGINE")
+    monkeypatch.setattr(nep, "backend_for", lambda launch: "BACKEND")
     data = write_jsonl(tmp_path / "d.jsonl", [RECORD])
     out_path = tmp_path / "pred.jsonl"
     code, out, _ = run_cli(capsys, "--data", data, "--json", "--predictions", out_path, "--mode", "full",
                            "--no-noise-cases")
     assert code == 0
-    assert calls == [("ENGINE", "a.py", (0, 7), "python", "full")]
+    assert calls == [("BACKEND", "a.py", (0, 7), "python", "full", True)]
     model = json.loads(out)["rows"][0]
     assert model["name"] == "model" and model["exact"] == 1.0 and model["forwards"] == 5.0
     assert json.loads(out_path.read_text()) == {"id": 0, "predicted": RECORD["new_contents"]}
     run_cli(capsys, "--data", data)
-    assert calls[-1][-1] == "refine"  # the settings' own default without --mode
+    assert calls[-1][-2] == "refine"  # the settings' own default without --mode

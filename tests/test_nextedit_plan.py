@@ -1,22 +1,27 @@
 """nextedit/suggest.py without a server: which lines the probe doubts, the span re-masked, and the
-plan's orders and outcome, driven by a fake that answers each order (and once by an in-process
-engine on the oracle model of conftest.py). Expected values are worked out by hand; token counts
+pipeline's orders and outcome over a fake backend that answers each order (and over the in-process
+backend on the oracle model of conftest.py). Expected values are worked out by hand; token counts
 use a word counter."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+from dataclasses import replace
 
 import pytest
 
+from diffusion_lsp.backend.base import Capabilities
+from diffusion_lsp.backend.failure import BackendError, Failure
+from diffusion_lsp.backend.local import LocalBackend
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.model.settings import SamplerConfig
 from diffusion_lsp.nextedit.edits import TextEdit
 from diffusion_lsp.nextedit.history import Step
 from diffusion_lsp.nextedit.prompt import EDITED, HISTORY, NO_HISTORY, ORIGINAL
 from diffusion_lsp.nextedit.run import predict_file
-from diffusion_lsp.nextedit.suggest import EditRequest, NextEditSettings, choose_span, doubted_lines, narrow, plan
-from diffusion_lsp.server.wire import Fill, FillOrder, ProbeOrder, Probed
+from diffusion_lsp.nextedit.suggest import EditRequest, NextEditSettings, choose_span, doubted_lines, narrow, suggest
+from diffusion_lsp.backend.orders import Fill, FillOrder, ProbeOrder, Probed
 
 PY = language_for("python")
 
@@ -119,13 +124,28 @@ class Fake:
                                                 end_confidence=end)
 
 
+class FakeBackend:
+    """A Backend whose answers come from `answer(order)`; None is an order the backend dropped."""
+
+    capabilities = Capabilities(probe=True)
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    async def fill(self, key, order):
+        return self._given(order)
+
+    async def probe(self, key, order):
+        return self._given(order)
+
+    def _given(self, order):
+        if (got := self.answer(order)) is None:
+            raise BackendError(Failure.DROPPED)
+        return got
+
+
 def run(req: EditRequest, fake) -> object:
-    gen, answer = plan(req), None
-    try:
-        while True:
-            answer = fake(gen.send(answer))
-    except StopIteration as stop:
-        return stop.value
+    return asyncio.run(suggest(req, FakeBackend(fake), "k"))
 
 
 def test_refine_probes_the_region_and_stops_when_nothing_is_doubted():
@@ -230,31 +250,42 @@ def test_filters(mode, line, confidence, last_step, reason):
     ("refine", Fake(doubted={4}, fill_none=True), 2),
     ("full", Fake(fill_none=True), 1),
 ])
-def test_a_missing_answer_means_superseded(mode, fake, orders):
-    assert run(request(mode=mode), fake) is None
-    assert len(fake.orders) == orders
+def test_a_dropped_order_ends_the_pipeline(mode, fake, orders):
+    with pytest.raises(BackendError) as e:
+        run(request(mode=mode), fake)
+    assert e.value.kind is Failure.DROPPED and len(fake.orders) == orders
 
 
-# ---- drive: an in-process engine on the oracle model ----
+# ---- predict_file: the in-process backend on the oracle model ----
 
 class Recording:
-    """An Engine that records what its probe and fills cost; without `probe` when can_probe is false."""
+    """An Engine that records what its probe and fills cost."""
 
-    def __init__(self, engine, can_probe=True):
-        self.engine, self.tokenizer, self.probes, self.fills, self.requests = engine, engine.tokenizer, [], [], []
-        if can_probe:
-            self.probe = self._probe
+    def __init__(self, engine):
+        self.engine, self.probes, self.fills, self.orders = engine, [], [], []
 
-    def _probe(self, *args, **kwargs):
-        r = self.engine.probe(*args, **kwargs)
+    def answer_probe(self, order, key=None):
+        r = self.engine.answer_probe(order, key)
         self.probes.append(r)
         return r
 
-    def fill(self, requests, cfg=None):
-        rs = self.engine.fill(requests, cfg)
-        self.requests.extend(requests)
-        self.fills.extend(rs)
-        return rs
+    def answer(self, orders, keys, should_stop=None, on_step=None):
+        fills = self.engine.answer(orders, keys, should_stop, on_step)
+        self.orders.extend(orders)
+        self.fills.extend(fills)
+        return fills
+
+
+def backend_for(engine, can_probe=True):
+    backend = LocalBackend(engine)
+    if not can_probe:
+        backend.capabilities = replace(backend.capabilities, probe=False)
+    return backend
+
+
+def predict(engine, tokenizer, *args, can_probe=True):
+    count = lambda t: len(tokenizer.encode(t))  # noqa: E731
+    return asyncio.run(predict_file(backend_for(engine, can_probe), "m.py", *args, PY, count))
 
 
 CURRENT = "import os\na = 1\nb = 2\nc = 3\nd = 4\n"
@@ -272,11 +303,11 @@ def oracle_engine(tokenizer, oracle):
 def test_predict_file_refills_the_lines_at_the_cursor_and_counts_every_forward(tokenizer, oracle):
     engine = Recording(oracle_engine(tokenizer, oracle))
     old = CURRENT.replace("a = 1", "a = 0")
-    got = predict_file(engine, "m.py", old, CURRENT, (2, 0), PY)
+    got = predict(engine, tokenizer, old, CURRENT, (2, 0))
     # all five lines tie: the cursor's line, grown downwards to maxSpanLines (3) lines, is refilled with x
     assert got.outcome.reason == "edit" and got.outcome.mode == "refine"
     assert got.text is not None and got.text == got.outcome.edit.apply(CURRENT)
-    (req,) = engine.requests
+    (req,) = engine.orders
     head = "import os\na = 1\n"
     assert req.prefix.endswith(head) and CURRENT.endswith(req.suffix)
     n_mid = len(tokenizer.encode(CURRENT[len(head):len(CURRENT) - len(req.suffix)]))  # "b = 2 ... d = 4"
@@ -290,8 +321,8 @@ def test_predict_file_refills_the_lines_at_the_cursor_and_counts_every_forward(t
 
 
 def test_predict_file_with_an_engine_that_cannot_probe_uses_full_mode(tokenizer, oracle):
-    engine = Recording(oracle_engine(tokenizer, oracle), can_probe=False)
-    got = predict_file(engine, "m.py", CURRENT.replace("a = 1", "a = 0"), CURRENT, (2, 0), PY)
+    engine = Recording(oracle_engine(tokenizer, oracle))
+    got = predict(engine, tokenizer, CURRENT.replace("a = 1", "a = 0"), CURRENT, (2, 0), can_probe=False)
     assert got.outcome.mode == "full" and engine.probes == [] and len(engine.fills) == 1
     assert got.forwards == engine.fills[0].forwards
     n_old = len(tokenizer.encode(CURRENT))  # the region is the whole file: it is rewritten in full

@@ -195,7 +195,7 @@ def test_bf16_weights_run_fills(folders):
     """What a GPU gets (the checkpoint's bf16): the sampler runs on it, here on CPU."""
     model, tok, meta = load_hf_folder(folders["dream"][0], dtype=torch.bfloat16)
     fills = Engine(model, tok, meta).fill([FillRequest("def f(x):\n    return ", "\n", 6), FillRequest("x = ", "", 4)])
-    assert [0 <= f.tokens <= n for f, n in zip(fills, (6, 4))] == [True, True]
+    assert [f.tokens == len(f.pieces) <= n and "".join(f.pieces) == f.text for f, n in zip(fills, (6, 4))] == [True, True]
 
 
 def test_folder_without_tokenizer_json_reads_vocab_and_merges(folders, tmp_path):
@@ -278,7 +278,7 @@ def test_fim_runs_on_every_family(folders, family, tmp_path, capsys):
                  "--threads", "1"])
     record = json.loads(capsys.readouterr().out)
     assert code == 0 and isinstance(record["text"], str) and 1 <= record["forwards"] <= 6
-    assert 0 <= record["tokens"] <= 5
+    assert record["tokens"] == len(record["confidence"]) <= 5
     batch = tmp_path / "in.jsonl"
     batch.write_text("\n".join(json.dumps({"id": i, "prefix": p, "suffix": "\n", "max_tokens": 4})
                                for i, p in enumerate(["x = ", "def f(x):\n    return ", "import "])) + "\n")

@@ -16,7 +16,7 @@ import pytest
 from remote_api import ENV, KEY, WAIT, Api, assert_no_key, chain, client, complete, ok
 from diffusion_lsp.cli import main
 from diffusion_lsp.model.settings import LaunchSettings
-from diffusion_lsp.remote import FimClient, RemoteEngine, RemoteError, RequestFailed, api_message, retry_after
+from diffusion_lsp.remote import FimClient, RemoteError, RequestFailed, api_message, retry_after
 
 
 def test_a_fim_request_carries_the_fields_and_the_bearer_key(api):
@@ -193,7 +193,7 @@ def test_fim_batch_through_the_api_records_a_rejected_request_and_goes_on(api, t
     assert records[0]["text"] == "1" and "not valid JSON" in records[1]["error"]
     assert records[2]["error"] == "the API rejected the request (HTTP 400): bad prompt"
     assert "2 of 3 requests failed" in captured.err
-    assert len(api.got) == 4  # the batch, then one by one (as for a local model): only the bad one fails
+    assert len(api.got) == 2  # each request once: a rejected one fails alone, the others are not sent again
 
 
 def test_fim_with_a_refused_key_is_one_line_exit_2(api, tmp_path, capsys):
@@ -212,18 +212,33 @@ def test_fim_needs_a_base_url_and_names_a_missing_key_before_reading_input(api, 
     assert "$TEST_KEY that should hold the API key is not set" in capsys.readouterr().err and api.got == []
 
 
-def test_the_engine_has_the_sampler_s_result_shape(api):
-    from diffusion_lsp.model.canvas import FillRequest
+def test_the_backend_answers_many_orders_in_the_one_result_shape(api):
+    import asyncio
+    import logging
 
-    engine = RemoteEngine(LaunchSettings(backend="openai", base_url=api.base, remote_model="m", api_key_env=ENV))
-    api.script.extend([ok("one"), ok("")])
-    results = engine.fill([FillRequest("a", "b", 4, id=1), FillRequest("c", "d", 4, id=2)], None,
-                          should_stop=lambda i: False)
-    by_id = {r.id: r for r in results}
-    assert sorted(r.text for r in results) == ["", "one"] and all(r.token_ids == [] and r.reused == 0 for r in results)
-    text = by_id[1].text or by_id[2].text
-    assert [r.pieces for r in results if r.text] == [[text]] and engine.route == "/fim/completions"
-    assert engine.counts["requests"] == 2 and KEY not in repr(engine.__dict__)
+    from diffusion_lsp.backend.base import LogReporter
+    from diffusion_lsp.backend.failure import BackendError, Failure
+    from diffusion_lsp.backend.orders import Fill, FillOrder
+    from diffusion_lsp.backend.remote import RemoteBackend
+
+    backend = RemoteBackend(LogReporter(logging.getLogger("test")),
+                            LaunchSettings(backend="openai", base_url=api.base, remote_model="m", api_key_env=ENV))
+    api.script.extend([ok("one"), ok(""), (400, {"error": {"message": "no"}})])
+
+    async def go():
+        try:
+            orders = [FillOrder("a", "b", 4), FillOrder("c", "d", 4), FillOrder("e", "f", 4)]
+            return await backend.fill_many(orders), backend.describe()
+        finally:
+            await backend.close()
+
+    results, described = asyncio.run(go())
+    fills = [r for r in results if isinstance(r, Fill)]
+    (failed,) = [r for r in results if isinstance(r, BackendError)]
+    assert sorted(f.text for f in fills) == ["", "one"] and failed.kind is Failure.REFUSED
+    assert sorted((f.pieces, f.tokens) for f in fills) == [([], 0), (["one"], 1)]
+    assert described["requests"] == 3 and described["failures"] == 1
+    assert KEY not in repr(backend.__dict__) and KEY not in repr(described)
 
 
 def test_fim_prints_an_answer_holding_a_lone_surrogate_instead_of_crashing(api, tmp_path):

@@ -1,6 +1,6 @@
 """Next edits through a remote backend: the API's edit endpoint (Mercury's `/edit/completions`,
 nextedit/mercury.py) against the scripted API of remote_api.py, from the client up to the language
-server's NextEditor over a RemoteLink."""
+server's NextEditor over a RemoteBackend."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from diffusion_lsp.remote import RemoteError
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.next_edit import NextEditor
 from diffusion_lsp.server.positions import UTF16
-from diffusion_lsp.server.remote_link import RemoteLink
+from diffusion_lsp.backend.remote import RemoteBackend
 from diffusion_lsp.server.stats import Stats
 
 TEXT = "def area(width, h):\n    return w * h\n"
@@ -67,14 +67,11 @@ def test_the_answer_loses_its_fence_tags_and_cursor(answer, region):
 
 def test_the_server_asks_the_edit_endpoint_and_answers_the_minimal_edit(api):
     api.script.append(chat("```python\ndef area(width, h):\n    return width * h\n```"))
-    from diffusion_lsp.server.session import launch_for
-
     cfg = parse_config({"model": {"backend": "openai", "baseUrl": api.base, "remoteModel": "mercury-edit",
                                   "apiKeyEnv": ENV}, "worker": {"fillTimeoutS": 20},
                       "nextEdit": {"enable": True}})[0]  # an API's model claims nothing: the user turns them on
     ui, stats = RecordingUi(), Stats()
-    link = RemoteLink(ui, stats, launch_for(cfg))
-    link.configure(launch_for(cfg), True, cfg.worker.fill_timeout_s)
+    link = RemoteBackend(ui, cfg.model, fill_timeout_s=cfg.worker.fill_timeout_s)
     steps = EditSteps()
     steps.note(DOC.uri, "m.py", TEXT.replace("width", "w", 1), TEXT, 0, 0, 0)  # the user renamed w -> width
     editor = NextEditor(link, stats.next_edit, ui.log, steps)

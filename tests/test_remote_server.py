@@ -1,6 +1,6 @@
-"""The language server through a remote backend (RemoteLink) against the scripted API of
+"""The language server through the remote backend (RemoteBackend) against the scripted API of
 remote_api.py: a completion, cancellation and supersession dropping the HTTP connection (seen by the
-server, waited for by event), failures shown once, the deadline, the session switching links."""
+server, waited for by event), failures shown once, the deadline, the session switching backends."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from remote_api import DOC, ENV, KEY, WAIT, Api, assert_no_key, chain, ok
 from diffusion_lsp.context.types import Document
 from diffusion_lsp.server.completion import Answer, Completer
 from diffusion_lsp.server.config import parse_config
-from diffusion_lsp.server.link import Unavailable, WorkerLink
+from diffusion_lsp.backend.failure import BackendError, Failure
+from diffusion_lsp.worker.link import WorkerLink
 from diffusion_lsp.server.positions import UTF16
-from diffusion_lsp.server.remote_link import RemoteLink
+from diffusion_lsp.backend.remote import RemoteBackend
 from diffusion_lsp.server.stats import Stats
-from diffusion_lsp.server.wire import FillOrder
+from diffusion_lsp.backend.orders import FillOrder
 
 
 # ---- the language server ----
@@ -31,11 +32,8 @@ def remote_cfg(api: Api, **completion):
 
 
 def make_completer(api: Api):
-    from diffusion_lsp.server.session import launch_for
-
     cfg, ui, stats = remote_cfg(api), RecordingUi(), Stats()
-    link = RemoteLink(ui, stats, launch_for(cfg))
-    link.configure(launch_for(cfg), True, cfg.worker.fill_timeout_s)
+    link = RemoteBackend(ui, cfg.model, fill_timeout_s=cfg.worker.fill_timeout_s)
     completer = Completer(link, stats, ui.log)
     completer.configure(cfg)
     return completer, link, ui
@@ -45,7 +43,7 @@ async def wait_for(event: threading.Event) -> bool:
     return await asyncio.get_running_loop().run_in_executor(None, event.wait, WAIT)
 
 
-def test_a_completion_through_the_remote_link(api):
+def test_a_completion_through_the_remote_backend(api):
     api.script.append(ok("os.getcwd()\nmore"))
     completer, link, ui = make_completer(api)
 
@@ -94,14 +92,15 @@ def test_remote_failures_are_shown_once_per_kind_and_never_hold_the_key(api, cap
 
     async def go():
         for _ in range(2):
-            with pytest.raises(Unavailable, match=r"refused the key in \$TEST_KEY") as e:
+            with pytest.raises(BackendError, match=r"refused the key in \$TEST_KEY") as e:
                 await link.fill(DOC.uri, order)
+            assert e.value.kind is Failure.UNAVAILABLE
             assert_no_key(*chain(e.value))
         answers = [await completer.complete(DOC, 1, 0, UTF16)]
         api.default = ok("1")
         answers.append(await link.fill(DOC.uri, order))
         api.default = (401, {})
-        with pytest.raises(Unavailable):
+        with pytest.raises(BackendError):
             await link.fill(DOC.uri, order)
         await link.close()
         return answers
@@ -116,15 +115,16 @@ def test_remote_failures_are_shown_once_per_kind_and_never_hold_the_key(api, cap
 def test_a_fill_past_the_deadline_is_unavailable(api):
     api.script.append("hang")
     completer, link, ui = make_completer(api)
-    link.configure(link.launch, True, 0.2)
+    link.configure(link.settings, True, 0.2)
 
     async def go():
-        with pytest.raises(Unavailable, match="fillTimeoutS"):
+        with pytest.raises(BackendError, match="fillTimeoutS") as e:
             await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
+        assert e.value.kind is Failure.TIMEOUT
         await link.close()
 
     asyncio.run(go())
-    assert link.stats.fill_timeouts == 1 and api.dropped.wait(WAIT)
+    assert link.counts["fill_timeouts"] == 1 and api.dropped.wait(WAIT)
     # shown to the user once, as every other failure is (it was only logged: the README says shown)
     assert ui.shown == [("error", "diffusion-lsp: the remote API gave no fill within worker.fillTimeoutS (0.2 s)")]
 
@@ -136,7 +136,7 @@ def test_a_key_the_api_echoes_changed_is_never_shown(api, echo):
     completer, link, ui = make_completer(api)
 
     async def go():
-        with pytest.raises(Unavailable) as e:
+        with pytest.raises(BackendError) as e:
             await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
         await link.close()
         return e.value
@@ -153,14 +153,14 @@ def test_a_missing_key_variable_is_shown_once(api, monkeypatch):
 
     async def go():
         for _ in range(2):
-            with pytest.raises(Unavailable, match="not set"):
+            with pytest.raises(BackendError, match="not set"):
                 await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
 
     asyncio.run(go())
     assert len(ui.shown) == 1 and "$TEST_KEY" in ui.shown[0][1] and api.got == []
 
 
-def test_the_session_picks_and_switches_the_link_from_model_backend(api, monkeypatch, tmp_path):
+def test_the_session_picks_and_switches_the_backend_from_model_backend(api, monkeypatch, tmp_path):
     from diffusion_lsp.model.claims import read_claims
     from diffusion_lsp.server import notice
     from diffusion_lsp.engine import DEFAULT_MODEL
@@ -171,22 +171,22 @@ def test_the_session_picks_and_switches_the_link_from_model_backend(api, monkeyp
     async def go():
         ui = RecordingUi()
         session = Session(ServeOptions(), ui, {}.get)
-        assert isinstance(session.link, WorkerLink)
+        assert isinstance(session.backend, WorkerLink)
         raw = {"model": {"backend": "openai", "baseUrl": api.base, "remoteModel": "m", "apiKeyEnv": ENV}}
         session.configure(raw)
-        remote = session.link
-        assert isinstance(remote, RemoteLink) and session.completer.link is remote
+        remote = session.backend
+        assert isinstance(remote, RemoteBackend) and session.completer.backend is remote
         assert (await remote.fill(DOC.uri, FillOrder("x = ", "\n", 4))).text == "x = 1"
         report = session.report()
         assert report["worker"]["backend"] == "openai" and report["worker"]["requests"] == 1
         assert_no_key(report)
-        session.configure({"model": {**raw["model"], "remoteModel": "m2"}})  # another client, same link
-        assert session.link is remote and remote.client is None
+        session.configure({"model": {**raw["model"], "remoteModel": "m2"}})  # another client, same backend
+        assert session.backend is remote and remote.client is None
         await remote.fill(DOC.uri, FillOrder("x = ", "\n", 4))
         assert api.got[-1][2]["model"] == "m2"
         session.configure({"model": {"baseUrl": api.base}})  # backend local again (its default)
-        assert isinstance(session.link, WorkerLink) and session.completer.link is session.link
-        await asyncio.sleep(0)  # one loop turn: the old link's close runs
+        assert isinstance(session.backend, WorkerLink) and session.completer.backend is session.backend
+        await asyncio.sleep(0)  # one loop turn: the old backend's close runs
         assert remote.client is None
         assert ui.shown == [("info", notice.demo_message(read_claims(DEFAULT_MODEL)))]  # back to the demo: said once
         await session.close()

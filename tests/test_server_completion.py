@@ -13,10 +13,10 @@ from diffusion_lsp.context.types import Document, EditSnippet, Suggestion
 from diffusion_lsp.server.completion import Answer, BadInput, Completer, locate, replace_range
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.indexer import Indexer
-from diffusion_lsp.server.link import Unavailable
+from diffusion_lsp.backend.failure import BackendError, Failure
 from diffusion_lsp.server.positions import UTF8, UTF16
 from diffusion_lsp.server.stats import Stats
-from diffusion_lsp.server.wire import Fill
+from diffusion_lsp.backend.orders import Fill
 
 WAIT = 30  # seconds: only reached when a test is failing
 DOC = Document("file:///a.py", "import os\n\nprint(os.sep)\n", "python")
@@ -193,7 +193,7 @@ def test_bad_input_is_logged_and_answered_empty():
 
 
 def test_an_unavailable_model_is_not_cached_as_nothing_to_say():
-    link = FakeLink(error=Unavailable("the model worker is not available"))
+    link = FakeLink(error=BackendError(Failure.UNAVAILABLE, "the model worker is not available"))
     completer = make(link)
     assert asyncio.run(completer.complete(DOC, *CURSOR, UTF16)) is None
     assert len(completer.cache) == 0 and completer.stats.empty == 1

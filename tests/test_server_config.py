@@ -121,7 +121,7 @@ def test_the_session_shows_each_bad_setting_and_keeps_serving_flags():
     session.configure({"diffusionLsp": {"completion": {"debounceMs": "soon"}, "model": {"device": "tpu"}}})
     assert [kind for kind, _ in ui.shown] == ["warning", "warning"]
     assert all(m.startswith("diffusion-lsp settings: ") for _, m in ui.shown)
-    launch = session.link.launch
+    launch = session.backend.launch
     assert (launch.settings.path, str(launch.socket), launch.settings.device) == ("/ckpt", "/tmp/x.sock", "auto")
 
 

@@ -1,6 +1,6 @@
 """WorkerLink without a worker: the fill deadline and the restart of a worker that stops answering,
-the crash-loop cap, model switching, and one message per failure. The client is a fake driven
-by events."""
+the crash-loop cap, model switching, one message per failure, and the worker's refusals as the
+Backend's failures. The client is a fake whose events the link awaits, as it does the real one's."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 
 from conftest import RecordingUi
 from diffusion_lsp.model.settings import LaunchSettings
-from diffusion_lsp.server.client import Launch, WorkerUnavailable
-from diffusion_lsp.server.link import RESTARTS_PER_MINUTE, Unavailable, WorkerLink
-from diffusion_lsp.server.stats import Stats
-from diffusion_lsp.server.wire import Fill, FillOrder, FillRefused
+from diffusion_lsp.backend.failure import BackendError, Failure
+from diffusion_lsp.backend.orders import Fill, FillOrder
+from diffusion_lsp.worker.client import Launch, WorkerUnavailable
+from diffusion_lsp.worker.link import RESTARTS_PER_MINUTE, WorkerLink
+from diffusion_lsp.worker.wire import refusal_message, refused
 
 ORDER = FillOrder("x = ", "\n", 4)
 
@@ -25,8 +26,8 @@ class FakeClient:
     made: list[FakeClient] = []
     max_tokens = None  # the loaded model's largest canvas: not said by this fake
 
-    def __init__(self, launch, on_event, on_lost, answer=None, pong=0.0, fail_start=None):
-        self.launch, self.on_event, self.on_lost = launch, on_event, on_lost
+    def __init__(self, launch, answer=None, pong=0.0, fail_start=None):
+        self.launch, self.events = launch, asyncio.Queue()
         self.answer, self.pong, self.fail_start = answer or Fill("1", ["1"], [0.9]), pong, fail_start
         self.connected, self.state, self.pid, self.error = False, "stopped", 4242, None
         self.killed = self.closed = self.starts = 0
@@ -38,7 +39,11 @@ class FakeClient:
             raise WorkerUnavailable(self.fail_start)
         self.connected, self.state = True, "ready"
 
-    async def fill(self, key, order, on_draft=None):  # the real client's signature
+    def lose(self, reason: str) -> None:  # what the real client does when its worker goes away
+        self.connected, self.state = False, "stopped"
+        self.events.put_nowait({"event": "lost", "state": "stopped", "reason": reason})
+
+    async def fill(self, key, order):  # the real client's signature
         if self.answer == "hang":
             await asyncio.Event().wait()
         if isinstance(self.answer, Exception):
@@ -50,8 +55,7 @@ class FakeClient:
 
     def kill(self):
         self.killed += 1
-        self.connected, self.state = False, "stopped"
-        self.on_lost(f"the model worker (pid {self.pid}) exited with code -9")
+        self.lose(f"the model worker (pid {self.pid}) exited with code -9")
 
     async def close(self):
         self.closed += 1
@@ -59,10 +63,15 @@ class FakeClient:
 
 def make_link(**client):
     FakeClient.made = []
-    ui, stats = RecordingUi(), Stats()
-    link = WorkerLink(ui, stats, Launch(Path("/tmp/w.sock")),
-                      lambda launch, on_event, on_lost: FakeClient(launch, on_event, on_lost, **client))
-    return link, ui, stats
+    ui = RecordingUi()
+    link = WorkerLink(ui, Launch(Path("/tmp/w.sock")), lambda launch: FakeClient(launch, **client))
+    return link, ui, link.counts
+
+
+async def settle():
+    """Loop turns enough for the link's supervisor to handle what the client said."""
+    for _ in range(5):
+        await asyncio.sleep(0)
 
 
 @pytest.mark.parametrize("pong, restarted", [(None, True), (0.1, False), (1000.0, True)])
@@ -71,17 +80,17 @@ def test_a_fill_past_its_deadline_is_answered_and_a_worker_that_stopped_answerin
     link.configure(link.launch, True, 0.05)
 
     async def go():
-        with pytest.raises(Unavailable, match="fillTimeoutS"):
+        with pytest.raises(BackendError, match="fillTimeoutS") as e:
             await link.fill("a.py", ORDER)
+        assert e.value.kind is Failure.TIMEOUT
         await link.check
-        for _ in range(3):  # loop turns: the restart that the lost connection scheduled runs
-            await asyncio.sleep(0)
+        await settle()  # the supervisor hears of the lost worker and starts it again
 
     asyncio.run(go())
     first = FakeClient.made[0]
-    assert stats.fill_timeouts == 1 and first.killed == int(restarted)
+    assert stats["fill_timeouts"] == 1 and first.killed == int(restarted)
     if restarted:
-        assert stats.worker_crashes == 1 and first.starts == 2  # killed, lost, started again
+        assert stats["worker_crashes"] == 1 and first.starts == 2  # killed, lost, started again
         assert sum("restarting it" in m for _, m in ui.shown) == 2  # the hang, then the restart notice
     else:
         assert any("worker.fillTimeoutS" in m for _, m in ui.logged) and ui.shown == []
@@ -94,10 +103,8 @@ def test_crash_loops_are_capped_then_restart_on_the_next_request():
         assert await link.fill("a.py", ORDER) == Fill("1", ["1"], [0.9])
         client = FakeClient.made[0]
         for _ in range(RESTARTS_PER_MINUTE + 2):
-            client.connected = False
-            client.on_lost("the model worker (pid 4242) exited with code 1")
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
+            client.lose("the model worker (pid 4242) exited with code 1")
+            await settle()
         starts_after_crashes = client.starts
         client.connected = False
         await link.fill("a.py", ORDER)  # a request still restarts it
@@ -105,7 +112,7 @@ def test_crash_loops_are_capped_then_restart_on_the_next_request():
 
     after_crashes, after_request = asyncio.run(go())
     assert after_crashes == 1 + RESTARTS_PER_MINUTE and after_request == after_crashes + 1
-    assert stats.worker_crashes == RESTARTS_PER_MINUTE + 2
+    assert stats["worker_crashes"] == RESTARTS_PER_MINUTE + 2
     assert [k for k, _ in ui.shown] == ["warning"]  # one notice, not one per crash
     assert any("next request only" in m for _, m in ui.logged)
 
@@ -131,30 +138,29 @@ def test_a_worker_that_cannot_start_is_reported_once_and_requests_stay_empty():
 
     async def go():
         for _ in range(3):
-            with pytest.raises(Unavailable):
+            with pytest.raises(BackendError) as e:
                 await link.fill("a.py", ORDER)
+            assert e.value.kind is Failure.UNAVAILABLE
 
     asyncio.run(go())
     assert ui.shown == [("error", "diffusion-lsp: could not start the model worker: no worker answers on /tmp/w.sock")]
 
 
-@pytest.mark.parametrize("refusal, result", [(FillRefused("superseded"), None), (FillRefused("cancelled"), None),
-                                             (FillRefused("model", "no weights"), Unavailable),
-                                             (FillRefused("error", "bad fill request"), Unavailable)])
-def test_refusals_map_to_nothing_or_unavailable(refusal, result):
-    link, ui, stats = make_link(answer=refusal)
-    if result is None:
-        assert asyncio.run(link.fill("a.py", ORDER)) is None
-    else:
-        with pytest.raises(result):
-            asyncio.run(link.fill("a.py", ORDER))
-    assert (("error", "fill failed: bad fill request") in ui.logged) == (refusal.reason == "error")
+@pytest.mark.parametrize("reason, kind", [("superseded", Failure.DROPPED), ("cancelled", Failure.DROPPED),
+                                          ("model", Failure.UNAVAILABLE), ("error", Failure.REFUSED),
+                                          ("invalid", Failure.INVALID), ("something new", Failure.REFUSED)])
+def test_the_workers_refusals_are_the_backends_failures(reason, kind):
+    link, ui, stats = make_link(answer=refused(refusal_message(1, reason, "why", "max_tokens")))
+    with pytest.raises(BackendError) as e:
+        asyncio.run(link.fill("a.py", ORDER))
+    assert e.value.kind is kind and e.value.retryable is False
+    assert e.value.param == "max_tokens" and str(e.value).endswith("why")
+    assert (("error", "fill failed: why") in ui.logged) == (kind is Failure.REFUSED)
 
 
 def test_completions_off_means_no_worker():
     link, ui, stats = make_link()
     link.configure(link.launch, False, 10.0)
-    with pytest.raises(Unavailable):
+    with pytest.raises(BackendError) as e:
         asyncio.run(link.fill("a.py", ORDER))
-    assert FakeClient.made == []
-
+    assert e.value.kind is Failure.OFF and FakeClient.made == []

@@ -12,7 +12,8 @@ from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.next_edit import NextEdit, NextEditor
 from diffusion_lsp.server.positions import UTF8, UTF16
 from diffusion_lsp.server.stats import NextEditStats
-from diffusion_lsp.server.wire import Fill, FillOrder, Probed
+from diffusion_lsp.backend.base import Capabilities
+from diffusion_lsp.backend.orders import Fill, FillOrder, Probed
 
 URI = "file:///a.py"
 LINE = 'label = "é😀"; total = add(2, 3)\n'
@@ -27,7 +28,8 @@ class FakeLink:
     fill: answers `text`. Records every order and each cancelled probe."""
 
     def __init__(self, text=NEW_LINE, doubted=2, can_probe=True, hold=False):
-        self.text, self.doubted, self.can_probe = text, doubted, can_probe
+        self.text, self.doubted = text, doubted
+        self.capabilities = Capabilities(probe=True) if can_probe else Capabilities(rewrite=True)  # an API's
         self.probes, self.fills, self.rewrites, self.cancelled = [], [], [], 0
         self.started, self.release = asyncio.Event(), asyncio.Event()
         if not hold:

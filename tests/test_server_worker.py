@@ -9,17 +9,18 @@ import os
 import socket
 import stat
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
 
 from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
-from diffusion_lsp.server import listener as listener_module
-from diffusion_lsp.server import wire
-from diffusion_lsp.server.client import Launch, WorkerClient, WorkerUnavailable
-from diffusion_lsp.server.listener import bind, serve
-from diffusion_lsp.server.wire import Fill, FillOrder
-from diffusion_lsp.server.worker import Worker
+from diffusion_lsp.worker import listener as listener_module
+from diffusion_lsp.worker import wire
+from diffusion_lsp.worker.client import Launch, WorkerClient, WorkerUnavailable
+from diffusion_lsp.worker.listener import bind, serve
+from diffusion_lsp.backend.orders import Fill, FillOrder
+from diffusion_lsp.worker.process import Worker
 
 WAIT = 30  # seconds: only reached when a test is failing
 SAMPLING = {"policy": "threshold", "threshold": 0.9}
@@ -38,19 +39,18 @@ class FakeEngine:
     def max_tokens(self) -> int:
         return 16  # the largest canvas this fake model takes
 
-    def fill(self, requests, cfg=None, should_stop=None):
+    def answer(self, orders, keys, should_stop=None, on_step=None):  # diffusion_lsp.engine.Engine's
         if should_stop is None:  # the warm-up fill
-            return []
-        self.batches.append([r.prefix for r in requests])
+            return [None]
+        self.batches.append([o.prefix for o in orders])
         self.started.set()
-        stopped = [False] * len(requests)
+        stopped = [False] * len(orders)
         while not self.release.wait(0.005):  # one denoising step
             stopped = [s or should_stop(i) for i, s in enumerate(stopped)]
             if all(stopped):
                 break
-        return [SimpleNamespace(text=r.prefix.upper(), pieces=list(r.prefix.upper()), confidence=[1.0] * len(r.prefix),
-                                ms=1.0, forwards=1, cancelled=s, reused=0)
-                for r, s in zip(requests, stopped)]
+        return [None if s else Fill(o.prefix.upper(), list(o.prefix.upper()), [1.0] * len(o.prefix), 1.0, 1,
+                                    batch=len(orders)) for o, s in zip(orders, stopped)]
 
 
 class FakeConn:
@@ -166,10 +166,12 @@ def test_a_ping_is_answered_while_a_batch_runs(running):
     worker, engine, conn = running
     worker.handle(conn, {"op": "ping", "id": 1})
     assert conn.reply(1) == {"id": 1, "ok": True, "pong": True, "busy_s": 0.0}
+    t0 = time.monotonic()
     worker.handle(conn, fill(2))
     assert engine.started.wait(WAIT)
     worker.handle(conn, {"op": "ping", "id": 3})
-    assert conn.reply(3)["pong"] and worker.busy_since is not None and conn.reply(3)["busy_s"] >= 0.0
+    busy = conn.reply(3)["busy_s"]
+    assert worker.busy_since >= t0 and 0.0 <= busy <= round(time.monotonic() - t0, 3)  # how long it has run
     engine.release.set()
     assert conn.reply(2)["ok"]
 
@@ -214,13 +216,12 @@ def test_the_client_over_a_real_socket_fills_cancels_and_notices_a_lost_worker(t
     threading.Thread(target=worker.run, daemon=True).start()
 
     async def go():
-        lost, ready = asyncio.Event(), asyncio.Event()
-        client = WorkerClient(Launch(socket=tmp_path / "w.sock"),
-                              on_event=lambda m: m.get("state") == "ready" and ready.set(),
-                              on_lost=lambda reason: lost.set())
+        client = WorkerClient(Launch(socket=tmp_path / "w.sock"))
         await client.start()
-        await asyncio.wait_for(ready.wait(), WAIT)
-        assert client.pid == os.getpid()
+        await asyncio.wait_for(client.settled(), WAIT)
+        assert client.state == "ready" and client.pid == os.getpid()
+        said = [client.events.get_nowait() for _ in range(client.events.qsize())]
+        assert said[0]["event"] == "hello" and said[-1]["state"] == "ready"  # what its owner awaits
         held = asyncio.ensure_future(client.fill("a.py", FillOrder("held", "", 4)))
         await asyncio.get_running_loop().run_in_executor(None, engine.started.wait, WAIT)
         held.cancel()  # what $/cancelRequest does: the worker must stop the fill between steps
@@ -231,8 +232,8 @@ def test_the_client_over_a_real_socket_fills_cancels_and_notices_a_lost_worker(t
         assert answer == Fill("GO", ["G", "O"], [1.0, 1.0], 1.0, 1, 0) and engine.batches[0] == ["held"]
         for conn in list(worker.conns):  # the worker goes away
             conn.sock.shutdown(socket.SHUT_RDWR)
-        await asyncio.wait_for(lost.wait(), WAIT)
-        assert not client.connected
+        lost = await asyncio.wait_for(client.events.get(), WAIT)
+        assert lost["event"] == "lost" and "lost" in lost["reason"] and not client.connected
         with pytest.raises(WorkerUnavailable):
             await client.fill("a.py", FillOrder("x", "", 4))
 
@@ -278,7 +279,7 @@ def test_a_worker_that_resets_the_connection_on_its_way_out_is_not_a_failure(tmp
         conn.recv(1)
 
     threading.Thread(target=talk, daemon=True).start()
-    client = WorkerClient(Launch(socket=path), on_event=lambda m: None, on_lost=lambda r: None)
+    client = WorkerClient(Launch(socket=path))
 
     async def go():
         await client.start()
@@ -295,7 +296,7 @@ def test_a_worker_that_resets_the_connection_on_its_way_out_is_not_a_failure(tmp
 def test_a_worker_of_another_wire_version_is_refused_with_a_clear_reason(tmp_path):
     path = tmp_path / "w.sock"
     server = _fake_worker_socket(path, [wire.encode({"event": "hello", "version": 1, "pid": 1, "state": "ready"})])
-    client = WorkerClient(Launch(socket=path), on_event=lambda m: None, on_lost=lambda r: None)
+    client = WorkerClient(Launch(socket=path))
     try:
         with pytest.raises(WorkerUnavailable, match=f"protocol version .1, this server speaks {wire.WIRE_VERSION}"):
             asyncio.run(client.start())
@@ -304,7 +305,7 @@ def test_a_worker_of_another_wire_version_is_refused_with_a_clear_reason(tmp_pat
 
 
 def test_an_over_long_line_from_the_worker_drops_the_connection(tmp_path, monkeypatch):
-    from diffusion_lsp.server import client as client_module
+    from diffusion_lsp.worker import client as client_module
 
     monkeypatch.setattr(client_module, "MAX_LINE", 4096)
     path = tmp_path / "w.sock"
@@ -312,11 +313,11 @@ def test_an_over_long_line_from_the_worker_drops_the_connection(tmp_path, monkey
     server = _fake_worker_socket(path, [hello, b'{"id": 1, "text": "' + b"x" * 10_000 + b'"}\n'])
 
     async def go():
-        lost = asyncio.Event()
-        client = WorkerClient(Launch(socket=path), on_event=lambda m: None, on_lost=lambda r: lost.set())
+        client = WorkerClient(Launch(socket=path))
         await client.start()
         fill = asyncio.ensure_future(client.fill("a.py", FillOrder("x", "", 4)))
-        await asyncio.wait_for(lost.wait(), WAIT)
+        while (await asyncio.wait_for(client.events.get(), WAIT))["event"] != "lost":
+            pass
         with pytest.raises(WorkerUnavailable):
             await fill
         return client.connected
@@ -408,7 +409,7 @@ def test_a_shared_socket_whose_worker_runs_other_code_or_another_model_is_refuse
     path = tmp_path / "w.sock"
     launch = LaunchSettings(path="/models/b")
     server = _fake_worker_socket(path, [wire.encode(_hello(launch, **changes))])
-    client = WorkerClient(Launch(socket=path, settings=launch), lambda m: None, lambda r: None)
+    client = WorkerClient(Launch(socket=path, settings=launch))
     try:
         with pytest.raises(WorkerUnavailable, match=why):
             asyncio.run(client.start())

@@ -36,6 +36,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..lifecycle import Stopped, first
 from .requests import BadRequest, Edit, Fim, cut_at_stop, parse_edit, parse_fim, stream_safe
 from .service import Answer, Busy, Failed, Service
 
@@ -150,16 +151,10 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
 
     async def unless_gone(request: Request, work):
         """`work`'s result; a client that disconnects first cancels it (and its fill in the worker)."""
-        task, gone = asyncio.ensure_future(work), asyncio.ensure_future(until_disconnect(request))
         try:
-            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-            if not task.done():
-                task.cancel()
-        if not task.done():  # cancelled just now: the client has left
-            raise ClientGone()
-        return task.result()
+            return await first(work, until_disconnect(request))
+        except Stopped:
+            raise ClientGone() from None
 
     def completion_body(model: str, rid: str, answer: Answer) -> dict:
         return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
@@ -194,25 +189,25 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
     async def stream(request: Request, fim: Fim, model: str, rid: str, release, route: str):
         """The events of a stream; a client that leaves (seen at once, not at the next write) ends it
         and cancels its fill."""
-        drafts: asyncio.Queue = asyncio.Queue()
-        task = asyncio.ensure_future(service.complete(fim, drafts.put_nowait))
+        items = service.stream(fim)
         gone = asyncio.ensure_future(until_disconnect(request))
-        getter: asyncio.Future | None = None
         t0, sent = time.monotonic(), ""
         try:
             while True:
-                getter = asyncio.ensure_future(drafts.get())
-                await asyncio.wait({getter, task, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if gone.done():
+                try:
+                    item = await first(items.__anext__(), gone)
+                except Stopped:
                     metrics.disconnects.inc()
                     return
-                if not getter.done():  # the fill is done and every draft sent
+                except Failed as e:  # a 400 the model found once the stream had started (it was still loading)
+                    yield f"data: {json.dumps({'error': {'message': str(e), 'type': e.kind, 'param': e.param}})}\n\n"
+                    return
+                if isinstance(item, Answer):
                     break
-                draft = getter.result()
                 if fim.diffusing:
-                    yield event(rid, model, cut_at_stop(draft.text, fim.stop)[0], None)
+                    yield event(rid, model, cut_at_stop(item.text, fim.stop)[0], None)
                     continue
-                text, stopped = cut_at_stop(draft.committed, fim.stop)
+                text, stopped = cut_at_stop(item.committed, fim.stop)
                 safe = text if stopped else stream_safe(text, fim.stop)
                 if len(safe) > len(sent) and safe.startswith(sent):
                     yield event(rid, model, safe[len(sent):], None)
@@ -221,11 +216,7 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
                     yield event(rid, model, "", "stop")
                     yield "data: [DONE]\n\n"
                     return
-            try:
-                answer = task.result()
-            except Failed as e:  # a 400 the model found once the stream had started (it was still loading)
-                yield f"data: {json.dumps({'error': {'message': str(e), 'type': e.kind, 'param': e.param}})}\n\n"
-                return
+            answer = item
             if fim.diffusing:
                 yield event(rid, model, answer.text, answer.finish_reason)
             else:  # a draft's committed text is a prefix of the final text (model/sampler.py _draft)
@@ -239,9 +230,8 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
             metrics.disconnects.inc()
             raise
         finally:
-            for pending in (task, gone, getter):
-                if pending is not None and not pending.done():
-                    pending.cancel()
+            gone.cancel()
+            await items.aclose()
             metrics.latency.labels(route).observe(time.monotonic() - t0)
             release()
 

@@ -90,7 +90,7 @@ def _next_edit_settings(raw: str):
 
 def api_socket(launch: LaunchSettings) -> Path:
     """The API's own worker (its batch size differs from the editors' workers)."""
-    from ..server.wire import default_socket
+    from ..worker.wire import default_socket
 
     return default_socket(launch, prefix="api")
 
@@ -98,8 +98,8 @@ def api_socket(launch: LaunchSettings) -> Path:
 def run(args) -> int:
     import uvicorn
 
-    from ..server.client import Launch
-    from ..server.wire import check_socket_path
+    from ..worker.client import Launch
+    from ..worker.wire import check_socket_path
     from .app import create_app
     from .metrics import Metrics
     from .receive import with_receive_deadline

@@ -10,8 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UserError
-from ..fim_batch import decode_all
-from ..options import add_fill_args, engine_for, launch_settings, paragraphs, sampler_config
+from ..fim_batch import Item, decode_all
+from ..options import add_fill_args, backend_for, launch_settings, paragraphs, sampler_config
 from . import confidence, heldout, humaneval, nep, typing_session
 from .execute import run_all
 
@@ -62,18 +62,16 @@ def summarize(name: str, passed: list[bool], records: list[dict] | None, wall: f
 
 
 def run_humaneval(args) -> int:
-    from ..model.canvas import FillRequest  # the tokenizers library: kept off --help
-
     cfg, launch = sampler_config(args), launch_settings(args)
     try:
         tasks = humaneval.load_split(args.split, Path(args.data) if args.data else None, args.limit,
                                      args.sample)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
-    engine = engine_for(launch)
+    backend = backend_for(launch)
     max_tokens = args.max_tokens or humaneval.CANVAS[args.split]
     one_line = args.split == "single-line"
-    requests = [FillRequest(t["prompt"], t["suffix"], max_tokens, id=t["task_id"], one_line=one_line) for t in tasks]
+    requests = [Item(t["task_id"], t["prompt"], t["suffix"], max_tokens, one_line) for t in tasks]
 
     def score(records):
         completions = [humaneval.postprocess(args.split, r.get("text", "")) for r in records]
@@ -84,7 +82,7 @@ def run_humaneval(args) -> int:
         runs.append(("one", replace(cfg, policy="one")))
     rows = []
     for name, run_cfg in runs:
-        records, wall = decode_all(engine, requests, run_cfg, args.batch_size, desc=name)
+        records, wall = decode_all(backend, requests, run_cfg, args.batch_size, desc=name)
         rows.append(summarize(name, score(records), records, wall))
     if not args.no_baselines:
         empty = [{"text": ""} for _ in tasks]

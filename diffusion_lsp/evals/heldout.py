@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 
 from ..errors import UserError
-from ..fim_batch import decode_all
+from ..fim_batch import Item, decode_all
 from ..options import add_fill_args, engine_for, launch_settings, sampler_config
 from .metrics import edit_similarity, exact_match, mean_score
 
@@ -91,7 +91,7 @@ def masked_token_loss(engine, docs, crops: int, seq_len: int, rng: random.Random
 
 
 def run(args) -> int:
-    from ..model.canvas import FillRequest  # the tokenizers library: kept off --help
+    from ..backend.local import LocalBackend
 
     cfg, launch = sampler_config(args), launch_settings(args)
     rng = random.Random(args.seed)
@@ -99,8 +99,8 @@ def run(args) -> int:
     engine = engine_for(launch)
     loss = masked_token_loss(engine, docs, args.crops, args.seq_len, rng)
     picks = pick_lines(docs, args.lines, rng)
-    requests = [FillRequest(p, s, args.max_tokens, id=i, one_line=True) for i, (p, s, _, _) in enumerate(picks)]
-    records, wall = decode_all(engine, requests, cfg, args.batch_size, desc=args.policy)
+    requests = [Item(i, p, s, args.max_tokens, True) for i, (p, s, _, _) in enumerate(picks)]
+    records, wall = decode_all(LocalBackend(engine), requests, cfg, args.batch_size, desc=args.policy)
     fills = [r.get("text", "").split("\n", 1)[0] for r in records]
     lines = [line for _, _, line, _ in picks]
     guesses = {"": fills, "_copy_previous_line": [prev for *_, prev in picks], "_empty": [""] * len(lines)}

@@ -15,6 +15,7 @@ object with `.text` (str | None) and `.forwards` (int); the baselines (nep_basel
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 from ..context.languages import LanguageSpec, language_for
 from ..errors import UserError
 from ..nextedit.history import last_change_end
-from ..options import add_launch_args, engine_for, launch_settings, paragraphs
+from ..options import add_launch_args, backend_for, launch_settings, paragraphs
 from .humaneval import DATA_ENV, default_data_dir
 from .nep_baselines import no_edit, repeat_last_edit
 from .nep_metrics import score, summarize
@@ -170,16 +171,29 @@ def register(ev) -> None:
 
 def model_predictor(args):
     """predict(case) with the model: nextedit.run.predict_file at the editor's default
-    nextEdit.* settings (--mode aside); imported only here, as it needs the model's libraries."""
+    nextEdit.* settings (--mode aside), over the backend the flags name; imported only here, as it
+    needs the model's libraries."""
     launch = launch_settings(args)
     try:
         from ..nextedit.run import predict_file
         from ..nextedit.suggest import NextEditSettings
     except ImportError as e:
         raise UserError(f"no next-edit model predictor ({e}); run with --no-model for the baselines") from None
+    from ..backend.failure import BackendError
+    from ..context.tokens import approx_tokens, model_token_counter
+    from ..engine import model_folder
+
     settings = NextEditSettings() if args.mode is None else NextEditSettings(mode=args.mode)
-    engine = engine_for(launch)
-    return lambda c: predict_file(engine, c.path, c.old, c.current, c.cursor, c.language, settings)
+    backend = backend_for(launch)
+    count = approx_tokens if launch.backend == "openai" else model_token_counter(model_folder(launch.path))
+    runner = asyncio.Runner()  # one loop for the whole run: a remote backend's connections live in it
+
+    def predict(c):
+        try:
+            return runner.run(predict_file(backend, c.path, c.old, c.current, c.cursor, c.language, count, settings))
+        except BackendError as e:
+            raise UserError(f"{c.id}: {e}") from None
+    return predict
 
 
 def run(args) -> int:

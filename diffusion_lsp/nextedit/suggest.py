@@ -1,29 +1,32 @@
-"""Decoding a next edit, in two modes, without I/O: `plan(request)` is a generator that yields the
-model work it needs (a FillOrder, a ProbeOrder, a RewriteOrder) and receives the answers, and
-returns an Outcome. The language server drives it through its link (server/next_edit.py), the
-evaluation through an engine in process (run.py), tests through a fake; all share every decision.
+"""Decoding a next edit: `await suggest(request, backend, key)` -> Outcome, a straight pipeline
+over a Backend (backend/base.py): region -> prompt -> await probe -> choose the span -> await fill
+-> filters. The CPU steps (the region's parse, the prompt's token counts, the filters) run where
+`cpu` puts them (a thread, for the language server). The language server, serve-api, `eval nep`
+and tests all run this one pipeline, over the worker, a remote API or an engine in process.
 
 - full re-mask: the old region is shown (prompt.py) and the whole region is a canvas with slack
   (fillers) so its length may change; the model writes the region as it should read.
-- remask-and-refine (default): the region stays in place and is probed (model/probe.py): the lines
+- remask-and-refine (default; needs a backend that can probe): the region stays in place and is probed (model/probe.py): the lines
   holding tokens the model doubts (its own first choice is `doubt` times likelier) are the only
   ones considered, and only their doubted tokens (from the first to the last) are re-masked, with
   slack, and denoised with everything else visible. A region the model does
   not doubt costs the probe's passes and nothing more; an edit on two lines costs those lines.
 
-Either way the result is diffed against the old region into one minimal edit (edits.py) and
+Through a remote API that cannot probe but has an edit endpoint, the region is rewritten there
+(mercury.py); one that has neither gets a full re-mask. Either way the result is diffed against the old region into one minimal edit (edits.py) and
 filtered: unchanged -> nothing; an undo of the last step, a parse it breaks, or a fill less sure
 than `min_confidence` -> nothing, each with its reason."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from ..backend.base import Backend, Capabilities
+from ..backend.orders import Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
 from ..context.languages import LanguageSpec
 from ..model.settings import SamplerConfig, _validate, check, one_of, within
-from ..server.wire import Fill, FillOrder, ProbeOrder, Probed
 from .edits import TextEdit, breaks_parse, line_of, minimal_edit, reverts
 from . import mercury
 from .history import Step
@@ -64,14 +67,6 @@ class NextEditSettings:
         _validate(self)
 
 
-@dataclass(frozen=True)
-class RewriteOrder:
-    """The region rewritten by an API's edit endpoint (mode "api", nextedit/mercury.py)."""
-
-    content: str  # the user message
-    max_tokens: int
-
-
 @dataclass
 class EditRequest:
     text: str  # the document
@@ -83,7 +78,7 @@ class EditRequest:
     settings: NextEditSettings
     count: Callable[[str], int]  # the model's token count
     sampling: SamplerConfig = field(default_factory=SamplerConfig)
-    mode: str | None = None  # overrides settings.mode (benchmarks run both); "api": an edit endpoint
+    mode: str | None = None  # overrides settings.mode (benchmarks run both)
     uri: str = ""  # the document's uri (cross-file context skips it)
     open_docs: list = field(default_factory=list)  # other open documents (context.types.Document)
     index_of: Callable | None = None  # their definitions (context.index.indexed on the server's path)
@@ -105,9 +100,6 @@ class Outcome:
     @property
     def forwards_per_token(self) -> float | None:
         return self.forwards / self.edited_tokens if self.edited_tokens else None
-
-
-Plan = Generator[FillOrder | ProbeOrder | RewriteOrder, Fill | Probed | None, Outcome | None]  # None: superseded
 
 
 def _slack(n: int) -> int:
@@ -191,53 +183,89 @@ def given_region(text: str, start: int, end: int) -> Region:
     return Region(first, max(last, first + 1), start, end)
 
 
-def plan(req: EditRequest) -> Plan:
-    s = req.settings
-    mode = req.mode or s.mode
-    text, count = req.text, req.count
+def mode_for(asked: str, can: Capabilities) -> str:
+    """The mode a backend can run: refine needs a probe; without one, an API's edit endpoint
+    ("api"), else a full re-mask."""
+    if asked == "refine" and not can.probe:
+        return "api" if can.rewrite else "full"
+    return asked
+
+
+@dataclass
+class _Prepared:
+    """The CPU half before the model: the region, its text, what surrounds it, the history shown."""
+
+    region: Region
+    old: str
+    before: str
+    after: str
+    diffs: list[str]
+
+
+Cpu = Callable[..., Awaitable]  # cpu(fn, *args) -> fn(*args), run where the caller wants CPU work
+
+
+async def inline(fn, *args):
+    return fn(*args)
+
+
+def _prepare(req: EditRequest) -> _Prepared:
+    s, text = req.settings, req.text
     region_tokens = max(8, min(s.region_tokens, s.max_context_tokens // 4))
     region = (given_region(text, *req.region) if req.region is not None else
-              editable_region(text, req.cursor[0], req.spec, count, s.region_lines, region_tokens))
+              editable_region(text, req.cursor[0], req.spec, req.count, s.region_lines, region_tokens))
     old = text[region.start_offset:region.end_offset]
     before, after = text[:region.start_offset], text[region.end_offset:]
     diffs = req.diffs[-s.history_steps:] if s.history_steps else []
-    n_old = count(old)
+    return _Prepared(region, old, before, after, diffs)
+
+
+def _prompt(req: EditRequest, p: _Prepared, room: int, old_region: str | None = None):
+    definitions = _definitions(req, p.before, p.old, p.after)
+    return edit_prompt(p.diffs, req.path, p.before, p.after, req.count, room, old_region=old_region,
+                       definitions=definitions)
+
+
+async def suggest(req: EditRequest, backend: Backend, key: str, cpu: Cpu = inline) -> Outcome:
+    """The next edit of `req` through `backend`; raises BackendError (DROPPED when superseded there)."""
+    s, count = req.settings, req.count
+    mode = mode_for(req.mode or s.mode, backend.capabilities)
+    p = await cpu(_prepare, req)
+    old, region = p.old, p.region
+    n_old = await cpu(count, old)
     forwards, model_ms = 0, 0.0
     if mode == "api":
         cursor = sum(map(len, old.splitlines(keepends=True)[:req.cursor[0] - region.first])) + req.cursor[1]
-        content = mercury.edit_request(req.path, before, old, cursor, after, diffs, count, s.max_context_tokens)
-        fill = yield RewriteOrder(content, 2 * n_old + 64)
-        if fill is None:
-            return None
+        content = await cpu(mercury.edit_request, req.path, p.before, old, cursor, p.after, p.diffs, count,
+                            s.max_context_tokens)
+        fill = await backend.rewrite(key, RewriteOrder(content, 2 * n_old + 64))
         new = _fit_newline(old, mercury.rewritten(fill.text))
     elif mode == "full":
         canvas = n_old + _slack(n_old)
-        prompt = edit_prompt(diffs, req.path, before, after, count, s.max_context_tokens - canvas, old_region=old,
-                             definitions=_definitions(req, before, old, after))
-        fill = yield FillOrder(prompt.prefix, prompt.suffix, canvas, sampling=req.sampling)
-        if fill is None:
-            return None
+        prompt = await cpu(_prompt, req, p, s.max_context_tokens - canvas, old)
+        fill = await backend.fill(key, FillOrder(prompt.prefix, prompt.suffix, canvas, sampling=req.sampling))
         new = _fit_newline(old, fill.text)
     else:
-        prompt = edit_prompt(diffs, req.path, before, after, count,
-                             s.max_context_tokens - n_old - _slack(n_old) - 1,
-                             definitions=_definitions(req, before, old, after))
-        probed = yield ProbeOrder(prompt.prefix, old, prompt.suffix, s.stride)
-        if probed is None:
-            return None
+        prompt = await cpu(_prompt, req, p, s.max_context_tokens - n_old - _slack(n_old) - 1)
+        probed = await backend.probe(key, ProbeOrder(prompt.prefix, old, prompt.suffix, s.stride))
         forwards, model_ms = probed.forwards, probed.ms
         span = choose_span(doubted_lines(old, probed, s.doubt), req.cursor[0] - region.first, s.max_span_lines)
         if span is None:
             return Outcome(None, "no-doubt", mode, region, forwards, model_ms)
         a, b = narrow(old, probed, s.doubt, span)
         head, middle, tail = old[:a], old[a:b], old[b:]
-        n_mid = count(middle)
-        fill = yield FillOrder(prompt.prefix + head, tail + prompt.suffix, n_mid + _slack(n_mid), sampling=req.sampling)
-        if fill is None:
-            return None
+        n_mid = await cpu(count, middle)
+        fill = await backend.fill(key, FillOrder(prompt.prefix + head, tail + prompt.suffix, n_mid + _slack(n_mid),
+                                                 sampling=req.sampling))
         new = head + _fit_newline(middle, fill.text) + tail
-    forwards += fill.forwards
-    model_ms += fill.ms
+    return await cpu(_judge, req, mode, region, old, new, fill, forwards + fill.forwards, model_ms + fill.ms)
+
+
+def _judge(req: EditRequest, mode: str, region: Region, old: str, new: str, fill: Fill, forwards: int,
+           model_ms: float) -> Outcome:
+    """The filters: the region as the model wrote it, diffed into one minimal edit and refused when
+    it changes nothing, undoes the user's last step, breaks the parse or is not sure enough."""
+    s, text = req.settings, req.text
     # mean over the fill's tokens and where it ends (an empty fill, a deletion, is only the latter)
     confidence = (sum(fill.confidence) + fill.end_confidence) / (len(fill.confidence) + 1)
     edit = minimal_edit(old, new, region.start_offset)
@@ -245,9 +273,8 @@ def plan(req: EditRequest) -> Plan:
     if edit is None:
         out.reason = "unchanged"
         return out
-    out.edited_tokens = max(count(text[edit.start:edit.end]), count(edit.text), 1)
-    cursor_line = req.cursor[0]
-    out.jump = abs(line_of(text, edit.start) - cursor_line) > s.jump_lines
+    out.edited_tokens = max(req.count(text[edit.start:edit.end]), req.count(edit.text), 1)
+    out.jump = abs(line_of(text, edit.start) - req.cursor[0]) > s.jump_lines
     if reverts(req.last_step, text, edit):
         out.reason, out.edit = "undo", None
     elif breaks_parse(req.spec, text, edit):

@@ -1,8 +1,9 @@
 """One inline completion, without LSP: (document, position) -> Answer (text, replace range).
 
-Top to bottom: locate the position and refuse bad input; the cache; supersession by a newer request
-for the same document, and the debounce; the context (context/gather.py); the fill (link.py, the
-model worker); post-processing (context/postprocess.py) and one shorter, more careful re-sample of
+Top to bottom: locate the position and refuse bad input; the cache; the request's ticket
+(lifecycle.py: superseded by a newer request for the same document, the debounce); the context
+(context/gather.py); the fill through the Backend (backend/base.py: the model worker, or a remote
+API); post-processing (context/postprocess.py) and one shorter, more careful re-sample of
 a fill that breaks the parse; the range the answer replaces. The context is gathered in a thread
 of its own, so tree-sitter and the tokenizer never block the event loop, and other documents'
 indexes are only looked up here (server/indexer.py builds them). Post-processing runs on the loop:
@@ -17,8 +18,11 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from ..backend.base import Backend
+from ..backend.failure import BackendError, Failure
+from ..backend.orders import Fill, FillOrder
 from ..context.gather import gather
 from ..context.index import indexed
 from ..context.postprocess import postprocess
@@ -27,10 +31,10 @@ from ..context.types import CompletionContext, ContextBudget, Document, EditSnip
 from . import positions
 from .cache import CompletionCache
 from ..context.languages import language_for
+from ..lifecycle import Ticket, Tickets
 from .config import Config, serves_language
-from .link import Unavailable, WorkerLink
+from .failures import log_level
 from .stats import Stats, Timing
-from .wire import Fill, FillOrder
 
 Position = tuple[int, int]  # LSP (line, character) in the negotiated encoding
 RESAMPLE_THRESHOLD = 0.97  # the parse-error re-sample commits only tokens this sure
@@ -87,25 +91,19 @@ def finish(ctx: CompletionContext, fill: Fill, confidence_cut: float, check_synt
     return sug, sug is None and "parse-error" in reasons
 
 
-@dataclass
-class _Ticket:
-    uri: str
-    superseded: asyncio.Event = field(default_factory=asyncio.Event)
-
-
 class Completer:
     """`complete` never raises but CancelledError: every refusal and failure is one log line and an
-    empty answer. Cancelling it (`$/cancelRequest`) cancels the fill in the worker."""
+    empty answer. Cancelling it (`$/cancelRequest`) cancels the fill in the backend."""
 
-    def __init__(self, link: WorkerLink, stats: Stats, log: Callable[[str, str], None],
+    def __init__(self, backend: Backend, stats: Stats, log: Callable[[str, str], None],
                  recent_edits: Callable[[], Sequence[EditSnippet]] = tuple,
                  count_tokens: Callable[[str], int] = approx_tokens):
-        self.link, self.stats, self.log, self.recent_edits = link, stats, log, recent_edits
+        self.backend, self.stats, self.log, self.recent_edits = backend, stats, log, recent_edits
         self.count_tokens = count_tokens
         self.cfg = Config()
         self.cache = CompletionCache(self.cfg.completion.cache_size)
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="diffusion-lsp-context")
-        self._latest: dict[str, _Ticket] = {}
+        self.tickets = Tickets()
 
     def configure(self, cfg: Config, count_tokens: Callable[[str], int] | None = None) -> None:
         self.cfg = cfg
@@ -131,8 +129,11 @@ class Completer:
         except BadInput as e:
             stats.bad_input += 1
             self.log("info", f"no completion: {e}")
-        except Unavailable as e:
-            self.log("debug", f"no completion: {e}")
+        except BackendError as e:
+            if e.kind is Failure.DROPPED:
+                stats.superseded += 1
+            else:
+                self.log(log_level(e), f"no completion: {e}")
         except asyncio.CancelledError:
             stats.cancelled += 1
             raise
@@ -146,22 +147,18 @@ class Completer:
         return answer
 
     async def _suggest(self, doc: Document, offset: int, open_docs: Sequence[Document]) -> Suggestion | None:
-        """The suggestion at `offset`, or None: nothing to say, or superseded by a newer request."""
-        ticket = _Ticket(doc.uri)
-        if (old := self._latest.get(doc.uri)) is not None:
-            old.superseded.set()
-        self._latest[doc.uri] = ticket
+        """The suggestion at `offset`, or None: nothing to say. BackendError(DROPPED) when a newer
+        request for the document supersedes this one."""
         timing = Timing(self.stats.requests)
         t0 = time.perf_counter()
         try:
-            return await self._decide(ticket, timing, doc, offset, list(open_docs))
+            with self.tickets.take(doc.uri) as ticket:
+                return await self._decide(ticket, timing, doc, offset, list(open_docs))
         finally:
             timing.total_ms = (time.perf_counter() - t0) * 1e3
             self.stats.timings.append(timing)
-            if self._latest.get(doc.uri) is ticket:
-                del self._latest[doc.uri]
 
-    async def _decide(self, ticket: _Ticket, timing: Timing, doc: Document, offset: int,
+    async def _decide(self, ticket: Ticket, timing: Timing, doc: Document, offset: int,
                       open_docs: list[Document]) -> Suggestion | None:
         cc = self.cfg.completion
         if doc.language_id in cc.disabled_languages:
@@ -174,8 +171,8 @@ class Completer:
             timing.source = "cache"
             return cached
         t0 = time.perf_counter()
-        if cc.debounce_ms and await _set_within(ticket.superseded, cc.debounce_ms / 1000):
-            return self._superseded()
+        if not await ticket.quiet(cc.debounce_ms / 1000):
+            raise BackendError(Failure.DROPPED, "superseded while waiting for typing to pause")
         t1 = time.perf_counter()
         ctx = await self._in_thread(gather, doc, offset, open_docs, self.recent_edits(),
                                     ContextBudget.split(cc.max_context_tokens), self.count_tokens, indexed)
@@ -212,25 +209,16 @@ class Completer:
         return FillOrder(valid_text(ctx.prefix), valid_text(ctx.suffix), max_tokens,
                          one_line=ctx.kind is not SpanKind.BLOCK, sampling=sampling)
 
-    async def _sample(self, ticket: _Ticket, timing: Timing, ctx: CompletionContext,
+    async def _sample(self, ticket: Ticket, timing: Timing, ctx: CompletionContext,
                       order: FillOrder) -> tuple[Suggestion | None, bool]:
-        """(suggestion, broke the parse); (None, False) when superseded."""
-        if ticket.superseded.is_set():
-            return self._superseded(), False
-        self.stats.model_calls += 1
+        """(suggestion, broke the parse); BackendError(DROPPED) when superseded meanwhile."""
         t0 = time.perf_counter()
-        task = asyncio.ensure_future(self.link.fill(ticket.uri, order))
-        waiter = asyncio.ensure_future(ticket.superseded.wait())
         try:
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:  # also on our own cancellation ($/cancelRequest): abandon the fill
-            waiter.cancel()
-            if not task.done():
-                task.cancel()
+            self.stats.model_calls += not ticket.superseded.is_set()
+            fill = await ticket.run(self.backend.fill(ticket.key, order))
+        finally:  # also on our own cancellation ($/cancelRequest), which cancels the fill
             t1 = time.perf_counter()
             timing.model_ms += (t1 - t0) * 1e3
-        if not task.done() or task.cancelled() or (fill := task.result()) is None:
-            return self._superseded(), False
         self.stats.model_ms.append((t1 - t0) * 1e3)
         timing.source = "model"
         timing.worker_ms += fill.ms
@@ -244,18 +232,5 @@ class Completer:
     async def _in_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.thread, functools.partial(fn, *args))
 
-    def _superseded(self) -> None:
-        self.stats.superseded += 1
-        return None
-
     def close(self) -> None:
         self.thread.shutdown(wait=False, cancel_futures=True)
-
-
-async def _set_within(event: asyncio.Event, seconds: float) -> bool:
-    """Wait for `event` at most `seconds`; True when it was set."""
-    try:
-        await asyncio.wait_for(event.wait(), seconds)
-        return True
-    except asyncio.TimeoutError:
-        return False

@@ -1,10 +1,10 @@
 """One next-edit suggestion, without LSP: (document, version, position) -> NextEdit (range, text).
 
 Top to bottom: refuse a stale version or bad input; share a request already running for the same
-document, version and position (the code action and the NES request ask the same question);
-supersede an older one for the document, and the debounce; then the plan (nextedit/suggest.py)
-driven through the link, its CPU steps (the region's parse, the prompt's token counts, the filters)
-in a thread of their own. The last answer per document is kept for the code action and for inline
+document, version and position (the code action and the NES request ask the same question); the
+request's ticket (lifecycle.py: superseded by a newer one for the document, the debounce); then
+the next-edit pipeline (nextedit/suggest.py) over the Backend, its CPU steps (the region's parse,
+the prompt's token counts, the filters) in a thread of their own. The last answer per document is kept for the code action and for inline
 completion, which offers it when it is an insertion at the cursor."""
 
 from __future__ import annotations
@@ -14,20 +14,22 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from ..backend.base import Backend
+from ..backend.failure import BackendError, Failure
 from ..context.index import indexed
 from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..context.types import Document
 from ..nextedit.edits import LineEnds
 from ..nextedit.history import EditSteps
-from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, Plan, RewriteOrder, plan
-from ..server.wire import ProbeOrder
+from ..lifecycle import Tickets
+from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, suggest
 from . import positions
-from .completion import BadInput, _set_within, check_language, locate
+from .completion import BadInput, check_language, locate
 from .config import Config
-from .link import Unavailable
+from .failures import log_level
 from .stats import NextEditStats
 
 Position = tuple[int, int]
@@ -47,21 +49,16 @@ class NextEdit:
         return self.start == self.end == offset and bool(self.text)
 
 
-@dataclass
-class _Ticket:
-    superseded: asyncio.Event = field(default_factory=asyncio.Event)
-
-
 class NextEditor:
     """`suggest` never raises but CancelledError: a refusal or failure is one log line and None."""
 
-    def __init__(self, link, stats: NextEditStats, log: Callable[[str, str], None], steps: EditSteps,
+    def __init__(self, backend: Backend, stats: NextEditStats, log: Callable[[str, str], None], steps: EditSteps,
                  count_tokens: Callable[[str], int] = approx_tokens):
-        self.link, self.stats, self.log, self.steps = link, stats, log, steps
+        self.backend, self.stats, self.log, self.steps = backend, stats, log, steps
         self.count_tokens = count_tokens
         self.cfg = Config()
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="diffusion-lsp-nextedit")
-        self._latest: dict[str, _Ticket] = {}
+        self.tickets = Tickets()
         self._running: dict[tuple, asyncio.Future] = {}
         self.last: dict[str, NextEdit] = {}  # per document, the newest answer
 
@@ -108,8 +105,11 @@ class NextEditor:
             answer, out = await self._decide(doc, offset, encoding, path, open_docs)
         except BadInput as e:
             self.log("info", f"no next edit: {e}")
-        except Unavailable as e:
-            self.log("debug", f"no next edit: {e}")
+        except BackendError as e:
+            if e.kind is Failure.DROPPED:
+                stats.superseded += 1
+            else:
+                self.log(log_level(e), f"no next edit: {e}")
         except asyncio.CancelledError:
             stats.cancelled += 1
             raise
@@ -136,29 +136,16 @@ class NextEditor:
         if spec is None:
             raise BadInput(f"unsupported language {doc.language_id!r}")
         check_language(self.cfg, doc)
-        ticket = _Ticket()
-        if (old := self._latest.get(doc.uri)) is not None:
-            old.superseded.set()
-        self._latest[doc.uri] = ticket
-        try:
-            if s.debounce_ms and await _set_within(ticket.superseded, s.debounce_ms / 1000):
-                self.stats.superseded += 1
-                return None, None
-            ends = LineEnds(doc.text)  # the plan sees "\n" line ends; its edit is mapped back
+        with self.tickets.take(doc.uri) as ticket:
+            if not await ticket.quiet(s.debounce_ms / 1000):
+                raise BackendError(Failure.DROPPED, "superseded while waiting for typing to pause")
+            ends = LineEnds(doc.text)  # the pipeline sees "\n" line ends; its edit is mapped back
             before = LineEnds(doc.text[:offset]).unix
             cursor = (before.count("\n"), len(before) - before.rfind("\n") - 1)
             req = EditRequest(ends.unix, path, cursor, spec,
                               self.steps.diffs(), self.steps.last(doc.uri), s, self.count_tokens,
                               sampling=self.cfg.sampling, uri=doc.uri, open_docs=open_docs, index_of=indexed)
-            if not getattr(self.link, "can_probe", False):
-                req.mode = "api"  # a remote API: its edit endpoint (nextedit/mercury.py)
-            out = await drive_link(plan(req), self.link, "nextedit:" + doc.uri, self.thread, ticket.superseded)
-        finally:
-            if self._latest.get(doc.uri) is ticket:
-                del self._latest[doc.uri]
-        if out is None:
-            self.stats.superseded += 1
-            return None, None
+            out = await ticket.run(suggest(req, self.backend, "nextedit:" + doc.uri, self._in_thread))
         self.stats.reasons[out.reason] = self.stats.reasons.get(out.reason, 0) + 1
         self.stats.model_ms.append(out.model_ms)
         self.stats.forwards.append(out.forwards)
@@ -169,43 +156,8 @@ class NextEditor:
         rng = (positions.position_at(doc.text, e.start, encoding), positions.position_at(doc.text, e.end, encoding))
         return NextEdit(doc.uri, doc.version, rng, e.text, e.start, e.end, out.jump), out
 
+    async def _in_thread(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.thread, functools.partial(fn, *args))
+
     def close(self) -> None:
         self.thread.shutdown(wait=False, cancel_futures=True)
-
-
-async def drive_link(p: Plan, link, key: str, thread: ThreadPoolExecutor, stop: asyncio.Event | None = None
-                     ) -> Outcome | None:
-    """Run a plan: its CPU steps in `thread`, its model work through `link` (a WorkerLink or a
-    RemoteLink); None when `stop` is set meanwhile or the link drops the work. Raises Unavailable."""
-    loop = asyncio.get_running_loop()
-    stop = stop or asyncio.Event()
-    answer = None
-    while True:
-        done, order = await loop.run_in_executor(thread, functools.partial(_advance, p, answer))
-        if done:
-            return order
-        if stop.is_set():
-            return None
-        call = (link.probe if isinstance(order, ProbeOrder) else
-                link.rewrite if isinstance(order, RewriteOrder) else link.fill)
-        task = asyncio.ensure_future(call(key, order))
-        waiter = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            if not task.done():
-                task.cancel()
-        if not task.done() or task.cancelled():
-            return None
-        answer = task.result()  # raises Unavailable
-        if answer is None:
-            return None
-
-
-def _advance(p: Plan, answer) -> tuple[bool, object]:
-    """(False, the plan's next order) or (True, its outcome): StopIteration cannot cross a future."""
-    try:
-        return False, p.send(answer)
-    except StopIteration as stop:
-        return True, stop.value

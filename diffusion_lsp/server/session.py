@@ -1,8 +1,8 @@
 """One editor session, without LSP types: its settings and statistics, and the parts that serve it,
-each the one owner of its flow: the completer (a completion), the link (the model worker's life
-cycle, or with model.backend "openai" a remote FIM API), the indexer (background work on open
-documents) and the recent edits. The server adapts it to pygls (server.py) and reports through a
-`Ui` (link.py)."""
+each the one owner of its flow: the completer (a completion), the next editor, the backend (the
+model worker, or with model.backend "openai" a remote FIM API: backend/base.py), the indexer
+(background work on open documents) and the recent edits. The server adapts it to pygls
+(server.py) and reports through a Reporter (backend/base.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..backend.base import Reporter
+from ..backend.remote import RemoteBackend
 from ..context.cutting import memoized
 from ..context.tokens import model_token_counter
 from ..context.types import Document
@@ -18,17 +20,16 @@ from ..engine import model_folder
 from ..model.claims import GENERAL, Claims, read_claims
 from ..model.settings import LaunchSettings
 from ..nextedit.history import EditSteps
-from .client import Launch
+from ..worker.client import Launch
+from ..worker.link import WorkerLink
+from ..worker.wire import default_socket
 from .completion import Completer
 from . import notice
 from .config import Config, WorkerSettings, parse_config, with_claims
 from .history import RecentEdits
 from .indexer import Indexer
-from .link import Ui, WorkerLink
 from .next_edit import NextEditor
-from .remote_link import RemoteLink
 from .stats import Stats
-from .wire import default_socket
 
 
 @dataclass
@@ -45,10 +46,20 @@ def launch_for(cfg: Config) -> Launch:
     return Launch(socket=socket, settings=m, idle_exit_s=w.idle_exit_s)
 
 
-def link_for(cfg: Config, ui: Ui, stats: Stats) -> WorkerLink | RemoteLink:
-    """The link model.backend asks for: the model worker, or an OpenAI-compatible FIM API."""
-    link = RemoteLink if cfg.model.backend == "openai" else WorkerLink
-    return link(ui, stats, launch_for(cfg))
+def backend_for(cfg: Config, ui: Reporter) -> WorkerLink | RemoteBackend:
+    """The backend model.backend asks for: the model worker, or an OpenAI-compatible FIM API."""
+    if cfg.model.backend == "openai":
+        return RemoteBackend(ui, cfg.model, fill_timeout_s=cfg.worker.fill_timeout_s)
+    return WorkerLink(ui, launch_for(cfg), fill_timeout_s=cfg.worker.fill_timeout_s)
+
+
+def configure_backend(backend: WorkerLink | RemoteBackend, cfg: Config) -> None:
+    """New settings for the backend made for the same model.backend."""
+    enabled, timeout = cfg.completion.enable, cfg.worker.fill_timeout_s
+    if isinstance(backend, RemoteBackend):
+        backend.configure(cfg.model, enabled, timeout)
+    else:
+        backend.configure(launch_for(cfg), enabled, timeout)
 
 
 def claims_for(launch: LaunchSettings) -> Claims:
@@ -62,7 +73,7 @@ def counter_for(model_path: str | None) -> Callable[[str], int]:
 
 
 class Session:
-    def __init__(self, options: ServeOptions, ui: Ui, get_document: Callable[[str], Document | None]):
+    def __init__(self, options: ServeOptions, ui: Reporter, get_document: Callable[[str], Document | None]):
         self.ui = ui
         self.base = Config(model=options.launch,
                            worker=WorkerSettings(socket=options.worker_socket))
@@ -71,11 +82,11 @@ class Session:
         self._said_demo = False
         self.stats = Stats()
         self.edits = RecentEdits()
-        self.link = link_for(self.cfg, ui, self.stats)
-        self.completer = Completer(self.link, self.stats, ui.log, self.edits.oldest_first,
+        self.backend = backend_for(self.cfg, ui)
+        self.completer = Completer(self.backend, self.stats, ui.log, self.edits.oldest_first,
                                    counter_for(self.cfg.model.path))
         self.steps = EditSteps(self.cfg.next_edit.history_steps)
-        self.next_edit = NextEditor(self.link, self.stats.next_edit, ui.log, self.steps,
+        self.next_edit = NextEditor(self.backend, self.stats.next_edit, ui.log, self.steps,
                                     self.completer.count_tokens)
         self.indexer = Indexer(get_document)
         self.texts: dict[str, str] = {}  # per open document, its text before the next change
@@ -92,12 +103,12 @@ class Session:
             self._said_demo = True  # also when the state cannot be written: once a session at most
             notice.remember(notice.DEMO)
         model_changed = cfg.model.path != self.cfg.model.path
-        if cfg.model.backend != self.cfg.model.backend:  # another kind of link; the old one closes
-            old, self.link = self.link, link_for(cfg, self.ui, self.stats)
-            self.completer.link = self.next_edit.link = self.link
+        if cfg.model.backend != self.cfg.model.backend:  # another kind of backend; the old one closes
+            old, self.backend = self.backend, backend_for(cfg, self.ui)
+            self.completer.backend = self.next_edit.backend = self.backend
             asyncio.ensure_future(old.close())
         self.cfg = cfg
-        self.link.configure(launch_for(cfg), cfg.completion.enable, cfg.worker.fill_timeout_s)
+        configure_backend(self.backend, cfg)
         self.completer.configure(cfg, counter_for(cfg.model.path) if model_changed else None)
         self.next_edit.configure(cfg, self.completer.count_tokens)
 
@@ -107,7 +118,7 @@ class Session:
         self.texts[doc.uri] = doc.text
         counts = (memoized(self.completer.count_tokens), model_folder(self.cfg.model.path))
         self.indexer.schedule(doc.uri, counts=counts, now=True)
-        await self.link.ensure()
+        await self.backend.start()
 
     def changed(self, uri: str, text: str, path: str, span: tuple[int, int, int] | None) -> None:
         """`uri` changed to `text`; span: (first line, last line before, last line after) of one
@@ -128,13 +139,15 @@ class Session:
         c = self.cfg
         model = {"claims": self.claims.to_dict(), "languages": c.completion.languages,
                  "next_edits": c.next_edit.enable}
-        return self.stats.report(worker=self.link.describe(), model=model)
+        report = self.stats.report(worker=self.backend.describe(), model=model)
+        report["counts"].update(self.backend.counts)  # worker_crashes, fill_timeouts
+        return report
 
     async def close(self) -> None:
         self.indexer.close()
         self.completer.close()
         self.next_edit.close()
-        await self.link.close()
+        await self.backend.close()
 
 
 CHUNK = 4096  # characters compared at a time: slices compare in C, a character loop would not

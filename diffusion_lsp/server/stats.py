@@ -89,8 +89,6 @@ class Stats:
     accepted: int = 0  # the item's accept command ran
     partially_accepted: int = 0  # textDocument/didPartiallyAcceptCompletion
     accepted_chars: int = 0  # characters accepted partially
-    worker_crashes: int = 0
-    fill_timeouts: int = 0  # fills past worker.fillTimeoutS (answered empty)
     latency_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     model_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     timings: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)  # of Timing

@@ -1,6 +1,7 @@
-"""The language server's side of the worker socket (asyncio): connect to a running worker or
-start one, send fills and pings, route answers and state events, notice when the worker goes away,
-and kill one that stopped answering."""
+"""The socket to the worker, from the side that uses it (asyncio): connect to a running worker or
+start one, send orders and pings, route each answer (and a fill's drafts) to its caller, keep the
+worker's state, and kill one that stopped answering. It calls nobody back: its owner (link.py)
+awaits `events` (hello, state changes, and "lost" when a worker goes away unasked) and `settled()`."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ import itertools
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..backend.failure import BackendError, Failure
+from ..backend.orders import Draft, Fill, FillOrder, Probed, ProbeOrder
 from ..model.settings import LaunchSettings
-from .wire import (MAX_LINE, WIRE_VERSION, DraftEvent, Fill, FillOrder, FillRefused, ProbeOrder, Probed,
-                   build_id, check_socket_path, decode, encode, model_name, weights_id)
+from .wire import (MAX_LINE, WIRE_VERSION, build_id, check_socket_path, decode, encode, model_name,
+                   refused, weights_id)
 
 SPAWN_TIMEOUT_S = 60.0  # the worker prints "ready" once its socket listens, before loading the model
 CONNECT_TRIES = 40  # when another session is starting the worker: 40 x 0.25 s
@@ -31,7 +34,7 @@ class Launch:
     max_batch: int = 8  # most fills the worker decodes together
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "diffusion_lsp.server.worker", "--socket", str(self.socket),
+        return [sys.executable, "-m", "diffusion_lsp.worker", "--socket", str(self.socket),
                 "--idle-exit", str(self.idle_exit_s), "--max-batch", str(self.max_batch), *self.settings.to_argv()]
 
 
@@ -53,18 +56,16 @@ class WorkerUnavailable(Exception):
 
 
 class WorkerClient:
-    """on_event(message) gets hello/state events; on_lost(reason) is called when a connected
-    worker goes away (crash, kill) while we did not ask it to."""
-
-    def __init__(self, launch: Launch, on_event: Callable[[dict], None], on_lost: Callable[[str], None]):
-        self.launch, self.on_event, self.on_lost = launch, on_event, on_lost
+    def __init__(self, launch: Launch):
+        self.launch = launch
         self.pid: int | None = None
         self.state = "stopped"  # stopped | loading | ready | failed
         self.error: str | None = None
         self.max_tokens: int | None = None  # the largest canvas the loaded model takes (its state event)
+        self.events: asyncio.Queue[dict] = asyncio.Queue()  # hello, state, and {"event": "lost", "reason"}
+        self._changed = asyncio.Event()  # set (and replaced) at every change of state
         self._writer: asyncio.StreamWriter | None = None
-        self._pending: dict[int, asyncio.Future] = {}
-        self._drafts: dict[int, Callable[[DraftEvent], None]] = {}  # fills with drafts: where they go
+        self._pending: dict[int, asyncio.Queue] = {}  # by request id: its drafts, then its reply (None: lost)
         self._connecting: asyncio.Task | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._closed = False
@@ -84,32 +85,62 @@ class WorkerClient:
             self._connecting = asyncio.ensure_future(self._connect())
         await asyncio.shield(self._connecting)
 
-    async def fill(self, key: str, order: FillOrder, on_draft: Callable[[DraftEvent], None] | None = None) -> Fill:
+    async def settled(self) -> None:
+        """Return once the worker is not loading any more: ready, failed, or gone."""
+        while self.connected and self.state == "loading":
+            await self._changed.wait()
+
+    async def fill(self, key: str, order: FillOrder) -> Fill:
         """The worker's fill for `order`. Raises WorkerUnavailable when it is not connected and
-        ready or goes away meanwhile, FillRefused when it says no. Cancelling this coroutine sends
-        a cancel, so the worker abandons the work. With `order.drafts`, on_draft gets each draft."""
-        return await self._order(key, order, Fill, on_draft)
+        ready or goes away meanwhile, BackendError when it says no. Cancelling this coroutine sends
+        a cancel, so the worker abandons the work."""
+        stream = self.stream(key, order)
+        try:
+            async for item in stream:
+                if isinstance(item, Fill):
+                    return item
+        finally:
+            await stream.aclose()
+        raise AssertionError("a stream ends with its fill")
+
+    def stream(self, key: str, order: FillOrder) -> AsyncIterator[Draft | Fill]:
+        """The drafts the worker sends after each denoising step (with `order.drafts`), then the
+        fill; raises like `fill`."""
+        return self._order(key, order, Fill)
 
     async def probe(self, key: str, order: ProbeOrder) -> Probed:
         """The worker's probe (model/probe.py); raises like `fill`."""
-        return await self._order(key, order, Probed)
+        stream = self._order(key, order, Probed)
+        try:
+            async for item in stream:
+                return item
+        finally:
+            await stream.aclose()
+        raise AssertionError("a probe has an answer")
 
-    async def _order(self, key: str, order, answer, on_draft=None):
+    async def _order(self, key: str, order, answer) -> AsyncIterator:
         if not self.connected or self.state != "ready":
             raise WorkerUnavailable(f"the model worker is {self.state}")
         rid = next(self._ids)
-        if on_draft is not None:
-            self._drafts[rid] = on_draft
+        queue = self._pending[rid] = asyncio.Queue()
+        self._send(order.message(rid, key))
         try:
-            reply = await self._ask(order.message(rid, key), rid, cancel=True)
+            while (message := await queue.get()) is not None and "draft" in message:
+                if (draft := Draft.from_message(message)) is not None:
+                    yield draft
+        except (asyncio.CancelledError, GeneratorExit):
+            self._send({"op": "cancel", "id": rid})
+            raise
         finally:
-            self._drafts.pop(rid, None)
-        if not reply.get("ok"):
-            raise FillRefused(str(reply.get("reason")), reply.get("error"), reply.get("param"))
+            self._pending.pop(rid, None)
+        if message is None:
+            raise WorkerUnavailable("the connection to the model worker was lost")
+        if not message.get("ok"):
+            raise refused(message)
         try:
-            return answer.from_message(reply)
+            yield answer.from_message(message)
         except (TypeError, ValueError) as e:
-            raise FillRefused("error", f"{e}") from None
+            raise BackendError(Failure.REFUSED, f"the worker's answer is unusable: {e}") from None
 
     async def ping(self, timeout_s: float) -> float | None:
         """Seconds the worker's current batch has been running (0 when idle), or None when it
@@ -117,37 +148,27 @@ class WorkerClient:
         if not self.connected:
             return None
         rid = next(self._ids)
+        queue = self._pending[rid] = asyncio.Queue()
+        self._send({"op": "ping", "id": rid})
         try:
-            reply = await asyncio.wait_for(self._ask({"op": "ping", "id": rid}, rid, cancel=False), timeout_s)
-        except (asyncio.TimeoutError, WorkerUnavailable):
+            reply = await asyncio.wait_for(queue.get(), timeout_s)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            self._pending.pop(rid, None)
+        if reply is None:  # the connection was lost meanwhile
             return None
         busy = reply.get("busy_s", 0.0)
         return float(busy) if isinstance(busy, (int, float)) else 0.0
 
     def kill(self) -> None:
         """SIGKILL the worker (it stopped answering; SIGKILL also ends a SIGSTOPped process). The
-        connection then drops and on_lost restarts it."""
+        connection then drops, and its owner hears of it ("lost")."""
         if self.pid:
             try:
                 os.kill(self.pid, signal.SIGKILL)
             except OSError:
                 pass
-
-    async def _ask(self, message: dict, rid: int, cancel: bool) -> dict:
-        fut = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
-        self._send(message)
-        try:
-            reply = await fut
-        except asyncio.CancelledError:
-            if cancel:
-                self._send({"op": "cancel", "id": rid})
-            raise
-        finally:
-            self._pending.pop(rid, None)
-        if reply is None:
-            raise WorkerUnavailable("the connection to the model worker was lost")
-        return reply
 
     async def close(self) -> None:
         """Disconnect; the worker itself stays for other sessions until it idles out."""
@@ -233,7 +254,9 @@ class WorkerClient:
         self.state, self.error = message.get("state", self.state), message.get("error")
         limit = message.get("max_tokens")
         self.max_tokens = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
-        self.on_event(message)
+        self.events.put_nowait(message)
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -241,23 +264,21 @@ class WorkerClient:
                 message = decode(line)
                 if "event" in message:
                     self._event(message)
-                elif "draft" in message:
-                    if (sink := self._drafts.get(message.get("id"))) is not None and (
-                            draft := DraftEvent.from_message(message)) is not None:
-                        sink(draft)
-                elif (fut := self._pending.get(message.get("id"))) is not None and not fut.done():
-                    fut.set_result(message)
+                elif (queue := self._pending.get(message.get("id"))) is not None:
+                    queue.put_nowait(message)
         except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         if self._writer is not writer:  # closed on purpose, or already replaced
             return
-        self._writer, self.state = None, "stopped"
-        for fut in self._pending.values():
-            if not fut.done():
-                fut.set_result(None)
+        self._writer = None
+        for queue in self._pending.values():
+            queue.put_nowait(None)
         writer.close()
         if not self._closed:
-            self.on_lost(await self._exit_reason())
+            self._event({"event": "lost", "state": "stopped", "reason": await self._exit_reason()})
+        else:
+            self.state = "stopped"
+            self._changed.set()
 
     async def _exit_reason(self) -> str:
         if self._proc is not None and self.pid == self._proc.pid:

@@ -1,4 +1,4 @@
-"""The model worker process: `python -m diffusion_lsp.server.worker --socket PATH [--model DIR]`.
+"""The model worker process: `python -m diffusion_lsp.worker --socket PATH [--model DIR]`.
 
 It owns the model (and the GPU), so the language server's event loop never blocks on it and
 several editor sessions can share one loaded model. The socket side is listener.py; here, one model
@@ -18,10 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..backend.orders import Draft, FillOrder, ProbeOrder
 from ..model.canvas import DoesNotFit
 from ..model.settings import LaunchSettings, SamplerConfig, add_args, from_args
 from .listener import Conn, bind, serve
-from .wire import WIRE_VERSION, DraftEvent, Fill, FillOrder, ProbeOrder, Probed, build_id, model_name, weights_id
+from .wire import WIRE_VERSION, build_id, model_name, refusal_message, weights_id
 
 log = logging.getLogger("diffusion-lsp.worker")
 WARM_UP = FillOrder("def f(x):\n", "\n", 4)  # first-call kernel set-up, before the worker says ready
@@ -46,7 +47,7 @@ class Job:
 
 
 class Worker:
-    """`load()` returns an engine (`fill(requests, cfg, should_stop)`, diffusion_lsp.engine) or raises;
+    """`load()` returns an engine (diffusion_lsp.engine: `answer`, `answer_probe`) or raises;
     LoadFailed and ModelMissing carry a message for the user, anything else is shown with its type."""
 
     def __init__(self, load: Callable[[], object], launch: LaunchSettings = LaunchSettings(), max_batch: int = 8):
@@ -92,7 +93,7 @@ class Worker:
             conn.send({"id": rid, "ok": True, "pong": True,
                        "busy_s": 0.0 if since is None else round(time.monotonic() - since, 3)})
         else:
-            conn.send({"id": rid, "ok": False, "reason": "error", "error": f"unknown op {op!r}"})
+            conn.send(refusal_message(rid, "error", f"unknown op {op!r}"))
 
     def _submit(self, conn: Conn, msg: dict) -> None:
         rid, key = msg.get("id"), str(msg.get("key", ""))
@@ -100,12 +101,12 @@ class Worker:
         try:
             order = kind.from_message(msg)
         except ValueError as e:
-            conn.send({"id": rid, "ok": False, "reason": "error", "error": f"bad {msg.get('op')} request: {e}"})
+            conn.send(refusal_message(rid, "error", f"bad {msg.get('op')} request: {e}"))
             return
         job = Job(conn, rid, key, order)
         with self.cond:
             if self.state == "failed":
-                conn.send({"id": rid, "ok": False, "reason": "model", "error": self.error})
+                conn.send(refusal_message(rid, "model", self.error))
                 return
             if (old := self.latest.get((conn.id, key))) is not None:
                 self._stop(old, "superseded")
@@ -121,7 +122,7 @@ class Worker:
             self.queue.remove(job)
             self._forget(job)
             if reply:
-                job.conn.send({"id": job.id, "ok": False, "reason": reason})
+                job.conn.send(refusal_message(job.id, reason))
 
     def _forget(self, job: Job) -> None:
         self.jobs.pop((job.conn.id, job.id), None)
@@ -142,13 +143,13 @@ class Worker:
                 for job in list(self.queue):
                     self.queue.remove(job)
                     self._forget(job)
-                    job.conn.send({"id": job.id, "ok": False, "reason": "model", "error": error})
+                    job.conn.send(refusal_message(job.id, "model", error))
 
     def run(self) -> None:
         """The model thread: load, warm up, then decode batches forever."""
         try:
             self.engine = self._load()
-            self.engine.fill([_request(WARM_UP, None, "")])
+            self.engine.answer([WARM_UP], [""])
         except Exception as e:
             log.exception("model failed to load")
             expected = isinstance(e, (LoadFailed, ModelMissing, ValueError))  # the message says it all
@@ -181,7 +182,7 @@ class Worker:
         def on_step(i: int, d) -> None:
             job = batch[i]
             if not job.stop.is_set():
-                job.conn.send(DraftEvent(d.step, d.committed, d.text, d.masked).message(job.id))
+                job.conn.send(Draft(d.step, d.committed, d.text, d.masked).message(job.id))
 
         limit = self.engine.max_tokens()
         refused = [j for j in batch if j.order.max_tokens > limit]  # the same on every try: "invalid"
@@ -189,54 +190,37 @@ class Worker:
             with self.cond:
                 for job in refused:
                     self._forget(job)
-                    job.conn.send({"id": job.id, "ok": False, "reason": "invalid", "param": "max_tokens",
-                                   "error": f"max_tokens {job.order.max_tokens} does not fit the model: at most {limit}"})
+                    job.conn.send(refusal_message(job.id, "invalid", f"max_tokens {job.order.max_tokens} does not "
+                                                                     f"fit the model: at most {limit}", "max_tokens"))
             batch = [j for j in batch if j not in refused]
             if not batch:
                 return
         try:
-            options = {"on_step": on_step} if any(j.order.drafts for j in batch) else {}
-            results = self.engine.fill([_request(j.order, j.id, j.key) for j in batch], sampling,
-                                       should_stop=lambda i: batch[i].stop.is_set(), **options)
-            replies = [self._reply(j, r, len(batch)) for j, r in zip(batch, results)]
+            fills = self.engine.answer([j.order for j in batch], [j.key for j in batch],
+                                       lambda i: batch[i].stop.is_set(),
+                                       on_step if any(j.order.drafts for j in batch) else None)
+            replies = [refusal_message(j.id, j.reason) if f is None or j.stop.is_set() else f.message(j.id)
+                       for j, f in zip(batch, fills)]
         except Exception as e:  # a request the checks let through fails its batch, not the worker
             log.exception("fill failed")
-            replies = [{"id": j.id, "ok": False, "reason": "error", "error": f"{type(e).__name__}: {e}"}
-                       for j in batch]
+            replies = [refusal_message(j.id, "error", f"{type(e).__name__}: {e}") for j in batch]
         with self.cond:
             for job, reply in zip(batch, replies):
                 self._forget(job)
                 job.conn.send(reply)
 
     def _probe(self, job: Job) -> None:
-        o = job.order
         try:
-            r = self.engine.probe(o.prefix, o.middle, o.suffix, o.stride, doc=job.key or None)
-            reply = (Probed(r.pieces, r.prob, r.best, r.forwards, r.ms).message(job.id) if not job.stop.is_set()
-                     else {"id": job.id, "ok": False, "reason": job.reason})
+            probed = self.engine.answer_probe(job.order, job.key)
+            reply = probed.message(job.id) if not job.stop.is_set() else refusal_message(job.id, job.reason)
         except DoesNotFit as e:  # the same on every try
-            reply = {"id": job.id, "ok": False, "reason": "invalid", "param": "middle", "error": str(e)}
+            reply = refusal_message(job.id, "invalid", str(e), "middle")
         except Exception as e:
             log.exception("probe failed")
-            reply = {"id": job.id, "ok": False, "reason": "error", "error": f"{type(e).__name__}: {e}"}
+            reply = refusal_message(job.id, "error", f"{type(e).__name__}: {e}")
         with self.cond:
             self._forget(job)
             job.conn.send(reply)
-
-    @staticmethod
-    def _reply(job: Job, r, batch: int) -> dict:
-        if job.stop.is_set() or r.cancelled:
-            return {"id": job.id, "ok": False, "reason": job.reason}
-        return Fill(r.text, r.pieces, r.confidence, r.ms, r.forwards, r.reused,
-                    getattr(r, "end_confidence", 1.0), batch).message(job.id)
-
-
-def _request(order: FillOrder, rid, key: str):
-    """The sampler's request for an order (imported here: the model side needs torch)."""
-    from ..model.canvas import FillRequest
-
-    return FillRequest(order.prefix, order.suffix, order.max_tokens, id=rid, one_line=order.one_line,
-                       doc=key or None, drafts=order.drafts)
 
 
 def load_model(launch: LaunchSettings):
@@ -253,7 +237,7 @@ def load_model(launch: LaunchSettings):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m diffusion_lsp.server.worker")
+    p = argparse.ArgumentParser(prog="python -m diffusion_lsp.worker")
     p.add_argument("--socket", required=True)
     add_args(p, LaunchSettings)
     p.add_argument("--idle-exit", type=float, default=600.0, help="seconds without clients before exiting")
@@ -279,8 +263,3 @@ def main(argv: list[str] | None = None) -> int:
     log.info("no client for %.0f s, exiting", args.idle_exit)
     return 0
 
-
-if __name__ == "__main__":
-    code = main()
-    logging.shutdown()
-    os._exit(code)  # not sys.exit: the model thread may be inside torch, which aborts on finalization

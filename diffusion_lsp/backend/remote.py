@@ -1,6 +1,6 @@
-"""An OpenAI-compatible FIM API as the completer sees it (`model.backend: "openai"`): the same
-`await link.fill(key, order) -> Fill | None` as WorkerLink, over remote.FimClient instead of a
-worker process.
+"""An OpenAI-compatible FIM API as a Backend (base.py; `model.backend: "openai"`): fills through
+remote.FimClient instead of a worker process, and next edits through the API's edit endpoint
+(`rewrite`); an API returns text, not the model's probabilities, so it cannot probe.
 
 The client is made on demand from the model.* settings (its key read from the environment variable
 model.apiKeyEnv names) and made again when they change. Every fill has the worker's deadline,
@@ -12,14 +12,13 @@ not in `describe()`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from ..model.settings import LaunchSettings
 from ..remote import FimClient, RemoteError
-from .client import Launch
-from .link import Ui, Unavailable
-from .stats import Stats
-from .wire import Fill, FillOrder
+from .base import Capabilities, Reporter
+from .failure import BackendError, Failure
+from .orders import Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
 
 ClientFactory = Callable[..., FimClient]
 
@@ -29,22 +28,28 @@ def remote_settings(settings: LaunchSettings) -> tuple:
     return settings.base_url, settings.remote_model, settings.api_key_env
 
 
-class RemoteLink:
-    can_probe = False
+# how a remote failure is reported (once per RemoteError.kind) -> what it is to the Backend's callers
+KINDS = {"timeout": Failure.TIMEOUT, "busy": Failure.BUSY, "rejected": Failure.REFUSED, "answer": Failure.REFUSED}
 
-    def __init__(self, ui: Ui, stats: Stats, launch: Launch, client_factory: ClientFactory = FimClient.from_launch):
-        self.ui, self.stats, self.launch, self._new_client = ui, stats, launch, client_factory
-        self.enabled, self.fill_timeout_s = True, 10.0
+
+class RemoteBackend:
+    capabilities = Capabilities(rewrite=True)
+
+    def __init__(self, ui: Reporter, settings: LaunchSettings, client_factory: ClientFactory = FimClient.from_launch,
+                 fill_timeout_s: float = 10.0):
+        self.ui, self.settings, self._new_client = ui, settings, client_factory
+        self.enabled, self.fill_timeout_s = True, fill_timeout_s
+        self.counts = {"fill_timeouts": 0}
         self.client: FimClient | None = None
         self.error: str | None = None  # the last failure, until a fill succeeds
         self._shown: set[str] = set()  # failure kinds shown since the last fill that succeeded
 
-    def configure(self, launch: Launch, enabled: bool, fill_timeout_s: float) -> None:
+    def configure(self, settings: LaunchSettings, enabled: bool, fill_timeout_s: float) -> None:
         """New settings; another API, model, key variable or deadline (the client's read timeout)
         means another client, made on demand."""
-        changed = (remote_settings(launch.settings) != remote_settings(self.launch.settings)
+        changed = (remote_settings(settings) != remote_settings(self.settings)
                    or fill_timeout_s != self.fill_timeout_s)
-        self.launch, self.enabled, self.fill_timeout_s = launch, enabled, fill_timeout_s
+        self.settings, self.enabled, self.fill_timeout_s = settings, enabled, fill_timeout_s
         if changed and self.client is not None:
             client, self.client = self.client, None
             self._shown.clear()
@@ -56,46 +61,72 @@ class RemoteLink:
             return None
         if self.client is None:
             try:
-                self.client = self._new_client(self.launch.settings, read_s=self.fill_timeout_s)
+                self.client = self._new_client(self.settings, read_s=self.fill_timeout_s)
             except (RemoteError, ValueError) as e:
                 self._report_failure(getattr(e, "kind", "settings"), f"cannot use the remote API: {e}")
                 return None
             self.ui.log("info", f"remote FIM API {self.client.base_url}, model {self.client.model}")
         return self.client
 
-    async def fill(self, key: str, order: FillOrder) -> Fill | None:
-        """The API's fill. Raises Unavailable. Cancelling this coroutine closes the HTTP request.
-        `key` is unused: the completer abandons a superseded fill itself."""
+    async def start(self) -> None:
+        """Make the client (a missing key is reported now, not at the first fill)."""
+        await self.ensure()
+
+    async def ready(self) -> None:
+        """The client can be made (the API is asked nothing until a fill)."""
+        await self._client()
+
+    async def fill(self, key: str, order: FillOrder) -> Fill:
+        """The API's fill. Raises BackendError. Cancelling this coroutine closes the HTTP request.
+        `key` is unused: the caller abandons a superseded fill itself."""
         return await self._call("fill", lambda c: c.complete(order.prefix, order.suffix, order.max_tokens,
                                                              order.one_line))
 
-    async def rewrite(self, key: str, order) -> Fill | None:
+    async def stream(self, key: str, order: FillOrder) -> AsyncIterator[Draft | Fill]:
+        """No drafts (capabilities.drafts is false): the fill alone."""
+        yield await self.fill(key, order)
+
+    async def fill_many(self, orders: list[FillOrder]) -> list[Fill | BackendError]:
+        """The orders sent at once; a request the API rejects fails alone (REFUSED)."""
+        async def one(order: FillOrder):
+            try:
+                return await self.fill("", order)
+            except BackendError as e:
+                return e
+        return list(await asyncio.gather(*map(one, orders)))
+
+    async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
         """A next edit from the API's edit endpoint (nextedit/mercury.py: Mercury's format)."""
         return await self._call("next edit", lambda c: c.edit(order.content, order.max_tokens))
 
-    async def _call(self, what: str, ask) -> Fill:
+    async def probe(self, key: str, order: ProbeOrder) -> Probed:
+        """Completion APIs return text, not the model's probabilities of given tokens: next edits
+        through an API use its edit endpoint (`rewrite`)."""
+        raise BackendError(Failure.INVALID, "a remote API cannot probe tokens (capabilities.probe)")
+
+    async def _client(self) -> FimClient:
         client = await self.ensure()
         if client is None:
-            raise Unavailable(f"the remote API is not available: {self.error or 'completions are off'}")
+            kind = Failure.OFF if not self.enabled else Failure.UNAVAILABLE
+            raise BackendError(kind, f"the remote API is not available: {self.error or 'completions are off'}")
+        return client
+
+    async def _call(self, what: str, ask) -> Fill:
+        client = await self._client()
         try:
             done = await asyncio.wait_for(ask(client), self.fill_timeout_s)
         except asyncio.TimeoutError:  # shown once, like every other failure (it was only logged)
-            self.stats.fill_timeouts += 1
+            self.counts["fill_timeouts"] += 1
             message = f"the remote API gave no {what} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)"
             self._report_failure("timeout", message)
-            raise Unavailable(message) from None
+            raise BackendError(Failure.TIMEOUT, message) from None
         except RemoteError as e:
             self._report_failure(e.kind, str(e))
-            raise Unavailable(str(e)) from None
+            raise BackendError(KINDS.get(e.kind, Failure.UNAVAILABLE), str(e)) from None
         self.error = None
         self._shown.clear()
         pieces = [done.text] if done.text else []
         return Fill(done.text, pieces, [1.0] * len(pieces), ms=done.ms)
-
-    async def probe(self, key: str, order) -> None:
-        """Completion APIs return text, not the model's probabilities of given tokens: next edits
-        through an API use its edit endpoint (`rewrite`)."""
-        raise Unavailable("a remote API cannot probe tokens")
 
     def _report_failure(self, kind: str, message: str) -> None:
         self.error = message
@@ -110,7 +141,7 @@ class RemoteLink:
             await client.aclose()
 
     def describe(self) -> dict:
-        s = self.launch.settings
+        s = self.settings
         counts = self.client.counts if self.client else {}
         return {"backend": "openai", "base_url": s.base_url, "model": s.remote_model, "api_key_env": s.api_key_env,
                 "route": self.client.route if self.client else None,

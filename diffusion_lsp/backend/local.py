@@ -1,0 +1,106 @@
+"""An engine in this process as a Backend (base.py): what the command line (`fim`), the evaluations
+and tests use. The model runs in one thread of its own, one call at a time, so the event loop that
+awaits it stays free; a newer order with the same key supersedes an older one as in the worker
+(an older one still running is abandoned between denoising steps), and cancelling a call abandons
+its order the same way. `fill_many` decodes the orders as one batch."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+
+from .base import Capabilities
+from .failure import BackendError, Failure
+from .orders import Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
+
+
+class LocalBackend:
+    capabilities = Capabilities(probe=True)
+
+    def __init__(self, engine):
+        self.engine = engine  # diffusion_lsp.engine.Engine
+        self._thread: ThreadPoolExecutor | None = None  # made on demand: a closed backend can be used again
+        self._latest: dict[str, threading.Event] = {}  # by key: the stop flag of its newest order
+
+    async def start(self) -> None:
+        """The engine is loaded before the backend is made."""
+
+    async def ready(self) -> None:
+        """The engine is loaded before the backend is made."""
+
+    async def fill(self, key: str, order: FillOrder) -> Fill:
+        stop = self._supersede(key)
+        try:
+            (fill,) = await self._run(stop, self.engine.answer, [order], [key], lambda i: stop.is_set())
+        finally:
+            self._forget(key, stop)
+        if fill is None:
+            raise BackendError(Failure.DROPPED, "superseded by a newer fill")
+        return fill
+
+    async def stream(self, key: str, order: FillOrder) -> AsyncIterator[Draft | Fill]:
+        """No drafts (capabilities.drafts is false): the fill alone."""
+        yield await self.fill(key, order)
+
+    async def probe(self, key: str, order: ProbeOrder) -> Probed:
+        stop = self._supersede(key)
+        try:
+            return await self._run(stop, self.engine.answer_probe, order, key)
+        finally:
+            self._forget(key, stop)
+
+    async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
+        raise BackendError(Failure.INVALID, "a local model has no edit endpoint (capabilities.rewrite)")
+
+    async def fill_many(self, orders: list[FillOrder]) -> list[Fill | BackendError]:
+        """One batch (one forward pass per step for all); when the batch as a whole is refused, each
+        order alone, so that only the bad ones fail."""
+        if not orders:
+            return []
+        stop = threading.Event()
+        try:
+            fills = await self._run(stop, self.engine.answer, orders, [""] * len(orders))
+            return [f if f is not None else BackendError(Failure.DROPPED) for f in fills]
+        except BackendError as e:
+            if len(orders) == 1:
+                return [e]
+        return [(await self.fill_many([o]))[0] for o in orders]
+
+    def _supersede(self, key: str) -> threading.Event:
+        stop = threading.Event()
+        if key:
+            if (old := self._latest.get(key)) is not None:
+                old.set()
+            self._latest[key] = stop
+        return stop
+
+    def _forget(self, key: str, stop: threading.Event) -> None:
+        if self._latest.get(key) is stop:
+            del self._latest[key]
+
+    async def _run(self, stop: threading.Event, fn, *args):
+        """fn(*args) in the model's thread; cancelling the caller sets `stop` (the sampler checks it
+        between steps). A ValueError (an order that does not fit the model) is INVALID; anything
+        else is a bug, raised as it is."""
+        loop = asyncio.get_running_loop()
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="diffusion-lsp-model")
+        try:
+            return await loop.run_in_executor(self._thread, functools.partial(fn, *args))
+        except asyncio.CancelledError:
+            stop.set()
+            raise
+        except ValueError as e:
+            raise BackendError(Failure.INVALID, str(e)) from None
+
+    def describe(self) -> dict:
+        return {"backend": "local", "state": "ready", "max_tokens": self.engine.max_tokens()}
+
+    async def close(self) -> None:
+        """Let the model's thread go (after the call it runs); a later call starts another."""
+        if self._thread is not None:
+            thread, self._thread = self._thread, None
+            thread.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,163 @@
+"""What crosses the Backend (base.py): the orders a backend is given and the answers it gives,
+the same from the worker, a remote API and the in-process engine. Each has its wire form
+(`message` / `from_message`) for the worker's socket (worker/wire.py frames them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..model.settings import SamplerConfig
+
+
+@dataclass(frozen=True)
+class FillOrder:
+    """A canvas of `max_tokens` between prefix and suffix, to be filled."""
+
+    prefix: str
+    suffix: str
+    max_tokens: int
+    one_line: bool = False  # the caller keeps the first line only: the worker stops once it is written
+    sampling: SamplerConfig = field(default_factory=SamplerConfig)
+    drafts: bool = False  # the worker sends the draft after every denoising step (serve-api's streams)
+
+    def message(self, rid: int, key: str) -> dict:
+        msg = {"op": "fill", "id": rid, "key": key, "prefix": self.prefix, "suffix": self.suffix,
+               "max_tokens": self.max_tokens, "one_line": self.one_line, "sampling": self.sampling.to_wire()}
+        if self.drafts:
+            msg["drafts"] = True
+        return msg
+
+    @classmethod
+    def from_message(cls, msg: dict) -> FillOrder:
+        """ValueError naming what is wrong with a fill message."""
+        prefix, suffix, n = (msg.get(k) for k in ("prefix", "suffix", "max_tokens"))
+        one_line = msg.get("one_line", False)
+        if not isinstance(prefix, str) or not isinstance(suffix, str):
+            raise ValueError("prefix and suffix must be strings")
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 4096:
+            raise ValueError(f"max_tokens must be an integer between 1 and 4096, got {n!r}")
+        drafts = msg.get("drafts", False)
+        if not isinstance(one_line, bool) or not isinstance(drafts, bool):
+            raise ValueError(f"one_line and drafts must be true or false, got {one_line!r} and {drafts!r}")
+        return cls(prefix, suffix, n, one_line, SamplerConfig.from_wire(msg.get("sampling", {})), drafts)
+
+
+@dataclass
+class Fill:
+    """The answer for one canvas, from every backend."""
+
+    text: str
+    pieces: list[str]  # per-token text, "".join(pieces) == text
+    confidence: list[float]  # per token
+    ms: float = 0.0
+    forwards: int = 0
+    reused: int = 0  # context positions the worker reused from this document's last fill
+    end_confidence: float = 1.0  # how sure the model was that the text ends where it does
+    batch: int = 1  # requests decoded in the same batch (one forward pass per step for all of them)
+    budget_hit: bool = False  # stopped by sampling.time_budget_ms before every position was decoded
+
+    @property
+    def tokens(self) -> int:
+        """The tokens the model wrote (model/sampler.py FillResult.tokens): one per piece."""
+        return len(self.pieces)
+
+    def message(self, rid) -> dict:
+        return {"id": rid, "ok": True, "text": self.text, "pieces": self.pieces, "confidence": self.confidence,
+                "ms": self.ms, "forwards": self.forwards, "reused": self.reused, "end_confidence": self.end_confidence,
+                "batch": self.batch, "budget_hit": self.budget_hit}
+
+    @classmethod
+    def from_message(cls, msg: dict) -> Fill:
+        """ValueError when an ok reply does not have the shape `message` gives it."""
+        text, pieces, conf = msg.get("text"), msg.get("pieces"), msg.get("confidence")
+        if not (isinstance(text, str) and isinstance(pieces, list) and isinstance(conf, list)
+                and all(isinstance(p, str) for p in pieces) and "".join(pieces) == text
+                and len(pieces) == len(conf) and all(isinstance(c, (int, float)) for c in conf)):
+            raise ValueError("a fill reply whose text, pieces and confidence do not line up")
+        ms, forwards, reused = msg.get("ms", 0.0), msg.get("forwards", 0), msg.get("reused", 0)
+        end = msg.get("end_confidence", 1.0)
+        end = float(end) if isinstance(end, (int, float)) and not isinstance(end, bool) else 1.0
+        batch = msg.get("batch", 1)
+        batch = batch if isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1 else 1
+        budget_hit = msg.get("budget_hit") is True
+        return cls(text, pieces, [float(c) for c in conf], float(ms), int(forwards), int(reused), end, batch, budget_hit)
+
+
+@dataclass(frozen=True)
+class ProbeOrder:
+    """How sure the model is of `middle`'s tokens between prefix and suffix (model/probe.py)."""
+
+    prefix: str
+    middle: str
+    suffix: str
+    stride: int = 4  # interleaved passes: each token is judged with (stride - 1) / stride of its neighbours
+
+    def message(self, rid: int, key: str) -> dict:
+        return {"op": "probe", "id": rid, "key": key, "prefix": self.prefix, "middle": self.middle,
+                "suffix": self.suffix, "stride": self.stride}
+
+    @classmethod
+    def from_message(cls, msg: dict) -> ProbeOrder:
+        """ValueError naming what is wrong with a probe message."""
+        texts = [msg.get(k) for k in ("prefix", "middle", "suffix")]
+        stride = msg.get("stride", 4)
+        if not all(isinstance(t, str) for t in texts):
+            raise ValueError("prefix, middle and suffix must be strings")
+        if not isinstance(stride, int) or isinstance(stride, bool) or not 1 <= stride <= 16:
+            raise ValueError(f"stride must be an integer between 1 and 16, got {stride!r}")
+        return cls(*texts, stride)
+
+
+@dataclass
+class Probed:
+    """The answer to a probe: per token of the middle, its text, the model's probability of it, and
+    that of the model's own first choice."""
+
+    pieces: list[str]
+    prob: list[float]
+    best: list[float]
+    forwards: int = 0
+    ms: float = 0.0
+
+    def message(self, rid) -> dict:
+        return {"id": rid, "ok": True, "pieces": self.pieces, "prob": self.prob, "best": self.best,
+                "forwards": self.forwards, "ms": self.ms}
+
+    @classmethod
+    def from_message(cls, msg: dict) -> Probed:
+        pieces, prob, best = msg.get("pieces"), msg.get("prob"), msg.get("best")
+        if not (isinstance(pieces, list) and isinstance(prob, list) and isinstance(best, list)
+                and len(pieces) == len(prob) == len(best) and all(isinstance(p, str) for p in pieces)
+                and all(isinstance(x, (int, float)) for x in prob + best)):
+            raise ValueError("a probe reply whose pieces and probabilities do not line up")
+        return cls(pieces, [float(x) for x in prob], [float(x) for x in best], int(msg.get("forwards", 0)),
+                   float(msg.get("ms", 0.0)))
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A fill's draft after a denoising step (FillOrder.drafts; model/sampler.py's Draft)."""
+
+    step: int
+    committed: str  # the text up to the first masked position: a prefix of the final text
+    text: str  # the whole canvas, masked positions shown as a glyph
+    masked: int
+
+    def message(self, rid) -> dict:
+        return {"id": rid, "draft": self.text, "committed": self.committed, "step": self.step, "masked": self.masked}
+
+    @classmethod
+    def from_message(cls, msg: dict) -> Draft | None:
+        text, committed, step, masked = (msg.get(k) for k in ("draft", "committed", "step", "masked"))
+        if not (isinstance(text, str) and isinstance(committed, str) and isinstance(step, int)
+                and isinstance(masked, int)):
+            return None
+        return cls(step, committed, text, masked)
+
+
+@dataclass(frozen=True)
+class RewriteOrder:
+    """A region rewritten by an API's edit endpoint (next edit through a remote API: nextedit/mercury.py)."""
+
+    content: str  # the user message, in the endpoint's tagged format
+    max_tokens: int

@@ -1,0 +1,260 @@
+"""The shared model worker as a Backend (backend/base.py): `await link.fill(key, order) -> Fill`.
+
+Above the socket client, it owns the worker's life cycle: started on demand with a progress report
+while the model loads, one clear message when it cannot start or load, one notice and a restart
+when it crashes (at most RESTARTS_PER_MINUTE, then on the next request only), and a deadline on
+every order: past `fill_timeout_s` it fails with TIMEOUT, and a worker that then does not answer
+a ping (stopped, hung) is killed and restarted. It reports to a person through a Reporter and
+counts into `counts`; it calls none of its callers back. What the client hears from the worker
+(ready, failed, lost) a supervising task of the link awaits (`_supervise`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+
+from ..backend.base import Capabilities, Reporter
+from ..backend.failure import BackendError, Failure
+from ..backend.orders import Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
+from .client import Launch, WorkerClient, WorkerUnavailable
+
+RESTARTS_PER_MINUTE = 3  # beyond this, a crashed worker restarts on the next request only
+PING_TIMEOUT_S = 2.0  # the worker's socket thread answers a ping at once, even mid-batch
+HUNG_FACTOR = 3.0  # a batch running this many fill deadlines is stuck: restart the worker
+
+
+class _Progress:
+    """One progress report at a time, begun when the worker starts and ended when the model is ready
+    or has failed, even when that happens while the editor is still creating its token."""
+
+    def __init__(self, ui: Reporter):
+        self.ui, self.active, self.begun, self.token, self.ended = ui, False, False, None, None
+
+    async def begin(self, title: str, message: str) -> None:
+        if self.active:
+            return
+        self.active, self.begun, self.ended = True, False, None
+        self.token = await self.ui.progress_begin(title, message)
+        self.begun = True
+        if self.ended is not None:
+            self.end(self.ended)
+
+    def end(self, message: str) -> None:
+        if not self.active:
+            return
+        if not self.begun:
+            self.ended = message
+            return
+        self.active = False
+        self.ui.progress_end(self.token, message)
+
+
+class WorkerLink:
+    capabilities = Capabilities(probe=True, drafts=True)
+
+    def __init__(self, ui: Reporter, launch: Launch, client_factory: Callable[[Launch], WorkerClient] = WorkerClient,
+                 fill_timeout_s: float = 10.0):
+        self.ui, self.launch, self._new_client = ui, launch, client_factory
+        self.enabled, self.fill_timeout_s = True, fill_timeout_s
+        self.client: WorkerClient | None = None
+        self.progress = _Progress(ui)
+        self.counts = {"worker_crashes": 0, "fill_timeouts": 0}
+        self._shown_failure: str | None = None
+        self._crashes: deque[float] = deque()
+        self._checking = False
+        self._supervisor: asyncio.Task | None = None
+        self.check: asyncio.Future | None = None  # the last liveness check a missed deadline started
+
+    def configure(self, launch: Launch, enabled: bool, fill_timeout_s: float) -> None:
+        """New settings; another model or socket means another worker (connected on demand)."""
+        self.enabled, self.fill_timeout_s = enabled, fill_timeout_s
+        if launch != self.launch:
+            self.launch = launch
+            self._drop_client()
+
+    def _drop_client(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            self._supervisor = None
+        if self.client is not None:
+            client, self.client = self.client, None
+            asyncio.ensure_future(client.close())
+
+    async def ensure(self) -> WorkerClient | None:
+        """Connect to (or start) the worker; None when completions are off or it fails (reported)."""
+        if not self.enabled:
+            return None
+        if self.client is None:
+            self.client = self._new_client(self.launch)
+            self._supervisor = asyncio.ensure_future(self._supervise(self.client))
+        client = self.client
+        if not client.connected:
+            await self.progress.begin("diffusion-lsp", "loading the model")
+            try:
+                await client.start()
+            except (WorkerUnavailable, OSError, RuntimeError, ValueError) as e:
+                self.progress.end("the model worker is unavailable")
+                self._report_failure(f"could not start the model worker: {e}")
+                return None
+            if client.state != "loading":
+                self.progress.end(f"model {client.state}")
+        return client
+
+    async def start(self) -> None:
+        """Connect to the worker, or start it (the model loads meanwhile); failures are reported."""
+        await self.ensure()
+
+    async def ready(self) -> None:
+        """Return once the model is loaded (starting the worker if need be); BackendError when it
+        cannot start or failed to load. Awaited, never polled: the client says when its state changes."""
+        while True:
+            client = await self.ensure()
+            if client is None:
+                why = self._shown_failure or "completions are off"
+                raise BackendError(Failure.OFF if not self.enabled else Failure.UNAVAILABLE,
+                                   f"the model worker is unavailable: {why}")
+            await client.settled()
+            if client.state == "ready":
+                return
+            if client.state == "failed":
+                raise BackendError(Failure.UNAVAILABLE, f"the model failed to load: {client.error}")
+            await asyncio.sleep(0)  # lost while loading: the next pass starts it again
+
+    async def fill(self, key: str, order: FillOrder) -> Fill:
+        """The worker's fill. Raises BackendError. Cancelling this coroutine cancels the fill in the worker."""
+        return await self._call("fill", lambda c: c.fill(key, order))
+
+    async def probe(self, key: str, order: ProbeOrder) -> Probed:
+        """The worker's probe (model/probe.py), with the same deadline and failures as `fill`."""
+        return await self._call("probe", lambda c: c.probe(key, order))
+
+    async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
+        raise BackendError(Failure.INVALID, "the model worker has no edit endpoint (capabilities.rewrite)")
+
+    async def stream(self, key: str, order: FillOrder) -> AsyncIterator[Draft | Fill]:
+        """The fill's drafts after each denoising step, then the fill; the deadline is the whole stream's."""
+        client = await self._client()
+        deadline = time.monotonic() + self.fill_timeout_s
+        items = client.stream(key, order)
+        try:
+            while True:
+                try:
+                    item = await self._guard("fill", client, asyncio.wait_for(
+                        items.__anext__(), max(0.0, deadline - time.monotonic())))
+                except StopAsyncIteration:
+                    return
+                yield item
+        finally:
+            await items.aclose()
+
+    async def fill_many(self, orders: list[FillOrder]) -> list[Fill | BackendError]:
+        """Each order under a key of its own, sent at once: the worker decodes them as batches."""
+        async def one(i: int, order: FillOrder):
+            try:
+                return await self.fill(f"batch:{id(orders)}:{i}", order)
+            except BackendError as e:
+                return e
+        return list(await asyncio.gather(*(one(i, o) for i, o in enumerate(orders))))
+
+    async def _client(self) -> WorkerClient:
+        client = await self.ensure()
+        if client is None:
+            raise BackendError(Failure.OFF if not self.enabled else Failure.UNAVAILABLE,
+                               f"the model worker is not available{': ' + self._shown_failure if self._shown_failure else ''}")
+        return client
+
+    async def _call(self, op: str, ask):
+        client = await self._client()
+        return await self._guard(op, client, asyncio.wait_for(ask(client), self.fill_timeout_s))
+
+    async def _guard(self, op: str, client: WorkerClient, call):
+        """`call`'s answer, its failures as BackendErrors: a missed deadline starts a liveness check."""
+        try:
+            return await call
+        except asyncio.TimeoutError:
+            self.counts["fill_timeouts"] += 1
+            self.suspect()
+            raise BackendError(Failure.TIMEOUT, f"no {op} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)") from None
+        except WorkerUnavailable as e:
+            kind = Failure.STARTING if client.connected and client.state == "loading" else Failure.LOST
+            raise BackendError(kind, str(e)) from None
+        except BackendError as e:
+            if e.kind is Failure.REFUSED:
+                self.ui.log("error", f"{op} failed: {e}")
+            raise
+
+    def suspect(self) -> None:
+        """A call got no answer in time (this link's deadline, or a caller's shorter one: serve-api's
+        request timeout): check that the worker is alive, and restart it when it is not."""
+        if self.client is not None and self.client.connected:
+            self.check = asyncio.ensure_future(self._check_alive(self.client))
+
+    async def _check_alive(self, client: WorkerClient) -> None:
+        """After a missed deadline: a worker that does not answer a ping, or whose batch has run
+        for HUNG_FACTOR deadlines, is killed; its lost connection restarts it."""
+        if self._checking:
+            return
+        self._checking = True
+        try:
+            busy = await client.ping(PING_TIMEOUT_S)
+            if busy is not None and busy < HUNG_FACTOR * self.fill_timeout_s:
+                self.ui.log("warning", f"a fill took over {self.fill_timeout_s:g} s (the worker's batch has run "
+                                       f"{busy:.1f} s); a slow model may need a larger worker.fillTimeoutS")
+                return
+            why = "does not answer" if busy is None else f"has run one batch for {busy:.0f} s"
+            self._report_failure(f"the model worker (pid {client.pid}) {why}; restarting it")
+            client.kill()
+        finally:
+            self._checking = False
+
+    async def _supervise(self, client: WorkerClient) -> None:
+        """What the worker says, as it says it: ready, failed to load, or gone (then restarted)."""
+        while True:
+            message = await client.events.get()
+            event, state = message.get("event"), message.get("state")
+            if event == "lost":
+                await self._lost(message.get("reason", "the model worker was lost"))
+            elif state == "ready":
+                self._shown_failure = None
+                self.progress.end("model ready")
+                self.ui.log("info", f"model worker pid {message.get('pid') or client.pid} is ready")
+            elif state == "failed":
+                self.progress.end("the model failed to load")
+                self._report_failure(f"could not load the model: {message.get('error')}. Completions are off "
+                                     "until it loads; check the model.path setting or `serve --model DIR`")
+
+    async def _lost(self, reason: str) -> None:
+        self.counts["worker_crashes"] += 1
+        now = time.monotonic()
+        self._crashes.append(now)
+        while self._crashes and now - self._crashes[0] > 60:
+            self._crashes.popleft()
+        if self.counts["worker_crashes"] == 1:
+            self.ui.show("warning", f"diffusion-lsp: {reason}; restarting it")
+        self.ui.log("warning", f"{reason}; restarting it")
+        self._shown_failure = None
+        if len(self._crashes) <= RESTARTS_PER_MINUTE:
+            await self.ensure()
+        else:
+            self.ui.log("warning", f"more than {RESTARTS_PER_MINUTE} crashes in a minute: "
+                                   "the worker restarts on the next request only")
+
+    def _report_failure(self, message: str) -> None:
+        self.ui.log("error", message)
+        if message != self._shown_failure:  # once, not on every request
+            self._shown_failure = message
+            self.ui.show("error", f"diffusion-lsp: {message}")
+
+    async def close(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+        if self.client is not None:
+            await self.client.close()
+
+    def describe(self) -> dict:
+        c = self.client
+        return {"pid": c.pid if c else None, "state": c.state if c else "stopped",
+                "error": (c.error if c else None) or self._shown_failure, "socket": str(self.launch.socket),
+                "max_tokens": c.max_tokens if c else None}
