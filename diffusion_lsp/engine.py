@@ -27,29 +27,51 @@ class Engine:
     memo: object = field(default_factory=lambda: _context_memo())  # model/reuse.py: a `doc`'s last
     # fill (or probe) seeds its next fill
 
-    def fill(self, requests, cfg=None, should_stop=None, on_step=None):
-        """on_step(i, model.sampler.Draft) after each denoising step, for requests with drafts (not
-        with DreamOn's variable-length decoding, whose canvas changes size: no drafts there)."""
-        from .model.dreamon import expands, fill_variable
-        from .model.sampler import fill
+    def decoding(self, requests, cfg=None):
+        """A decoding of `requests` (model/canvas.py FillRequest) for its caller to drive step by step
+        (model/sampler.py Decoding; DreamOn's variable-length VariableDecoding, whose canvas changes
+        size, gives no drafts)."""
+        from .model.dreamon import VariableDecoding, expands
+        from .model.sampler import Decoding
 
         if expands(self.tokenizer):  # DreamOn: the span grows and shrinks as it decodes
-            return fill_variable(self.model, self.tokenizer, requests, cfg, should_stop)
-        return fill(self.model, self.tokenizer, requests, cfg, should_stop, self.memo, on_step)
+            return VariableDecoding(self.model, self.tokenizer, requests, cfg)
+        return Decoding(self.model, self.tokenizer, requests, cfg, self.memo)
 
-    def answer(self, orders, keys, should_stop=None, on_step=None) -> list:
-        """Fill `orders` (backend/orders.py FillOrder, one sampling config for all) as one batch ->
-        a Fill per order, None for one abandoned because should_stop(i) said so. keys[i] names the
-        order's document (its context is remembered for the next fill with that key)."""
-        from .backend.orders import Fill
+    def fill(self, requests, cfg=None) -> list:
+        """Fill `requests` to the end -> model/sampler.py FillResult per request."""
+        decoding = self.decoding(requests, cfg)
+        for _ in decoding:
+            pass
+        return decoding.results()
+
+    def decode_orders(self, orders, keys):
+        """A decoding of the Backend's orders (backend/orders.py FillOrder, one sampling config for all)
+        as one batch; keys[i] names order i's document (its context is remembered for its next fill)."""
         from .model.canvas import FillRequest
 
         requests = [FillRequest(o.prefix, o.suffix, o.max_tokens, id=i, one_line=o.one_line, doc=k or None,
                                 drafts=o.drafts) for i, (o, k) in enumerate(zip(orders, keys))]
-        options = {"on_step": on_step} if on_step is not None else {}
-        results = self.fill(requests, orders[0].sampling, should_stop, **options)
+        return self.decoding(requests, orders[0].sampling)
+
+    @staticmethod
+    def answers(decoding) -> list:
+        """A driven decoding's results as the Backend's answers: a Fill per order, None for a stopped one."""
+        from .backend.orders import Fill
+
+        results = decoding.results()
         return [None if r.cancelled else Fill(r.text, r.pieces, r.confidence, r.ms, r.forwards, r.reused,
-                                              r.end_confidence, len(orders), r.budget_hit) for r in results]
+                                              r.end_confidence, len(results), r.budget_hit) for r in results]
+
+    def answer(self, orders, keys, stops=None) -> list:
+        """Fill `orders` to the end -> a Fill per order; with `stops` (a threading.Event per order),
+        an order whose event is set is abandoned between steps (None)."""
+        decoding = self.decode_orders(orders, keys)
+        for _ in decoding:
+            for i, stop in enumerate(stops or ()):
+                if stop.is_set():
+                    decoding.stop(i)
+        return self.answers(decoding)
 
     def answer_probe(self, order, key: str | None = None):
         """backend/orders.py ProbeOrder -> Probed (model/probe.py)."""

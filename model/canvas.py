@@ -21,7 +21,7 @@ class FillRequest:
     id: object = None
     one_line: bool = False  # the fill is the first line only, without its line break: stop once it is written
     doc: str | None = None  # the document: its next fill may reuse this one's context (reuse.py)
-    drafts: bool = False  # report the draft after every denoising step (sampler.fill's on_step)
+    drafts: bool = False  # the draft after every denoising step (what sampler.Decoding yields)
 
 
 @dataclass

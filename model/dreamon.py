@@ -23,13 +23,14 @@ over the whole window, with a full forward pass each time, and `SamplerConfig`'s
 fields are not used. What is honoured: `heal` (canvas[0] must start with the healed text, as in sampler.py's
 `_constrain`), `time_budget_ms` (past it, every masked position is committed in one greedy step with the
 expand token blocked), `stop_below`, `one_line` (done once a committed newline has no mask before it) and
-`should_stop` (the request is abandoned between steps). Requests are decoded one after another.
+`Decoding.stop` (the request is abandoned between steps). Requests are decoded one after another;
+`VariableDecoding` is driven as sampler.py's `Decoding` is (no drafts: the canvas changes size).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 
 import torch
 
@@ -158,9 +159,10 @@ def _logits_at(model, window: list[int], cols: list[int], start: int, shift: int
     return model.logits(h[0, at])  # [M, V]
 
 
-def _decode(model, tok: Tokenizer, req: FillRequest, cfg: SamplerConfig, stop: Callable[[], bool],
-            t0: float, shift: int, device) -> _Fill:
-    """One request, one committed position per step (the module docstring's loop)."""
+def _decode(model, tok: Tokenizer, req: FillRequest, cfg: SamplerConfig, f: _Fill, stopped: set[int], i: int,
+            t0: float, shift: int, device) -> Iterator[None]:
+    """Request i, one committed position per step (the module docstring's loop), into `f`; yields
+    after every step, and abandons the request once `i` is in `stopped`."""
     row = build_row(req, tok, model.config.max_seq_len - 1, cfg.heal)  # - 1: the eos after the suffix
     mask, eos, expand_id = tok.mask_id, tok.id_of("eos"), tok.id_of("expand")
     limit, budget = row.length, req.max_tokens  # the middle's largest length; expansions left
@@ -177,14 +179,14 @@ def _decode(model, tok: Tokenizer, req: FillRequest, cfg: SamplerConfig, stop: C
         table[tok.newline_ids] = True
         newline = set(tok.newline_ids)
         newline_first = set(_newline_first(tok, [row], table)[0].nonzero().flatten().tolist())
-    f = _Fill(req, row)
+    f.row = row
     # each step lowers (masked positions + 2 x expansions left) by at least one: this many steps end it
     for _ in range(len(middle) + 2 * budget):
         if is_done(middle, conf, tok, req.one_line, newline, newline_first, cfg.stop_below):
             break
-        if f.forwards and stop():  # between steps, as sampler.fill asks
+        if f.forwards and i in stopped:  # between steps, as sampler.Decoding does
             f.cancelled, f.ms = True, (time.perf_counter() - t0) * 1e3
-            return f
+            return
         greedy = cfg.time_budget_ms is not None and (time.perf_counter() - t0) * 1e3 > cfg.time_budget_ms
         cols = [j for j, t in enumerate(middle) if t == mask]
         logits = _logits_at(model, head + middle + tail, cols, len(head), shift, device)
@@ -197,31 +199,44 @@ def _decode(model, tok: Tokenizer, req: FillRequest, cfg: SamplerConfig, stop: C
         middle, conf, grown = expand(middle, conf, expand_id, mask)
         budget -= grown
         f.budget_hit = f.budget_hit or greedy
+        yield
     f.canvas = final_canvas(middle, tok, req.one_line, newline, newline_first)
     f.conf, f.ms = conf, (time.perf_counter() - t0) * 1e3
-    return f
 
 
-@torch.inference_mode()
-def fill_variable(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None,
-                  should_stop: Callable[[int], bool] | None = None) -> list[FillResult]:
-    """Infill every request with DreamOn's variable-length decoding, one request after another.
+class VariableDecoding:
+    """DreamOn's decoding of `requests`, one after another, driven as sampler.Decoding is: each turn
+    of the loop is one step (no drafts: []), `stop(i)` abandons request i, `results()` at the end.
+    time_budget_ms counts from its start, as sampler.Decoding's does for its batch."""
 
-    should_stop(i) is asked between steps while request i decodes; when it says True the request is
-    abandoned (result.cancelled, empty text) and the next one starts. time_budget_ms counts from this
-    call, as sampler.fill's does for its batch."""
-    cfg = cfg or SamplerConfig()
-    t0 = time.perf_counter()
-    if not requests:
-        return []
-    if not expands(tok):
-        raise ValueError("fill_variable needs a tokenizer with DreamOn's expand token (special token 'expand')")
-    shift = int(model.config.shift_logits)
-    if shift and tok.bos_id is None:
-        raise ValueError("a model with shifted logits needs a tokenizer with a bos token")
-    device = next(model.parameters()).device
-    fills = []
-    for i, req in enumerate(requests):
-        stop = (lambda i=i: should_stop(i)) if should_stop is not None else (lambda: False)
-        fills.append(_decode(model, tok, req, cfg, stop, t0, shift, device))
-    return [_result(f, tok) for f in fills]
+    def __init__(self, model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None):
+        if not expands(tok):
+            raise ValueError("VariableDecoding needs a tokenizer with DreamOn's expand token (special token 'expand')")
+        if model.config.shift_logits and tok.bos_id is None:
+            raise ValueError("a model with shifted logits needs a tokenizer with a bos token")
+        self.model, self.tok, self.requests, self.cfg = model, tok, requests, cfg or SamplerConfig()
+        self.t0 = time.perf_counter()
+        self.stopped: set[int] = set()
+        self.fills = [_Fill(r, None) for r in requests]
+
+    def stop(self, i: int) -> None:
+        self.stopped.add(i)
+
+    @torch.inference_mode()
+    def __iter__(self) -> Iterator[list]:
+        shift, device = int(self.model.config.shift_logits), next(self.model.parameters()).device
+        for i, (req, f) in enumerate(zip(self.requests, self.fills)):
+            for _ in _decode(self.model, self.tok, req, self.cfg, f, self.stopped, i, self.t0, shift, device):
+                yield []
+
+    def results(self) -> list[FillResult]:
+        return [_result(f, self.tok) for f in self.fills]
+
+
+def fill_variable(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None
+                  ) -> list[FillResult]:
+    """Infill every request with DreamOn's variable-length decoding, to the end."""
+    decoding = VariableDecoding(model, tok, requests, cfg)
+    for _ in decoding:
+        pass
+    return decoding.results()

@@ -1,10 +1,12 @@
 """Masked-diffusion infilling of spans of unknown length, several requests batched together.
 
-Each request becomes a row `prefix | N x mask | suffix` (canvas.py). `fill` is a thin loop around
+Each request becomes a row `prefix | N x mask | suffix` (canvas.py). `Decoding` is a thin loop around
 `_step`, one denoising step for the batch (the shape of gpt-fast's `decode_one_token`): one forward
 pass predicts the open block's masked positions of every unfinished row, an unmasking policy
 (policies.py) commits some of them, and the step says which rows are done. The loop keeps one record
-per request (`_Fill`), drops done rows from the batch and asks `should_stop` about the others.
+per request (`_Fill`) and drops done rows from the batch; its caller drives it step by step (the
+drafts after each step come back to it, and it stops the requests nobody waits for any more);
+`fill` drives it to the end.
 
 The model writes real tokens followed by filler tokens; fillers are stripped, so the fill's length
 adapts up to N. As in training, a fill is at least one real token and fillers only ever trail it:
@@ -25,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -48,7 +50,7 @@ class FillResult:
     forwards: int  # forward passes this request took part in
     ms: float
     budget_hit: bool = False
-    cancelled: bool = False  # abandoned between steps because should_stop said so; text is empty
+    cancelled: bool = False  # abandoned between steps (Decoding.stop); text is empty
     reused: int = 0  # positions whose keys/values came from the document's last fill (reuse.py)
     canvas: list[int] = field(default_factory=list, repr=False)  # all canvas ids, fillers included
     end_confidence: float = 1.0  # how sure the model was where the text ends (its surest filler; 1.0: none)
@@ -358,55 +360,94 @@ def _canvas(batch: _Batch, b: int, f: _Fill, tok: Tokenizer) -> list[int]:
     return ids[: k + 1] + [tok.filler_id] * (len(ids) - k - 1)
 
 
+class Decoding:
+    """One batch of requests being decoded, driven by its caller: each turn of `for drafts in
+    decoding` runs one denoising step (one forward pass for every unfinished row) and gives the
+    drafts of the unfinished rows that asked for them (FillRequest.drafts) as (request index, Draft);
+    `stop(i)` between steps abandons request i (its result is cancelled, the rest of the batch goes
+    on); `results()` once the loop is over. It calls nobody back: the worker asks it, step by step.
+    With a memo, each finished row is remembered under its request's `doc`, and when every request
+    of the batch lines up with its document's last fill, the first pass starts from those."""
+
+    def __init__(self, model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None,
+                 memo: ContextMemo | None = None):
+        self.model, self.tok, self.cfg, self.memo = model, tok, cfg or SamplerConfig(), memo
+        self.t0 = time.perf_counter()
+        self.stopped: set[int] = set()
+        self.fills: list[_Fill] = []
+        if not requests:
+            return
+        shift = int(model.config.shift_logits)
+        if shift and tok.bos_id is None:
+            raise ValueError("a model with shifted logits needs a tokenizer with a bos token")
+        self.device = next(model.parameters()).device
+        self.fills = [_Fill(r, build_row(r, tok, model.config.max_seq_len, self.cfg.heal)) for r in requests]
+        self.batch = _Batch.build([f.row for f in self.fills], [r.one_line for r in requests], tok,
+                                  model.config.vocab_size, shift, self.device)
+        self.reuse = memo is not None and self.cfg.use_cache and self.cfg.reuse_context
+        plans = [memo.plan(f.req.doc, f.row.ids, f.row.start, f.row.length) for f in self.fills] if self.reuse else []
+        if plans and all(plans):  # every row lines up with its document's last fill
+            self.batch.plans = plans
+            for f, plan in zip(self.fills, plans):
+                f.plan = plan
+
+    def stop(self, i: int) -> None:
+        """Abandon request i before the next step (between steps: a step always finishes)."""
+        self.stopped.add(i)
+
+    @torch.inference_mode()
+    def __iter__(self) -> Iterator[list[tuple[int, Draft]]]:
+        if not self.fills:
+            return
+        model, tok, cfg, batch, fills = self.model, self.tok, self.cfg, self.batch, self.fills
+        step = 0
+        while len(batch.index):
+            if self.stopped:
+                self._drop_stopped()
+                if not len(batch.index):
+                    return
+            greedy = cfg.time_budget_ms is not None and (time.perf_counter() - self.t0) * 1e3 > cfg.time_budget_ms
+            done = _step(model, tok, batch, cfg, step, greedy).tolist()
+            step += 1
+            now = (time.perf_counter() - self.t0) * 1e3
+            drafts = []
+            for b, i in enumerate(batch.index.tolist()):
+                f = fills[i]
+                f.forwards += 1
+                if done[b]:
+                    f.canvas, f.conf = _canvas(batch, b, f, tok), batch.conf[b, : f.row.length].tolist()
+                    f.ms, f.budget_hit = now, greedy
+                    if self.reuse and f.req.doc:
+                        _remember(self.memo, f, batch, b)
+                elif f.req.drafts:
+                    drafts.append((i, _draft(batch, b, f, tok, step)))
+            if any(done):
+                self._keep([not d for d in done])
+            yield drafts
+
+    def _drop_stopped(self) -> None:
+        now = (time.perf_counter() - self.t0) * 1e3
+        rows = self.batch.index.tolist()
+        for i in rows:
+            if i in self.stopped:
+                self.fills[i].cancelled, self.fills[i].ms = True, now
+        self._keep([i not in self.stopped for i in rows])
+
+    def _keep(self, keep: list[bool]) -> None:
+        self.batch.keep(torch.tensor([b for b, k in enumerate(keep) if k], dtype=torch.long, device=self.device))
+
+    def results(self) -> list[FillResult]:
+        return [_result(f, self.tok) for f in self.fills]
+
+
 @torch.inference_mode()
 def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None,
-         should_stop: Callable[[int], bool] | None = None, memo: ContextMemo | None = None,
-         on_step: Callable[[int, Draft], None] | None = None) -> list[FillResult]:
-    """Infill every request; the batch runs one forward pass per step for all unfinished rows.
-
-    should_stop(i) is asked between denoising steps for each unfinished request i; when it says
-    True, the request is abandoned (result.cancelled) and the rest of the batch goes on. on_step(i,
-    draft) gets each unfinished request's Draft after every step, for the requests that ask for
-    drafts. With a memo, each finished row is remembered under its request's `doc`, and when every
-    request of the batch lines up with its document's last fill, the first pass starts from those."""
-    cfg = cfg or SamplerConfig()
-    t0 = time.perf_counter()
-    if not requests:
-        return []
-    shift = int(model.config.shift_logits)
-    if shift and tok.bos_id is None:
-        raise ValueError("a model with shifted logits needs a tokenizer with a bos token")
-    device = next(model.parameters()).device
-    fills = [_Fill(r, build_row(r, tok, model.config.max_seq_len, cfg.heal)) for r in requests]
-    batch = _Batch.build([f.row for f in fills], [r.one_line for r in requests], tok, model.config.vocab_size,
-                         shift, device)
-    reuse = memo is not None and cfg.use_cache and cfg.reuse_context
-    plans = [memo.plan(f.req.doc, f.row.ids, f.row.start, f.row.length) for f in fills] if reuse else []
-    if plans and all(plans):  # every row lines up with its document's last fill
-        batch.plans = plans
-        for f, plan in zip(fills, plans):
-            f.plan = plan
-    step = 0
-    while len(batch.index):
-        greedy = cfg.time_budget_ms is not None and (time.perf_counter() - t0) * 1e3 > cfg.time_budget_ms
-        done = _step(model, tok, batch, cfg, step, greedy).tolist()
-        step += 1
-        now = (time.perf_counter() - t0) * 1e3
-        for b, i in enumerate(batch.index.tolist()):
-            f = fills[i]
-            f.forwards += 1
-            if done[b]:
-                f.canvas, f.conf = _canvas(batch, b, f, tok), batch.conf[b, : f.row.length].tolist()
-                f.ms, f.budget_hit = now, greedy
-                if reuse and f.req.doc:
-                    _remember(memo, f, batch, b)
-            elif should_stop is not None and should_stop(i):
-                f.cancelled, f.ms, done[b] = True, now, True
-            elif on_step is not None and f.req.drafts:
-                on_step(i, _draft(batch, b, f, tok, step))
-        if any(done):
-            batch.keep(torch.tensor([b for b, d in enumerate(done) if not d], dtype=torch.long, device=device))
-    return [_result(f, tok) for f in fills]
+         memo: ContextMemo | None = None) -> list[FillResult]:
+    """Infill every request to the end (Decoding, driven without stops or drafts)."""
+    decoding = Decoding(model, tok, requests, cfg, memo)
+    for _ in decoding:
+        pass
+    return decoding.results()
 
 
 def _remember(memo: ContextMemo, f: _Fill, batch: _Batch, b: int) -> None:

@@ -31,7 +31,7 @@ def pytest_configure(config):
 
 # modules whose every test drives a real process: the language server, the worker, serve-api, an
 # editor, a benchmark. Tests elsewhere that start one are marked @pytest.mark.slow themselves.
-SLOW_MODULES = {"test_api", "test_bench_api", "test_bench_lsp", "test_neovim", "test_neovim_next_edit",
+SLOW_MODULES = {"test_api", "test_bench_api", "test_bench_lsp", "test_bench_pretrained", "test_neovim", "test_neovim_next_edit",
                 "test_neovim_plugin", "test_server_e2e", "test_server_next_edit", "test_server_pretrained",
                 "test_server_protocol", "test_server_range", "test_vscode_code_server", "test_vscode_extension"}
 

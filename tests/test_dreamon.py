@@ -13,7 +13,7 @@ from diffusion_lsp.cli import main
 from diffusion_lsp.engine import Engine, load_engine
 from diffusion_lsp.model.canvas import FillRequest, build_row
 from diffusion_lsp.model.config import ModelConfig, SpecialTokens
-from diffusion_lsp.model.dreamon import MIN_GEN_LEN, delete_ended, expand_blocked, expands, fill_variable
+from diffusion_lsp.model.dreamon import MIN_GEN_LEN, VariableDecoding, delete_ended, expand_blocked, expands, fill_variable
 from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
 from diffusion_lsp.model.tokenizer import train_bpe
 
@@ -67,10 +67,10 @@ class ScriptedModel(torch.nn.Module):
         return [len(w) - self.start - self.tail for w in self.windows]
 
 
-def run(tok, script, req=None, cfg=None, heal=False, should_stop=None):
+def run(tok, script, req=None, cfg=None, heal=False):
     req = req or FillRequest(PREFIX, SUFFIX, 16)
     model = ScriptedModel(tok, req, script, heal)
-    (res,) = fill_variable(model, tok, [req], cfg or SamplerConfig(heal=heal), should_stop)
+    (res,) = fill_variable(model, tok, [req], cfg or SamplerConfig(heal=heal))
     assert "".join(res.pieces) == res.text and len(res.pieces) == len(res.token_ids)  # pieces add up
     return model, res
 
@@ -178,11 +178,14 @@ def test_token_healing_constrains_the_first_token(tok):
     assert res.tokens == 1  # it re-types what was there, plus the "o"
 
 
-def test_should_stop_cancels_between_steps(tok):
+def test_a_stopped_request_is_abandoned_between_steps(tok):
     script, _ = growing(tok, " a + b")
     reqs = [FillRequest(PREFIX, SUFFIX, 8, id="a"), FillRequest(PREFIX, SUFFIX, 8, id="b")]
     model = ScriptedModel(tok, reqs[0], script)
-    kept, stopped = fill_variable(model, tok, reqs, SamplerConfig(heal=False), should_stop=lambda i: i == 1)
+    decoding = VariableDecoding(model, tok, reqs, SamplerConfig(heal=False))
+    for _ in decoding:
+        decoding.stop(1)  # the second request, asked to stop before it starts: its first step still runs
+    kept, stopped = decoding.results()
     assert stopped.cancelled and stopped.text == "" and stopped.forwards == 1
     assert not kept.cancelled and kept.text == " a + b" and (kept.id, stopped.id) == ("a", "b")
 
@@ -253,8 +256,8 @@ def test_fim_runs_dreamon_end_to_end(dreamon_folder, tmp_path, capsys, monkeypat
     calls = []
     import diffusion_lsp.model.dreamon as dreamon
 
-    real = dreamon.fill_variable
-    monkeypatch.setattr(dreamon, "fill_variable", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = dreamon.VariableDecoding
+    monkeypatch.setattr(dreamon, "VariableDecoding", lambda *a, **k: calls.append(1) or real(*a, **k))
     fills = engine.fill([FillRequest("def f(x):\n    return ", "\n", 6), FillRequest("x = ", "", 3, one_line=True)])
     assert calls == [1] and [f.tokens == len(f.pieces) <= n and "".join(f.pieces) == f.text and f.forwards >= 1
                              for f, n in zip(fills, (6, 3))] == [True, True]

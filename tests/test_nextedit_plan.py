@@ -269,8 +269,8 @@ class Recording:
         self.probes.append(r)
         return r
 
-    def answer(self, orders, keys, should_stop=None, on_step=None):
-        fills = self.engine.answer(orders, keys, should_stop, on_step)
+    def answer(self, orders, keys, stops=None):
+        fills = self.engine.answer(orders, keys, stops)
         self.orders.extend(orders)
         self.fills.extend(fills)
         return fills

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from diffusion_lsp.model.canvas import FillRequest, build_row
-from diffusion_lsp.model.sampler import _first_line, fill
+from diffusion_lsp.model.sampler import Decoding, _first_line, fill
 from diffusion_lsp.model.settings import SamplerConfig
 
 PREFIX = "def add(a, b):\n    return"
@@ -239,12 +239,17 @@ def test_long_context_is_cut_to_fit(tokenizer, oracle):
     assert res.text == ANSWER and res.forwards == 1
 
 
-def test_should_stop_abandons_one_request_between_steps(tokenizer, oracle):
+def test_a_stopped_request_is_abandoned_between_steps(tokenizer, oracle):
     table = {q: tokenizer.encode(" ok")[0] for q in range(200)}
     model = oracle(tokenizer, table)
     reqs = [FillRequest("a = 1\n", "", 6), FillRequest("b = 2\n", "", 6)]
     cfg = SamplerConfig(policy="one", heal=False)
-    kept, stopped = fill(model, tokenizer, reqs, cfg, should_stop=lambda i: i == 1)
+    decoding = Decoding(model, tokenizer, reqs, cfg)
+    for step, drafts in enumerate(decoding):
+        assert drafts == []  # no request asked for drafts
+        if step == 0:
+            decoding.stop(1)
+    kept, stopped = decoding.results()
     assert stopped.cancelled and stopped.text == "" and stopped.forwards == 1
     assert not kept.cancelled and kept.forwards == 6 and kept.text == fill(model, tokenizer, reqs[:1], cfg)[0].text
 

@@ -109,7 +109,10 @@ def test_pieces_always_add_up_to_the_text(engine, cfg):
     # a random model writes arbitrary bytes: characters split across tokens, and fills cut inside one
     reqs = [FillRequest("def f(x):\n    return", "\n", 12), FillRequest("import os\n", "x = 1\n", 8, one_line=True),
             FillRequest("s = 'na", "'\n", 10), FillRequest("y = ", "", 6)]
-    results = engine.fill(reqs, cfg, should_stop=lambda i: i == 3)
+    decoding = engine.decoding(reqs, cfg)
+    for _ in decoding:  # the last request is abandoned after its first step
+        decoding.stop(3)
+    results = decoding.results()
     for res in results:
         assert "".join(res.pieces) == res.text
         assert len(res.pieces) == len(res.confidence) == len(res.token_ids)

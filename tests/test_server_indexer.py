@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import asyncio
 
 from diffusion_lsp.context.index import INDEXES, indexed
@@ -50,6 +51,7 @@ def test_the_index_and_token_counts_are_made_in_a_child_process_and_looked_up_wi
     assert memo.memo[line] == counter_for(None)(line) != len(line) and memo.missing(SOURCE) == []
 
 
+@pytest.mark.slow  # starts a process
 def test_the_indexing_child_and_the_resource_tracker_die_with_a_killed_server():
     """After `kill -9` of the server its indexing child (and with it multiprocessing's resource
     tracker, which waits for both to close its pipe) lived on: pairs from killed sessions were still

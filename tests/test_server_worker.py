@@ -1,6 +1,7 @@
 """The worker without a model: supersession and cancellation between denoising steps, batching,
 a model that fails to load, owner-only sockets, and the asyncio client over a real socket. The
-fake engine runs 'steps' until released and asks should_stop between them, like the sampler."""
+fake engine's decoding runs 'steps' until released and is told which rows stop between them, as the
+sampler's Decoding is."""
 
 from __future__ import annotations
 
@@ -31,6 +32,27 @@ class CharTok:
         return "".join(map(chr, ids))
 
 
+class FakeDecoding:
+    """sampler.Decoding's shape: a step per turn until released, `stop(i)` between steps."""
+
+    def __init__(self, engine, orders):
+        self.engine, self.orders, self.stopped = engine, orders, set()
+
+    def stop(self, i):
+        self.stopped.add(i)
+
+    def __iter__(self):
+        self.engine.batches.append([o.prefix for o in self.orders])
+        self.engine.started.set()
+        while not self.engine.release.wait(0.005) and len(self.stopped) < len(self.orders):
+            yield []  # one denoising step
+
+    def results(self):
+        return [None if i in self.stopped else Fill(o.prefix.upper(), list(o.prefix.upper()), [1.0] * len(o.prefix),
+                                                     1.0, 1, batch=len(self.orders))
+                for i, o in enumerate(self.orders)]
+
+
 class FakeEngine:
     def __init__(self):
         self.tokenizer, self.batches = CharTok(), []
@@ -39,18 +61,15 @@ class FakeEngine:
     def max_tokens(self) -> int:
         return 16  # the largest canvas this fake model takes
 
-    def answer(self, orders, keys, should_stop=None, on_step=None):  # diffusion_lsp.engine.Engine's
-        if should_stop is None:  # the warm-up fill
-            return [None]
-        self.batches.append([o.prefix for o in orders])
-        self.started.set()
-        stopped = [False] * len(orders)
-        while not self.release.wait(0.005):  # one denoising step
-            stopped = [s or should_stop(i) for i, s in enumerate(stopped)]
-            if all(stopped):
-                break
-        return [None if s else Fill(o.prefix.upper(), list(o.prefix.upper()), [1.0] * len(o.prefix), 1.0, 1,
-                                    batch=len(orders)) for o, s in zip(orders, stopped)]
+    def answer(self, orders, keys, stops=None):  # the warm-up fill
+        return [None]
+
+    def decode_orders(self, orders, keys):  # diffusion_lsp.engine.Engine's
+        return FakeDecoding(self, orders)
+
+    @staticmethod
+    def answers(decoding):
+        return decoding.results()
 
 
 class FakeConn:

@@ -34,7 +34,7 @@ class LocalBackend:
     async def fill(self, key: str, order: FillOrder) -> Fill:
         stop = self._supersede(key)
         try:
-            (fill,) = await self._run(stop, self.engine.answer, [order], [key], lambda i: stop.is_set())
+            (fill,) = await self._run(stop, self.engine.answer, [order], [key], [stop])
         finally:
             self._forget(key, stop)
         if fill is None:

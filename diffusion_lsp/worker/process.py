@@ -4,7 +4,8 @@ It owns the model (and the GPU), so the language server's event loop never block
 several editor sessions can share one loaded model. The socket side is listener.py; here, one model
 thread: fills queued at the same time with the same sampling settings are decoded as one batch.
 A newer fill for the same document (key) supersedes older ones: a queued one is answered at once,
-a running one is abandoned between denoising steps (sampler `should_stop`). A fill whose settings
+a running one is abandoned between denoising steps (the model thread drives the sampler's
+Decoding step by step, and stops the rows whose jobs were stopped). A fill whose settings
 are bad is refused on arrival, alone, before it can join (and fail) a batch. Protocol: wire.py."""
 
 from __future__ import annotations
@@ -174,16 +175,11 @@ class Worker:
                 if sampling is None:
                     self._probe(batch[0])
                 else:
-                    self._decode(batch, sampling)
+                    self._decode(batch)
             finally:
                 self.busy_since = None
 
-    def _decode(self, batch: list[Job], sampling: SamplerConfig) -> None:
-        def on_step(i: int, d) -> None:
-            job = batch[i]
-            if not job.stop.is_set():
-                job.conn.send(Draft(d.step, d.committed, d.text, d.masked).message(job.id))
-
+    def _decode(self, batch: list[Job]) -> None:
         limit = self.engine.max_tokens()
         refused = [j for j in batch if j.order.max_tokens > limit]  # the same on every try: "invalid"
         if refused:
@@ -196,11 +192,16 @@ class Worker:
             if not batch:
                 return
         try:
-            fills = self.engine.answer([j.order for j in batch], [j.key for j in batch],
-                                       lambda i: batch[i].stop.is_set(),
-                                       on_step if any(j.order.drafts for j in batch) else None)
+            decoding = self.engine.decode_orders([j.order for j in batch], [j.key for j in batch])
+            for drafts in decoding:  # one denoising step each
+                for i, d in drafts:
+                    if not batch[i].stop.is_set():
+                        batch[i].conn.send(Draft(d.step, d.committed, d.text, d.masked).message(batch[i].id))
+                for i, job in enumerate(batch):
+                    if job.stop.is_set():  # superseded, cancelled or disconnected meanwhile
+                        decoding.stop(i)
             replies = [refusal_message(j.id, j.reason) if f is None or j.stop.is_set() else f.message(j.id)
-                       for j, f in zip(batch, fills)]
+                       for j, f in zip(batch, self.engine.answers(decoding))]
         except Exception as e:  # a request the checks let through fails its batch, not the worker
             log.exception("fill failed")
             replies = [refusal_message(j.id, "error", f"{type(e).__name__}: {e}") for j in batch]
