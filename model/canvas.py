@@ -9,8 +9,12 @@ one of the canvas's max_tokens positions: a fill never has more tokens than its 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -43,7 +47,7 @@ def _heal(prefix_ids: list[int], tok: Tokenizer) -> tuple[list[int], str, list[i
     if typed.endswith(" ") and not typed.strip():
         # byte-level BPE writes a word after blanks with its space: "\n    return" is "\n   " +
         # " return", so no token that starts with a typed "\n    " goes on with a word; the token one
-        # blank shorter may, and the fill's next token re-types the blank (sampler._unhealed)
+        # blank shorter may, and the fill's next token re-types the blank (results.unhealed)
         # measured: without it the embedded model indented every fill at an indented empty line 4
         # columns too deep, choosing "\n       " + " self"
         allowed += tok.ids_of_text(typed[:-1]) if len(typed) > 1 else []
@@ -91,3 +95,14 @@ def build_row(req: FillRequest, tok: Tokenizer, max_seq_len: int, heal: bool) ->
     start = len(bos) + len(prefix)
     ids = bos + prefix + [tok.mask_id] * n + suffix
     return Row(ids=ids, start=start, length=n, healed=healed, first_allowed=allowed)
+
+
+def newline_first_table(tok: Tokenizer, rows: list[Row], newline: torch.Tensor) -> torch.Tensor:
+    """[B, V]: which tokens at canvas[0] end the first line. A healed row's first token starts with
+    the prefix's last token (maybe "\n\n"): only a newline after that text counts."""
+    table = newline.expand(len(rows), -1).clone()
+    for i, r in enumerate(rows):
+        if r.first_allowed:
+            table[i] = False
+            table[i, [t for t in r.first_allowed if "\n" in tok.decode([t])[len(r.healed):]]] = True
+    return table

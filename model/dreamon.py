@@ -34,8 +34,8 @@ from collections.abc import Iterator
 
 import torch
 
-from .canvas import FillRequest, Row, build_row
-from .sampler import FillResult, _Fill, _newline_first, _result
+from .canvas import FillRequest, Row, build_row, newline_first_table
+from .results import Decoded, FillResult, result_of
 from .settings import SamplerConfig
 from .tokenizer import Tokenizer
 
@@ -159,7 +159,7 @@ def _logits_at(model, window: list[int], cols: list[int], start: int, shift: int
     return model.logits(h[0, at])  # [M, V]
 
 
-def _decode(model, tok: Tokenizer, req: FillRequest, cfg: SamplerConfig, f: _Fill, stopped: set[int], i: int,
+def _decode(model, tok: Tokenizer, req: FillRequest, cfg: SamplerConfig, f: Decoded, stopped: set[int], i: int,
             t0: float, shift: int, device) -> Iterator[None]:
     """Request i, one committed position per step (the module docstring's loop), into `f`; yields
     after every step, and abandons the request once `i` is in `stopped`."""
@@ -178,7 +178,7 @@ def _decode(model, tok: Tokenizer, req: FillRequest, cfg: SamplerConfig, f: _Fil
         table = torch.zeros(model.config.vocab_size, dtype=torch.bool)
         table[tok.newline_ids] = True
         newline = set(tok.newline_ids)
-        newline_first = set(_newline_first(tok, [row], table)[0].nonzero().flatten().tolist())
+        newline_first = set(newline_first_table(tok, [row], table)[0].nonzero().flatten().tolist())
     f.row = row
     # each step lowers (masked positions + 2 x expansions left) by at least one: this many steps end it
     for _ in range(len(middle) + 2 * budget):
@@ -217,7 +217,7 @@ class VariableDecoding:
         self.model, self.tok, self.requests, self.cfg = model, tok, requests, cfg or SamplerConfig()
         self.t0 = time.perf_counter()
         self.stopped: set[int] = set()
-        self.fills = [_Fill(r, None) for r in requests]
+        self.fills = [Decoded(r, None) for r in requests]
 
     def stop(self, i: int) -> None:
         self.stopped.add(i)
@@ -230,7 +230,7 @@ class VariableDecoding:
                 yield []
 
     def results(self) -> list[FillResult]:
-        return [_result(f, self.tok) for f in self.fills]
+        return [result_of(f, self.tok) for f in self.fills]
 
 
 def fill_variable(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None

@@ -4,7 +4,7 @@ Each request becomes a row `prefix | N x mask | suffix` (canvas.py). `Decoding` 
 `_step`, one denoising step for the batch (the shape of gpt-fast's `decode_one_token`): one forward
 pass predicts the open block's masked positions of every unfinished row, an unmasking policy
 (policies.py) commits some of them, and the step says which rows are done. The loop keeps one record
-per request (`_Fill`) and drops done rows from the batch; its caller drives it step by step (the
+per request (`Decoded`) and drops done rows from the batch; its caller drives it step by step (the
 drafts after each step come back to it, and it stops the requests nobody waits for any more);
 `fill` drives it to the end.
 
@@ -19,63 +19,25 @@ it (a caller that drops the tail from such a token has its answer). With the con
 open block and the one before it, and writes the window's keys/values back; the prefix, the suffix
 and the rest of the canvas come from the cache. Only the open block's masked positions go through
 the output head. A result's per-token pieces are made once, in `_result`, by incremental decoding
-minus the healed text (`_text`).
+minus the healed text (results.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 
-from .canvas import FillRequest, Row, build_row
+from .canvas import FillRequest, Row, build_row, newline_first_table
 from .policies import block_eligible, select, token_stats
 from .reuse import ContextMemo, Entry, Plan, warm_row
 from .settings import SamplerConfig
-from .tokenizer import Tokenizer, decode_pieces
+from .results import MASK_GLYPH, Decoded, Draft, FillResult, result_of, unhealed
+from .tokenizer import Tokenizer
 from .transformer import KVCache
-
-
-@dataclass
-class FillResult:
-    id: object
-    text: str
-    token_ids: list[int]
-    pieces: list[str]  # per emitted token, the text it completes: they add up to `text` (see _text)
-    confidence: list[float]  # per emitted token, probability when it was committed
-    forwards: int  # forward passes this request took part in
-    ms: float
-    budget_hit: bool = False
-    cancelled: bool = False  # abandoned between steps (Decoding.stop); text is empty
-    reused: int = 0  # positions whose keys/values came from the document's last fill (reuse.py)
-    canvas: list[int] = field(default_factory=list, repr=False)  # all canvas ids, fillers included
-    end_confidence: float = 1.0  # how sure the model was where the text ends (its surest filler; 1.0: none)
-
-    @property
-    def tokens(self) -> int:
-        """The tokens the model wrote into the text (the re-typed healed one included; fillers and a
-        one-line fill's stripped line break not): one per piece and confidence, at most max_tokens.
-        Every count of a fill's tokens (`fim --json`, `--batch`, serve-api's usage) is this one."""
-        return len(self.token_ids)
-
-
-@dataclass
-class _Fill:
-    """One request while it is decoded; `_result` turns it into its FillResult."""
-
-    req: FillRequest
-    row: Row
-    plan: Plan | None = None  # how its row lines up with the document's last fill (reuse.py)
-    forwards: int = 0
-    ms: float = 0.0
-    budget_hit: bool = False
-    cancelled: bool = False
-    canvas: list[int] = field(default_factory=list)  # [N] once done, fillers included
-    conf: list[float] = field(default_factory=list)  # [N] once done
 
 
 _FIXED = {"fixed": True}  # a _Batch field that is not one entry per batch row: keep() leaves it
@@ -127,7 +89,7 @@ class _Batch:
         if any(one_line):
             newline = torch.zeros(vocab_size, dtype=torch.bool, device=device)
             newline[tok.newline_ids] = True
-            newline_first = _newline_first(tok, rows, newline)
+            newline_first = newline_first_table(tok, rows, newline)
         start = torch.tensor([r.start for r in rows], device=device)
         length = torch.tensor([r.length for r in rows], device=device)
         at = torch.arange(N, device=device)
@@ -168,17 +130,6 @@ def _take(value, kept: torch.Tensor):
     if isinstance(value, KVCache):
         return KVCache([k[kept] for k in value.keys], [v[kept] for v in value.values], value.key_mask[kept])
     return None if value is None else value[kept]
-
-
-def _newline_first(tok: Tokenizer, rows: list[Row], newline: torch.Tensor) -> torch.Tensor:
-    """[B, V]: which tokens at canvas[0] end the first line. A healed row's first token starts with
-    the prefix's last token (maybe "\n\n"): only a newline after that text counts."""
-    table = newline.expand(len(rows), -1).clone()
-    for i, r in enumerate(rows):
-        if r.first_allowed:
-            table[i] = False
-            table[i, [t for t in r.first_allowed if "\n" in tok.decode([t])[len(r.healed):]]] = True
-    return table
 
 
 def _constrain(logits: torch.Tensor, rows, cols, batch: _Batch, tok: Tokenizer, cur: torch.Tensor,
@@ -313,27 +264,12 @@ def _step(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, step: int, g
     return _done(batch, cur, tok.filler_id, cfg.stop_below)
 
 
-MASK_GLYPH = "\u2592"  # how a still-masked position shows in a draft (one per position)
-
-
-@dataclass(frozen=True)
-class Draft:
-    """A request's canvas after a denoising step: `committed` is the text up to its first masked
-    position (a prefix of the final text, so it can stream as deltas); `text` is the whole canvas,
-    each masked position shown as MASK_GLYPH, fillers left out."""
-
-    step: int
-    committed: str
-    text: str
-    masked: int  # positions still masked
-
-
-def _draft(batch: _Batch, b: int, f: _Fill, tok: Tokenizer, step: int) -> Draft:
+def _draft(batch: _Batch, b: int, f: Decoded, tok: Tokenizer, step: int) -> Draft:
     ids = batch.x[b].gather(0, batch.canvas_idx[b, : f.row.length]).tolist()
     first = next((j for j, t in enumerate(ids) if t == tok.mask_id), len(ids))
-    # one decode (not _text's per-token pieces, quadratic in the canvas); a character whose last
+    # one decode (not results.text_of's per-token pieces, quadratic in the canvas); a character whose last
     # bytes are still masked is not committed yet, so the committed text stays a prefix of the final
-    committed = _unhealed(tok.decode([t for t in ids[:first] if t != tok.filler_id]), f.row.healed).rstrip("\ufffd")
+    committed = unhealed(tok.decode([t for t in ids[:first] if t != tok.filler_id]), f.row.healed).rstrip("\ufffd")
     parts, run = [committed], []
     for t in ids[first:]:
         if t == tok.mask_id or t == tok.filler_id:
@@ -348,7 +284,7 @@ def _draft(batch: _Batch, b: int, f: _Fill, tok: Tokenizer, step: int) -> Draft:
     return Draft(step, committed, "".join(parts), sum(t == tok.mask_id for t in ids))
 
 
-def _canvas(batch: _Batch, b: int, f: _Fill, tok: Tokenizer) -> list[int]:
+def _canvas(batch: _Batch, b: int, f: Decoded, tok: Tokenizer) -> list[int]:
     """Batch row b's canvas ids once it is done: masks left by an early stop become fillers, and in a
     one-line row so does everything after the first newline token."""
     ids = [tok.filler_id if t == tok.mask_id else t
@@ -374,14 +310,14 @@ class Decoding:
         self.model, self.tok, self.cfg, self.memo = model, tok, cfg or SamplerConfig(), memo
         self.t0 = time.perf_counter()
         self.stopped: set[int] = set()
-        self.fills: list[_Fill] = []
+        self.fills: list[Decoded] = []
         if not requests:
             return
         shift = int(model.config.shift_logits)
         if shift and tok.bos_id is None:
             raise ValueError("a model with shifted logits needs a tokenizer with a bos token")
         self.device = next(model.parameters()).device
-        self.fills = [_Fill(r, build_row(r, tok, model.config.max_seq_len, self.cfg.heal)) for r in requests]
+        self.fills = [Decoded(r, build_row(r, tok, model.config.max_seq_len, self.cfg.heal)) for r in requests]
         self.batch = _Batch.build([f.row for f in self.fills], [r.one_line for r in requests], tok,
                                   model.config.vocab_size, shift, self.device)
         self.reuse = memo is not None and self.cfg.use_cache and self.cfg.reuse_context
@@ -437,7 +373,7 @@ class Decoding:
         self.batch.keep(torch.tensor([b for b, k in enumerate(keep) if k], dtype=torch.long, device=self.device))
 
     def results(self) -> list[FillResult]:
-        return [_result(f, self.tok) for f in self.fills]
+        return [result_of(f, self.tok) for f in self.fills]
 
 
 @torch.inference_mode()
@@ -450,61 +386,10 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
     return decoding.results()
 
 
-def _remember(memo: ContextMemo, f: _Fill, batch: _Batch, b: int) -> None:
+def _remember(memo: ContextMemo, f: Decoded, batch: _Batch, b: int) -> None:
     n = len(f.row.ids)
     keys, values = ([t[b, :, :n].clone() for t in tensors] for tensors in (batch.cache.keys, batch.cache.values))
     age = f.plan.entry.age + 1 if f.plan else 0
     memo.put(f.req.doc, Entry(f.row.ids, f.row.start, f.row.length, keys, values, age))
 
 
-def _unhealed(text: str, healed: str) -> str:
-    """The text without the healed prefix the fill re-types. Healed blanks the fill re-typed only in
-    part (canvas.py lets "\n    " be re-typed as "\n   ", its next token bringing the blank) are cut
-    as far as they go: the user's blanks stand."""
-    if text.startswith(healed) or healed.strip():
-        return text[len(healed):] if text.startswith(healed) else text
-    common = len(os.path.commonprefix([text, healed]))
-    return text[common:]
-
-
-def _text(tok: Tokenizer, ids: list[int], healed: str) -> tuple[str, list[str]]:
-    """(text, pieces) of the emitted ids: the text without the healed prefix, and per token the part
-    of it that token completes. Incremental decoding: a multi-byte character split across tokens
-    lands on the token that completes it ("" on the others); the healed text, which the first token
-    re-types, is cut from the front."""
-    pieces, prev = decode_pieces(tok, ids)
-    text = _unhealed(prev, healed)
-    if "".join(pieces) != prev:  # a decoder that rewrites earlier text: all of it on the first token
-        return text, [text] + [""] * (len(ids) - 1)
-    cut = len(prev) - len(text)
-    for j, piece in enumerate(pieces):
-        pieces[j], cut = piece[cut:], max(cut - len(piece), 0)
-    return text, pieces
-
-
-def _first_line(text: str, pieces: list[str]) -> tuple[str, list[str]]:
-    """A one-line fill's (text, pieces) up to its first line break. `_canvas` left the token that
-    writes the break last; it keeps the text before the break, or goes when it wrote none (a line
-    break and the next line's indentation)."""
-    nl = text.find("\n")
-    if nl < 0:
-        return text, pieces
-    before = len(text) - len(pieces[-1])
-    if before > nl:  # a decoder that rewrites earlier text: all of it on the first token (_text)
-        return text[:nl], [text[:nl]] + pieces[1:]
-    last = pieces[-1][: nl - before]
-    return text[:nl], pieces[:-1] + ([last] if last else [])
-
-
-def _result(f: _Fill, tok: Tokenizer) -> FillResult:
-    kept = [(t, c) for t, c in zip(f.canvas, f.conf) if t != tok.filler_id]
-    ids = [t for t, _ in kept]
-    text, pieces = _text(tok, ids, f.row.healed)
-    if f.req.one_line:
-        text, pieces = _first_line(text, pieces)
-        kept = kept[: len(pieces)]
-    return FillResult(id=f.req.id, text=text, token_ids=[t for t, _ in kept], pieces=pieces,
-                      confidence=[c for _, c in kept], forwards=f.forwards, ms=f.ms,
-                      budget_hit=f.budget_hit, cancelled=f.cancelled, reused=f.plan.reused() if f.plan else 0,
-                      canvas=f.canvas,
-                      end_confidence=max((c for t, c in zip(f.canvas, f.conf) if t == tok.filler_id), default=1.0))

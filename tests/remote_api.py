@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from diffusion_lsp.context.types import Document
+from diffusion_lsp.context.records import Document
 from diffusion_lsp.remote import FimClient
 
 WAIT = 30  # seconds: only reached when a test is failing

@@ -25,9 +25,9 @@ import pytest
 from lsprotocol import types
 
 from conftest import open_doc, start_server, stop_server, within
-from diffusion_lsp.api.requests import BadRequest, cut_at_stop, parse_fim, split_fim, stream_safe
+from diffusion_lsp.api.bodies import BadRequest, cut_at_stop, parse_fim, split_fim, stream_safe
 from diffusion_lsp.bench.api import stop
-from diffusion_lsp.model.sampler import MASK_GLYPH
+from diffusion_lsp.model.results import MASK_GLYPH
 from diffusion_lsp.nextedit import mercury
 from test_server_e2e import echo_checkpoint  # noqa: F401 (a fixture)
 from test_server_range import CAPS, SCRIPT, scripted_checkpoint

@@ -13,7 +13,7 @@ from conftest import RecordingUi
 
 from diffusion_lsp.backend.base import Capabilities
 from diffusion_lsp.context.languages import language_for
-from diffusion_lsp.context.types import Document
+from diffusion_lsp.context.records import Document
 from diffusion_lsp.engine import DEFAULT_MODEL
 from diffusion_lsp.model.checkpoint import CheckpointError, read_config
 from diffusion_lsp.model.claims import GENERAL, Claims, read_claims

@@ -189,23 +189,23 @@ def test_bench_sampler_prints_every_configuration(tiny_checkpoint, capsys):
 
 
 def test_idle_cores_come_from_the_cpu_time_sample_else_the_load_average(monkeypatch):
-    from diffusion_lsp import engine
+    from diffusion_lsp import cpus
 
     samples = iter([(100, 200), (175, 300)])  # 75 of 100 jiffies idle
-    monkeypatch.setattr(engine, "_cpu_times", lambda: next(samples))
-    assert engine.idle_cores(4, sample_s=0) == 3
-    monkeypatch.setattr(engine, "_cpu_times", lambda: None)
-    monkeypatch.setattr(engine.os, "getloadavg", lambda: (1.2, 1.0, 1.0))
-    assert engine.idle_cores(4, sample_s=0) == 3 and engine.idle_cores(1, sample_s=0) == 0
+    monkeypatch.setattr(cpus, "_cpu_times", lambda: next(samples))
+    assert cpus.idle_cores(4, sample_s=0) == 3
+    monkeypatch.setattr(cpus, "_cpu_times", lambda: None)
+    monkeypatch.setattr(cpus.os, "getloadavg", lambda: (1.2, 1.0, 1.0))
+    assert cpus.idle_cores(4, sample_s=0) == 3 and cpus.idle_cores(1, sample_s=0) == 0
 
 
 @pytest.mark.parametrize("idle,processes,threads", [(6, 1, 6), (6, 2, 3), (6, 4, 1), (0, 1, 1), (3, 0, 3)])
 def test_default_threads_split_the_idle_cores_between_processes(monkeypatch, idle, processes, threads):
-    from diffusion_lsp import engine
+    from diffusion_lsp import cpus
 
-    monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    monkeypatch.setattr(engine, "idle_cores", lambda cores: min(idle, cores))
-    assert engine.default_threads(processes) == threads
+    monkeypatch.setattr(cpus.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(cpus, "idle_cores", lambda cores: min(idle, cores))
+    assert cpus.default_threads(processes) == threads
 
 
 MODEL_COMMANDS = [["fim", "FILE", "--at", "1:1"], ["fim", "--batch", "FILE"], ["bench", "sampler"], ["bench", "lsp"],

@@ -11,7 +11,7 @@ from diffusion_lsp.context.gather import approx_tokens, gather
 from diffusion_lsp.context.languages import QUERY_NAMES, all_languages, language_for, parser_for, query_for
 from diffusion_lsp.context.parsing import reparse, utf8
 from diffusion_lsp.context.spans import CANVAS_TOKENS, decide_span
-from diffusion_lsp.context.types import ContextBudget, Document, EditSnippet, SpanKind
+from diffusion_lsp.context.records import ContextBudget, Document, EditSnippet, SpanKind
 
 CURSOR = "█"
 

@@ -7,7 +7,7 @@ import pytest
 from diffusion_lsp.context.gather import gather
 from diffusion_lsp.context.postprocess import creates_parse_error, drop_low_confidence, postprocess
 from diffusion_lsp.context.overlap import drop_duplicate_lines
-from diffusion_lsp.context.types import Document, SpanKind, Suggestion
+from diffusion_lsp.context.records import Document, SpanKind, Suggestion
 
 CURSOR = "█"
 

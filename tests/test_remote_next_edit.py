@@ -10,7 +10,7 @@ import pytest
 
 from conftest import RecordingUi
 from remote_api import ENV, KEY, client
-from diffusion_lsp.context.types import Document
+from diffusion_lsp.context.records import Document
 from diffusion_lsp.nextedit.history import EditSteps
 from diffusion_lsp.nextedit.mercury import rewritten
 from diffusion_lsp.remote import RemoteError

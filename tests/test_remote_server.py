@@ -12,7 +12,7 @@ import pytest
 
 from conftest import RecordingUi
 from remote_api import DOC, ENV, KEY, WAIT, Api, assert_no_key, chain, ok
-from diffusion_lsp.context.types import Document
+from diffusion_lsp.context.records import Document
 from diffusion_lsp.server.completion import Answer, Completer
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.backend.failure import BackendError, Failure

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from diffusion_lsp.model.canvas import FillRequest, build_row
-from diffusion_lsp.model.sampler import Decoding, _first_line, fill
+from diffusion_lsp.model.results import first_line as _first_line
+from diffusion_lsp.model.sampler import Decoding, fill
 from diffusion_lsp.model.settings import SamplerConfig
 
 PREFIX = "def add(a, b):\n    return"
@@ -260,7 +261,7 @@ def test_an_indented_empty_line_is_continued_at_its_indentation(oracle):
     deeper indentation (the embedded model indented every such fill 4 columns too deep)."""
     from diffusion_lsp.engine import DEFAULT_MODEL
     from diffusion_lsp.model.config import SpecialTokens
-    from diffusion_lsp.model.sampler import _unhealed
+    from diffusion_lsp.model.results import unhealed as _unhealed
     from diffusion_lsp.model.tokenizer import Tokenizer
 
     tok = Tokenizer.from_file(DEFAULT_MODEL / "tokenizer.json", SpecialTokens())

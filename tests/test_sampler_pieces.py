@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from diffusion_lsp.model.canvas import FillRequest, build_row
-from diffusion_lsp.model.sampler import _text, fill
+from diffusion_lsp.model.results import text_of as _text
+from diffusion_lsp.model.sampler import fill
 from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
 
 PREFIX = "def greet(name):\n    return"

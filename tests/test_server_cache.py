@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diffusion_lsp.context.types import Suggestion
+from diffusion_lsp.context.records import Suggestion
 from diffusion_lsp.server.cache import CompletionCache
 
 PREFIX, SUFFIX = "def f(x):\n    return ", "\n\nprint(f(1))\n"

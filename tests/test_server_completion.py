@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from diffusion_lsp.context.types import Document, EditSnippet, Suggestion
+from diffusion_lsp.context.records import Document, EditSnippet, Suggestion
 from diffusion_lsp.server.completion import Answer, BadInput, Completer, locate, replace_range
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.indexer import Indexer

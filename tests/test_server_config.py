@@ -80,7 +80,7 @@ def test_key_case_conversions():
 
 
 def test_sampling_settings_make_the_worker_s_order():
-    from diffusion_lsp.context.types import CompletionContext, SpanKind
+    from diffusion_lsp.context.records import CompletionContext, SpanKind
     from diffusion_lsp.model.settings import SamplerConfig
     from diffusion_lsp.server.completion import Completer
     from diffusion_lsp.server.stats import Stats

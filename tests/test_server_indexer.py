@@ -6,7 +6,7 @@ import pytest
 import asyncio
 
 from diffusion_lsp.context.index import INDEXES, indexed
-from diffusion_lsp.context.types import Document
+from diffusion_lsp.context.records import Document
 from diffusion_lsp.context.cutting import MemoCounter
 from diffusion_lsp.server.indexer import Indexer
 from diffusion_lsp.engine import model_folder

@@ -1,5 +1,5 @@
 """`diffusion-lsp serve` against a misbehaving client: the real server process driven over its pipes
-with raw bytes (server/protocol.py). Whatever arrives, each request gets an answer (its result or
+with raw bytes (server/jsonrpc.py). Whatever arrives, each request gets an answer (its result or
 its JSON-RPC error), notifications never do, nothing pops up a window, and the server keeps
 serving. No model is needed: only initialize, the custom diffusionLsp/stats request and shutdown
 are answered for real. Tests wait on the server's messages, never on a clock."""
@@ -17,7 +17,7 @@ import pytest_asyncio
 from pygls.exceptions import FeatureNotificationError, FeatureRequestError, JsonRpcInternalError
 
 from diffusion_lsp.model.settings import LaunchSettings
-from diffusion_lsp.server.protocol import MAX_BODY, MAX_HEADER, Frames
+from diffusion_lsp.server.jsonrpc import MAX_BODY, MAX_HEADER, Frames
 from diffusion_lsp.server.server import create_server
 from diffusion_lsp.server.session import ServeOptions
 

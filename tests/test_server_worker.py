@@ -11,7 +11,6 @@ import socket
 import stat
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 

@@ -37,7 +37,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..lifecycle import Stopped, first
-from .requests import BadRequest, Edit, Fim, cut_at_stop, parse_edit, parse_fim, stream_safe
+from .bodies import BadRequest, Edit, Fim, cut_at_stop, parse_edit, parse_fim, stream_safe
 from .service import Answer, Busy, Failed, Service
 
 log = logging.getLogger("diffusion-lsp.api")

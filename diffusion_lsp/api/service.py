@@ -29,7 +29,7 @@ from ..nextedit.suggest import EditRequest, NextEditSettings, suggest
 from ..worker.client import Launch
 from ..worker.link import WorkerLink
 from .metrics import Metrics
-from .requests import Edit, Fim, cut_at_stop
+from .bodies import Edit, Fim, cut_at_stop
 
 log = logging.getLogger("diffusion-lsp.api")
 

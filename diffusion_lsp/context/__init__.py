@@ -10,7 +10,7 @@ from .index import index_document
 from .languages import language_for
 from .postprocess import REJECTIONS, creates_parse_error, postprocess
 from .spans import CANVAS_TOKENS
-from .types import CompletionContext, ContextBudget, Document, EditSnippet, SpanKind, Suggestion
+from .records import CompletionContext, ContextBudget, Document, EditSnippet, SpanKind, Suggestion
 
 __all__ = ["gather", "postprocess", "creates_parse_error", "index_document", "language_for", "REJECTIONS",
            "CANVAS_TOKENS", "CompletionContext", "ContextBudget", "Document", "EditSnippet", "SpanKind",

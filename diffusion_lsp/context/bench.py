@@ -18,7 +18,7 @@ from ..bench.workload import BIG_SOURCES, STDLIB, big_file
 from ..model.tokenizer import train_bpe
 from .gather import gather
 from .postprocess import postprocess
-from .types import ContextBudget, Document, EditSnippet
+from .records import ContextBudget, Document, EditSnippet
 
 
 def _fill(text: str, offset: int) -> tuple[str, list[str], list[float]]:

@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 from .index import MAX_LINE_CHARS, Definition, DocIndex, import_names, index_document
 from .languages import LanguageSpec
 from .parsing import parse_window
-from .types import Document, EditSnippet
+from .records import Document, EditSnippet
 
 MAX_IDENTIFIERS = 24  # identifiers near the cursor that are looked up
 MAX_PER_NAME = 2  # definitions shown for one identifier

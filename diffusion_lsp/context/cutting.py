@@ -14,7 +14,7 @@ import weakref
 from typing import Callable
 
 from .lines import indent_at, width
-from .types import ContextBudget
+from .records import ContextBudget
 
 CountTokens = Callable[[str], int]
 CHARS_PER_TOKEN_CAP = 8  # never look at more than budget * this many characters

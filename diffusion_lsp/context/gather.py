@@ -16,7 +16,7 @@ from .languages import LanguageSpec, language_for, query_for
 from .parsing import Window, parse_bounds, parse_window
 from .spans import decide_span
 from .tokens import approx_tokens
-from .types import CompletionContext, ContextBudget, Document, EditSnippet
+from .records import CompletionContext, ContextBudget, Document, EditSnippet
 
 NEAR_LINES_BEFORE = 12  # identifiers from these lines above the cursor are looked up elsewhere
 NEAR_LINES_AFTER = 3

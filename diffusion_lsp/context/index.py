@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from .languages import LanguageSpec, language_for, parser_for, query_for
 from .parsing import utf8
-from .types import Document
+from .records import Document
 
 INDEX_CACHE_SIZE = 64
 MAX_SIGNATURE_LINES = 4

@@ -26,7 +26,7 @@ from .languages import language_for
 from .lines import indent_at, unbalanced_cuts, width
 from .overlap import balance_closers, drop_duplicate_lines, drop_line_overlap, reduce_replace
 from .parsing import error_count, errors_with_insertion, parse_window
-from .types import CompletionContext, SpanKind, Suggestion
+from .records import CompletionContext, SpanKind, Suggestion
 
 REJECTIONS = ("empty", "low-confidence", "out-of-scope", "duplicate", "parse-error")
 CHECK_LINES_BEFORE, CHECK_LINES_AFTER = 60, 30  # window of creates_parse_error without a context

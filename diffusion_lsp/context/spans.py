@@ -14,7 +14,7 @@ from .languages import LanguageSpec, query_for
 from .lines import (indent_at, indent_unit, is_trailer, line_bounds, next_nonblank, prev_nonblank,
                     strip_comment, unclosed_brackets, width)
 from .parsing import Window
-from .types import SpanKind
+from .records import SpanKind
 
 # Canvas size (fill tokens) per span kind: a rest-of-line fill is short, a block needs room.
 CANVAS_TOKENS = {SpanKind.REST_OF_LINE: 16, SpanKind.LINE: 32, SpanKind.BLOCK: 96}

@@ -60,7 +60,7 @@ def run(args) -> int:
     from ..context.gather import gather  # tree-sitter and the tokenizer: kept off --help
     from ..context.postprocess import postprocess
     from ..context.tokens import model_token_counter
-    from ..context.types import ContextBudget, Document, SpanKind
+    from ..context.records import ContextBudget, Document, SpanKind
     from ..engine import model_folder
     from ..model.canvas import FillRequest
 

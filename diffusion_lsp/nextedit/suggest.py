@@ -80,7 +80,7 @@ class EditRequest:
     sampling: SamplerConfig = field(default_factory=SamplerConfig)
     mode: str | None = None  # overrides settings.mode (benchmarks run both)
     uri: str = ""  # the document's uri (cross-file context skips it)
-    open_docs: list = field(default_factory=list)  # other open documents (context.types.Document)
+    open_docs: list = field(default_factory=list)  # other open documents (context.records.Document)
     index_of: Callable | None = None  # their definitions (context.index.indexed on the server's path)
     region: tuple[int, int] | None = None  # str offsets of the region to rewrite; None: editable_region's
 
@@ -168,7 +168,7 @@ def _definitions(req: EditRequest, before: str, old: str, after: str) -> str:
     if not req.open_docs or req.index_of is None:
         return ""
     from ..context.crossfile import cross_file
-    from ..context.types import Document
+    from ..context.records import Document
 
     doc = Document(uri=req.uri, text=req.text, language_id=req.spec.name if req.spec else "")
     near = before[-400:] + old

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from ..context.types import Suggestion
+from ..context.records import Suggestion
 
 TYPE_AHEAD_SCAN = 8  # recent entries of the same document tried for type-ahead
 

@@ -27,7 +27,7 @@ from ..context.gather import gather
 from ..context.index import indexed
 from ..context.postprocess import postprocess
 from ..context.tokens import approx_tokens, valid_text
-from ..context.types import CompletionContext, ContextBudget, Document, EditSnippet, SpanKind, Suggestion
+from ..context.records import CompletionContext, ContextBudget, Document, EditSnippet, SpanKind, Suggestion
 from . import positions
 from .cache import CompletionCache
 from ..context.languages import language_for

@@ -9,7 +9,7 @@ by scanning to the edited line (from the last edit's line when it can) and splic
 never splitting the whole text into lines as pygls does for every keystroke.
 
 pygls 2 makes its documents in `Workspace._create_text_document`; `SyncedWorkspace` overrides that
-factory, and the protocol (protocol.py) puts a `SyncedWorkspace` in place of pygls' own."""
+factory, and the JSON-RPC protocol (jsonrpc.py) puts a `SyncedWorkspace` in place of pygls' own."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..context.types import EditSnippet
+from ..context.records import EditSnippet
 from .positions import line_span
 
 CONTEXT_LINES = 2  # lines kept around an edit

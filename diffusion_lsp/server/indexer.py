@@ -27,7 +27,7 @@ from ..context.cutting import MemoCounter
 from ..context.index import INDEXES, DocIndex, build_index
 from ..context.languages import language_for
 from ..context.tokens import model_token_counter
-from ..context.types import Document
+from ..context.records import Document
 
 log = logging.getLogger("diffusion-lsp.indexer")
 DEBOUNCE_S = 1.0  # typing in a document re-indexes it once the user pauses (definitions rarely move)

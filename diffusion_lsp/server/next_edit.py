@@ -21,7 +21,7 @@ from ..backend.failure import BackendError, Failure
 from ..context.index import indexed
 from ..context.languages import language_for
 from ..context.tokens import approx_tokens
-from ..context.types import Document
+from ..context.records import Document
 from ..nextedit.edits import LineEnds
 from ..nextedit.history import EditSteps
 from ..lifecycle import Tickets

@@ -16,10 +16,10 @@ from pygls.lsp.server import LanguageServer
 
 from .. import __version__
 from ..context.languages import prepare
-from ..context.types import Document
+from ..context.records import Document
 from . import positions
 from .completion import Answer
-from .protocol import Protocol, serve_stdio, serve_tcp
+from .jsonrpc import Protocol, serve_stdio, serve_tcp
 from .session import ServeOptions, Session
 
 NAME, VERSION = "diffusion-lsp", __version__
@@ -75,7 +75,7 @@ class DiffusionServer(LanguageServer):
         self.session = Session(options, LspUi(self), self.document)
 
     def start_io(self, stdin=None, stdout=None) -> int:
-        """Serve over stdio with protocol.py's reader (pygls' own dies or goes deaf on one bad
+        """Serve over stdio with jsonrpc.py's reader (pygls' own dies or goes deaf on one bad
         header); the exit code the LSP spec asks for."""
         return serve_stdio(self, stdin or sys.stdin.buffer, stdout or sys.stdout.buffer)
 

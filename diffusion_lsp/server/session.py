@@ -15,7 +15,7 @@ from ..backend.base import Reporter
 from ..backend.remote import RemoteBackend
 from ..context.cutting import memoized
 from ..context.tokens import model_token_counter
-from ..context.types import Document
+from ..context.records import Document
 from ..engine import model_folder
 from ..model.claims import GENERAL, Claims, read_claims
 from ..model.settings import LaunchSettings

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ..engine import default_threads
+from ..cpus import default_threads
 
 
 @dataclass

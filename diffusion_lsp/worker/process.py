@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..backend.orders import Draft, FillOrder, ProbeOrder
 from ..model.canvas import DoesNotFit
-from ..model.settings import LaunchSettings, SamplerConfig, add_args, from_args
+from ..model.settings import LaunchSettings, add_args, from_args
 from .listener import Conn, bind, serve
 from .wire import WIRE_VERSION, build_id, model_name, refusal_message, weights_id
 

@@ -1,0 +1,119 @@
+"""What a decoding gives back: the record kept per request while it decodes (`Decoded`), its
+result (`FillResult`, made once by `result_of`: the text by incremental decoding minus the healed
+text, `text_of`, and per token the piece it writes), and the draft after a step (`Draft`). Shared
+by the batched sampler (sampler.py) and DreamOn's variable-length decoding (dreamon.py)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .canvas import FillRequest, Row
+from .reuse import Plan
+from .tokenizer import Tokenizer, decode_pieces
+
+
+@dataclass
+class FillResult:
+    id: object
+    text: str
+    token_ids: list[int]
+    pieces: list[str]  # per emitted token, the text it completes: they add up to `text` (see _text)
+    confidence: list[float]  # per emitted token, probability when it was committed
+    forwards: int  # forward passes this request took part in
+    ms: float
+    budget_hit: bool = False
+    cancelled: bool = False  # abandoned between steps (Decoding.stop); text is empty
+    reused: int = 0  # positions whose keys/values came from the document's last fill (reuse.py)
+    canvas: list[int] = field(default_factory=list, repr=False)  # all canvas ids, fillers included
+    end_confidence: float = 1.0  # how sure the model was where the text ends (its surest filler; 1.0: none)
+
+    @property
+    def tokens(self) -> int:
+        """The tokens the model wrote into the text (the re-typed healed one included; fillers and a
+        one-line fill's stripped line break not): one per piece and confidence, at most max_tokens.
+        Every count of a fill's tokens (`fim --json`, `--batch`, serve-api's usage) is this one."""
+        return len(self.token_ids)
+
+
+@dataclass
+class Decoded:
+    """One request while it is decoded; `result_of` turns it into its FillResult."""
+
+    req: FillRequest
+    row: Row
+    plan: Plan | None = None  # how its row lines up with the document's last fill (reuse.py)
+    forwards: int = 0
+    ms: float = 0.0
+    budget_hit: bool = False
+    cancelled: bool = False
+    canvas: list[int] = field(default_factory=list)  # [N] once done, fillers included
+    conf: list[float] = field(default_factory=list)  # [N] once done
+
+
+MASK_GLYPH = "\u2592"  # how a still-masked position shows in a draft (one per position)
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A request's canvas after a denoising step: `committed` is the text up to its first masked
+    position (a prefix of the final text, so it can stream as deltas); `text` is the whole canvas,
+    each masked position shown as MASK_GLYPH, fillers left out."""
+
+    step: int
+    committed: str
+    text: str
+    masked: int  # positions still masked
+
+
+def unhealed(text: str, healed: str) -> str:
+    """The text without the healed prefix the fill re-types. Healed blanks the fill re-typed only in
+    part (canvas.py lets "\n    " be re-typed as "\n   ", its next token bringing the blank) are cut
+    as far as they go: the user's blanks stand."""
+    if text.startswith(healed) or healed.strip():
+        return text[len(healed):] if text.startswith(healed) else text
+    common = len(os.path.commonprefix([text, healed]))
+    return text[common:]
+
+
+def text_of(tok: Tokenizer, ids: list[int], healed: str) -> tuple[str, list[str]]:
+    """(text, pieces) of the emitted ids: the text without the healed prefix, and per token the part
+    of it that token completes. Incremental decoding: a multi-byte character split across tokens
+    lands on the token that completes it ("" on the others); the healed text, which the first token
+    re-types, is cut from the front."""
+    pieces, prev = decode_pieces(tok, ids)
+    text = unhealed(prev, healed)
+    if "".join(pieces) != prev:  # a decoder that rewrites earlier text: all of it on the first token
+        return text, [text] + [""] * (len(ids) - 1)
+    cut = len(prev) - len(text)
+    for j, piece in enumerate(pieces):
+        pieces[j], cut = piece[cut:], max(cut - len(piece), 0)
+    return text, pieces
+
+
+def first_line(text: str, pieces: list[str]) -> tuple[str, list[str]]:
+    """A one-line fill's (text, pieces) up to its first line break. `sampler.py `_canvas` left the token that
+    writes the break last; it keeps the text before the break, or goes when it wrote none (a line
+    break and the next line's indentation)."""
+    nl = text.find("\n")
+    if nl < 0:
+        return text, pieces
+    before = len(text) - len(pieces[-1])
+    if before > nl:  # a decoder that rewrites earlier text: all of it on the first token (text_of)
+        return text[:nl], [text[:nl]] + pieces[1:]
+    last = pieces[-1][: nl - before]
+    return text[:nl], pieces[:-1] + ([last] if last else [])
+
+
+def result_of(f: Decoded, tok: Tokenizer) -> FillResult:
+    kept = [(t, c) for t, c in zip(f.canvas, f.conf) if t != tok.filler_id]
+    ids = [t for t, _ in kept]
+    text, pieces = text_of(tok, ids, f.row.healed)
+    if f.req.one_line:
+        text, pieces = first_line(text, pieces)
+        kept = kept[: len(pieces)]
+    return FillResult(id=f.req.id, text=text, token_ids=[t for t, _ in kept], pieces=pieces,
+                      confidence=[c for _, c in kept], forwards=f.forwards, ms=f.ms,
+                      budget_hit=f.budget_hit, cancelled=f.cancelled, reused=f.plan.reused() if f.plan else 0,
+                      canvas=f.canvas,
+                      end_confidence=max((c for t, c in zip(f.canvas, f.conf) if t == tok.filler_id), default=1.0))
