@@ -15,12 +15,11 @@ from pathlib import Path
 from .context.cutting import cut_around
 from .context.tokens import model_token_counter
 from .engine import Engine, load_engine, model_folder
-from .server.config import CompletionSettings
+from .context.records import CONTEXT_TOKENS
 from .errors import UserError
 from .model.config import regular_file
 from .model.settings import LaunchSettings, SamplerConfig, add_args, from_args
 
-CONTEXT_TOKENS = CompletionSettings().max_context_tokens
 # the sampler fields a command line sets (stop_below and reuse_context are the server's)
 SAMPLER_FLAGS = ("policy", "threshold", "k", "gamma", "block_size", "use_cache", "refresh_every", "time_budget_ms",
                  "heal", "trailing_fillers")

@@ -94,6 +94,48 @@ def hints(cls) -> dict:
     return typing.get_type_hints(cls)
 
 
+def snake(key: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower().replace("-", "_")
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w.title() for w in rest)
+
+
+def parse_tree(cls, raw: dict, base, path: str, problems: list[str]):
+    """A dataclass tree from settings JSON (camelCase or snake_case keys): `base` with the values of
+    `raw` that are valid; each bad value keeps its value in `base`, and each bad value or unknown key
+    is one line in `problems` (the editor shows them; a typo must never stop completions)."""
+    field_hints = hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values = {}
+    for key, value in raw.items():
+        name = snake(str(key))
+        where = f"{path}{camel(name)}"
+        if name not in fields or fields[name].metadata.get("editor") is False:
+            problems.append(f"unknown setting {path}{key} (ignored)")
+            continue
+        f, hint, current = fields[name], field_hints[name], getattr(base, name)
+        if dataclasses.is_dataclass(hint):
+            if isinstance(value, dict):
+                values[name] = parse_tree(hint, value, current, where + ".", problems)
+            else:
+                problems.append(f"{where} should be an object, got {value!r} (ignored)")
+            continue
+        why = field_problem(f, hint, value)
+        if why is None:
+            values[name] = coerce(value, hint)[1]
+        else:
+            need = f.metadata.get("need") or getattr(hint, "__name__", str(hint))
+            problems.append(f"{where}: {value!r} is not valid ({need}); using the default {current!r}")
+    try:
+        return dataclasses.replace(base, **values)
+    except ValueError as e:  # the values are each fine but not together (e.g. a backend without its URL)
+        problems.append(f"{path.rstrip('.') or 'settings'}: {e} (ignored)")
+        return base
+
+
 def _validate(obj) -> None:
     hints_ = hints(type(obj))
     for f in dataclasses.fields(obj):

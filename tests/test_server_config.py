@@ -9,7 +9,8 @@ import pytest
 
 from conftest import RecordingUi
 from diffusion_lsp.model.settings import LaunchSettings
-from diffusion_lsp.server.config import Config, camel, parse_config, snake
+from diffusion_lsp.model.settings import camel, snake
+from diffusion_lsp.server.config import Config, parse_config
 
 
 def test_no_settings_are_the_defaults():
@@ -122,8 +123,8 @@ def test_the_session_shows_each_bad_setting_and_keeps_serving_flags():
     session.configure({"diffusionLsp": {"completion": {"debounceMs": "soon"}, "model": {"device": "tpu"}}})
     assert [kind for kind, _ in ui.shown] == ["warning", "warning"]
     assert all(m.startswith("diffusion-lsp settings: ") for _, m in ui.shown)
-    launch = session.backend.launch
-    assert (launch.settings.path, str(launch.socket), launch.settings.device) == ("/ckpt", "/tmp/x.sock", "auto")
+    spec = session.backend.spec
+    assert (spec.model.path, str(spec.socket), spec.model.device) == ("/ckpt", "/tmp/x.sock", "auto")
 
 
 def test_recent_edits_keep_the_newest_text_of_a_spot():

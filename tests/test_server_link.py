@@ -13,7 +13,8 @@ from conftest import RecordingUi
 from diffusion_lsp.model.settings import LaunchSettings
 from diffusion_lsp.backend.failure import BackendError, Failure
 from diffusion_lsp.backend.orders import Fill, FillOrder
-from diffusion_lsp.worker.client import Launch, WorkerUnavailable
+from diffusion_lsp.worker.client import WorkerUnavailable
+from diffusion_lsp.worker.spec import WorkerSpec
 from diffusion_lsp.worker.link import RESTARTS_PER_MINUTE, WorkerLink
 from diffusion_lsp.worker.wire import refusal_message, refused
 
@@ -64,7 +65,7 @@ class FakeClient:
 def make_link(**client):
     FakeClient.made = []
     ui = RecordingUi()
-    link = WorkerLink(ui, Launch(Path("/tmp/w.sock")), lambda launch: FakeClient(launch, **client))
+    link = WorkerLink(ui, WorkerSpec(Path("/tmp/w.sock")), lambda launch: FakeClient(launch, **client))
     return link, ui, link.counts
 
 
@@ -77,7 +78,7 @@ async def settle():
 @pytest.mark.parametrize("pong, restarted", [(None, True), (0.1, False), (1000.0, True)])
 def test_a_fill_past_its_deadline_is_answered_and_a_worker_that_stopped_answering_is_restarted(pong, restarted):
     link, ui, stats = make_link(answer="hang", pong=pong)
-    link.configure(link.launch, True, 0.05)
+    link.configure(link.spec, True, 0.05)
 
     async def go():
         with pytest.raises(BackendError, match="fillTimeoutS") as e:
@@ -119,7 +120,7 @@ def test_crash_loops_are_capped_then_restart_on_the_next_request():
 
 def test_another_model_closes_the_old_worker_and_starts_the_new_one_on_demand():
     link, ui, stats = make_link()
-    other = Launch(Path("/tmp/other.sock"), LaunchSettings(path="/models/other"))
+    other = WorkerSpec(Path("/tmp/other.sock"), LaunchSettings(path="/models/other"))
 
     async def go():
         await link.fill("a.py", ORDER)
@@ -160,7 +161,7 @@ def test_the_workers_refusals_are_the_backends_failures(reason, kind):
 
 def test_completions_off_means_no_worker():
     link, ui, stats = make_link()
-    link.configure(link.launch, False, 10.0)
+    link.configure(link.spec, False, 10.0)
     with pytest.raises(BackendError) as e:
         asyncio.run(link.fill("a.py", ORDER))
     assert e.value.kind is Failure.OFF and FakeClient.made == []

@@ -17,7 +17,8 @@ import pytest
 from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
 from diffusion_lsp.worker import listener as listener_module
 from diffusion_lsp.worker import wire
-from diffusion_lsp.worker.client import Launch, WorkerClient, WorkerUnavailable
+from diffusion_lsp.worker.client import WorkerClient, WorkerUnavailable
+from diffusion_lsp.worker.spec import WorkerSpec
 from diffusion_lsp.worker.listener import bind, serve
 from diffusion_lsp.backend.orders import Fill, FillOrder
 from diffusion_lsp.worker.process import Worker
@@ -234,7 +235,7 @@ def test_the_client_over_a_real_socket_fills_cancels_and_notices_a_lost_worker(t
     threading.Thread(target=worker.run, daemon=True).start()
 
     async def go():
-        client = WorkerClient(Launch(socket=tmp_path / "w.sock"))
+        client = WorkerClient(WorkerSpec(socket=tmp_path / "w.sock"))
         await client.start()
         await asyncio.wait_for(client.settled(), WAIT)
         assert client.state == "ready" and client.pid == os.getpid()
@@ -297,7 +298,7 @@ def test_a_worker_that_resets_the_connection_on_its_way_out_is_not_a_failure(tmp
         conn.recv(1)
 
     threading.Thread(target=talk, daemon=True).start()
-    client = WorkerClient(Launch(socket=path))
+    client = WorkerClient(WorkerSpec(socket=path))
 
     async def go():
         await client.start()
@@ -314,7 +315,7 @@ def test_a_worker_that_resets_the_connection_on_its_way_out_is_not_a_failure(tmp
 def test_a_worker_of_another_wire_version_is_refused_with_a_clear_reason(tmp_path):
     path = tmp_path / "w.sock"
     server = _fake_worker_socket(path, [wire.encode({"event": "hello", "version": 1, "pid": 1, "state": "ready"})])
-    client = WorkerClient(Launch(socket=path))
+    client = WorkerClient(WorkerSpec(socket=path))
     try:
         with pytest.raises(WorkerUnavailable, match=f"protocol version .1, this server speaks {wire.WIRE_VERSION}"):
             asyncio.run(client.start())
@@ -331,7 +332,7 @@ def test_an_over_long_line_from_the_worker_drops_the_connection(tmp_path, monkey
     server = _fake_worker_socket(path, [hello, b'{"id": 1, "text": "' + b"x" * 10_000 + b'"}\n'])
 
     async def go():
-        client = WorkerClient(Launch(socket=path))
+        client = WorkerClient(WorkerSpec(socket=path))
         await client.start()
         fill = asyncio.ensure_future(client.fill("a.py", FillOrder("x", "", 4)))
         while (await asyncio.wait_for(client.events.get(), WAIT))["event"] != "lost":
@@ -427,7 +428,7 @@ def test_a_shared_socket_whose_worker_runs_other_code_or_another_model_is_refuse
     path = tmp_path / "w.sock"
     launch = LaunchSettings(path="/models/b")
     server = _fake_worker_socket(path, [wire.encode(_hello(launch, **changes))])
-    client = WorkerClient(Launch(socket=path, settings=launch))
+    client = WorkerClient(WorkerSpec(socket=path, model=launch))
     try:
         with pytest.raises(WorkerUnavailable, match=why):
             asyncio.run(client.start())

@@ -6,10 +6,10 @@ import ipaddress
 import logging
 import os
 import sys
-from pathlib import Path
 
 from ..errors import UserError
 from ..model.settings import LaunchSettings, SamplerConfig, add_args, from_args
+from ..worker.spec import API_IDLE_EXIT_S, API_MAX_BATCH, WorkerSpec
 
 DEFAULT_MODEL_NAME = "diffusion-lsp"
 
@@ -34,7 +34,8 @@ def register(sub) -> None:
                         "closed (default 20)")
     p.add_argument("--max-in-flight", type=int, default=64,
                    help="requests admitted at once; past it: 429 with Retry-After (default 64)")
-    p.add_argument("--max-batch", type=int, default=16, help="most fills decoded together (default 16)")
+    p.add_argument("--max-batch", type=int, default=API_MAX_BATCH,
+                   help=f"most fills decoded together (default {API_MAX_BATCH})")
     p.add_argument("--max-tokens", type=int, default=512, help="largest max_tokens a request may ask (default 512)")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
     p.add_argument("--next-edit", metavar="JSON", default="{}",
@@ -76,29 +77,25 @@ def listen_check(host: str, port: int) -> None:
 def _next_edit_settings(raw: str):
     import json
 
-    from ..server.config import parse_config
+    from ..model.settings import parse_tree
+    from ..nextedit.suggest import NextEditSettings
 
     try:
         value = json.loads(raw)
     except ValueError as e:
         raise UserError(f"--next-edit is not JSON: {e}") from None
-    cfg, problems = parse_config({"nextEdit": value})
+    if not isinstance(value, dict):
+        raise UserError(f"--next-edit should be a JSON object, got {raw!r}")
+    problems: list[str] = []
+    settings = parse_tree(NextEditSettings, value, NextEditSettings(), "nextEdit.", problems)
     if problems:
         raise UserError("--next-edit: " + "; ".join(problems))
-    return cfg.next_edit
-
-
-def api_socket(launch: LaunchSettings) -> Path:
-    """The API's own worker (its batch size differs from the editors' workers)."""
-    from ..worker.wire import default_socket
-
-    return default_socket(launch, prefix="api")
+    return settings
 
 
 def run(args) -> int:
     import uvicorn
 
-    from ..worker.client import Launch
     from ..worker.wire import check_socket_path
     from .app import create_app
     from .metrics import Metrics
@@ -127,12 +124,13 @@ def run(args) -> int:
     elif not _loopback(args.host):
         print(f"diffusion-lsp: warning: serving on {args.host} with no API key: anyone who can reach it can use "
               "it (set --api-key-env)", file=sys.stderr)
-    socket = Path(args.worker_socket) if args.worker_socket else api_socket(launch)
+    spec = WorkerSpec.of(launch, args.worker_socket, prefix="api", idle_exit_s=API_IDLE_EXIT_S,
+                         max_batch=args.max_batch)
     try:  # a folder others can enter would be refused at every request, for good: say it now
-        check_socket_path(socket)
+        check_socket_path(spec.socket)
     except (OSError, RuntimeError) as e:
         raise UserError(f"--worker-socket: {e}") from None
-    service = Service(Launch(socket, launch, idle_exit_s=60.0, max_batch=args.max_batch), Metrics(),
+    service = Service(spec, Metrics(),
                       timeout_s=args.timeout, max_in_flight=args.max_in_flight, sampling=sampling,
                       next_edit=next_edit)
     app = create_app(service, models=args.served_model_name or [DEFAULT_MODEL_NAME], api_key=key,

@@ -26,7 +26,7 @@ from ..context.tokens import approx_tokens
 from ..model.settings import SamplerConfig
 from ..nextedit import mercury
 from ..nextedit.suggest import EditRequest, NextEditSettings, suggest
-from ..worker.client import Launch
+from ..worker.spec import WorkerSpec
 from ..worker.link import WorkerLink
 from .metrics import Metrics
 from .bodies import Edit, Fim, cut_at_stop
@@ -77,11 +77,11 @@ class Answer:
 
 
 class Service:
-    def __init__(self, launch: Launch, metrics: Metrics, *, timeout_s: float = 30.0, max_in_flight: int = 64,
+    def __init__(self, spec: WorkerSpec, metrics: Metrics, *, timeout_s: float = 30.0, max_in_flight: int = 64,
                  sampling: SamplerConfig = SamplerConfig(), next_edit: NextEditSettings = NextEditSettings()):
         self.metrics, self.timeout_s, self.max_in_flight = metrics, timeout_s, max_in_flight
         self.sampling, self.next_edit = sampling, next_edit
-        self.backend = WorkerLink(LogReporter(log), launch, fill_timeout_s=timeout_s)
+        self.backend = WorkerLink(LogReporter(log), spec, fill_timeout_s=timeout_s)
         self.in_flight = 0
         self._ids = itertools.count(1)
         self._thread = ThreadPoolExecutor(2, thread_name_prefix="diffusion-lsp-api")

@@ -30,6 +30,9 @@ from .failure import BackendError
 from .orders import Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
 
 
+FILL_TIMEOUT_S = 10.0  # every backend's default deadline for an order (worker.fillTimeoutS)
+
+
 @dataclass(frozen=True)
 class Capabilities:
     probe: bool = False  # scores given tokens (next edit's remask-and-refine needs it)

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 
 from ..model.settings import LaunchSettings
 from ..remote import FimClient, RemoteError
-from .base import Capabilities, Reporter
+from .base import FILL_TIMEOUT_S, Capabilities, Reporter
 from .failure import BackendError, Failure
 from .orders import Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
 
@@ -36,7 +36,7 @@ class RemoteBackend:
     capabilities = Capabilities(rewrite=True)
 
     def __init__(self, ui: Reporter, settings: LaunchSettings, client_factory: ClientFactory = FimClient.from_launch,
-                 fill_timeout_s: float = 10.0):
+                 fill_timeout_s: float = FILL_TIMEOUT_S):
         self.ui, self.settings, self._new_client = ui, settings, client_factory
         self.enabled, self.fill_timeout_s = True, fill_timeout_s
         self.counts = {"fill_timeouts": 0}

@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..context.records import CONTEXT_TOKENS  # the server's completion.maxContextTokens
 from ..errors import UserError
 from .workload import workload_files
 
@@ -37,7 +38,6 @@ QWEN_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, n
                 intermediate_size=4864, vocab_size=151936, rope_theta=1000000.0, rms_norm_eps=1e-6,
                 max_position_embeddings=32768, tie_word_embeddings=True, hidden_act="silu", use_sliding_window=False)
 SPECIAL = ("<|endoftext|>", "<|beginoftext|>", "<|mask|>", "<|im_start|>", "<|im_end|>")
-CONTEXT_TOKENS = 512  # the server's completion.maxContextTokens
 GOAL_MS = 1000.0  # single-line fill p50 with int8 weights
 
 

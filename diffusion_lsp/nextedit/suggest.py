@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from ..backend.base import Backend, Capabilities
 from ..backend.orders import Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
 from ..context.languages import LanguageSpec
+from ..context.records import CONTEXT_TOKENS, DEBOUNCE_MS
 from ..model.settings import SamplerConfig, _validate, check, one_of, within
 from .edits import TextEdit, breaks_parse, line_of, minimal_edit, reverts
 from . import mercury
@@ -44,7 +45,7 @@ class NextEditSettings:
     # None: on only for a model that claims next edits (model/claims.py; the embedded one does not)
     enable: bool | None = field(default=None, metadata=check(
         None, "true, false or null", doc="next-edit suggestions; null: only for a model that claims them"))
-    debounce_ms: int = field(default=0, metadata=within(0, 5000, doc="wait this long for more typing first"))
+    debounce_ms: int = field(default=DEBOUNCE_MS, metadata=within(0, 5000, doc="wait this long for more typing first"))
     mode: str = field(default="refine", metadata=one_of(
         MODES, doc="refine: re-mask only the tokens the model doubts; full: re-mask the whole region"))
     region_lines: int = field(default=20, metadata=within(1, 200, doc="lines of the editable region"))
@@ -52,7 +53,7 @@ class NextEditSettings:
     region_tokens: int = field(default=350, metadata=within(
         8, 4096, doc="tokens of the editable region (at most a quarter of maxContextTokens)"))
     history_steps: int = field(default=5, metadata=within(0, 20, doc="recent edit steps shown to the model"))
-    max_context_tokens: int = field(default=512, metadata=within(
+    max_context_tokens: int = field(default=CONTEXT_TOKENS, metadata=within(
         64, 32768, doc="tokens of history, definitions and file shown to the model"))
     min_confidence: float = field(default=0.3, metadata=within(
         0, 1, need="in [0, 1]", doc="an edit less sure than this is not shown"))

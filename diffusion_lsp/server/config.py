@@ -9,14 +9,15 @@ settings must never stop completions."""
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 
+from ..backend.base import FILL_TIMEOUT_S
 from ..context.languages import LANGUAGE_IDS, LanguageSpec
+from ..context.records import CONTEXT_TOKENS, DEBOUNCE_MS
 from ..model.claims import Claims
-from ..model.settings import LaunchSettings, SamplerConfig, check, coerce, field_problem, within
-from ..model.settings import hints as settings_hints
+from ..model.settings import LaunchSettings, SamplerConfig, check, parse_tree, within
 from ..nextedit.suggest import NextEditSettings
+from ..worker.spec import IDLE_EXIT_S
 
 SECTIONS = ("diffusionLsp", "diffusion-lsp", "diffusion_lsp")
 
@@ -24,8 +25,9 @@ SECTIONS = ("diffusionLsp", "diffusion-lsp", "diffusion_lsp")
 @dataclass
 class CompletionSettings:
     enable: bool = field(default=True, metadata=check(None, "true or false", doc="inline completions"))
-    debounce_ms: int = field(default=0, metadata=within(0, 5000, doc="wait this long for more typing before a fill"))
-    max_context_tokens: int = field(default=512, metadata=within(
+    debounce_ms: int = field(default=DEBOUNCE_MS, metadata=within(
+        0, 5000, doc="wait this long for more typing before a fill"))
+    max_context_tokens: int = field(default=CONTEXT_TOKENS, metadata=within(
         32, 8192, doc="tokens of prefix, suffix and cross-file context shown to the model"))
     # 0.5: every token shown is one the model thinks more likely than not. On CPython's test suite
     # (`eval confidence`, 500 lines) it shows 14-15% of positions against 25-34% at 0.3, and the
@@ -58,9 +60,9 @@ class WorkerSettings:
         None, "a socket path",
         doc="a shared worker socket (its folder private, 0700); null: one per model and device in a private folder"))
     # a fill not answered by then is answered empty; a worker that then ignores a ping is restarted
-    fill_timeout_s: float = field(default=10.0, metadata=within(
+    fill_timeout_s: float = field(default=FILL_TIMEOUT_S, metadata=within(
         0.1, 3600, doc="a fill not answered in this many seconds is answered empty; a hung worker is restarted"))
-    idle_exit_s: float = field(default=600.0, metadata=within(
+    idle_exit_s: float = field(default=IDLE_EXIT_S, metadata=within(
         0, 7 * 86_400, note="a week", doc="the worker exits after this many seconds with no editor connected"))
 
 
@@ -71,45 +73,6 @@ class Config:
     completion: CompletionSettings = field(default_factory=CompletionSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     next_edit: NextEditSettings = field(default_factory=NextEditSettings)
-
-
-def snake(key: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower().replace("-", "_")
-
-
-def camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(w.title() for w in rest)
-
-
-def _parse(cls, raw: dict, base, path: str, problems: list[str]):
-    hints = settings_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    values = {}
-    for key, value in raw.items():
-        name = snake(str(key))
-        where = f"{path}{camel(name)}"
-        if name not in fields or fields[name].metadata.get("editor") is False:
-            problems.append(f"unknown setting {path}{key} (ignored)")
-            continue
-        f, hint, current = fields[name], hints[name], getattr(base, name)
-        if dataclasses.is_dataclass(hint):
-            if isinstance(value, dict):
-                values[name] = _parse(hint, value, current, where + ".", problems)
-            else:
-                problems.append(f"{where} should be an object, got {value!r} (ignored)")
-            continue
-        why = field_problem(f, hint, value)
-        if why is None:
-            values[name] = coerce(value, hint)[1]
-        else:
-            need = f.metadata.get("need") or getattr(hint, "__name__", str(hint))
-            problems.append(f"{where}: {value!r} is not valid ({need}); using the default {current!r}")
-    try:
-        return dataclasses.replace(base, **values)
-    except ValueError as e:  # the values are each fine but not together (e.g. a backend without its URL)
-        problems.append(f"{path.rstrip('.') or 'settings'}: {e} (ignored)")
-        return base
 
 
 def parse_config(raw, base: Config | None = None) -> tuple[Config, list[str]]:
@@ -127,7 +90,7 @@ def parse_config(raw, base: Config | None = None) -> tuple[Config, list[str]]:
         if isinstance(raw.get(section), dict):
             raw = raw[section]
             break
-    return _parse(Config, raw, base, "", problems), problems
+    return parse_tree(Config, raw, base, "", problems), problems
 
 
 def with_claims(cfg: Config, claims: Claims) -> Config:

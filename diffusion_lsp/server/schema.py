@@ -14,7 +14,8 @@ import typing
 from pathlib import Path
 
 from ..model.settings import hints
-from .config import Config, camel
+from ..model.settings import camel
+from .config import Config
 
 SECTION = "diffusionLsp"
 _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..backend.base import Reporter
 from ..backend.remote import RemoteBackend
@@ -20,9 +19,8 @@ from ..engine import model_folder
 from ..model.claims import GENERAL, Claims, read_claims
 from ..model.settings import LaunchSettings
 from ..nextedit.history import EditSteps
-from ..worker.client import Launch
 from ..worker.link import WorkerLink
-from ..worker.wire import default_socket
+from ..worker.spec import WorkerSpec
 from .completion import Completer
 from . import notice
 from .config import Config, WorkerSettings, parse_config, with_claims
@@ -40,17 +38,16 @@ class ServeOptions:
     worker_socket: str | None = None
 
 
-def launch_for(cfg: Config) -> Launch:
-    m, w = cfg.model, cfg.worker
-    socket = Path(w.socket) if w.socket else default_socket(m)
-    return Launch(socket=socket, settings=m, idle_exit_s=w.idle_exit_s)
+def worker_spec(cfg: Config) -> WorkerSpec:
+    """The worker the editor settings ask for (model.*, worker.*)."""
+    return WorkerSpec.of(cfg.model, cfg.worker.socket, idle_exit_s=cfg.worker.idle_exit_s)
 
 
 def backend_for(cfg: Config, ui: Reporter) -> WorkerLink | RemoteBackend:
     """The backend model.backend asks for: the model worker, or an OpenAI-compatible FIM API."""
     if cfg.model.backend == "openai":
         return RemoteBackend(ui, cfg.model, fill_timeout_s=cfg.worker.fill_timeout_s)
-    return WorkerLink(ui, launch_for(cfg), fill_timeout_s=cfg.worker.fill_timeout_s)
+    return WorkerLink(ui, worker_spec(cfg), fill_timeout_s=cfg.worker.fill_timeout_s)
 
 
 def configure_backend(backend: WorkerLink | RemoteBackend, cfg: Config) -> None:
@@ -59,7 +56,7 @@ def configure_backend(backend: WorkerLink | RemoteBackend, cfg: Config) -> None:
     if isinstance(backend, RemoteBackend):
         backend.configure(cfg.model, enabled, timeout)
     else:
-        backend.configure(launch_for(cfg), enabled, timeout)
+        backend.configure(worker_spec(cfg), enabled, timeout)
 
 
 def claims_for(launch: LaunchSettings) -> Claims:

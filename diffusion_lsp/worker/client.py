@@ -9,14 +9,12 @@ import asyncio
 import itertools
 import os
 import signal
-import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 
 from ..backend.failure import BackendError, Failure
 from ..backend.orders import Draft, Fill, FillOrder, Probed, ProbeOrder
 from ..model.settings import LaunchSettings
+from .spec import WorkerSpec
 from .wire import (MAX_LINE, WIRE_VERSION, build_id, check_socket_path, decode, encode, model_name,
                    refused, weights_id)
 
@@ -24,18 +22,6 @@ SPAWN_TIMEOUT_S = 60.0  # the worker prints "ready" once its socket listens, bef
 CONNECT_TRIES = 40  # when another session is starting the worker: 40 x 0.25 s
 MAX_SPAWNS = 3
 HELLO_TIMEOUT_S = 10.0  # a listening worker says hello at once, from its socket thread
-
-
-@dataclass(frozen=True)
-class Launch:
-    socket: Path
-    settings: LaunchSettings = LaunchSettings()
-    idle_exit_s: float = 600.0
-    max_batch: int = 8  # most fills the worker decodes together
-
-    def command(self) -> list[str]:
-        return [sys.executable, "-m", "diffusion_lsp.worker", "--socket", str(self.socket),
-                "--idle-exit", str(self.idle_exit_s), "--max-batch", str(self.max_batch), *self.settings.to_argv()]
 
 
 def refusal(hello: dict, settings: LaunchSettings) -> str | None:
@@ -56,8 +42,8 @@ class WorkerUnavailable(Exception):
 
 
 class WorkerClient:
-    def __init__(self, launch: Launch):
-        self.launch = launch
+    def __init__(self, spec: WorkerSpec):
+        self.spec = spec
         self.pid: int | None = None
         self.state = "stopped"  # stopped | loading | ready | failed
         self.error: str | None = None
@@ -183,10 +169,10 @@ class WorkerClient:
 
     async def _connect(self) -> None:
         try:
-            check_socket_path(self.launch.socket)
+            check_socket_path(self.spec.socket)
         except (OSError, RuntimeError) as e:
             raise WorkerUnavailable(str(e)) from None
-        path = str(self.launch.socket)
+        path = str(self.spec.socket)
         spawns = 0
         for _ in range(CONNECT_TRIES):
             writer = None
@@ -222,7 +208,7 @@ class WorkerClient:
             raise WorkerUnavailable(f"the worker on {path} speaks another protocol version "
                                     f"({hello.get('version')!r}, this server speaks {WIRE_VERSION}); "
                                     "it exits once idle, or stop it and retry")
-        if (why := refusal(hello, self.launch.settings)) is not None:
+        if (why := refusal(hello, self.spec.model)) is not None:
             writer.close()
             raise WorkerUnavailable(f"the worker on {path} {why}; it exits once idle, or set another worker.socket")
         self._writer = writer
@@ -230,11 +216,11 @@ class WorkerClient:
         asyncio.ensure_future(self._read(reader, writer))
 
     async def _spawn(self) -> None:
-        log = open(f"{self.launch.socket}.log", "ab", buffering=0)
+        log = open(f"{self.spec.socket}.log", "ab", buffering=0)
         os.chmod(log.name, 0o600)
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                *self.launch.command(), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                *self.spec.command(), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=log, start_new_session=True)  # outlives this session: others may share it
         finally:
             log.close()
@@ -245,7 +231,7 @@ class WorkerClient:
         if not line:
             code = await self._proc.wait()
             raise WorkerUnavailable(f"the worker exited with code {code} before listening "
-                                    f"(see {self.launch.socket}.log)")
+                                    f"(see {self.spec.socket}.log)")
         self._said = line.decode(errors="replace").split(" ", 1)[0].strip()  # ready PID | busy
 
     def _event(self, message: dict) -> None:

@@ -18,7 +18,9 @@ from collections.abc import AsyncIterator, Callable
 from ..backend.base import Capabilities, Reporter
 from ..backend.failure import BackendError, Failure
 from ..backend.orders import Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
-from .client import Launch, WorkerClient, WorkerUnavailable
+from .client import WorkerClient, WorkerUnavailable
+from ..backend.base import FILL_TIMEOUT_S
+from .spec import WorkerSpec
 
 RESTARTS_PER_MINUTE = 3  # beyond this, a crashed worker restarts on the next request only
 PING_TIMEOUT_S = 2.0  # the worker's socket thread answers a ping at once, even mid-batch
@@ -54,9 +56,9 @@ class _Progress:
 class WorkerLink:
     capabilities = Capabilities(probe=True, drafts=True)
 
-    def __init__(self, ui: Reporter, launch: Launch, client_factory: Callable[[Launch], WorkerClient] = WorkerClient,
-                 fill_timeout_s: float = 10.0):
-        self.ui, self.launch, self._new_client = ui, launch, client_factory
+    def __init__(self, ui: Reporter, spec: WorkerSpec, client_factory: Callable[[WorkerSpec], WorkerClient] = WorkerClient,
+                 fill_timeout_s: float = FILL_TIMEOUT_S):
+        self.ui, self.spec, self._new_client = ui, spec, client_factory
         self.enabled, self.fill_timeout_s = True, fill_timeout_s
         self.client: WorkerClient | None = None
         self.progress = _Progress(ui)
@@ -67,11 +69,11 @@ class WorkerLink:
         self._supervisor: asyncio.Task | None = None
         self.check: asyncio.Future | None = None  # the last liveness check a missed deadline started
 
-    def configure(self, launch: Launch, enabled: bool, fill_timeout_s: float) -> None:
+    def configure(self, spec: WorkerSpec, enabled: bool, fill_timeout_s: float) -> None:
         """New settings; another model or socket means another worker (connected on demand)."""
         self.enabled, self.fill_timeout_s = enabled, fill_timeout_s
-        if launch != self.launch:
-            self.launch = launch
+        if spec != self.spec:
+            self.spec = spec
             self._drop_client()
 
     def _drop_client(self) -> None:
@@ -87,7 +89,7 @@ class WorkerLink:
         if not self.enabled:
             return None
         if self.client is None:
-            self.client = self._new_client(self.launch)
+            self.client = self._new_client(self.spec)
             self._supervisor = asyncio.ensure_future(self._supervise(self.client))
         client = self.client
         if not client.connected:
@@ -256,5 +258,5 @@ class WorkerLink:
     def describe(self) -> dict:
         c = self.client
         return {"pid": c.pid if c else None, "state": c.state if c else "stopped",
-                "error": (c.error if c else None) or self._shown_failure, "socket": str(self.launch.socket),
+                "error": (c.error if c else None) or self._shown_failure, "socket": str(self.spec.socket),
                 "max_tokens": c.max_tokens if c else None}

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from ..backend.orders import Draft, FillOrder, ProbeOrder
 from ..model.canvas import DoesNotFit
-from ..model.settings import LaunchSettings, add_args, from_args
+from ..model.settings import LaunchSettings
 from .listener import Conn, bind, serve
+from .spec import MAX_BATCH, WorkerSpec
 from .wire import WIRE_VERSION, build_id, model_name, refusal_message, weights_id
 
 log = logging.getLogger("diffusion-lsp.worker")
@@ -51,7 +52,7 @@ class Worker:
     """`load()` returns an engine (diffusion_lsp.engine: `answer`, `answer_probe`) or raises;
     LoadFailed and ModelMissing carry a message for the user, anything else is shown with its type."""
 
-    def __init__(self, load: Callable[[], object], launch: LaunchSettings = LaunchSettings(), max_batch: int = 8):
+    def __init__(self, load: Callable[[], object], launch: LaunchSettings = LaunchSettings(), max_batch: int = MAX_BATCH):
         self._load, self.max_batch = load, max_batch
         self.model, self.weights = model_name(launch), weights_id(launch)  # said in hello
         self.state, self.error, self.engine = "loading", None, None
@@ -239,28 +240,24 @@ def load_model(launch: LaunchSettings):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m diffusion_lsp.worker")
-    p.add_argument("--socket", required=True)
-    add_args(p, LaunchSettings)
-    p.add_argument("--idle-exit", type=float, default=600.0, help="seconds without clients before exiting")
-    p.add_argument("--max-batch", type=int, default=8, help="most fills decoded together (default 8)")
-    args = p.parse_args(argv)
+    WorkerSpec.add_args(p)
+    spec = WorkerSpec.from_args(p.parse_args(argv))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
-    path = Path(args.socket)
+    path = spec.socket
     bound = bind(path)
     if bound is None:
         print("busy", flush=True)  # the spawner connects to the worker that holds the lock
         return 0
     listener, _lock = bound
-    launch = from_args(LaunchSettings, args)
-    worker = Worker(lambda: load_model(launch), launch, max(1, args.max_batch))
+    worker = Worker(lambda: load_model(spec.model), spec.model, spec.max_batch)
     print(f"ready {os.getpid()}", flush=True)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # whoever read that line may be gone
     threading.Thread(target=worker.run, daemon=True).start()
     log.info("serving %s (model %s)", path, worker.model)
     try:
-        serve(listener, worker, args.idle_exit)
+        serve(listener, worker, spec.idle_exit_s)
     finally:
         path.unlink(missing_ok=True)
-    log.info("no client for %.0f s, exiting", args.idle_exit)
+    log.info("no client for %.0f s, exiting", spec.idle_exit_s)
     return 0
 
