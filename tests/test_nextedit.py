@@ -8,7 +8,7 @@ import pytest
 
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.nextedit.edits import TextEdit, breaks_parse, minimal_edit, reverts
-from diffusion_lsp.nextedit.history import HUGE_LINES, EditSteps, Step, diffs_between, last_change_end, render, \
+from diffusion_lsp.nextedit.history import HUGE_LINES, EditLog, Step, diffs_between, last_change_end, render, \
     steps_between
 from diffusion_lsp.nextedit.prompt import EDITED, HISTORY, NO_HISTORY, ORIGINAL, edit_prompt, history_block
 from diffusion_lsp.nextedit.region import editable_region
@@ -42,7 +42,7 @@ def change(text: str, line: int, new_line: str) -> str:
 
 def test_keystrokes_on_one_line_and_the_next_are_one_step():
     clock = Clock()
-    steps = EditSteps(merge_s=1.0, clock=clock)
+    steps = EditLog(merge_s=1.0, clock=clock)
     v0 = "a\nb\nc\nd\n"
     v1, v2, v3 = "a\nbx\nc\nd\n", "a\nbxy\nc\nd\n", "a\nbxy\ncz\nd\n"
     steps.note("u", "p.py", v0, v1, 1, 1, 1)
@@ -59,7 +59,7 @@ def test_keystrokes_on_one_line_and_the_next_are_one_step():
 
 def test_typing_then_deleting_it_again_leaves_no_step():
     clock = Clock()
-    steps = EditSteps(clock=clock)
+    steps = EditLog(clock=clock)
     steps.note("u", "p.py", "a\nb\n", "a\nbx\n", 1, 1, 1)
     clock.t = 0.2
     steps.note("u", "p.py", "a\nbx\n", "a\nb\n", 1, 1, 1)
@@ -68,7 +68,7 @@ def test_typing_then_deleting_it_again_leaves_no_step():
 
 def test_a_change_far_away_or_after_merge_s_or_in_another_document_starts_a_new_step():
     clock = Clock()
-    steps = EditSteps(size=5, merge_s=1.0, clock=clock)
+    steps = EditLog(size=5, merge_s=1.0, clock=clock)
     v0 = doc(10)
     v1 = change(v0, 2, "L2\n")
     steps.note("a", "a.py", v0, v1, 2, 2, 2)
@@ -93,7 +93,7 @@ def test_a_change_far_away_or_after_merge_s_or_in_another_document_starts_a_new_
 @pytest.mark.parametrize("pasted", ["p\n" * (HUGE_LINES + 50), "q" * 9000 + "\n"])
 def test_a_huge_change_clears_the_history(pasted):
     clock = Clock()
-    steps = EditSteps(clock=clock)
+    steps = EditLog(clock=clock)
     steps.note("b", "b.py", "x\n", "y\n", 0, 0, 0)
     clock.t = 10.0
     before = "a\nb\n"
@@ -102,22 +102,37 @@ def test_a_huge_change_clears_the_history(pasted):
     assert list(steps.steps) == [] and steps.diffs() == []
 
 
-def test_resize_keeps_the_newest_steps():
+def test_the_log_keeps_the_newest_steps_and_next_edit_sees_the_newest_n():
     clock = Clock()
-    steps = EditSteps(size=3, clock=clock)
+    steps = EditLog(size=3, clock=clock)
     for k in range(4):
         clock.t = 10.0 * k
         steps.note(f"u{k}", "p.py", "x\n", f"x{k}\n", 0, 0, 0)
     assert [s.uri for s in steps.steps] == ["u1", "u2", "u3"]
-    steps.resize(2)
-    assert [s.uri for s in steps.steps] == ["u2", "u3"]
-    steps.resize(4)
-    for k in (4, 5, 6):
-        clock.t = 10.0 * k
-        steps.note(f"u{k}", "p.py", "x\n", f"x{k}\n", 0, 0, 0)
-    assert [s.uri for s in steps.steps] == ["u3", "u4", "u5", "u6"]
-    steps.resize(0)  # at least one
-    assert [s.uri for s in steps.steps] == ["u6"]
+    assert steps.diffs(2) == [s.diff() for s in list(steps.steps)[1:]] and steps.diffs(0) == []
+    assert len(steps.diffs()) == len(steps.diffs(5)) == 3
+
+
+def test_completion_sees_the_steps_text_one_snippet_per_spot():
+    """One note per change feeds both views: typing at one spot in several steps (slower than
+    merge_s) is one snippet, its newest text; another spot is another; a huge step clears both."""
+    clock = Clock()
+    log = EditLog(clock=clock)
+    v0 = "a = 1\nb = 2\nc = 3\nd = 4\ne = 5\nf = 6\ng = 7\n"
+    v1 = v0.replace("b = 2", "b = 2x")
+    log.note("file:///a.py", "a.py", v0, v1, 1, 1, 1)
+    clock.t = 5.0  # a new step at the same spot
+    v2 = v1.replace("b = 2x", "b = 22")
+    log.note("file:///a.py", "a.py", v1, v2, 1, 1, 1)
+    clock.t = 10.0
+    v3 = v2.replace("g = 7", "g = 77")  # elsewhere
+    log.note("file:///a.py", "a.py", v2, v3, 6, 6, 6)
+    assert len(log.diffs()) == 3
+    assert [e.text for e in log.snippets()] == ["a = 1\nb = 22\nc = 3", "f = 6\ng = 77"]
+    clock.t = 20.0
+    big = "".join(f"x{i} = {i}\n" for i in range(20))
+    log.note("file:///b.py", "b.py", "", big, 0, 0, 20)  # a pasted block: its first lines only
+    assert log.snippets()[-1].text == "".join(f"x{i} = {i}\n" for i in range(14)).rstrip("\n")
 
 
 def test_render_shows_context_and_adds_missing_line_breaks():

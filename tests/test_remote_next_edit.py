@@ -11,7 +11,7 @@ import pytest
 from conftest import RecordingUi
 from remote_api import ENV, KEY, client
 from diffusion_lsp.context.records import Document
-from diffusion_lsp.nextedit.history import EditSteps
+from diffusion_lsp.nextedit.history import EditLog
 from diffusion_lsp.nextedit.mercury import rewritten
 from diffusion_lsp.remote import RemoteError
 from diffusion_lsp.server.config import parse_config
@@ -72,7 +72,7 @@ def test_the_server_asks_the_edit_endpoint_and_answers_the_minimal_edit(api):
                       "nextEdit": {"enable": True}})[0]  # an API's model claims nothing: the user turns them on
     ui, stats = RecordingUi(), Stats()
     link = RemoteBackend(ui, cfg.model, fill_timeout_s=cfg.worker.fill_timeout_s)
-    steps = EditSteps()
+    steps = EditLog()
     steps.note(DOC.uri, "m.py", TEXT.replace("width", "w", 1), TEXT, 0, 0, 0)  # the user renamed w -> width
     editor = NextEditor(link, stats.next_edit, ui.log, steps)
     editor.configure(cfg)

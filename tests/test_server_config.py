@@ -127,20 +127,6 @@ def test_the_session_shows_each_bad_setting_and_keeps_serving_flags():
     assert (spec.model.path, str(spec.socket), spec.model.device) == ("/ckpt", "/tmp/x.sock", "auto")
 
 
-def test_recent_edits_keep_the_newest_text_of_a_spot():
-    from diffusion_lsp.server.history import RecentEdits
-
-    edits = RecentEdits()
-    text = "a = 1\nb = 2\nc = 3\nd = 4\ne = 5\nf = 6\ng = 7\n"
-    edits.note("file:///a.py", text, 1, 0)
-    edits.note("file:///a.py", text.replace("b = 2", "b = 22"), 1, 0)  # typing on: replaced
-    edits.note("file:///a.py", text, 6, 0)  # elsewhere: kept
-    assert [e.text for e in edits.oldest_first()] == ["a = 1\nb = 22\nc = 3\nd = 4", "e = 5\nf = 6\ng = 7\n"]
-    big = "".join(f"x{i} = {i}\n" for i in range(5000))
-    edits.note("file:///b.py", big, 0, 5000)  # a whole file replaced: its first lines only
-    assert edits.oldest_first()[-1].text == "".join(f"x{i} = {i}\n" for i in range(15)).rstrip("\n")
-
-
 def test_a_number_too_large_for_a_float_is_one_warning_and_the_default():
     """math.isfinite overflowed on a 400-digit integer: initialize failed with an OverflowError and
     the editor could not start the server; through didChangeConfiguration the whole update was lost."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from diffusion_lsp.context.records import Document
-from diffusion_lsp.nextedit.history import EditSteps
+from diffusion_lsp.nextedit.history import EditLog
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.next_edit import NextEdit, NextEditor
 from diffusion_lsp.server.positions import UTF8, UTF16
@@ -59,7 +59,7 @@ class FakeLink:
 def make(link, steps=None, **next_edit):
     logged = []
     editor = NextEditor(link, NextEditStats(), lambda kind, message: logged.append((kind, message)),
-                        steps or EditSteps())
+                        steps or EditLog())
     cfg, problems = parse_config({"nextEdit": {"enable": True, **next_edit}})  # no model claims them here
     assert problems == []
     editor.configure(cfg, count_tokens=lambda t: len(t.split()))
@@ -154,7 +154,7 @@ def test_a_link_that_cannot_probe_asks_the_apis_edit_endpoint():
 
 
 def test_an_edit_that_undoes_the_users_last_step_is_not_suggested():
-    steps = EditSteps()
+    steps = EditLog()
     steps.note(URI, "a.py", "import os\n\n" + NEW_LINE, TEXT, 2, 2, 2)  # the user just took ", 4" out
     link = FakeLink()
     editor = make(link, steps=steps)

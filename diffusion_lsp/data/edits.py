@@ -14,7 +14,6 @@ Synthetic ones are derived with tree-sitter in synthetic_edits.py.
 
 from __future__ import annotations
 
-import difflib
 import json
 import random
 import zlib
@@ -22,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 from ..context.languages import language_for
-from ..nextedit.history import CONTEXT, diffs_between, last_change_end
+from ..nextedit.history import diffs_between, hunk_groups, last_change_end
 from ..nextedit.region import editable_region
 from .build import clean, package_files, parses, path_reason
 
@@ -89,18 +88,10 @@ def make_record(kind: str, source: str, path: str, old: str, current: str, targe
 
 
 def hunks(old: str, new: str) -> list[list[tuple]]:
-    """The changed opcodes of old -> new (over lines), grouped as `diffs_between` groups them into hunks."""
+    """The changed opcodes of old -> new (over lines), in the hunks `diffs_between` renders
+    (nextedit/history.py hunk_groups, the one splitter)."""
     a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    groups: list[list[tuple]] = []
-    last_end = None
-    for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if op[0] == "equal":
-            continue
-        if last_end is None or op[1] - last_end > 2 * CONTEXT:
-            groups.append([])
-        groups[-1].append(op)
-        last_end = op[2]
-    return groups
+    return [[op for op in group if op[0] != "equal"] for group in hunk_groups(a, b)]
 
 
 def apply_hunks(old: str, new: str, groups: list[list[tuple]], k: int) -> str:

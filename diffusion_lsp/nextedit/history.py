@@ -1,4 +1,6 @@
-"""Edit history as the model sees it: edit steps rendered as unified diffs, newest last.
+"""Edit history: one log per workspace of the edits made to open documents, with the two views the
+model is shown -- next edit's (the steps rendered as unified diffs, newest last) and completion's
+(the recent edits' text as snippets of context).
 
 In the editor, keystrokes are merged into steps: a change in the same document within `merge_s` of
 the previous one and on or next to the lines that step touched extends it (typing a word, a line, a
@@ -7,7 +9,7 @@ A huge change (a paste of a whole file, a formatter run) is not an edit the mode
 would fill the budget: it clears the history instead.
 
 `diffs_between` gives the same rendering for two versions of a file (evaluation data, mined training
-edits): one diff per hunk."""
+edits): one diff per hunk, split by `hunk_groups`, the one hunk splitter (data/edits.py uses it too)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,14 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from ..context.records import EditSnippet
+
 CONTEXT = 1  # unchanged lines shown around a change
 MERGE_S = 1.0  # changes closer than this, at the same spot, are one step
 HUGE_LINES = 200  # a step with more old or new lines than this resets the history
 HUGE_CHARS = 8000
+KEPT = 20  # steps kept: the most nextEdit.historySteps may show
+SNIPPET_LINES = 14  # at most this many lines of a step shown as completion context: not a whole file
 
 
 def render(path: str, first: int, old: list[str], new: list[str]) -> str:
@@ -40,11 +46,18 @@ def _line(s: str) -> str:
     return s if s.endswith("\n") else s + "\n"
 
 
+def hunk_groups(a: list[str], b: list[str], context: int = CONTEXT) -> list[list[tuple]]:
+    """Lines a -> b split into hunks: difflib's opcodes, grouped with `context` equal lines around
+    each change (changes closer than 2 x context lines are one hunk); no group when a == b."""
+    groups = difflib.SequenceMatcher(None, a, b, autojunk=False).get_grouped_opcodes(context)
+    return [g for g in groups if any(op[0] != "equal" for op in g)]
+
+
 def steps_between(path: str, old: str, new: str, context: int = CONTEXT) -> list["Step"]:
     """One step per hunk of old -> new, in file order (lines of `new`)."""
     a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
     out = []
-    for group in difflib.SequenceMatcher(None, a, b, autojunk=False).get_grouped_opcodes(context):
+    for group in hunk_groups(a, b, context):
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
         out.append(Step(path, path, j1, a[i1:i2], b[j1:j2]))
     return out
@@ -110,16 +123,13 @@ def _lines_at(text: str, start: int, n: int) -> list[str]:
     return out
 
 
-class EditSteps:
-    """Per workspace: the last `size` edit steps across documents, oldest first."""
+class EditLog:
+    """Per workspace: the last `size` edit steps across documents, oldest first, noted once per
+    change; `diffs` is next edit's view of them, `snippets` completion's."""
 
-    def __init__(self, size: int = 5, merge_s: float = MERGE_S, clock=time.monotonic):
+    def __init__(self, size: int = KEPT, merge_s: float = MERGE_S, clock=time.monotonic):
         self.steps: deque[Step] = deque(maxlen=max(1, size))
         self.merge_s, self.clock = merge_s, clock
-
-    def resize(self, size: int) -> None:
-        if size != self.steps.maxlen:
-            self.steps = deque(self.steps, maxlen=max(1, size))
 
     def clear(self) -> None:
         self.steps.clear()
@@ -154,5 +164,21 @@ class EditSteps:
         """The newest step (in `uri` when given)."""
         return next((s for s in reversed(self.steps) if uri is None or s.uri == uri), None)
 
-    def diffs(self) -> list[str]:
-        return [s.diff() for s in self.steps]
+    def diffs(self, n: int | None = None) -> list[str]:
+        """The newest n steps (all without n) as unified diffs, oldest first."""
+        steps = list(self.steps)
+        if n is not None:
+            steps = steps[-n:] if n > 0 else []
+        return [s.diff() for s in steps]
+
+    def snippets(self) -> list[EditSnippet]:
+        """The steps' text as it reads now (their lines and one around), oldest first: typing at one
+        spot over several steps is one snippet, its newest text; a blank one is left out."""
+        out: list[tuple[Step, EditSnippet]] = []
+        for step in self.steps:
+            text = "".join(step.new[:SNIPPET_LINES]).rstrip("\n")
+            if out and out[-1][0].uri == step.uri and abs(out[-1][0].first - step.first) <= 2 * CONTEXT:
+                out.pop()  # the same spot, edited again: its newest text only
+            if text.strip():
+                out.append((step, EditSnippet(step.uri, text)))
+        return [snippet for _, snippet in out]

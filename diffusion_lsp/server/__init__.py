@@ -11,6 +11,6 @@
     next_edit.py   NextEditor: the same, for a next edit (nextedit/suggest.py's pipeline)
 
 Around it: session.py (settings, statistics, the parts above), config.py (editor settings),
-indexer.py (other documents indexed in the background), history.py (recent edits), cache.py,
+indexer.py (other documents indexed in the background), cache.py,
 stats.py, positions.py (LSP positions <-> offsets), failures.py (a backend failure as a log line),
 command.py (`serve`)."""

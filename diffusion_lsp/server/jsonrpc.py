@@ -340,10 +340,10 @@ def _exit_code(e: SystemExit) -> int:
 def serve_stdio(server: JsonRPCServer, stdin: BinaryIO, stdout: BinaryIO) -> int:
     """pygls' JsonRPCServer._start_io_async with Frames as the reader; the process exit code."""
     server._stop_event = stop = threading.Event()
-    server.jsonrpc.set_writer(StdoutWriter(stdout))
+    server.protocol.set_writer(StdoutWriter(stdout))
 
     async def main() -> None:
-        await _serve(Frames(_stdin_chunks(stdin, asyncio.get_running_loop())), server.jsonrpc, stop)
+        await _serve(Frames(_stdin_chunks(stdin, asyncio.get_running_loop())), server.protocol, stop)
 
     try:
         asyncio.run(main())
@@ -361,8 +361,8 @@ def serve_tcp(server: JsonRPCServer, host: str, port: int) -> int:
     server._stop_event = stop = threading.Event()
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        server.jsonrpc.set_writer(writer)
-        await _serve(Frames(lambda: reader.read(CHUNK)), server.jsonrpc, stop)
+        server.protocol.set_writer(writer)
+        await _serve(Frames(lambda: reader.read(CHUNK)), server.protocol, stop)
         server.shutdown()  # closes the listener: serve_forever ends
 
     async def main() -> None:

@@ -23,7 +23,7 @@ from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..context.records import Document
 from ..nextedit.edits import LineEnds
-from ..nextedit.history import EditSteps
+from ..nextedit.history import EditLog
 from ..lifecycle import Tickets
 from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, suggest
 from . import positions
@@ -52,9 +52,9 @@ class NextEdit:
 class NextEditor:
     """`suggest` never raises but CancelledError: a refusal or failure is one log line and None."""
 
-    def __init__(self, backend: Backend, stats: NextEditStats, log: Callable[[str, str], None], steps: EditSteps,
+    def __init__(self, backend: Backend, stats: NextEditStats, log: Callable[[str, str], None], edits: EditLog,
                  count_tokens: Callable[[str], int] = approx_tokens):
-        self.backend, self.stats, self.log, self.steps = backend, stats, log, steps
+        self.backend, self.stats, self.log, self.edits = backend, stats, log, edits
         self.count_tokens = count_tokens
         self.cfg = Config()
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="diffusion-lsp-nextedit")
@@ -64,7 +64,6 @@ class NextEditor:
 
     def configure(self, cfg: Config, count_tokens: Callable[[str], int] | None = None) -> None:
         self.cfg = cfg
-        self.steps.resize(cfg.next_edit.history_steps or 1)
         if count_tokens is not None:
             self.count_tokens = count_tokens
 
@@ -143,7 +142,7 @@ class NextEditor:
             before = LineEnds(doc.text[:offset]).unix
             cursor = (before.count("\n"), len(before) - before.rfind("\n") - 1)
             req = EditRequest(ends.unix, path, cursor, spec,
-                              self.steps.diffs(), self.steps.last(doc.uri), s, self.count_tokens,
+                              self.edits.diffs(s.history_steps), self.edits.last(doc.uri), s, self.count_tokens,
                               sampling=self.cfg.sampling, uri=doc.uri, open_docs=open_docs, index_of=indexed)
             out = await ticket.run(suggest(req, self.backend, "nextedit:" + doc.uri, self._in_thread))
         self.stats.reasons[out.reason] = self.stats.reasons.get(out.reason, 0) + 1

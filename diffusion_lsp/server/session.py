@@ -18,13 +18,12 @@ from ..context.records import Document
 from ..engine import model_folder
 from ..model.claims import GENERAL, Claims, read_claims
 from ..model.settings import LaunchSettings
-from ..nextedit.history import EditSteps
+from ..nextedit.history import EditLog
 from ..worker.link import WorkerLink
 from ..worker.spec import WorkerSpec
 from .completion import Completer
 from . import notice
 from .config import Config, WorkerSettings, parse_config, with_claims
-from .history import RecentEdits
 from .indexer import Indexer
 from .next_edit import NextEditor
 from .stats import Stats
@@ -78,12 +77,11 @@ class Session:
         self.cfg = with_claims(self.base, self.claims)
         self._said_demo = False
         self.stats = Stats()
-        self.edits = RecentEdits()
+        self.edits = EditLog()  # the workspace's edits: completion's context and next edit's history
         self.backend = backend_for(self.cfg, ui)
-        self.completer = Completer(self.backend, self.stats, ui.log, self.edits.oldest_first,
+        self.completer = Completer(self.backend, self.stats, ui.log, self.edits.snippets,
                                    counter_for(self.cfg.model.path))
-        self.steps = EditSteps(self.cfg.next_edit.history_steps)
-        self.next_edit = NextEditor(self.backend, self.stats.next_edit, ui.log, self.steps,
+        self.next_edit = NextEditor(self.backend, self.stats.next_edit, ui.log, self.edits,
                                     self.completer.count_tokens)
         self.indexer = Indexer(get_document)
         self.texts: dict[str, str] = {}  # per open document, its text before the next change
@@ -123,9 +121,8 @@ class Session:
         before = self.texts.get(uri)
         self.texts[uri] = text
         line, end, new_end = span if span is not None else _changed_lines(before or "", text)
-        self.edits.note(uri, text, line, new_end - line)
-        if before is not None:
-            self.steps.note(uri, path, before, text, line, end, new_end)
+        if before is not None:  # one note, both views (completion's snippets, next edit's diffs)
+            self.edits.note(uri, path, before, text, line, end, new_end)
         self.indexer.schedule(uri)
 
     def closed(self, uri: str) -> None:
