@@ -6,6 +6,7 @@ backend they describe (backend/base.py), and reading an input file or stdin. Tor
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 import textwrap
@@ -104,7 +105,7 @@ def backend_for(launch: LaunchSettings):
         return RemoteBackend(LogReporter(quiet), launch, fill_timeout_s=120.0)
     from .backend.local import LocalBackend
 
-    return LocalBackend(engine_for(launch))
+    return LocalBackend.loading(functools.partial(engine_for, launch))
 
 
 def ended_run(error) -> bool:

@@ -1,6 +1,9 @@
 """An engine in this process as a Backend (base.py): what the command line (`fim`), the evaluations
 and tests use. The model runs in one thread of its own, one call at a time, so the event loop that
-awaits it stays free; a newer order with the same key supersedes an older one as in the worker
+awaits it stays free, and it is loaded there too (`loading`): torch's OpenMP threads are per
+calling thread, and a model loaded on one thread and run on another ran slower here (a 16-token
+fill on the embedded model, 2 threads: 62-75 ms loaded and run on one thread, 108-143 ms loaded on
+the main thread and run on another; with 1 thread both 65-87 ms); a newer order with the same key supersedes an older one as in the worker
 (an older one still running is abandoned between denoising steps), and cancelling a call abandons
 its order the same way. `fill_many` decodes the orders as one batch."""
 
@@ -22,8 +25,25 @@ class LocalBackend:
 
     def __init__(self, engine):
         self.engine = engine  # diffusion_lsp.engine.Engine
-        self._thread: ThreadPoolExecutor | None = None  # made on demand: a closed backend can be used again
+        self._thread: ThreadPoolExecutor | None = None  # the model's thread, made on first use
         self._latest: dict[str, threading.Event] = {}  # by key: the stop flag of its newest order
+
+    @classmethod
+    def loading(cls, load) -> LocalBackend:
+        """The backend of the engine `load()` returns, loaded on the model's own thread (raises what
+        `load` raises)."""
+        backend = cls(None)
+        backend.engine = backend.on_model_thread(load)
+        return backend
+
+    def on_model_thread(self, fn, *args):
+        """fn(*args) on the model's thread, waited for: torch work outside the orders (a loss)."""
+        return self._pool().submit(fn, *args).result()
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="diffusion-lsp-model")
+        return self._thread
 
     async def start(self) -> None:
         """The engine is loaded before the backend is made."""
@@ -86,10 +106,8 @@ class LocalBackend:
         between steps). A ValueError (an order that does not fit the model) is INVALID; anything
         else is a bug, raised as it is."""
         loop = asyncio.get_running_loop()
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="diffusion-lsp-model")
         try:
-            return await loop.run_in_executor(self._thread, functools.partial(fn, *args))
+            return await loop.run_in_executor(self._pool(), functools.partial(fn, *args))
         except asyncio.CancelledError:
             stop.set()
             raise
@@ -100,7 +118,8 @@ class LocalBackend:
         return {"backend": "local", "state": "ready", "max_tokens": self.engine.max_tokens()}
 
     async def close(self) -> None:
-        """Let the model's thread go (after the call it runs); a later call starts another."""
-        if self._thread is not None:
-            thread, self._thread = self._thread, None
-            thread.shutdown(wait=False, cancel_futures=True)
+        """Stop what is still running. The model's thread stays (it holds the model's torch state,
+        see the module's docstring) and ends with the process; the backend can be used again."""
+        for stop in self._latest.values():
+            stop.set()
+        self._latest.clear()

@@ -3,6 +3,7 @@ corpus holds out for validation (data/corpus/val.jsonl), each beside a trivial b
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -96,11 +97,11 @@ def run(args) -> int:
     cfg, launch = sampler_config(args), launch_settings(args)
     rng = random.Random(args.seed)
     docs = load_val(args.corpus)
-    engine = engine_for(launch)
-    loss = masked_token_loss(engine, docs, args.crops, args.seq_len, rng)
+    backend = LocalBackend.loading(functools.partial(engine_for, launch))  # every torch call on its thread
+    loss = backend.on_model_thread(masked_token_loss, backend.engine, docs, args.crops, args.seq_len, rng)
     picks = pick_lines(docs, args.lines, rng)
     requests = [Item(i, p, s, args.max_tokens, True) for i, (p, s, _, _) in enumerate(picks)]
-    records, wall = decode_all(LocalBackend(engine), requests, cfg, args.batch_size, desc=args.policy)
+    records, wall = decode_all(backend, requests, cfg, args.batch_size, desc=args.policy)
     fills = [r.get("text", "").split("\n", 1)[0] for r in records]
     lines = [line for _, _, line, _ in picks]
     guesses = {"": fills, "_copy_previous_line": [prev for *_, prev in picks], "_empty": [""] * len(lines)}

@@ -169,6 +169,64 @@ def _prepare(cfg: TrainConfig, rt: Runtime, out: Path):
     return model, tok, opt, prog
 
 
+def _val_batches(cfg: TrainConfig, tok: Tokenizer, rt: Runtime, newline) -> list[tuple[str, list[Batch]]]:
+    """The fixed validation batches, by kind (plain, fim, edit); rank 0 evaluates, the others get none."""
+    val_path = Path(cfg.corpus) / "val.jsonl"
+    val_files = TokenFiles.load(val_path, tok) if rt.main and val_path.is_file() else None
+    if val_files is None or not val_files.n_tokens or not cfg.eval_batches:
+        return []
+    plain_noise = dataclasses.replace(cfg.objective, block_noise=0.0)  # losses compare across runs
+    val_edits = load_split_records(cfg, "val")
+    val = Batches(val_files, tok, cfg.seq_len, cfg.batch_size, plain_noise, VAL_SEED, 0, newline, val_edits)
+    out = [(kind, [val.get(i, fim_rate=rate) for i in range(cfg.eval_batches)])
+           for kind, rate in (("plain", 0.0), ("fim", 1.0))]
+    if val_edits:  # val's own edit_rate is 0: the rows above have no edit rows
+        out.append(("edit", [val.get(i, edit_rate=1.0) for i in range(cfg.eval_batches)]))
+    return out
+
+
+def _bar(cfg: TrainConfig, prog: Progress):
+    """A progress bar in steps, or in seconds for a run of --minutes."""
+    total = cfg.steps if cfg.steps is not None else round(60 * cfg.minutes)
+    timed = cfg.steps is None
+    return tqdm(total=total, initial=min(int(prog.elapsed_s), total) if timed else prog.step, dynamic_ncols=True,
+                unit="step", bar_format="{l_bar}{bar}| {n}/{total}s{postfix}" if timed else None)
+
+
+def _optimizer_step(cfg: TrainConfig, rt: Runtime, model: nn.Module, opt, step_fn, batch: Batch, lr: float):
+    """One step at learning rate `lr` -> its loss (a tensor: reading it syncs, so the caller rarely does)."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    with rt.autocast():
+        loss = _call(step_fn, batch)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    return loss
+
+
+def _report(out: Path, bar, prog: Progress, window: dict, lr: float, run_eval=None) -> float:
+    """The window's mean loss and token rate on the bar, and with `run_eval` an eval record in the
+    log -> the mean loss."""
+    loss = float(window["loss"]) / window["n"]
+    rate = window["tokens"] / (time.perf_counter() - window["t"])
+    if bar is not None:
+        bar.set_postfix(step=prog.step, loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", lr=f"{lr:.2e}", refresh=False)
+    if run_eval is not None:
+        _log(out, {"event": "eval", "step": prog.step, "elapsed_s": round(prog.elapsed_s, 1), "tokens": prog.tokens,
+                   "lr": lr, "train_loss": loss, "tokens_per_s": round(rate), **run_eval()})
+    return loss
+
+
+def _distributed(loss_fn: nn.Module, rt: Runtime) -> nn.Module:
+    """The loss as each step calls it: wrapped for data parallelism when there are several ranks."""
+    if rt.world_size == 1:
+        return loss_fn
+    ids = [rt.device.index] if rt.device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(loss_fn, device_ids=ids)
+
+
 def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
     out = Path(cfg.out)
     model, tok, opt, prog = _prepare(cfg, rt, out)
@@ -177,22 +235,9 @@ def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
     edits = load_split_records(cfg, "train")
     train_data = Batches(train_files, tok, cfg.seq_len, cfg.batch_size, cfg.objective, cfg.seed, rt.rank, newline,
                          edits, cfg.edit_rate)
-    val_batches = []
-    val_path = Path(cfg.corpus) / "val.jsonl"
-    val_files = TokenFiles.load(val_path, tok) if rt.main and val_path.is_file() else None  # rank 0 evaluates
-    if val_files is not None and val_files.n_tokens and cfg.eval_batches:
-        plain_noise = dataclasses.replace(cfg.objective, block_noise=0.0)  # losses compare across runs
-        val_edits = load_split_records(cfg, "val")
-        val = Batches(val_files, tok, cfg.seq_len, cfg.batch_size, plain_noise, VAL_SEED, 0, newline, val_edits)
-        val_batches = [(kind, [val.get(i, fim_rate=rate) for i in range(cfg.eval_batches)])
-                       for kind, rate in (("plain", 0.0), ("fim", 1.0))]
-        if val_edits:  # val's own edit_rate is 0: the rows above have no edit rows
-            val_batches.append(("edit", [val.get(i, edit_rate=1.0) for i in range(cfg.eval_batches)]))
+    val_batches = _val_batches(cfg, tok, rt, newline)
     loss_fn = MaskedDiffusionLoss(model)
-    step_fn = loss_fn
-    if rt.world_size > 1:
-        ids = [rt.device.index] if rt.device.type == "cuda" else None
-        step_fn = nn.parallel.DistributedDataParallel(loss_fn, device_ids=ids)
+    step_fn = _distributed(loss_fn, rt)
     if rt.main:
         out.mkdir(parents=True, exist_ok=True)
         _log(out, {"event": "start", "step": prog.step, "params": sum(p.numel() for p in model.parameters()),
@@ -215,12 +260,7 @@ def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
     start_step, start_elapsed, t0 = prog.step, prog.elapsed_s, time.perf_counter()
     last_save = prog.elapsed_s
     window = {"loss": 0.0, "n": 0, "t": t0, "tokens": 0}
-    bar = None
-    if progress_bar and rt.main:
-        total = cfg.steps if cfg.steps is not None else round(60 * cfg.minutes)
-        timed = cfg.steps is None
-        bar = tqdm(total=total, initial=min(int(prog.elapsed_s), total) if timed else prog.step, dynamic_ncols=True,
-                   unit="step", bar_format="{l_bar}{bar}| {n}/{total}s{postfix}" if timed else None)
+    bar = _bar(cfg, prog) if progress_bar and rt.main else None
     summary_loss = float("nan")
     try:
         while True:
@@ -229,32 +269,15 @@ def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
             if _finished(cfg, prog.step, prog.elapsed_s):
                 break
             lr = lr_at(cfg, prog.step, prog.elapsed_s)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            batch = train_data.get(prog.step).to(rt.device)
-            with rt.autocast():
-                loss = _call(step_fn, batch)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
+            loss = _optimizer_step(cfg, rt, model, opt, step_fn, train_data.get(prog.step).to(rt.device), lr)
             prog.step += 1
             prog.tokens += tokens_per_step
             window["loss"] += loss.detach()
             window["n"] += 1
             window["tokens"] += tokens_per_step
-            now = time.perf_counter()
             is_eval = rt.main and cfg.eval_every and prog.step % cfg.eval_every == 0
-            if rt.main and (is_eval or now - window["t"] >= 2.0):  # item() syncs: not every step
-                summary_loss = float(window["loss"]) / window["n"]
-                rate = window["tokens"] / (now - window["t"])
-                if bar is not None:
-                    bar.set_postfix(step=prog.step, loss=f"{summary_loss:.3f}", tok_s=f"{rate:,.0f}",
-                                    lr=f"{lr:.2e}", refresh=False)
-                if is_eval:
-                    _log(out, {"event": "eval", "step": prog.step, "elapsed_s": round(prog.elapsed_s, 1),
-                               "tokens": prog.tokens, "lr": lr, "train_loss": summary_loss,
-                               "tokens_per_s": round(rate), **run_eval()})
+            if rt.main and (is_eval or time.perf_counter() - window["t"] >= 2.0):  # item() syncs: not every step
+                summary_loss = _report(out, bar, prog, window, lr, run_eval if is_eval else None)
                 window = {"loss": 0.0, "n": 0, "t": time.perf_counter(), "tokens": 0}
             if bar is not None:
                 bar.update(1 if cfg.steps is not None else min(int(prog.elapsed_s), bar.total) - bar.n)
@@ -270,8 +293,9 @@ def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
             bar.close()
     run_s = time.perf_counter() - t0
     prog.elapsed_s = start_elapsed + run_s  # only rank 0 saves it
+    train_loss = summary_loss if window["n"] == 0 else float(window["loss"]) / window["n"]
     summary = {"event": "end", "step": prog.step, "elapsed_s": round(prog.elapsed_s, 1), "tokens": prog.tokens,
-               "train_loss": summary_loss if window["n"] == 0 else float(window["loss"]) / window["n"],
+               "train_loss": train_loss,
                "tokens_per_s": round((prog.step - start_step) * tokens_per_step / max(run_s, 1e-9))}
     if rt.main:
         if prog.step > start_step:
