@@ -1,11 +1,11 @@
 """An engine in this process as a Backend (base.py): what the command line (`fim`), the evaluations
 and tests use. The model runs in one thread of its own, one call at a time, so the event loop that
-awaits it stays free, and it is loaded there too (`loading`): torch's OpenMP threads are per
-calling thread, and a model loaded on one thread and run on another ran slower here (a 16-token
-fill on the embedded model, 2 threads: 62-75 ms loaded and run on one thread, 108-143 ms loaded on
-the main thread and run on another; with 1 thread both 65-87 ms); a newer order with the same key supersedes an older one as in the worker
-(an older one still running is abandoned between denoising steps), and cancelling a call abandons
-its order the same way. `fill_many` decodes the orders as one batch."""
+awaits it stays free, and it is loaded there too (`loading`): torch's OpenMP threads are per calling
+thread, and a model loaded on one thread and run on another ran slower here (a 16-token fill on the
+embedded model, 2 threads: 62-75 ms loaded and run on one thread, 108-143 ms loaded on the main
+thread and run on another; with 1 thread both 65-87 ms). A newer order with the same key supersedes
+an older one as in the worker (one still running is abandoned between denoising steps), and
+cancelling a call abandons its order the same way. `fill_many` decodes the orders as one batch."""
 
 from __future__ import annotations
 

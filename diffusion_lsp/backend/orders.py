@@ -80,7 +80,8 @@ class Fill:
         batch = msg.get("batch", 1)
         batch = batch if isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1 else 1
         budget_hit = msg.get("budget_hit") is True
-        return cls(text, pieces, [float(c) for c in conf], float(ms), int(forwards), int(reused), end, batch, budget_hit)
+        return cls(text, pieces, [float(c) for c in conf], float(ms), int(forwards), int(reused), end, batch,
+                   budget_hit)
 
 
 @dataclass(frozen=True)

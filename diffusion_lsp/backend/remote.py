@@ -63,7 +63,8 @@ class RemoteBackend:
             try:
                 self.client = self._new_client(self.settings, read_s=self.fill_timeout_s)
             except (RemoteError, ValueError) as e:
-                self._report_failure(getattr(e, "kind", "settings"), f"cannot use the remote API: {e}")
+                kind = e.kind if isinstance(e, RemoteError) else "settings"
+                self._report_failure(kind, f"cannot use the remote API: {e}")
                 return None
             self.ui.log("info", f"remote FIM API {self.client.base_url}, model {self.client.model}")
         return self.client

@@ -227,6 +227,18 @@ def _distributed(loss_fn: nn.Module, rt: Runtime) -> nn.Module:
     return nn.parallel.DistributedDataParallel(loss_fn, device_ids=ids)
 
 
+def _end(out: Path, rt: Runtime, prog: Progress, train_loss: float, rate: float, run_eval, save) -> dict:
+    """The run's summary; with `run_eval` (the run took steps) a last evaluation and a save first."""
+    summary = {"event": "end", "step": prog.step, "elapsed_s": round(prog.elapsed_s, 1), "tokens": prog.tokens,
+               "train_loss": train_loss, "tokens_per_s": round(rate)}
+    if rt.main:
+        if run_eval is not None:
+            summary |= run_eval()
+            save()
+        _log(out, summary)
+    return summary
+
+
 def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
     out = Path(cfg.out)
     model, tok, opt, prog = _prepare(cfg, rt, out)
@@ -294,12 +306,5 @@ def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
     run_s = time.perf_counter() - t0
     prog.elapsed_s = start_elapsed + run_s  # only rank 0 saves it
     train_loss = summary_loss if window["n"] == 0 else float(window["loss"]) / window["n"]
-    summary = {"event": "end", "step": prog.step, "elapsed_s": round(prog.elapsed_s, 1), "tokens": prog.tokens,
-               "train_loss": train_loss,
-               "tokens_per_s": round((prog.step - start_step) * tokens_per_step / max(run_s, 1e-9))}
-    if rt.main:
-        if prog.step > start_step:
-            summary |= run_eval()
-            save()
-        _log(out, summary)
-    return summary
+    rate = (prog.step - start_step) * tokens_per_step / max(run_s, 1e-9)
+    return _end(out, rt, prog, train_loss, rate, run_eval if prog.step > start_step else None, save)
