@@ -164,14 +164,14 @@ def remote_flags(api: Api) -> list[str]:
 
 
 def test_fim_json_through_the_api(api, tmp_path, capsys):
-    api.script.append(ok("a - b"))
+    api.script.append(ok("a - b", usage={"completion_tokens": 3}))
     code = main(["fim", str(source(tmp_path)), "--at", "2:12", *remote_flags(api), "--json", "--max-tokens", "7",
                  "--one-line"])
     out = capsys.readouterr().out
     assert code == 0
     record = json.loads(out)
     assert record["text"] == "a - b" and record["confidence"] == [1.0] and record["forwards"] == 0
-    assert record["budget_hit"] is False
+    assert record["budget_hit"] is False and record["tokens"] == 3  # the API's count: its text is one piece
     body = api.got[0][2]
     assert body["prompt"] == "def add(a, b):\n    return " and body["suffix"] == "a + b\n"
     assert body["max_tokens"] == 7 and body["stop"] == ["\n"] and body["model"] == "m"
@@ -223,7 +223,7 @@ def test_the_backend_answers_many_orders_in_the_one_result_shape(api):
 
     backend = RemoteBackend(LogReporter(logging.getLogger("test")),
                             LaunchSettings(backend="openai", base_url=api.base, remote_model="m", api_key_env=ENV))
-    api.script.extend([ok("one"), ok(""), (400, {"error": {"message": "no"}})])
+    api.script.extend([ok("one", usage={"completion_tokens": 2}), ok(""), (400, {"error": {"message": "no"}})])
 
     async def go():
         try:
@@ -236,7 +236,7 @@ def test_the_backend_answers_many_orders_in_the_one_result_shape(api):
     fills = [r for r in results if isinstance(r, Fill)]
     (failed,) = [r for r in results if isinstance(r, BackendError)]
     assert sorted(f.text for f in fills) == ["", "one"] and failed.kind is Failure.REFUSED
-    assert sorted((f.pieces, f.tokens) for f in fills) == [([], 0), (["one"], 1)]
+    assert sorted((f.pieces, f.tokens) for f in fills) == [([], 0), (["one"], 2)]  # the API's usage
     assert described["requests"] == 3 and described["failures"] == 1
     assert KEY not in repr(backend.__dict__) and KEY not in repr(described)
 

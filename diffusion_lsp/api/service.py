@@ -180,7 +180,7 @@ class Service:
 
     def answer(self, req: Fim, fill: Fill, t0: float) -> Answer:
         text, stopped = cut_at_stop(fill.text, req.stop)
-        tokens = len(fill.pieces)  # one per token the model wrote, at most max_tokens (sampler.FillResult.tokens)
+        tokens = fill.tokens  # one per token the model wrote, at most max_tokens (sampler.FillResult.tokens)
         finish = "stop" if stopped or tokens < req.max_tokens else "length"
         answer = Answer(text, finish, tokens, approx_tokens(req.prefix) + approx_tokens(req.suffix), fill.forwards,
                         fill.batch, (time.monotonic() - t0) * 1e3)

@@ -55,11 +55,13 @@ class Fill:
     end_confidence: float = 1.0  # how sure the model was that the text ends where it does
     batch: int = 1  # requests decoded in the same batch (one forward pass per step for all of them)
     budget_hit: bool = False  # stopped by sampling.time_budget_ms before every position was decoded
+    # the tokens the model wrote (model/sampler.py FillResult.tokens): one per piece from our own model;
+    # a remote API's answer is one piece, and its count is the API's usage (0 when it does not say)
+    tokens: int | None = None
 
-    @property
-    def tokens(self) -> int:
-        """The tokens the model wrote (model/sampler.py FillResult.tokens): one per piece."""
-        return len(self.pieces)
+    def __post_init__(self):
+        if self.tokens is None:
+            self.tokens = len(self.pieces)
 
     def message(self, rid) -> dict:
         return {"id": rid, "ok": True, "text": self.text, "pieces": self.pieces, "confidence": self.confidence,

@@ -127,7 +127,7 @@ class RemoteBackend:
         self.error = None
         self._shown.clear()
         pieces = [done.text] if done.text else []
-        return Fill(done.text, pieces, [1.0] * len(pieces), ms=done.ms)
+        return Fill(done.text, pieces, [1.0] * len(pieces), ms=done.ms, tokens=done.tokens)
 
     def _report_failure(self, kind: str, message: str) -> None:
         self.error = message
