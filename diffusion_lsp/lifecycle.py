@@ -34,9 +34,10 @@ async def first(work: Awaitable[T], *stops: Awaitable) -> T:
     finally:
         for w in owned:
             w.cancel()
-        if not task.done():
-            task.cancel()
-    if not task.done() or task.cancelled():
+        if not task.done():  # cancelled, and let it unwind before this returns: a generator it was
+            task.cancel()    # stepping (a stream's next item) is then closed, not still running
+            await asyncio.wait({task})
+    if task.cancelled():
         raise Stopped()
     return task.result()
 

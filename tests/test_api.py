@@ -336,6 +336,19 @@ def test_a_client_that_leaves_cancels_its_request_and_the_server_goes_on(api):
     assert done.choices[0].text == ANSWER
 
 
+def test_a_client_that_leaves_a_stream_after_its_first_draft_leaves_no_traceback(api):
+    """Leaving a `diffusing` stream after its first event closed the stream while its next step was
+    still unwinding: "aclose(): asynchronous generator is already running", a traceback per stream."""
+    body = {"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 64, "stream": True, "diffusing": True}
+    for _ in range(8):
+        with httpx.Client(timeout=30) as http, http.stream("POST", api.base + "/v1/completions", json=body) as r:
+            next(r.iter_lines())
+    done = api.client().completions.create(model="diffusion-lsp", prompt=PREFIX, suffix=SUFFIX, max_tokens=16)
+    assert done.choices[0].text == ANSWER
+    log = api.log.read_text()
+    assert "already running" not in log and "Traceback" not in log, log[-3000:]
+
+
 def test_a_worker_that_stops_answering_is_killed_and_restarted_after_a_missed_deadline(tokenizer, tmp_path):
     """SIGSTOP: every request got 504 for good and /health said ready; the request's deadline
     cancelled the link's call before the link's own ping-and-restart ran. As in the language

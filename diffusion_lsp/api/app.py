@@ -124,9 +124,13 @@ class Routes:
             raise
         finally:
             gone.cancel()
-            await items.aclose()
             self.metrics.latency.labels(route).observe(time.monotonic() - t0)
             release()
+            # the server cancels this generator when the client leaves, and may cancel every await
+            # here again: a fill step still unwinding is closed by its own cancellation (its
+            # generator cancels the fill in the worker), a suspended one is closed now
+            if not items.ag_running:
+                await items.aclose()
 
     async def edit(self, request: Request) -> Response:
         edit: Edit = self.gate.parsed(parse_edit, await self.gate.read_json(request))

@@ -3,7 +3,8 @@
     bench sampler   forward passes and ms per span of the sampler alone (sampler.py)
     bench lsp       inline-completion latency through the real server over stdio (lsp.py)
     bench pretrained  load time, peak RSS, fill time: a 0.5 B checkpoint vs the embedded model, fp32 vs int8
-    bench api       serve-api under load and faults: requests/s, tokens/s, latency, 429s, RSS (api.py)"""
+    bench api       serve-api under load and faults: requests/s, tokens/s, latency, 429s, RSS (api.py)
+    python -m diffusion_lsp.bench.context   the server's own context and post-processing work alone (context.py)"""
 
 from __future__ import annotations
 

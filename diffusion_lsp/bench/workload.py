@@ -1,6 +1,6 @@
 """The code the benchmarks run on, all from the Python standard library of the running interpreter:
 spans of real code for `bench sampler`, a 5,000-line file and a crowd of other large open
-documents for `bench lsp` and the context benchmark (context/bench.py)."""
+documents for `bench lsp` and the context benchmark (bench/context.py)."""
 
 from __future__ import annotations
 

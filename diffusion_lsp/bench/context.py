@@ -1,4 +1,4 @@
-"""Server-overhead benchmark for context + post-processing: `python -m diffusion_lsp.context.bench`.
+"""Server-overhead benchmark for context + post-processing: `python -m diffusion_lsp.bench.context`.
 
 Prints p50/p95 of gather(), postprocess() and both, on a 5,000-line Python file made of stdlib
 modules, with a real byte-level BPE counting tokens and two other open documents for cross-file
@@ -14,11 +14,11 @@ import statistics
 import time
 from pathlib import Path
 
-from ..bench.workload import BIG_SOURCES, STDLIB, big_file
+from ..context.gather import gather
+from ..context.postprocess import postprocess
+from ..context.records import ContextBudget, Document, EditSnippet
 from ..model.tokenizer import train_bpe
-from .gather import gather
-from .postprocess import postprocess
-from .records import ContextBudget, Document, EditSnippet
+from .workload import BIG_SOURCES, STDLIB, big_file
 
 
 def _fill(text: str, offset: int) -> tuple[str, list[str], list[float]]:
