@@ -185,6 +185,22 @@ async def test_a_malformed_next_edit_request_is_one_warning_line_not_a_traceback
 
 
 @pytest.mark.asyncio
+async def test_an_unknown_command_is_invalid_params_and_one_warning_line(raw, tmp_path):
+    """pygls answered a command it does not have with -32602, and logged it as an ERROR with a
+    traceback (VS Code's output shows it as [error])."""
+    await raw.initialize()
+    raw.send(frame(request(5, "workspace/executeCommand", {"command": "nope", "arguments": []})))
+    answer, _ = await raw.reply(5)
+    assert answer["error"]["code"] == INVALID_PARAMS and "no command 'nope' here" in answer["error"]["message"]
+    raw.send(frame(request(6, "workspace/executeCommand", {"command": "diffusionLsp.didAcceptCompletion",
+                                                             "arguments": ["file:///a.py"]})))
+    assert "error" not in (await raw.reply(6))[0]  # the server's own command still runs
+    await raw.stats_answered(2)
+    log = (tmp_path / "stderr.txt").read_text()
+    assert "Traceback" not in log and " ERROR " not in log, log
+
+
+@pytest.mark.asyncio
 async def test_a_cancel_or_progress_cancel_naming_no_usable_id_is_dropped(raw):
     """pygls hashes the id: {"id": {"a": 1}} killed the server (exit 1), a progress token object was
     an internal error shown in the log."""

@@ -92,11 +92,15 @@ class DiffusionServer(LanguageServer):
             self.session.ui.log("error", f"{type(error).__name__}: {error}")
 
     def invalid_params(self, method: str, params) -> str | None:
-        """Why the params of a request whose type pygls does not know (Copilot's) are invalid, or
-        None: checked before dispatch, so that a malformed one is one warning line, not a handler's
-        error that pygls logs with its traceback."""
+        """Why the params of a request are invalid, or None: checked before dispatch, so that a
+        malformed one is one warning line, not a handler's error that pygls logs with its traceback
+        (Copilot's request, whose type pygls does not know, and a command this server does not have)."""
         if method == NEXT_EDIT:
             return next_edit_problem(params)
+        if method == types.WORKSPACE_EXECUTE_COMMAND:
+            name = params.get("command") if isinstance(params, dict) else None
+            if name not in (ACCEPTED, ACCEPTED_EDIT):
+                return f"no command {name!r} here (this server has {ACCEPTED} and {ACCEPTED_EDIT})"
         return None
 
     def document(self, uri: str) -> Document | None:
