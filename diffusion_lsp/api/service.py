@@ -119,14 +119,17 @@ class Service:
         finally:
             release()
 
-    async def _ask(self, call: Callable, deadline: float, param: str | None = None, retry: bool = True):
-        """One model call with the request's deadline, once the model is ready (awaited); a worker
-        lost meanwhile is waited for and asked again, once (with `retry`). A request the model can never do is a
+    async def _ask(self, call: Callable, deadline: float, param: str | None = None, retry: bool = True,
+                   wait_ready: bool = True):
+        """One model call with the request's deadline, once the model is ready (awaited, unless the
+        caller just did: a stream's next step); a worker lost meanwhile is waited for and asked
+        again, once (with `retry`). A request the model can never do is a
         400 naming `param` (else the worker's own name for the field)."""
         retried = not retry
         while True:
             try:
-                await asyncio.wait_for(self.backend.ready(), max(0.01, deadline - time.monotonic()))
+                if wait_ready:
+                    await asyncio.wait_for(self.backend.ready(), max(0.01, deadline - time.monotonic()))
                 return await asyncio.wait_for(call(), max(0.01, deadline - time.monotonic()))
             except BackendError as e:
                 if e.kind is Failure.LOST and not retried:
@@ -166,12 +169,12 @@ class Service:
         t0 = time.monotonic()
         deadline = t0 + self.timeout_s
         order = FillOrder(req.prefix, req.suffix, req.max_tokens, sampling=self.sampling, drafts=True)
-        await self._ask(self.backend.ready, deadline)
+        await self._ask(self.backend.ready, deadline, wait_ready=False)
         items = self.backend.stream(f"api:{next(self._ids)}", order)
         try:
             while True:
                 try:
-                    item = await self._ask(items.__anext__, deadline, retry=False)
+                    item = await self._ask(items.__anext__, deadline, retry=False, wait_ready=False)
                 except StopAsyncIteration:
                     return
                 yield self.answer(req, item, t0) if isinstance(item, Fill) else item

@@ -2,7 +2,8 @@
 how many fills it decodes together and when it exits. `WorkerSpec` is the only source of the
 worker's command line (`command`) and of its socket's default name; the language server and
 serve-api each derive theirs from their settings, and the worker process parses its flags back
-into one (`from_args`). Every default of a worker is written here once."""
+into one (`from_args`). Every default of a worker is written here once (the deadline of an
+order, every backend's, in backend/base.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..backend.base import FILL_TIMEOUT_S
 from ..model.settings import LaunchSettings, add_args, from_args
 from .wire import default_socket
 
-__all__ = ["FILL_TIMEOUT_S", "WorkerSpec"]  # FILL_TIMEOUT_S: past it an order fails, a worker that ignores a ping restarts
 IDLE_EXIT_S = 600.0  # an editors' worker outlives a session, for the next one (and other editors) to share
 MAX_BATCH = 8  # an editors' worker: a few documents at a time
 API_IDLE_EXIT_S = 60.0  # serve-api's own worker exits soon after the API
