@@ -50,17 +50,20 @@ class Engine:
         from .model.canvas import FillRequest
 
         requests = [FillRequest(o.prefix, o.suffix, o.max_tokens, id=i, one_line=o.one_line, doc=k or None,
-                                drafts=o.drafts) for i, (o, k) in enumerate(zip(orders, keys))]
+                                drafts=o.drafts, candidates=o.candidates) for i, (o, k) in enumerate(zip(orders, keys))]
         return self.decoding(requests, orders[0].sampling)
 
     @staticmethod
     def answers(decoding) -> list:
         """A driven decoding's results as the Backend's answers: a Fill per order, None for a stopped one."""
-        from .backend.orders import Fill
+        from .backend.orders import DraftTally, Fill
 
         results = decoding.results()
         return [None if r.cancelled else Fill(r.text, r.pieces, r.confidence, r.ms, r.forwards, r.reused,
-                                              r.end_confidence, len(results), r.budget_hit) for r in results]
+                                              r.end_confidence, len(results), r.budget_hit,
+                                              draft=DraftTally(r.draft.offered, r.draft.tokens, len(r.draft.kept))
+                                              if r.draft else DraftTally())
+                for r in results]
 
     def answer(self, orders, keys, stops=None) -> list:
         """Fill `orders` to the end -> a Fill per order; with `stops` (a threading.Event per order),

@@ -26,6 +26,7 @@ class FillRequest:
     one_line: bool = False  # the fill is the first line only, without its line break: stop once it is written
     doc: str | None = None  # the document: its next fill may reuse this one's context (reuse.py)
     drafts: bool = False  # the draft after every denoising step (what sampler.Decoding yields)
+    candidates: tuple[str, ...] = ()  # guesses at the fill, verified before decoding (verify.py)
 
 
 @dataclass

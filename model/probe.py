@@ -32,7 +32,67 @@ class Probe:
     ms: float
 
 
+@dataclass(frozen=True)
+class ScoreRow:
+    """A row to score: its ids (context and middle), and where the `length` middle tokens start."""
+
+    ids: list[int]
+    start: int
+    length: int
+
+
 @torch.inference_mode()
+def score_rows(model, tok: Tokenizer, rows: list[ScoreRow], stride: int) -> tuple[torch.Tensor, torch.Tensor, KVCache]:
+    """Each row's middle scored in `stride` interleaved passes, all rows in one batch ->
+    (prob [R, n], best [R, n], pass 0's cache, per layer [R, Hkv, S + 1, D]); n is the longest middle,
+    and a row's entries past its own middle are 0. Each row has one spare column past its ids (the
+    sampler's `junk`): window slots past a shorter middle point there."""
+    R, S = len(rows), max(len(r.ids) for r in rows)
+    n = max(r.length for r in rows)
+    shift = int(model.config.shift_logits)
+    device = next(model.parameters()).device
+    x = torch.full((R, S + 1), tok.mask_id, dtype=torch.long, device=device)
+    key_mask = torch.zeros(R, S + 1, dtype=torch.bool, device=device)
+    for i, r in enumerate(rows):
+        x[i, :len(r.ids)] = torch.tensor(r.ids, device=device)
+        key_mask[i, :len(r.ids)] = True
+    start = torch.tensor([r.start for r in rows], device=device)  # [R]
+    length = torch.tensor([r.length for r in rows], device=device)  # [R]
+    at = torch.arange(n, device=device)
+    in_mid = at[None, :] < length[:, None]  # [R, n]
+    mid_idx = torch.where(in_mid, start[:, None] + at, S)  # [R, n] absolute index of each middle token
+    mid = x.gather(1, mid_idx)  # [R, n]
+    # pass 0 runs in full and fills the cache; passes 1.. run only the middle against it (the
+    # context's keys/values are pass 0's: the Fast-dLLM dual-cache approximation the sampler makes)
+    first = x.scatter(1, mid_idx, torch.where(in_mid & (at % stride == 0), tok.mask_id, mid))
+    positions = torch.arange(S + 1, device=device).expand(R, S + 1)
+    h0, cache = model.hidden(first, positions, key_mask)  # [R, S + 1, D]
+    out_idx = (mid_idx - shift).clamp(min=0)  # [R, n] the output that predicts each middle token
+    hidden = h0.gather(1, out_idx[..., None].expand(R, n, h0.shape[-1]))  # [R, n, D]
+    if stride > 1:
+        P = stride - 1
+        cols = torch.arange(-shift, n, device=device)  # [W]
+        idx = torch.where(cols[None, :] < length[:, None], start[:, None] + cols, S).repeat(P, 1)  # [P * R, W]
+        passes = torch.arange(1, stride, device=device).repeat_interleave(R)  # [P * R] pass of each row
+        toks = x.repeat(P, 1).gather(1, idx)
+        toks[:, shift:] = torch.where(in_mid.repeat(P, 1) & (at % stride == passes[:, None]), tok.mask_id,
+                                      toks[:, shift:])
+        ctx = KVCache([k.repeat(P, 1, 1, 1) for k in cache.keys], [v.repeat(P, 1, 1, 1) for v in cache.values],
+                      key_mask.repeat(P, 1).scatter(1, idx, False))
+        h, _ = model.hidden(toks, idx, idx != S, ctx)  # [P * R, W, D]: output w predicts middle token w
+        h = h[:, :n].reshape(P, R, n, -1)
+        pick = (at % stride)[None, :].expand(R, n)  # [R, n] the pass that masked each middle token
+        for j in range(1, stride):
+            hidden = torch.where((pick == j)[..., None], h[j - 1], hidden)
+    logits = model.logits(hidden).float()  # [R, n, V]
+    banned = [i for i in (tok.mask_id, tok.bos_id) if i is not None]
+    logits[..., banned] = float("-inf")
+    probs = torch.softmax(logits, -1)
+    prob = probs.gather(-1, mid[..., None]).squeeze(-1) * in_mid
+    best = probs.max(-1).values * in_mid
+    return prob, best, cache
+
+
 def probe(model, tok: Tokenizer, prefix: str, middle: str, suffix: str, stride: int = 4,
           memo: ContextMemo | None = None, doc: str | None = None) -> Probe:
     """Probabilities of `middle`'s tokens between `prefix` and `suffix`, `stride` passes. With a
@@ -52,38 +112,9 @@ def probe(model, tok: Tokenizer, prefix: str, middle: str, suffix: str, stride: 
     ids = bos + pre + mid + suf
     start, n = len(bos) + len(pre), len(mid)
     stride = min(stride, n)
-    shift = int(model.config.shift_logits)
-    device = next(model.parameters()).device
-    S = len(ids)
-    row = torch.tensor(ids, device=device)
-    at = torch.arange(n, device=device)
-    masked = (at[None, :] % stride) == torch.arange(stride, device=device)[:, None]  # [P, n]
-    mid_ids = torch.where(masked, tok.mask_id, row[start:start + n])  # [P, n] each pass's middle
-    # pass 0 runs in full and fills the cache; passes 1.. run only the middle against it (the
-    # context's keys/values are pass 0's: the Fast-dLLM dual-cache approximation the sampler makes)
-    first = row.clone()
-    first[start:start + n] = mid_ids[0]
-    h0, cache = model.hidden(first[None], torch.arange(S, device=device)[None],
-                             torch.ones(1, S, dtype=torch.bool, device=device))  # [1, S, D]
-    hs = [h0[0, start - shift:start + n - shift]]  # [n, D] outputs that predict the middle
+    prob, best, cache = score_rows(model, tok, [ScoreRow(ids, start, n)], stride)
     if memo is not None and doc:
-        memo.put(doc, Entry(ids, start, n, [k[0] for k in cache.keys], [v[0] for v in cache.values], 0))
-    if stride > 1:
-        P = stride - 1
-        idx = torch.arange(start - shift, start + n, device=device).expand(P, n + shift)  # [P, W]
-        toks = row[idx].clone()
-        toks[:, shift:] = mid_ids[1:]
-        ctx = KVCache([k.expand(P, -1, -1, -1) for k in cache.keys], [v.expand(P, -1, -1, -1) for v in cache.values],
-                      torch.ones(P, S, dtype=torch.bool, device=device).scatter(1, idx, False))
-        h, _ = model.hidden(toks, idx, torch.ones_like(idx, dtype=torch.bool), ctx)  # [P, W, D]
-        hs.extend(h[j, :n] for j in range(P))
-    hidden = torch.stack(hs)  # [stride, n, D]: pass j's output at every middle position
-    rows, cols = masked.nonzero(as_tuple=True)  # each middle token once
-    logits = model.logits(hidden[rows, cols]).float()  # [n, V]
-    banned = [i for i in (tok.mask_id, tok.bos_id) if i is not None]
-    logits[:, banned] = float("-inf")
-    probs = torch.softmax(logits, -1)  # [n, V]
-    p = probs.gather(1, torch.tensor(mid, device=device)[cols, None]).squeeze(1)
-    prob = torch.zeros(n, device=device).index_put_((cols,), p)
-    best = torch.zeros(n, device=device).index_put_((cols,), probs.max(-1).values)
-    return Probe(decode_pieces(tok, mid)[0], prob.tolist(), best.tolist(), stride, (time.perf_counter() - t0) * 1e3)
+        S = len(ids)
+        memo.put(doc, Entry(ids, start, n, [k[0, :, :S] for k in cache.keys], [v[0, :, :S] for v in cache.values], 0))
+    return Probe(decode_pieces(tok, mid)[0], prob[0].tolist(), best[0].tolist(), stride,
+                 (time.perf_counter() - t0) * 1e3)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from .canvas import FillRequest, Row
 from .reuse import Plan
 from .tokenizer import Tokenizer, decode_pieces
+from .verify import Verdict
 
 
 @dataclass
@@ -27,6 +28,7 @@ class FillResult:
     reused: int = 0  # positions whose keys/values came from the document's last fill (reuse.py)
     canvas: list[int] = field(default_factory=list, repr=False)  # all canvas ids, fillers included
     end_confidence: float = 1.0  # how sure the model was where the text ends (its surest filler; 1.0: none)
+    draft: Verdict | None = None  # what the model kept of the request's drafts (verify.py); None: none offered
 
     @property
     def tokens(self) -> int:
@@ -49,6 +51,7 @@ class Decoded:
     cancelled: bool = False
     canvas: list[int] = field(default_factory=list)  # [N] once done, fillers included
     conf: list[float] = field(default_factory=list)  # [N] once done
+    verdict: Verdict | None = None  # its drafts, verified (verify.py)
 
 
 MASK_GLYPH = "\u2592"  # how a still-masked position shows in a draft (one per position)
@@ -116,4 +119,5 @@ def result_of(f: Decoded, tok: Tokenizer) -> FillResult:
                       confidence=[c for _, c in kept], forwards=f.forwards, ms=f.ms,
                       budget_hit=f.budget_hit, cancelled=f.cancelled, reused=f.plan.reused() if f.plan else 0,
                       canvas=f.canvas,
-                      end_confidence=max((c for t, c in zip(f.canvas, f.conf) if t == tok.filler_id), default=1.0))
+                      end_confidence=max((c for t, c in zip(f.canvas, f.conf) if t == tok.filler_id), default=1.0),
+                      draft=f.verdict)

@@ -38,6 +38,7 @@ from .settings import SamplerConfig
 from .results import MASK_GLYPH, Decoded, Draft, FillResult, result_of, unhealed
 from .tokenizer import Tokenizer
 from .transformer import KVCache
+from .verify import verify
 
 
 _FIXED = {"fixed": True}  # a _Batch field that is not one entry per batch row: keep() leaves it
@@ -264,6 +265,25 @@ def _step(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, step: int, g
     return _done(batch, cur, tok.filler_id, cfg.stop_below)
 
 
+def _check_drafts(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, fills: list[Decoded]) -> torch.Tensor:
+    """Verify the requests' drafts (verify.py) and commit each kept prefix into its row, as if decoded
+    -> [B] bool, the rows that are done (a one-line draft kept through its line break)."""
+    verdicts = verify(model, tok, batch.rows, [f.req.candidates for f in fills], [f.req.one_line for f in fills],
+                      cfg.draft_stride, cfg.draft_keep, cfg.draft_accept)
+    cur = batch.x.gather(1, batch.canvas_idx)  # [B, N]
+    commit = torch.zeros_like(batch.masked)
+    pred, p = torch.zeros_like(cur), torch.zeros_like(batch.conf)
+    for b, (f, v) in enumerate(zip(fills, verdicts)):
+        f.verdict = v
+        if v is not None and v.kept:
+            k = len(v.kept)
+            commit[b, :k] = True
+            pred[b, :k] = torch.tensor(v.kept, device=pred.device)
+            p[b, :k] = torch.tensor(v.conf, device=p.device)
+    cur = _commit(batch, cur, commit, pred, p, tok.filler_id, cfg.trailing_fillers)
+    return _done(batch, cur, tok.filler_id, cfg.stop_below)
+
+
 def _draft(batch: _Batch, b: int, f: Decoded, tok: Tokenizer, step: int) -> Draft:
     ids = batch.x[b].gather(0, batch.canvas_idx[b, : f.row.length]).tolist()
     first = next((j for j, t in enumerate(ids) if t == tok.mask_id), len(ids))
@@ -337,6 +357,10 @@ class Decoding:
             return
         model, tok, cfg, batch, fills = self.model, self.tok, self.cfg, self.batch, self.fills
         step = 0
+        if any(f.req.candidates for f in fills):  # step 0: the drafts, verified
+            done = _check_drafts(model, tok, batch, cfg, fills).tolist()
+            passes = [min(cfg.draft_stride, f.verdict.tokens) if f.verdict else 0 for f in fills]
+            yield self._settle(done, passes, step, False)
         while len(batch.index):
             if self.stopped:
                 self._drop_stopped()
@@ -345,21 +369,27 @@ class Decoding:
             greedy = cfg.time_budget_ms is not None and (time.perf_counter() - self.t0) * 1e3 > cfg.time_budget_ms
             done = _step(model, tok, batch, cfg, step, greedy).tolist()
             step += 1
-            now = (time.perf_counter() - self.t0) * 1e3
-            drafts = []
-            for b, i in enumerate(batch.index.tolist()):
-                f = fills[i]
-                f.forwards += 1
-                if done[b]:
-                    f.canvas, f.conf = _canvas(batch, b, f, tok), batch.conf[b, : f.row.length].tolist()
-                    f.ms, f.budget_hit = now, greedy
-                    if self.reuse and f.req.doc:
-                        _remember(self.memo, f, batch, b)
-                elif f.req.drafts:
-                    drafts.append((i, _draft(batch, b, f, tok, step)))
-            if any(done):
-                self._keep([not d for d in done])
-            yield drafts
+            yield self._settle(done, [1] * len(fills), step, greedy)
+
+    def _settle(self, done: list[bool], passes: list[int], step: int, greedy: bool) -> list[tuple[int, Draft]]:
+        """After a step: each batch row took `passes[request]` more forward passes; the done ones are
+        finished (and remembered) and leave the batch -> the drafts of the others that asked."""
+        batch, fills, tok = self.batch, self.fills, self.tok
+        now = (time.perf_counter() - self.t0) * 1e3
+        drafts = []
+        for b, i in enumerate(batch.index.tolist()):
+            f = fills[i]
+            f.forwards += passes[i]
+            if done[b]:
+                f.canvas, f.conf = _canvas(batch, b, f, tok), batch.conf[b, : f.row.length].tolist()
+                f.ms, f.budget_hit = now, greedy
+                if self.reuse and f.req.doc and batch.cache is not None:  # none when its draft was the fill
+                    _remember(self.memo, f, batch, b)
+            elif f.req.drafts:
+                drafts.append((i, _draft(batch, b, f, tok, step)))
+        if any(done):
+            self._keep([not d for d in done])
+        return drafts
 
     def _drop_stopped(self) -> None:
         now = (time.perf_counter() - self.t0) * 1e3

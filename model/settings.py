@@ -196,6 +196,17 @@ class SamplerConfig:
         None, "true or false", help="do not start a fill from the same document's last fill (its context's "
                                     "keys and values, where they still fit)",
         doc="start a fill from the document's last fill where it still fits (model/reuse.py)"))
+    # drafts (model/verify.py): each token judged with (stride - 1) / stride of its neighbours visible,
+    # in `draft_stride` passes; a draft whose tokens' geometric-mean probability is `draft_accept` is kept
+    # whole, else the prefix of tokens at least `draft_keep` likely (or the model's own first choice)
+    draft_stride: int = field(default=2, metadata=within(1, 16, help="passes that score a draft's tokens"))
+    draft_accept: float = field(default=0.2, metadata=check(
+        lambda v: 0 < v <= 1, "in (0, 1]", exclusive_minimum=0, maximum=1,
+        help="keep a draft whole when its tokens' geometric-mean probability is at least this"))
+    draft_keep: float = field(default=0.5, metadata=check(
+        lambda v: 0 < v <= 1, "in (0, 1]", exclusive_minimum=0, maximum=1,
+        help="keep a draft's tokens up to the first one the model finds less likely than this (and not its "
+             "first choice)"))
     # done once a real token committed below this confidence has no masked position before it: a caller
     # that drops a fill's tail from its first token below this (the server's confidenceCut) needs no more
     stop_below: float = field(default=0.0, metadata=check(lambda v: 0 <= v <= 1, "in [0, 1]", editor=False,

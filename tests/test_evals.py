@@ -108,3 +108,27 @@ def test_edit_similarity_scores_near_misses_between_exact_and_nothing():
     assert edit_similarity("return total / len(values)", line) == 1.0
     assert 0.5 < edit_similarity("return total / len(vals)", line) < 1.0
     assert edit_similarity("", line) == 0.0 and edit_similarity("", "") == 1.0
+
+
+def test_eval_repo_measures_every_row_on_held_out_files_only(tiny_checkpoint, tmp_path, capsys):
+    from diffusion_lsp.data.repo import is_held_out
+    from diffusion_lsp.evals import repo
+
+    body = "".join(f"def load_{n}({n}):\n    data = read({n})\n    return parse(data, {n})\n\n"
+                   for n in ("path", "name", "url", "key", "row"))
+    names = [f"pkg/mod{i}.py" for i in range(40)]
+    held = [n for n in names if is_held_out(n)]
+    assert held and len(held) < len(names)
+    for n in names:
+        (tmp_path / n).parent.mkdir(exist_ok=True)
+        (tmp_path / n).write_text(body)
+    code = main(["eval", "repo", str(tmp_path), "--model", str(tiny_checkpoint), "--lines", "6", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and (out["files"], out["held_out_files"], out["lines"]) == (40, len(held), 6)
+    rows = out["rows"]
+    assert list(rows) == ["copy-previous-line", "drafts alone", "model", "model + drafts"]
+    # the functions repeat one shape: the line that followed a similar line, its names swapped, is right
+    assert rows["drafts alone"]["exact_match"] > rows["copy-previous-line"]["exact_match"] == 0
+    assert {"shown", "shown_exact", "forwards_per_token", "p50_ms"} <= set(rows["model + drafts"])
+    cases = repo.pick_cases([f for f in repo.repo_files(tmp_path)[0] if f.held_out], 6, __import__("random").Random(0))
+    assert all(c.doc.uri.split("/", 3)[3] in held for c in cases)

@@ -16,7 +16,8 @@ from diffusion_lsp.server.indexer import Indexer
 from diffusion_lsp.backend.failure import BackendError, Failure
 from diffusion_lsp.server.positions import UTF8, UTF16
 from diffusion_lsp.server.stats import Stats
-from diffusion_lsp.backend.orders import Fill
+from diffusion_lsp.backend.base import Capabilities
+from diffusion_lsp.backend.orders import DraftTally, Fill
 
 WAIT = 30  # seconds: only reached when a test is failing
 DOC = Document("file:///a.py", "import os\n\nprint(os.sep)\n", "python")
@@ -46,7 +47,9 @@ def test_replace_range_covers_the_replaced_characters_on_the_line_only():
 
 class FakeLink:
     """Answers `texts` in turn (the last one from then on); with `hold`, waits until released (or is
-    cancelled, which it records). Records each FillOrder."""
+    cancelled, which it records). Records each FillOrder. It cannot probe: no drafts."""
+
+    capabilities = Capabilities()
 
     def __init__(self, *texts, hold=False, delay_s=0.0, error=None):
         self.texts, self.orders, self.cancelled, self.delay_s, self.error = list(texts or ["os.getcwd()"]), [], 0, \
@@ -74,7 +77,7 @@ def make(link, count_tokens=len, edits=(), **completion):
     logged = []
     completer = Completer(link, Stats(), lambda kind, message: logged.append((kind, message)),
                           lambda: list(edits), count_tokens)
-    completer.configure(parse_config({"completion": {"confidenceCut": 0.0, **completion}})[0])
+    completer.configure(parse_config({"completion": {"confidenceCut": 0.0, "drafts": False, **completion}})[0])
     completer.logged = logged
     return completer
 
@@ -247,3 +250,44 @@ def test_a_request_is_answered_while_a_large_document_is_still_being_indexed():
 
     assert asyncio.run(go()) == Answer("os.getcwd()")
     assert order == ["indexing started", "answered", "indexing done"]
+
+
+class DraftingLink(FakeLink):
+    """A link that can probe, answering a fill whose draft it reports kept whole (tokens sure 0.1)."""
+
+    capabilities = Capabilities(probe=True)
+
+    async def fill(self, key, order):
+        self.orders.append(order)
+        text = order.candidates[0] if order.candidates else "nothing"
+        return Fill(text, [text], [0.1], ms=1.0, forwards=2,
+                    draft=DraftTally(len(order.candidates), 3, 3) if order.candidates else DraftTally())
+
+
+REPEATING = Document("file:///r.py", "def f(a):\n    total = compute(a, 1)\n    return total\n\n"
+                                     "def g(b):\n    total = compute(b, 1)\n    ret\n", "python")
+
+
+def test_drafts_from_the_file_go_with_the_order_and_a_draft_kept_whole_is_shown_whole():
+    link = DraftingLink()
+    completer = make(link, confidenceCut=0.5, drafts=True)
+    answer = asyncio.run(completer.complete(REPEATING, 6, 7, UTF16))
+    (order,) = link.orders
+    assert order.candidates[0] == "urn total"  # what followed "total\n    ret" above
+    assert answer == Answer("urn total")  # shown though its tokens are below the cut: the model kept it whole
+    counts = completer.stats.report()["counts"]
+    assert (counts["drafts_offered"], counts["drafts_whole"], counts["drafts_part"], counts["drafts_rejected"]) == \
+        (1, 1, 0, 0)
+    assert counts["forwards"] == 2 and counts["fill_tokens"] == 1 and counts["forwards_per_token"] == 2.0
+
+
+def test_no_drafts_when_they_are_off_or_the_backend_cannot_probe():
+    off = DraftingLink()
+    asyncio.run(make(off, drafts=False).complete(REPEATING, 6, 7, UTF16))
+    blind = FakeLink()
+    completer = make(blind, drafts=True)
+    for _ in range(2):
+        asyncio.run(completer.complete(REPEATING, 6, 7, UTF16))
+        completer.cache.clear()
+    assert off.orders[0].candidates == () and [o.candidates for o in blind.orders] == [(), ()]
+    assert sum("no drafts" in m for _, m in completer.logged) == 1  # said once

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from ..model.settings import SamplerConfig
 
+MAX_CANDIDATES, MAX_CANDIDATE_CHARS = 8, 4096  # drafts one fill order may carry
+
 
 @dataclass(frozen=True)
 class FillOrder:
@@ -19,12 +21,17 @@ class FillOrder:
     one_line: bool = False  # the caller keeps the first line only: the worker stops once it is written
     sampling: SamplerConfig = field(default_factory=SamplerConfig)
     drafts: bool = False  # the worker sends the draft after every denoising step (serve-api's streams)
+    # guesses at the fill from the user's own code (context/drafts.py), for the model to verify
+    # (model/verify.py) before it decodes; a backend that cannot probe is never given any
+    candidates: tuple[str, ...] = ()
 
     def message(self, rid: int, key: str) -> dict:
         msg = {"op": "fill", "id": rid, "key": key, "prefix": self.prefix, "suffix": self.suffix,
                "max_tokens": self.max_tokens, "one_line": self.one_line, "sampling": self.sampling.to_wire()}
         if self.drafts:
             msg["drafts"] = True
+        if self.candidates:
+            msg["candidates"] = list(self.candidates)
         return msg
 
     @classmethod
@@ -39,7 +46,41 @@ class FillOrder:
         drafts = msg.get("drafts", False)
         if not isinstance(one_line, bool) or not isinstance(drafts, bool):
             raise ValueError(f"one_line and drafts must be true or false, got {one_line!r} and {drafts!r}")
-        return cls(prefix, suffix, n, one_line, SamplerConfig.from_wire(msg.get("sampling", {})), drafts)
+        candidates = msg.get("candidates", [])
+        if not (isinstance(candidates, list) and len(candidates) <= MAX_CANDIDATES
+                and all(isinstance(c, str) and 0 < len(c) <= MAX_CANDIDATE_CHARS for c in candidates)):
+            raise ValueError(f"candidates must be a list of at most {MAX_CANDIDATES} non-empty strings of at most "
+                             f"{MAX_CANDIDATE_CHARS} characters")
+        return cls(prefix, suffix, n, one_line, SamplerConfig.from_wire(msg.get("sampling", {})), drafts,
+                   tuple(candidates))
+
+
+@dataclass(frozen=True)
+class DraftTally:
+    """What became of a fill order's candidates (model/verify.py Verdict): how many were scored, the
+    tokens of the one chosen, and how many of them the model kept."""
+
+    offered: int = 0
+    tokens: int = 0
+    kept: int = 0
+
+    @property
+    def outcome(self) -> str | None:
+        """None (no candidate scored), "whole", "part" or "rejected"."""
+        if not self.offered:
+            return None
+        return "rejected" if not self.kept else "whole" if self.kept == self.tokens else "part"
+
+    def message(self) -> list[int]:
+        return [self.offered, self.tokens, self.kept]
+
+    @classmethod
+    def from_message(cls, raw) -> DraftTally:
+        """The tally a reply carries; none (an older worker, a remote API) when it has no valid one."""
+        if (isinstance(raw, list) and len(raw) == 3 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                             and x >= 0 for x in raw) and raw[2] <= raw[1]):
+            return cls(*raw)
+        return cls()
 
 
 @dataclass
@@ -58,6 +99,7 @@ class Fill:
     # the tokens the model wrote (model/sampler.py FillResult.tokens): one per piece from our own model;
     # a remote API's answer is one piece, and its count is the API's usage (0 when it does not say)
     tokens: int | None = None
+    draft: DraftTally = field(default_factory=lambda: DraftTally())  # what was kept of the order's candidates
 
     def __post_init__(self):
         if self.tokens is None:
@@ -66,7 +108,7 @@ class Fill:
     def message(self, rid) -> dict:
         return {"id": rid, "ok": True, "text": self.text, "pieces": self.pieces, "confidence": self.confidence,
                 "ms": self.ms, "forwards": self.forwards, "reused": self.reused, "end_confidence": self.end_confidence,
-                "batch": self.batch, "budget_hit": self.budget_hit}
+                "batch": self.batch, "budget_hit": self.budget_hit, "drafted": self.draft.message()}
 
     @classmethod
     def from_message(cls, msg: dict) -> Fill:
@@ -83,7 +125,7 @@ class Fill:
         batch = batch if isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1 else 1
         budget_hit = msg.get("budget_hit") is True
         return cls(text, pieces, [float(c) for c in conf], float(ms), int(forwards), int(reused), end, batch,
-                   budget_hit)
+                   budget_hit, draft=DraftTally.from_message(msg.get("drafted")))
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,8 @@ def register(bench) -> None:
     p.add_argument("--next-edits", type=int, default=30, metavar="N",
                    help="next-edit sites in the first file, each asked in both decoding modes (default 30; 0: none)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-drafts", action="store_true",
+                   help="completion.drafts off: no drafts from the file verified before a fill (compare the runs)")
     add_launch_args(p)  # the worker's: serve --model/--device, model.threads/model.precision
     p.set_defaults(run=run)
 
@@ -113,6 +115,16 @@ def run(args) -> int:
     return asyncio.run(_run(args, launch, scenarios(args)))
 
 
+def print_drafts(before: dict, after: dict) -> None:
+    """The drafts verified between two `diffusionLsp/stats` counts, and the fills' forwards per token."""
+    d = {k: after[k] - before[k] for k in ("drafts_offered", "drafts_whole", "drafts_part", "drafts_rejected",
+                                           "forwards", "fill_tokens")}
+    per_token = f"{d['forwards'] / d['fill_tokens']:.2f}" if d["fill_tokens"] else "-"
+    print(f"  drafts: {d['drafts_offered']} fills given drafts: {d['drafts_whole']} kept whole, {d['drafts_part']} "
+          f"in part, {d['drafts_rejected']} rejected; forwards per token written {per_token} "
+          f"({d['forwards']} forwards, {d['fill_tokens']} tokens)")
+
+
 def _print_header(launch: LaunchSettings, args, worker: dict, ready_s: float) -> None:
     print(f"model: {launch.path or 'embedded default'}  device: {launch.device}  "
           f"threads: {launch.threads or 'default'}  precision: {launch.precision}  worker pid {worker['pid']} "
@@ -122,13 +134,14 @@ def _print_header(launch: LaunchSettings, args, worker: dict, ready_s: float) ->
           "JSON-RPC, document sync and the handler around the completer.")
 
 
-def server_launch(launch: LaunchSettings, context: int, socket: Path) -> tuple[list[str], dict]:
+def server_launch(launch: LaunchSettings, context: int, socket: Path, drafts: bool = True) -> tuple[list[str], dict]:
     """The `serve` command line and initializationOptions that start the server with these launch
     settings (--model and --device on its command line, model.threads and model.precision in its
     settings), no debounce, next edits on whatever the model claims (they are measured), and a
     worker of its own that exits with it."""
     cmd = [sys.executable, "-m", "diffusion_lsp", "serve", "--device", launch.device, "--worker-socket", str(socket)]
-    options = {"completion": {"maxContextTokens": context, "debounceMs": 0}, "worker": {"idleExitS": 0},
+    options = {"completion": {"maxContextTokens": context, "debounceMs": 0, "drafts": drafts},
+               "worker": {"idleExitS": 0},
                "model": {"threads": launch.threads, "precision": launch.precision}, "nextEdit": {"enable": True}}
     return cmd + (["--model", launch.path] if launch.path else []), options
 
@@ -137,7 +150,7 @@ async def _run(args, launch: LaunchSettings, plays: list[Scenario]) -> int:
     from .lsp_client import BenchClient  # pygls and lsprotocol: kept off --help
 
     with tempfile.TemporaryDirectory(prefix="diffusion-lsp-bench-", ignore_cleanup_errors=True) as tmp:
-        cmd, options = server_launch(launch, args.context, Path(tmp) / "worker.sock")
+        cmd, options = server_launch(launch, args.context, Path(tmp) / "worker.sock", drafts=not args.no_drafts)
         t0 = time.perf_counter()
         async with BenchClient(cmd, options) as lsp:
             worker = await lsp.wait_for_model()
@@ -155,6 +168,7 @@ async def _run(args, launch: LaunchSettings, plays: list[Scenario]) -> int:
                 asked = sum(s.row in MODEL_ROWS for s in samples)
                 print(f"  model calls: {calls} for {asked} completions ({rejects} fills broke the parse: "
                       f"re-sampled once, shorter); {reused} started from the document's last fill")
+                print_drafts(before, after)
                 if play.crowd is not None:
                     print(f"  other documents: {len(play.crowd.docs)} open, {play.crowd.edits} edits to "
                           f"{play.crowd.edited_docs} of them between the replay's sites")

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..fim_batch import Item, decode_all
 from ..options import add_fill_args, backend_for, launch_settings, paragraphs, sampler_config
-from . import confidence, heldout, humaneval, nep, typing_session
+from . import confidence, heldout, humaneval, nep, repo, typing_session
 from .execute import run_all
 
 
@@ -48,6 +48,7 @@ def register(sub):
     heldout.register(ev)
     typing_session.register(ev)
     nep.register(ev)
+    repo.register(ev)
     confidence.register(ev)
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..backend.base import Backend
 from ..backend.failure import BackendError, Failure
 from ..backend.orders import Fill, FillOrder
+from ..context.drafts import LastFills, cursor_lines, drafts_for
 from ..context.gather import gather
 from ..context.index import indexed
 from ..context.postprocess import postprocess
@@ -84,10 +85,12 @@ def replace_range(text: str, offset: int, sug: Suggestion, encoding: str) -> tup
 
 
 def finish(ctx: CompletionContext, fill: Fill, confidence_cut: float, check_syntax: bool) -> tuple[Suggestion | None, bool]:
-    """Post-process a fill -> (suggestion, broke): broke when it was dropped for breaking the parse."""
+    """Post-process a fill -> (suggestion, broke): broke when it was dropped for breaking the parse.
+    The confidence cut judges the model's own tokens: a draft it kept whole (model/verify.py) is the
+    fill, and is shown whole."""
     reasons: list[str] = []
-    sug = postprocess(ctx, fill.text, fill.pieces, fill.confidence, confidence_cut, reasons=reasons,
-                      check_syntax=check_syntax)
+    cut = 0.0 if fill.draft.outcome == "whole" else confidence_cut
+    sug = postprocess(ctx, fill.text, fill.pieces, fill.confidence, cut, reasons=reasons, check_syntax=check_syntax)
     return sug, sug is None and "parse-error" in reasons
 
 
@@ -104,6 +107,8 @@ class Completer:
         self.cache = CompletionCache(self.cfg.completion.cache_size)
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="diffusion-lsp-context")
         self.tickets = Tickets()
+        self.last_fills = LastFills()  # each document's last suggestion: a draft while it still applies
+        self.said_no_drafts = False
 
     def configure(self, cfg: Config, count_tokens: Callable[[str], int] | None = None) -> None:
         self.cfg = cfg
@@ -174,14 +179,13 @@ class Completer:
         if not await ticket.quiet(cc.debounce_ms / 1000):
             raise BackendError(Failure.DROPPED, "superseded while waiting for typing to pause")
         t1 = time.perf_counter()
-        ctx = await self._in_thread(gather, doc, offset, open_docs, self.recent_edits(),
-                                    ContextBudget.split(cc.max_context_tokens), self.count_tokens, indexed)
+        ctx, candidates = await self._in_thread(self._context, doc, offset, open_docs, self.recent_edits())
         timing.wait_ms, timing.context_ms = (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3
         if ctx.language is None:
             raise BadInput(f"unsupported language {doc.language_id!r}")
         timing.kind = ctx.kind.value
         budget = cc.line_budget_ms if ctx.kind is not SpanKind.BLOCK else None
-        order = self._order(ctx, ctx.max_tokens, budget)
+        order = self._order(ctx, ctx.max_tokens, budget, candidates=candidates)
         sug, broke = await self._sample(ticket, timing, ctx, order)
         if broke:
             self.stats.parse_rejects += 1
@@ -194,10 +198,28 @@ class Completer:
                 self.stats.resamples_skipped += 1
         if not ticket.superseded.is_set():
             self.cache.put(doc.uri, prefix, suffix, sug)
+            if sug is not None and sug.text:
+                self.last_fills.put(doc.uri, cursor_lines(doc.text, offset), sug.text)
         return sug
 
+    def _context(self, doc: Document, offset: int, open_docs: list[Document],
+                 edits: Sequence[EditSnippet]) -> tuple[CompletionContext, tuple[str, ...]]:
+        """(the context, the drafts from the user's code) at `offset`: in the context thread."""
+        cc = self.cfg.completion
+        ctx = gather(doc, offset, open_docs, edits, ContextBudget.split(cc.max_context_tokens), self.count_tokens,
+                     indexed)
+        if not cc.drafts or ctx.language is None:
+            return ctx, ()
+        if not self.backend.capabilities.probe:
+            if not self.said_no_drafts:
+                self.said_no_drafts = True
+                self.log("info", "no drafts: this backend cannot score given tokens (completion.drafts needs a "
+                                 "local model)")
+            return ctx, ()
+        return ctx, tuple(valid_text(c.text) for c in drafts_for(doc, offset, open_docs, self.last_fills))
+
     def _order(self, ctx: CompletionContext, max_tokens: int, budget_ms: float | None,
-               careful: bool = False) -> FillOrder:
+               careful: bool = False, candidates: tuple[str, ...] = ()) -> FillOrder:
         """The worker's order: the time budget is the tighter of sampling.timeBudgetMs and
         `budget_ms`; a fill stops at its first token below completion.confidenceCut (dropped anyway);
         a careful one (the re-sample) commits only tokens RESAMPLE_THRESHOLD sure."""
@@ -207,7 +229,7 @@ class Completer:
                              stop_below=self.cfg.completion.confidence_cut,
                              threshold=max(s.threshold, RESAMPLE_THRESHOLD) if careful else s.threshold)
         return FillOrder(valid_text(ctx.prefix), valid_text(ctx.suffix), max_tokens,
-                         one_line=ctx.kind is not SpanKind.BLOCK, sampling=sampling)
+                         one_line=ctx.kind is not SpanKind.BLOCK, sampling=sampling, candidates=candidates)
 
     async def _sample(self, ticket: Ticket, timing: Timing, ctx: CompletionContext,
                       order: FillOrder) -> tuple[Suggestion | None, bool]:
@@ -223,6 +245,9 @@ class Completer:
         timing.source = "model"
         timing.worker_ms += fill.ms
         self.stats.reused_fills += fill.reused > 0
+        self.stats.forwards += fill.forwards
+        self.stats.fill_tokens += fill.tokens
+        self.stats.drafted(fill.draft.outcome)
         cc = self.cfg.completion
         try:
             return finish(ctx, fill, cc.confidence_cut, cc.reject_parse_errors)

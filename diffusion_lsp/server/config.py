@@ -51,6 +51,9 @@ class CompletionSettings:
         None, "a list of language ids", doc="editor language ids with no completions"))
     max_line_chars: int = field(default=5000, metadata=within(
         80, 1_000_000, doc="no completion on a line longer than this"))
+    drafts: bool = field(default=True, metadata=check(
+        None, "true or false", doc="guess a fill from your own code (a repeated line, the line that followed a "
+                                   "similar one) and let the model keep what it believes of it before it decodes"))
     cache_size: int = field(default=256, metadata=within(0, 100_000, doc="recent results kept for type-ahead"))
 
 

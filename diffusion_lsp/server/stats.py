@@ -89,10 +89,25 @@ class Stats:
     accepted: int = 0  # the item's accept command ran
     partially_accepted: int = 0  # textDocument/didPartiallyAcceptCompletion
     accepted_chars: int = 0  # characters accepted partially
+    drafts_offered: int = 0  # fills given drafts from the user's code (context/drafts.py)
+    drafts_whole: int = 0  # ... whose chosen draft the model kept whole (model/verify.py)
+    drafts_part: int = 0  # ... kept in part: a prefix, the rest denoised
+    drafts_rejected: int = 0  # ... rejected at the first token: fully denoised
+    forwards: int = 0  # forward passes of the model's fills (drafts' verification passes included)
+    fill_tokens: int = 0  # tokens those fills wrote
     latency_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     model_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     timings: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)  # of Timing
     next_edit: NextEditStats = field(default_factory=NextEditStats)
+
+    def drafted(self, outcome: str | None) -> None:
+        """Count a fill's draft outcome (backend/orders.py DraftTally.outcome; None: it had none)."""
+        if outcome is None:
+            return
+        self.drafts_offered += 1
+        self.drafts_whole += outcome == "whole"
+        self.drafts_part += outcome == "part"
+        self.drafts_rejected += outcome == "rejected"
 
     def report(self, **extra) -> dict:
         counts = {f.name: getattr(self, f.name) for f in fields(self) if f.type in ("int", int)}
@@ -100,5 +115,6 @@ class Stats:
         model = {f"p{q}": percentile(self.model_ms, q) for q in (50, 95, 99)}
         overhead = {f"p{q}": percentile([t.overhead_ms for t in self.timings], q) for q in (50, 95, 99)}
         recent = [asdict(t) for t in list(self.timings)[-RECENT:]]
+        counts["forwards_per_token"] = round(self.forwards / self.fill_tokens, 3) if self.fill_tokens else None
         return {"counts": counts, "latency_ms": lat, "model_ms": model, "overhead_ms": overhead,
                 "timings": recent, "next_edit": self.next_edit.report(), **extra}

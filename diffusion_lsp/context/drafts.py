@@ -1,0 +1,198 @@
+"""Drafts of a completion from the code itself, for the model to verify (model/verify.py).
+
+Most of what a user types repeats the repository in front of them: the call they wrote a screen
+above, the line that followed a line like the one they just wrote. Three drafters, all pure text,
+cheap enough for the context thread of every request (a 3,000-line file: about 2 ms, `bench context`):
+
+- `lookup`: prompt lookup (Saxena 2023; the draft model of "prompt lookup decoding"): the longest
+  tail of the text before the cursor that occurs elsewhere in this document or another open one;
+  the draft is what followed that occurrence, to the end of its line.
+- `similar_line`: the line that followed the earlier line most like the one above the cursor, with
+  the identifiers that differ between those two lines swapped the same way (`a = f(x)` followed by
+  `b = g(x)`; above the cursor `a = f(y)`: the draft is `b = g(y)`), at the cursor's indentation.
+- `LastFills`: the document's last suggestion, when the cursor's line still reads as it did (the
+  cache answers an unchanged document; this one survives edits elsewhere in the file).
+
+A draft is the text to insert at the cursor, to the end of its line (model/verify.py ends a one-line
+draft there). `drafts_for` gives at most `limit` distinct ones,
+best first; every one agrees with what is already typed on the cursor's line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .records import Document
+
+WORDS = re.compile(r"\w+|[^\w\s]+|\s+")  # identifiers, runs of punctuation, runs of blanks
+MIN_MATCH_CHARS = 8  # a shorter repeated tail ("self." or "(") says little about what follows
+MAX_MATCH_WORDS = 24  # the longest tail looked up
+SIMILAR_SCAN_LINES = 400  # earlier lines compared with the line above the cursor (nearest first)
+MIN_SIMILARITY = 0.5  # word overlap (Dice) of a line with the one above the cursor to count as similar
+LIMIT = 3
+
+
+@dataclass(frozen=True)
+class Candidate:
+    text: str  # to insert at the cursor, to the end of its line
+    source: str  # "lookup", "line" or "last"
+
+
+def _line_around(text: str, offset: int) -> tuple[int, str]:
+    """(start of the cursor's line, the line's text before the cursor)."""
+    start = text.rfind("\n", 0, offset) + 1
+    return start, text[start:offset]
+
+
+def cursor_lines(text: str, offset: int) -> str:
+    """The line above the cursor's and the cursor's line up to the cursor: where a last fill was made."""
+    return text[text.rfind("\n", 0, max(0, text.rfind("\n", 0, offset))) + 1:offset]
+
+
+def _rest_of_line(text: str, at: int) -> str:
+    """text from `at` to the end of its line."""
+    end = text.find("\n", at)
+    return text[at:] if end < 0 else text[at:end]
+
+
+def lookup(doc: Document, offset: int, others: Iterable[Document] = ()) -> str | None:
+    """Prompt lookup: what followed the longest tail of doc.text[:offset] (whole words, at least
+    MIN_MATCH_CHARS) found elsewhere: earlier or later in the document (never at the cursor), then in
+    `others`. The nearest occurrence before the cursor wins a tie. None when nothing repeats."""
+    text = doc.text
+    before = text[:offset]
+    bounds = [m.start() for m in WORDS.finditer(before[-400:])]
+    cut = len(before) - min(len(before), 400)
+    tails = [before[cut + b:] for b in reversed(bounds)][:MAX_MATCH_WORDS]  # shortest first
+    sources = [text] + [d.text for d in others if d.uri != doc.uri]
+    best = None
+    for tail in tails:
+        if len(tail) < MIN_MATCH_CHARS or not tail.strip():
+            continue
+        found = None
+        for k, src in enumerate(sources):
+            # k == 0: the document itself, the cursor's own occurrence excluded (it ends at `offset`)
+            at = src.rfind(tail, 0, offset - 1) if k == 0 else src.rfind(tail)
+            if at < 0 and k == 0:
+                at = src.find(tail, offset)
+            if at >= 0:
+                found = _rest_of_line(src, at + len(tail))
+                break
+        if found is None:
+            break  # a longer tail cannot occur where this one does not
+        if found.strip():
+            best = found
+    return best
+
+
+def _words(line: str) -> list[str]:
+    return [w for w in WORDS.findall(line) if not w.isspace()]
+
+
+def _dice(a: list[str], b: list[str]) -> float:
+    if not a or not b:
+        return 0.0
+    common = sum(min(a.count(w), b.count(w)) for w in set(a))
+    return 2 * common / (len(a) + len(b))
+
+
+def _swaps(old: list[str], new: list[str]) -> dict[str, str] | None:
+    """Word-for-word substitutions turning `old` into `new` when they have the same shape (same
+    number of words, only identifiers or literals differ, each one the same way); None otherwise."""
+    if len(old) != len(new):
+        return None
+    swaps: dict[str, str] = {}
+    for a, b in zip(old, new):
+        if a == b:
+            continue
+        if not (re.fullmatch(r"\w+", a) and re.fullmatch(r"\w+", b)) or swaps.get(a, b) != b:
+            return None
+        swaps[a] = b
+    return swaps
+
+
+def _apply(line: str, swaps: dict[str, str]) -> str:
+    if not swaps:
+        return line
+    return re.sub(r"\w+", lambda m: swaps.get(m.group(), m.group()), line)
+
+
+def similar_line(doc: Document, offset: int) -> str | None:
+    """The line that followed the earlier line most like the line above the cursor, its identifiers
+    swapped as those two lines differ, at the cursor line's indentation; None when no earlier line
+    is similar enough (MIN_SIMILARITY) or the line that followed disagrees with what is typed."""
+    text = doc.text
+    start, typed = _line_around(text, offset)
+    if start == 0:
+        return None
+    lines = text[:start].split("\n")[:-1]  # complete lines before the cursor's
+    above = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), None)
+    if above is None:
+        return None
+    target = _words(lines[above])
+    best, best_score = None, MIN_SIMILARITY
+    for i in range(above - 1, max(-1, above - 1 - SIMILAR_SCAN_LINES), -1):
+        if i + 1 >= above or not lines[i + 1].strip():  # nothing new follows it, or a blank line
+            continue
+        score = _dice(_words(lines[i]), target)
+        if score > best_score:
+            best, best_score = i, score
+    if best is None:
+        return None
+    follow = _apply(lines[best + 1], _swaps(_words(lines[best]), target) or {})
+    indent = len(follow) - len(follow.lstrip())
+    # the following line sat at its own indentation relative to its model line: keep that step
+    step = indent - (len(lines[best]) - len(lines[best].lstrip()))
+    base = len(lines[above]) - len(lines[above].lstrip())
+    line = " " * max(0, base + step) + follow.lstrip() if "\t" not in follow[:indent] else follow
+    if not line.startswith(typed):
+        stripped = typed.lstrip()
+        if typed.strip() and line.lstrip().startswith(stripped):  # typed at another indentation
+            return line.lstrip()[len(stripped):]
+        return None
+    return line[len(typed):]
+
+
+class LastFills:
+    """Each document's last suggestion and the text it was made after (`cursor_lines`)."""
+
+    def __init__(self, size: int = 64):
+        self.size = size
+        self._last: OrderedDict[str, tuple[str, str]] = OrderedDict()
+
+    def put(self, uri: str, typed: str, text: str) -> None:
+        self._last[uri] = (typed, text)
+        self._last.move_to_end(uri)
+        while len(self._last) > self.size:
+            self._last.popitem(last=False)
+
+    def draft(self, uri: str, typed: str) -> str | None:
+        """The rest of the last suggestion when `typed` (cursor_lines) reads as it did then, plus
+        characters that follow the suggestion (typed through); None otherwise."""
+        if uri not in self._last:
+            return None
+        old, text = self._last[uri]
+        if not typed.startswith(old) or not text.startswith(typed[len(old):]):
+            return None
+        rest = text[len(typed) - len(old):]
+        return rest if rest.strip() else None
+
+
+def drafts_for(doc: Document, offset: int, others: Iterable[Document] = (), last: LastFills | None = None,
+               limit: int = LIMIT) -> list[Candidate]:
+    """Distinct drafts at `offset`, best first: the last suggestion, prompt lookup, the similar line.
+    A draft that ends with the text after the cursor on its line ends before it (the fill goes
+    between the two)."""
+    after = _rest_of_line(doc.text, offset)
+    found = [("last", last.draft(doc.uri, cursor_lines(doc.text, offset)) if last else None),
+             ("lookup", lookup(doc, offset, others)), ("line", similar_line(doc, offset))]
+    out: list[Candidate] = []
+    for source, text in found:
+        if text and after.strip() and text.endswith(after):
+            text = text[: len(text) - len(after)]
+        if text and text.strip() and all(c.text != text for c in out):
+            out.append(Candidate(text, source))
+    return out[:limit]
