@@ -19,7 +19,8 @@ it (a caller that drops the tail from such a token has its answer). With the con
 open block and the one before it, and writes the window's keys/values back; the prefix, the suffix
 and the rest of the canvas come from the cache. Only the open block's masked positions go through
 the output head. A result's per-token pieces are made once, in `_result`, by incremental decoding
-minus the healed text (results.py).
+minus the healed text (results.py). A request with drafts (FillRequest.candidates) has a step 0
+first: the drafts are scored and what the model believes of them is committed (verify.py).
 """
 
 from __future__ import annotations
@@ -267,7 +268,7 @@ def _step(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, step: int, g
 
 def _check_drafts(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, fills: list[Decoded]) -> torch.Tensor:
     """Verify the requests' drafts (verify.py) and commit each kept prefix into its row, as if decoded
-    -> [B] bool, the rows that are done (a one-line draft kept through its line break)."""
+    -> [B] bool, the rows that are done (a one-line draft kept through the filler that ends it)."""
     verdicts = verify(model, tok, batch.rows, [f.req.candidates for f in fills], [f.req.one_line for f in fills],
                       cfg.draft_stride, cfg.draft_keep, cfg.draft_accept)
     cur = batch.x.gather(1, batch.canvas_idx)  # [B, N]
