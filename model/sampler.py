@@ -360,7 +360,7 @@ class Decoding:
         step = 0
         if any(f.req.candidates for f in fills):  # step 0: the drafts, verified
             done = _check_drafts(model, tok, batch, cfg, fills).tolist()
-            passes = [min(cfg.draft_stride, f.verdict.tokens) if f.verdict else 0 for f in fills]
+            passes = [f.verdict.passes if f.verdict else 0 for f in fills]
             yield self._settle(done, passes, step, False)
         while len(batch.index):
             if self.stopped:

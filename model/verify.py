@@ -27,6 +27,7 @@ what is doubted is re-masked (ReMDM, Wang et al. 2025)."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +46,7 @@ class Verdict:
     tokens: int  # tokens of the chosen candidate
     kept: list[int]  # the kept prefix's token ids
     conf: list[float]  # their probabilities
+    passes: int  # forward passes the scoring took
 
 
 def candidate_ids(tok: Tokenizer, row: Row, text: str, one_line: bool) -> list[int] | None:
@@ -77,26 +79,22 @@ def verify(model, tok: Tokenizer, rows: list[Row], candidates: list[tuple[str, .
            stride: int, keep: float, accept: float) -> list[Verdict | None]:
     """Per request (its built row, its draft texts, whether it is one line), the verdict on its best
     draft; None for a request with no draft whose first token fits. All are scored in one batch."""
-    scored, owner, tokens = [], [], []
+    scored = []  # (request, the draft's canvas ids, its row)
     for i, (row, texts, line) in enumerate(zip(rows, candidates, one_line)):
-        for text in texts:
-            ids = candidate_ids(tok, row, text, line)
-            if ids is None:
-                continue
-            canvas = row.ids[row.start:row.start + row.length]
-            scored.append(ScoreRow(row.ids[:row.start] + ids + canvas[len(ids):] + row.ids[row.start + row.length:],
-                                   row.start, len(ids)))
-            owner.append(i)
-            tokens.append(ids)
+        canvas = row.ids[row.start:row.start + row.length]
+        for ids in filter(None, (candidate_ids(tok, row, text, line) for text in texts)):
+            ids_row = row.ids[:row.start] + ids + canvas[len(ids):] + row.ids[row.start + row.length:]
+            scored.append((i, ids, ScoreRow(ids_row, row.start, len(ids))))
     verdicts: list[Verdict | None] = [None] * len(rows)
     if not scored:
         return verdicts
-    prob, best, _ = score_rows(model, tok, scored, max(1, min(stride, max(r.length for r in scored))))
-    offered = [sum(1 for o in owner if o == i) for i in range(len(rows))]
-    for j, (i, ids) in enumerate(zip(owner, tokens)):
+    passes = max(1, min(stride, max(len(ids) for _, ids, _ in scored)))
+    prob, best, _ = score_rows(model, tok, [r for *_, r in scored], passes)
+    offered = Counter(i for i, *_ in scored)
+    for j, (i, ids, _) in enumerate(scored):
         p, b = prob[j, :len(ids)].tolist(), best[j, :len(ids)].tolist()
         n = kept_prefix(p, b, keep, accept)
         mine = verdicts[i]
         if mine is None or (n == len(ids), n) > (len(mine.kept) == mine.tokens, len(mine.kept)):
-            verdicts[i] = Verdict(offered[i], len(ids), ids[:n], p[:n])
+            verdicts[i] = Verdict(offered[i], len(ids), ids[:n], p[:n], passes)
     return verdicts

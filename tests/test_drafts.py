@@ -3,7 +3,9 @@ repository's files as `eval repo` reads them (data/repo.py)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 
 from diffusion_lsp.context.drafts import LastFills, cursor_lines, drafts_for, lookup, similar_line
 from diffusion_lsp.context.records import Document
@@ -87,8 +89,13 @@ def test_repo_files_follow_git_and_skip_what_is_no_source(tmp_path):
     assert repo_files(tmp_path, {"python"})[0][0].path == "pkg/a.py"
 
 
-def test_a_file_is_held_out_by_its_path_alone():
+def test_a_file_is_held_out_by_its_path_alone_the_same_in_every_process():
     paths = [f"pkg/m{i}.py" for i in range(1000)]
     held = [p for p in paths if is_held_out(p)]
     assert 150 < len(held) < 250  # about HELD_OUT_SHARE
-    assert held == [p for p in paths if is_held_out(p)]
+    script = ("from diffusion_lsp.data.repo import is_held_out; "
+              "print(' '.join(p for p in (f'pkg/m{i}.py' for i in range(1000)) if is_held_out(p)))")
+    for seed in ("1", "2"):  # another process, another str hash: the split must not move
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed}).stdout.split()
+        assert out == held

@@ -2,7 +2,8 @@
 
 Most of what a user types repeats the repository in front of them: the call they wrote a screen
 above, the line that followed a line like the one they just wrote. Three drafters, all pure text,
-cheap enough for the context thread of every request (a 3,000-line file: about 2 ms, `bench context`):
+in the context thread of every request (a 9,428-line file with 10 other documents open: p50 2.3 ms
+at a fresh position, 0.6 ms typing along a line, whose neighbours' word counts are cached):
 
 - `lookup`: prompt lookup (Saxena 2023; the draft model of "prompt lookup decoding"): the longest
   tail of the text before the cursor that occurs elsewhere in this document or another open one;
@@ -14,12 +15,13 @@ cheap enough for the context thread of every request (a 3,000-line file: about 2
   cache answers an unchanged document; this one survives edits elsewhere in the file).
 
 A draft is the text to insert at the cursor, to the end of its line (model/verify.py ends a one-line
-draft there). `drafts_for` gives at most `limit` distinct ones,
-best first; every one agrees with what is already typed on the cursor's line.
+draft there). `drafts_for` gives at most `limit` distinct ones, best first; every one agrees with
+what is already typed on the cursor's line.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -61,12 +63,12 @@ def _rest_of_line(text: str, at: int) -> str:
 def lookup(doc: Document, offset: int, others: Iterable[Document] = ()) -> str | None:
     """Prompt lookup: what followed the longest tail of doc.text[:offset] (whole words, at least
     MIN_MATCH_CHARS) found elsewhere: earlier or later in the document (never at the cursor), then in
-    `others`. The nearest occurrence before the cursor wins a tie. None when nothing repeats."""
+    `others`. The nearest occurrence before the cursor wins a tie. None when nothing repeats.
+    Shortest tail first: a hit near the cursor is found at once, and the first miss ends the search
+    (measured: a binary search over the tails was 2.6x slower, its misses scanning every document)."""
     text = doc.text
-    before = text[:offset]
-    bounds = [m.start() for m in WORDS.finditer(before[-400:])]
-    cut = len(before) - min(len(before), 400)
-    tails = [before[cut + b:] for b in reversed(bounds)][:MAX_MATCH_WORDS]  # shortest first
+    before = text[max(0, offset - 400):offset]
+    tails = [before[m.start():] for m in WORDS.finditer(before)][::-1][:MAX_MATCH_WORDS]  # shortest first
     sources = [text] + [d.text for d in others if d.uri != doc.uri]
     best = None
     for tail in tails:
@@ -88,18 +90,22 @@ def lookup(doc: Document, offset: int, others: Iterable[Document] = ()) -> str |
     return best
 
 
-def _words(line: str) -> list[str]:
-    return [w for w in WORDS.findall(line) if not w.isspace()]
+@functools.lru_cache(maxsize=8192)  # the lines above the cursor are the same from one keystroke to the next
+def _words(line: str) -> tuple[str, ...]:
+    return tuple(w for w in WORDS.findall(line) if not w.isspace())
 
 
-def _dice(a: list[str], b: list[str]) -> float:
+@functools.lru_cache(maxsize=16384)  # typing along a line compares the same lines with the same line above
+def _similarity(line: str, target: str) -> float:
+    """Word overlap (Dice) of two lines."""
+    a, b = _words(line), _words(target)
     if not a or not b:
         return 0.0
     common = sum(min(a.count(w), b.count(w)) for w in set(a))
     return 2 * common / (len(a) + len(b))
 
 
-def _swaps(old: list[str], new: list[str]) -> dict[str, str] | None:
+def _swaps(old: tuple[str, ...], new: tuple[str, ...]) -> dict[str, str] | None:
     """Word-for-word substitutions turning `old` into `new` when they have the same shape (same
     number of words, only identifiers or literals differ, each one the same way); None otherwise."""
     if len(old) != len(new):
@@ -128,21 +134,23 @@ def similar_line(doc: Document, offset: int) -> str | None:
     start, typed = _line_around(text, offset)
     if start == 0:
         return None
-    lines = text[:start].split("\n")[:-1]  # complete lines before the cursor's
+    # the complete lines before the cursor's, as far back as the scan goes (rsplit stops there)
+    lines = text[:start].rsplit("\n", SIMILAR_SCAN_LINES + 2)[:-1]
+    if len(lines) > SIMILAR_SCAN_LINES + 1:
+        lines = lines[1:]  # the first piece holds everything before the window
     above = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), None)
     if above is None:
         return None
-    target = _words(lines[above])
     best, best_score = None, MIN_SIMILARITY
     for i in range(above - 1, max(-1, above - 1 - SIMILAR_SCAN_LINES), -1):
         if i + 1 >= above or not lines[i + 1].strip():  # nothing new follows it, or a blank line
             continue
-        score = _dice(_words(lines[i]), target)
+        score = _similarity(lines[i], lines[above])
         if score > best_score:
             best, best_score = i, score
     if best is None:
         return None
-    follow = _apply(lines[best + 1], _swaps(_words(lines[best]), target) or {})
+    follow = _apply(lines[best + 1], _swaps(_words(lines[best]), _words(lines[above])) or {})
     indent = len(follow) - len(follow.lstrip())
     # the following line sat at its own indentation relative to its model line: keep that step
     step = indent - (len(lines[best]) - len(lines[best].lstrip()))

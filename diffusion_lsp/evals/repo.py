@@ -16,6 +16,7 @@ first is doubted): the share of cases with something shown, and the share shown 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import statistics
@@ -28,7 +29,7 @@ from ..context.gather import gather
 from ..context.records import ContextBudget, Document
 from ..data.repo import SourceFile, repo_files
 from ..errors import UserError
-from ..options import add_launch_args, launch_settings
+from ..options import add_launch_args, engine_for, launch_settings
 from ..server.completion import finish
 from ..server.config import CompletionSettings
 from .metrics import edit_similarity, exact_match
@@ -113,7 +114,7 @@ async def _model_row(name: str, backend, cases: list[Case], settings: Completion
     return row
 
 
-def measure(engine_load, cases: list[Case], settings: CompletionSettings, name: str = "model") -> list[Row]:
+def measure(engine_load, cases: list[Case], settings: CompletionSettings) -> list[Row]:
     """The model rows for one engine: without drafts, then with them verified."""
     from ..backend.local import LocalBackend
 
@@ -121,8 +122,8 @@ def measure(engine_load, cases: list[Case], settings: CompletionSettings, name: 
 
     async def both():
         try:
-            return [await _model_row(name, backend, cases, settings, drafts=False),
-                    await _model_row(f"{name} + drafts", backend, cases, settings, drafts=True)]
+            return [await _model_row("model", backend, cases, settings, drafts=False),
+                    await _model_row("model + drafts", backend, cases, settings, drafts=True)]
         finally:
             await backend.close()
 
@@ -130,10 +131,6 @@ def measure(engine_load, cases: list[Case], settings: CompletionSettings, name: 
 
 
 def run(args) -> int:
-    import functools
-
-    from ..options import engine_for
-
     launch = launch_settings(args)
     files, skipped = repo_files(args.repo)
     held = [f for f in files if f.held_out]
