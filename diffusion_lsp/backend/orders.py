@@ -5,6 +5,7 @@ the same from the worker, a remote API and the in-process engine. Each has its w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from ..model.settings import SamplerConfig
 
@@ -55,6 +56,12 @@ class FillOrder:
                    tuple(candidates))
 
 
+class Kept(str, Enum):
+    WHOLE = "whole"  # the draft is the fill
+    PART = "part"  # a prefix of it was kept, the rest denoised
+    REJECTED = "rejected"  # nothing kept: denoised as without drafts
+
+
 @dataclass(frozen=True)
 class DraftTally:
     """What became of a fill order's candidates (model/verify.py Verdict): how many were scored, the
@@ -65,11 +72,11 @@ class DraftTally:
     kept: int = 0
 
     @property
-    def outcome(self) -> str | None:
-        """None (no candidate scored), "whole", "part" or "rejected"."""
+    def outcome(self) -> Kept | None:
+        """How much of the chosen draft was kept; None when no candidate was scored."""
         if not self.offered:
             return None
-        return "rejected" if not self.kept else "whole" if self.kept == self.tokens else "part"
+        return Kept.REJECTED if not self.kept else Kept.WHOLE if self.kept == self.tokens else Kept.PART
 
     def message(self) -> list[int]:
         return [self.offered, self.tokens, self.kept]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..backend.base import Backend
 from ..backend.failure import BackendError, Failure
-from ..backend.orders import Fill, FillOrder
+from ..backend.orders import Fill, FillOrder, Kept
 from ..context.drafts import LastFills, cursor_lines, drafts_for
 from ..context.gather import gather
 from ..context.index import indexed
@@ -89,7 +89,7 @@ def finish(ctx: CompletionContext, fill: Fill, confidence_cut: float, check_synt
     The confidence cut judges the model's own tokens: a draft it kept whole (model/verify.py) is the
     fill, and is shown whole."""
     reasons: list[str] = []
-    cut = 0.0 if fill.draft.outcome == "whole" else confidence_cut
+    cut = 0.0 if fill.draft.outcome is Kept.WHOLE else confidence_cut
     sug = postprocess(ctx, fill.text, fill.pieces, fill.confidence, cut, reasons=reasons, check_syntax=check_syntax)
     return sug, sug is None and "parse-error" in reasons
 

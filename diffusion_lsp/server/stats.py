@@ -8,6 +8,8 @@ import math
 from collections import deque
 from dataclasses import asdict, dataclass, field, fields
 
+from ..backend.orders import Kept
+
 WINDOW = 1000  # latencies kept for the percentiles
 RECENT = 128  # per-request timings sent with each report
 
@@ -100,14 +102,14 @@ class Stats:
     timings: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)  # of Timing
     next_edit: NextEditStats = field(default_factory=NextEditStats)
 
-    def drafted(self, outcome: str | None) -> None:
+    def drafted(self, outcome: Kept | None) -> None:
         """Count a fill's draft outcome (backend/orders.py DraftTally.outcome; None: it had none)."""
         if outcome is None:
             return
         self.drafts_offered += 1
-        self.drafts_whole += outcome == "whole"
-        self.drafts_part += outcome == "part"
-        self.drafts_rejected += outcome == "rejected"
+        self.drafts_whole += outcome is Kept.WHOLE
+        self.drafts_part += outcome is Kept.PART
+        self.drafts_rejected += outcome is Kept.REJECTED
 
     def report(self, **extra) -> dict:
         counts = {f.name: getattr(self, f.name) for f in fields(self) if f.type in ("int", int)}
