@@ -33,6 +33,15 @@ def test_lookup_never_matches_the_cursor_itself_and_reads_later_text_and_other_d
     assert lookup(doc(mine), len(mine), [other]) == "name, default=None)"
 
 
+def test_an_editors_indentation_the_file_does_not_have_still_gets_the_line_that_followed():
+    # Neovim indents an emptied argument line 8 columns past the call, the file 4 (seen in httpcore's _api.py)
+    text = ("    with pool.stream(\n        method=method,\n    ):\n        pass\n"
+            "    return pool.stream(\n                ")
+    assert lookup(doc(text), len(text)) == "method=method,"
+    indented = "    self.alpha = alpha\n    self.check(alpha)\n    self.beta = beta\n            "
+    assert similar_line(doc(indented), len(indented)) == "self.check(beta)"
+
+
 def test_similar_line_swaps_what_differs_between_the_similar_lines():
     text = "x = load(a)\ny = parse(x)\n\nq = load(b)\n"
     assert similar_line(doc(text), len(text)) == "y = parse(q)"

@@ -65,9 +65,21 @@ def _rest_of_line(text: str, at: int) -> str:
 def lookup(doc: Document, offset: int, others: Iterable[Document] = ()) -> str | None:
     """Prompt lookup: what followed the longest tail of doc.text[:offset] (whole words, at least
     MIN_MATCH_CHARS) found elsewhere: earlier or later in the document (never at the cursor), then in
-    `others`. The nearest occurrence before the cursor wins a tie. None when nothing repeats.
-    Shortest tail first: a hit near the cursor is found at once, and the first miss ends the search
-    (measured: a binary search over the tails was 2.6x slower, its misses scanning every document)."""
+    `others`. The nearest occurrence before the cursor wins a tie. None when nothing repeats. At
+    blanks no other line has there (an editor's indentation of an empty line), the text of the line
+    that followed the line above, at the cursor's indentation, whatever its own was."""
+    found = _lookup(doc, offset, others)
+    start, typed = _line_around(doc.text, offset)
+    if found is None and typed and typed.isspace():  # blanks the file does not have there: an editor's
+        found = _lookup(doc, start, others)
+        return found.lstrip() if found else None
+    return found
+
+
+def _lookup(doc: Document, offset: int, others: Iterable[Document]) -> str | None:
+    """lookup's search. Shortest tail first: a hit near the cursor is found at once, and the first
+    miss ends it (measured: a binary search over the tails was 2.6x slower, its misses scanning every
+    document)."""
     text = doc.text
     before = text[max(0, offset - 400):offset]
     tails = [before[m.start():] for m in WORDS.finditer(before)][::-1][:MAX_MATCH_WORDS]  # shortest first
@@ -158,11 +170,9 @@ def similar_line(doc: Document, offset: int) -> str | None:
     step = indent - (len(lines[best]) - len(lines[best].lstrip()))
     base = len(lines[above]) - len(lines[above].lstrip())
     line = " " * max(0, base + step) + follow.lstrip() if "\t" not in follow[:indent] else follow
-    if not line.startswith(typed):
+    if not line.startswith(typed):  # typed at another indentation (an editor's guess, say)
         stripped = typed.lstrip()
-        if typed.strip() and line.lstrip().startswith(stripped):  # typed at another indentation
-            return line.lstrip()[len(stripped):]
-        return None
+        return line.lstrip()[len(stripped):] if line.lstrip().startswith(stripped) else None
     return line[len(typed):]
 
 
