@@ -150,3 +150,26 @@ def test_ghost_text_has_a_terminal_colour_without_termguicolors(tmp_path):
     assert h["default"]["fg"] == h["nontext"]["fg"], h  # the GUI colour is the colour scheme's
     assert h["after_colorscheme"] == h["default"], h  # given again after a colour scheme is loaded
     assert h["own"]["ctermfg"] == 33, h  # a terminal colour of the user's own is kept
+
+
+def test_adapt_runs_the_server_command_as_adapt_on_the_workspace(tmp_path):
+    """:DiffusionLspAdapt's command line: `serve` and its flags become `adapt ROOT`, the served
+    --model kept, minutes passed on."""
+    import json
+    import subprocess
+
+    script = tmp_path / "adapt.lua"
+    script.write_text(f"""
+vim.opt.rtp:prepend({json.dumps(str(PLUGIN))})
+local m = require('diffusion_lsp')
+io.stdout:write(vim.json.encode({{
+  m.adapt_cmd({{'diffusion-lsp', 'serve'}}, '/ws'),
+  m.adapt_cmd({{'/venv/bin/python', '-m', 'diffusion_lsp', 'serve', '--precision', 'fp32', '--model', '/m'}}, '/ws', 2),
+}}))
+""")
+    out = subprocess.run([str(nvim_binary()), "--headless", "-u", "NONE", "-l", str(script)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [["diffusion-lsp", "adapt", "/ws"],
+                                      ["/venv/bin/python", "-m", "diffusion_lsp", "adapt", "/ws", "--model", "/m",
+                                       "--minutes", "2"]]

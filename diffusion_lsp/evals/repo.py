@@ -11,28 +11,44 @@ is there, as when a user writes a line into existing code. The rows:
 Exact match and edit similarity are of the whole line the system writes; "shown" is what the server
 would show with completion.confidenceCut (a fill cut at its first doubted token, nothing when its
 first is doubted): the share of cases with something shown, and the share shown and exactly right.
+
+Beside them, for each model: next edits replayed from the held-out files' recent commits
+(repo_edits.py) beside repeating the last edit, and the masked-token loss on held-out crops. With
+--adapt-minutes the model is also adapted to the other files (train/adapt.py) and measured the same
+way; `diffusion-lsp adapt` prints the same comparison, base before and adapted after.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import random
 import statistics
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..backend.orders import FillOrder
 from ..context.drafts import drafts_for
 from ..context.gather import gather
 from ..context.records import ContextBudget, Document
 from ..data.repo import SourceFile, repo_files
+from ..context.tokens import model_token_counter
+from ..engine import model_folder
 from ..errors import UserError
 from ..options import add_launch_args, engine_for, launch_settings
 from ..server.completion import finish
 from ..server.config import CompletionSettings
+from .heldout import MASK_RATES, masked_token_loss
 from .metrics import edit_similarity, exact_match
+from .repo_edits import baseline_row, history_cases
+from .repo_edits import model_row as edits_row
+
+LOSS_CROPS, LOSS_SEQ = 32, 256  # held-out crops for the masked-token loss, and their length in tokens
 
 
 def register(ev):
@@ -41,6 +57,13 @@ def register(ev):
     r.add_argument("repo", metavar="REPO", help="a repository or source folder")
     r.add_argument("--lines", type=int, default=200, help="lines to complete (default 200)")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--no-next-edits", action="store_true",
+                   help="skip the next edits replayed from the held-out files' git history")
+    r.add_argument("--adapt-minutes", type=float, default=0, metavar="N",
+                   help="also adapt the model to the repository's other files for N minutes "
+                        "(`diffusion-lsp adapt`) and measure the adapted model beside it")
+    r.add_argument("--adapt-out", metavar="DIR", help="where --adapt-minutes puts the adapted model "
+                                                      "(default: a new temporary folder)")
     r.add_argument("--json", action="store_true", help="print one JSON object")
     add_launch_args(r)
     r.set_defaults(run=run)
@@ -114,45 +137,124 @@ async def _model_row(name: str, backend, cases: list[Case], settings: Completion
     return row
 
 
-def measure(engine_load, cases: list[Case], settings: CompletionSettings) -> list[Row]:
-    """The model rows for one engine: without drafts, then with them verified."""
+@dataclass(frozen=True)
+class Material:
+    """What every model is measured on: the single lines, the next edits from the git history and
+    the held-out texts for the masked-token loss."""
+
+    cases: list[Case]
+    steps: list  # data/git_history.py EditStep
+    texts: list[str]
+    seed: int = 0
+
+
+def material(root, files: list[SourceFile], lines: int, seed: int = 0, next_edits: bool = True) -> Material:
+    held = [f for f in files if f.held_out]
+    if not held:
+        raise UserError(f"{root}: no held-out source file among {len(files)} (need more files)")
+    steps = history_cases(root, files, seed=seed) if next_edits else []
+    return Material(pick_cases(held, lines, random.Random(seed)), steps, [f.text for f in held], seed)
+
+
+def baselines(m: Material) -> tuple[dict, dict]:
+    """(single-line rows, next-edit rows) of the ways of answering that need no model."""
+    rows = [Row("copy-previous-line", [c.previous for c in m.cases]),
+            Row("drafts alone", [next(iter(d.text.strip() for d in drafts_for(c.doc, c.offset)), "")
+                                 for c in m.cases])]
+    return {r.name: r.report(m.cases) for r in rows}, ({"repeat last edit": baseline_row(m.steps)} if m.steps else {})
+
+
+def _loss(engine, texts: list[str], seed: int) -> dict | None:
+    """Masked-token loss on held-out crops (eval heldout's), the same crops and masks for every
+    model of one material; None when no held-out file is long enough."""
+    try:
+        return masked_token_loss(engine, [{"text": t} for t in texts], LOSS_CROPS, LOSS_SEQ, random.Random(seed))
+    except UserError:
+        return None
+
+
+def measure(name: str, engine_load, count, m: Material, settings: CompletionSettings) -> dict:
+    """One model's figures: {"rows": its single-line rows without and with drafts, "next_edits": its
+    next-edit row, "loss": its masked-token loss}."""
     from ..backend.local import LocalBackend
 
     backend = LocalBackend.loading(engine_load)
+    loss = backend.on_model_thread(_loss, backend.engine, m.texts, m.seed)
 
-    async def both():
+    async def rows():
         try:
-            return [await _model_row("model", backend, cases, settings, drafts=False),
-                    await _model_row("model + drafts", backend, cases, settings, drafts=True)]
+            plain = await _model_row(name, backend, m.cases, settings, drafts=False)
+            drafted = await _model_row(f"{name} + drafts", backend, m.cases, settings, drafts=True)
+            edits = await edits_row(backend, m.steps, count) if m.steps else None
+            return {r.name: r.report(m.cases) for r in (plain, drafted)}, edits
         finally:
             await backend.close()
 
-    return asyncio.run(both())
+    single, edits = asyncio.run(rows())
+    return {"rows": single, "next_edits": {} if edits is None else {name: edits}, "loss": {name: loss}}
 
 
-def run(args) -> int:
-    launch = launch_settings(args)
-    files, skipped = repo_files(args.repo)
-    held = [f for f in files if f.held_out]
-    if not held:
-        raise UserError(f"{args.repo}: no held-out source file among {len(files)} (need more files)")
-    cases = pick_cases(held, args.lines, random.Random(args.seed))
-    settings = CompletionSettings()
-    rows = [Row("copy-previous-line", [c.previous for c in cases]),
-            Row("drafts alone", [next(iter(d.text.strip() for d in drafts_for(c.doc, c.offset)), "") for c in cases])]
-    rows += measure(functools.partial(engine_for, launch), cases, settings)
-    result = {"repo": args.repo, "files": len(files), "held_out_files": len(held), "skipped": skipped,
-              "lines": len(cases), "rows": {r.name: r.report(cases) for r in rows}}
-    if args.json:
-        print(json.dumps(result))
-        return 0
-    print(f"{args.repo}: {len(files)} source files, {len(held)} held out; {len(cases)} lines")
-    print(f"{'':22} {'exact':>7} {'edit sim':>9} {'shown':>7} {'shown+right':>12} {'fwd/tok':>8} {'p50 ms':>7}")
+def compare(m: Material, models: list[tuple[str, object, object]], settings: CompletionSettings | None = None) -> dict:
+    """The baselines and each (name, engine loader, token counter) of `models`, side by side."""
+    settings = settings or CompletionSettings()
+    single, edits = baselines(m)
+    out = {"rows": single, "next_edits": edits, "loss": {}}
+    for name, load, count in models:
+        got = measure(name, load, count, m, settings)
+        for key in out:
+            out[key].update(got[key])
+    return out
+
+
+def print_report(title: str, m: Material, result: dict, file=None) -> None:
+    file = file or sys.stdout
+    print(title, file=file)
+    print(f"single-line completion, {len(m.cases)} lines of held-out files", file=file)
+    print(f"{'':24} {'exact':>7} {'edit sim':>9} {'shown':>7} {'shown+right':>12} {'fwd/tok':>8} {'p50 ms':>7}",
+          file=file)
     for name, rep in result["rows"].items():
         cells = [f"{rep['exact_match']:7.1%}", f"{rep['edit_similarity']:9.1%}",
                  f"{rep['shown']:7.1%}" if "shown" in rep else f"{'':7}",
                  f"{rep['shown_exact']:12.1%}" if "shown_exact" in rep else f"{'':12}",
                  f"{rep['forwards_per_token']:8.2f}" if "forwards_per_token" in rep else f"{'':8}",
                  f"{rep['p50_ms']:7.0f}" if "p50_ms" in rep else f"{'':7}"]
-        print(f"{name:22} " + " ".join(cells))
+        print(f"{name:24} " + " ".join(cells), file=file)
+    if result["next_edits"]:
+        print(f"next edits, {len(m.steps)} from the held-out files' git history", file=file)
+        print(f"{'':24} {'exact':>7} {'partial':>9} {'position':>9} {'edit rate':>10}", file=file)
+        for name, r in result["next_edits"].items():
+            print(f"{name:24} {r['exact']:7.1%} {r['partial']:9.1%} {r['position']:9.1%} {r['edit_rate']:10.1%}",
+                  file=file)
+    elif not m.steps:
+        print("next edits: none measured (no git history of the held-out files)", file=file)
+    losses = {k: v for k, v in result["loss"].items() if v}
+    if losses:
+        print("masked-token loss on held-out crops (nats; lower is better)", file=file)
+        print(f"{'':24} " + " ".join(f"{f'{r:.0%} masked':>11}" for r in MASK_RATES), file=file)
+        for name, loss in losses.items():
+            print(f"{name:24} " + " ".join(f"{loss[f'loss@{r}']:11.3f}" for r in MASK_RATES), file=file)
+
+
+def run(args) -> int:
+    launch = launch_settings(args)
+    files, skipped = repo_files(args.repo)
+    m = material(args.repo, files, args.lines, args.seed, next_edits=not args.no_next_edits)
+    count = model_token_counter(model_folder(launch.path))
+    models = [("model", functools.partial(engine_for, launch), count)]
+    adapted = None
+    if args.adapt_minutes:
+        from ..train.adapt import Plan, adapt
+
+        out = Path(args.adapt_out or tempfile.mkdtemp(prefix="diffusion-lsp-adapt-"))
+        adapted = adapt(Plan(Path(args.repo), model_folder(launch.path), out, args.adapt_minutes), files,
+                        progress=not args.json)
+        models.append(("adapted", functools.partial(engine_for, dataclasses.replace(launch, path=str(out))),
+                       count))
+    result = {"repo": args.repo, "files": len(files), "held_out_files": sum(f.held_out for f in files),
+              "skipped": skipped, "lines": len(m.cases), "next_edit_cases": len(m.steps),
+              **compare(m, models), "adapted": adapted}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print_report(f"{args.repo}: {len(files)} source files, {result['held_out_files']} held out", m, result)
     return 0

@@ -132,7 +132,17 @@ def _snapshot(doc) -> Document | None:
 
 
 def initialize(ls: DiffusionServer, params: types.InitializeParams) -> None:
+    ls.session.root = _root_path(params)
     ls.session.configure(params.initialization_options)
+
+
+def _root_path(params: types.InitializeParams) -> str | None:
+    """The workspace's folder: the first workspace folder, else rootUri, else rootPath (file: URIs only)."""
+    uris = [f.uri for f in params.workspace_folders or ()] + [params.root_uri]
+    for uri in uris:
+        if uri and urlparse(uri).scheme == "file":
+            return unquote(urlparse(uri).path) or None
+    return params.root_path or None
 
 
 def initialized(ls: DiffusionServer, params: types.InitializedParams) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..backend.base import Reporter
 from ..backend.remote import RemoteBackend
@@ -27,6 +27,7 @@ from .config import Config, WorkerSettings, parse_config, with_claims
 from .indexer import Indexer
 from .next_edit import NextEditor
 from .stats import Stats
+from .workspace_model import ModelChoice, changed, choose
 
 
 @dataclass
@@ -85,12 +86,18 @@ class Session:
                                     self.completer.count_tokens)
         self.indexer = Indexer(get_document)
         self.texts: dict[str, str] = {}  # per open document, its text before the next change
+        self.root: str | None = None  # the workspace folder (initialize's rootUri), where an adapted model is
+        self.choice = ModelChoice(self.cfg.model.path, "settings" if self.cfg.model.path else "embedded")
+        self._raw = None  # the editor's last settings
 
-    def configure(self, raw) -> None:
-        """Settings from the editor; each bad value is shown once and falls back to its default."""
+    def configure(self, raw, quiet: bool = False) -> None:
+        """Settings from the editor; each bad value is shown once and falls back to its default
+        (`quiet`: the same settings again, nothing to show)."""
+        self._raw = raw
         cfg, problems = parse_config(raw, self.base)
-        for problem in problems:
+        for problem in problems if not quiet else ():
             self.ui.show("warning", f"diffusion-lsp settings: {problem}")
+        cfg = self._choose_model(cfg)
         self.claims = claims_for(cfg.model)
         cfg = with_claims(cfg, self.claims)
         if self.claims.demo and not self._said_demo and not notice.already_said(notice.DEMO):
@@ -107,9 +114,24 @@ class Session:
         self.completer.configure(cfg, counter_for(cfg.model.path) if model_changed else None)
         self.next_edit.configure(cfg, self.completer.count_tokens)
 
+    def _choose_model(self, cfg: Config) -> Config:
+        """`cfg` with the model that answers in this workspace (workspace_model.py); a new choice is
+        logged, an adapted model refused is shown once."""
+        choice = choose(cfg.model, self.root)
+        if choice != self.choice:
+            if choice.refused and choice.refused != self.choice.refused:
+                self.ui.show("warning", f"diffusion-lsp: the adapted model cannot be used ({choice.refused}); "
+                                        "using the base model. Run `diffusion-lsp adapt` again to remake it")
+            self.ui.log("info", f"model: {choice.describe()}")
+            self.choice = choice
+        return cfg if choice.path == cfg.model.path else replace(cfg, model=replace(cfg.model, path=choice.path))
+
     async def opened(self, doc: Document) -> None:
         """A document was opened: index it and count its tokens in the background, and start the
-        model on demand, before the first completion."""
+        model on demand, before the first completion. A workspace model adapted meanwhile
+        (`diffusion-lsp adapt`) is taken up here."""
+        if changed(self.choice, self.root):
+            self.configure(self._raw, quiet=True)
         self.texts[doc.uri] = doc.text
         counts = (memoized(self.completer.count_tokens), model_folder(self.cfg.model.path))
         self.indexer.schedule(doc.uri, counts=counts, now=True)
@@ -132,7 +154,9 @@ class Session:
     def report(self) -> dict:
         c = self.cfg
         model = {"claims": self.claims.to_dict(), "languages": c.completion.languages,
-                 "next_edits": c.next_edit.enable}
+                 "next_edits": c.next_edit.enable, "path": c.model.path, "source": self.choice.source,
+                 "answers": self.choice.describe(), "adapted": self.choice.adapted,
+                 "refused": self.choice.refused}
         report = self.stats.report(worker=self.backend.describe(), model=model)
         report["counts"].update(self.backend.counts)  # worker_crashes, fill_timeouts
         return report

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -155,7 +156,7 @@ def _prepare(cfg: TrainConfig, rt: Runtime, out: Path):
         model.config.max_seq_len = want["max_seq_len"]  # a resumed run may train on longer rows
         changed = sorted(k for k, v in cfg.to_dict().items() if state and state["config"].get(k) != v)
         if rt.main and changed:
-            print(f"resuming {out} at step {prog.step}; changed settings: {', '.join(changed)}")
+            print(f"resuming {out} at step {prog.step}; changed settings: {', '.join(changed)}", file=sys.stderr)
     else:
         if not (corpus / "tokenizer.json").is_file():
             raise TrainError(f"no tokenizer.json in corpus folder {corpus}")

@@ -10,7 +10,9 @@ import {
 
 import { NextEditView, VISIBLE_KEY } from './nextEditView';
 import { noNextEditMessage, STATS, type Stats } from './protocol';
-import { clientSettings, findExecutable, missingServerMessage, SECTION, serverKeys, userSettings } from './settings';
+import {
+  adaptCommand, clientSettings, findExecutable, missingServerMessage, SECTION, serverKeys, userSettings,
+} from './settings';
 import { type ClientState, statusView } from './status';
 
 const POLL_MS = 3000;
@@ -186,6 +188,40 @@ class Extension implements vscode.Disposable {
     void vscode.window.showInformationMessage(noNextEditMessage(await this.refresh()));
   }
 
+  /** The Adapt command: `diffusion-lsp adapt` on the workspace folder as a task (its progress in a
+   * terminal); once it has written the adapted model, the server is told to look again and answers
+   * with it from then on. */
+  async adapt(): Promise<void> {
+    const folder = vscode.workspace.workspaceFolders?.[0];
+    if (!folder) {
+      void vscode.window.showWarningMessage('Diffusion LSP: open a folder first: adapting learns from its files.');
+      return;
+    }
+    const s = this.settings();
+    const [command, ...args] = adaptCommand(s.command, folder.uri.fsPath);
+    const task = new vscode.Task({ type: 'diffusionLsp.adapt' }, folder, 'adapt the model to this repository',
+      'Diffusion LSP', new vscode.ProcessExecution(command, args, { env: { ...process.env, ...s.env } as Record<string, string>,
+        cwd: folder.uri.fsPath }));
+    const execution = await vscode.tasks.executeTask(task);
+    const done = vscode.tasks.onDidEndTaskProcess(async (e) => {
+      if (e.execution !== execution) {
+        return;
+      }
+      done.dispose();
+      if (e.exitCode !== 0) {
+        void vscode.window.showErrorMessage(`Diffusion LSP: adapting failed (exit ${e.exitCode}); see its terminal.`);
+        return;
+      }
+      if (this.client?.isRunning()) {
+        await this.client.sendNotification(DidChangeConfigurationNotification.type,
+          { settings: { [SECTION]: this.serverSettings() } });
+      }
+      void vscode.window.showInformationMessage(
+        `Diffusion LSP: adapted to ${folder.name}; completions now come from the adapted model `
+        + '(its figures: .diffusion-lsp/model/adapt.json).');
+    });
+  }
+
   async toggle(): Promise<void> {
     const on = !this.enabled();
     const c = vscode.workspace.getConfiguration(SECTION);
@@ -238,6 +274,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<Api> {
     vscode.commands.registerCommand('diffusionLsp.suggestNextEdit', () => ext.suggestNextEdit()),
     vscode.commands.registerCommand('diffusionLsp.acceptNextEdit', () => ext.nextEdits.accept()),
     vscode.commands.registerCommand('diffusionLsp.dismissNextEdit', () => ext.nextEdits.clear()),
+    vscode.commands.registerCommand('diffusionLsp.adapt', () => ext.adapt()),
   );
   await ext.start();
   return { client: () => ext.client, stats: () => ext.refresh() };

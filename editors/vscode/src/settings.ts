@@ -122,3 +122,13 @@ export function missingServerMessage(command: string[]): string {
     + '(pip install -e . in a diffusion-lsp checkout) or set diffusionLsp.server.command to its full path, '
     + 'e.g. ["/path/to/venv/bin/diffusion-lsp", "serve"].';
 }
+
+/** The command line that adapts the model to the repository at `folder`: the server's command with
+ * `serve` and what follows it replaced by `adapt FOLDER` (a `--model DIR` of the server's stays: the
+ * model to adapt). */
+export function adaptCommand(command: string[], folder: string): string[] {
+  const serve = command.indexOf('serve');
+  const head = serve < 0 ? command.slice(0, 1) : command.slice(0, serve);
+  const model = serve < 0 ? -1 : command.indexOf('--model', serve);
+  return [...head, 'adapt', folder, ...(model >= 0 && model + 1 < command.length ? ['--model', command[model + 1]] : [])];
+}

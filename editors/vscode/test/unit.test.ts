@@ -10,7 +10,9 @@ import { describe, it } from 'node:test';
 
 import { acceptAction, applyEdit, preview, textIn } from '../src/nextEdit';
 import { noNextEditMessage, parseNextEdit, type NextEdit } from '../src/protocol';
-import { clientSettings, findExecutable, missingServerMessage, serverKeys, userSettings } from '../src/settings';
+import {
+  adaptCommand, clientSettings, findExecutable, missingServerMessage, serverKeys, userSettings,
+} from '../src/settings';
 import { statusView } from '../src/status';
 
 const ROOT = path.join(__dirname, '..', '..');
@@ -19,6 +21,16 @@ const manifest = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'ut
 function edit(l0: number, c0: number, l1: number, c1: number, text: string): NextEdit {
   return { uri: 'file:///a.py', version: 3, range: { start: { line: l0, character: c0 }, end: { line: l1, character: c1 } }, text };
 }
+
+describe('adapt', () => {
+  it('runs the server command as adapt on the folder, keeping the model it serves', () => {
+    assert.deepEqual(adaptCommand(['diffusion-lsp', 'serve'], '/ws'), ['diffusion-lsp', 'adapt', '/ws']);
+    assert.deepEqual(adaptCommand(['/venv/bin/python', '-m', 'diffusion_lsp', 'serve', '--precision', 'fp32', '--model', '/m'],
+      '/ws'), ['/venv/bin/python', '-m', 'diffusion_lsp', 'adapt', '/ws', '--model', '/m']);
+    assert.deepEqual(adaptCommand(['/opt/dlsp'], '/ws'), ['/opt/dlsp', 'adapt', '/ws']);
+    assert.deepEqual(adaptCommand(['diffusion-lsp', 'serve', '--model'], '/ws'), ['diffusion-lsp', 'adapt', '/ws']);
+  });
+});
 
 describe('settings', () => {
   const all = {

@@ -145,6 +145,53 @@ function M.show_message(err, result, ctx)
   vim.notify(short, levels[result.type] or vim.log.levels.INFO)
 end
 
+--- The command line that adapts the model to the repository at `root`: the server's command with
+--- `serve` and what follows it replaced by `adapt ROOT` (a `--model DIR` of the server's stays: the
+--- model to adapt), and `--minutes N` when given.
+function M.adapt_cmd(cmd, root, minutes)
+  local out, i = {}, 1
+  while i <= #cmd and cmd[i] ~= 'serve' do
+    out[#out + 1] = cmd[i]
+    i = i + 1
+  end
+  vim.list_extend(out, { 'adapt', root })
+  for j = i + 1, #cmd - 1 do
+    if cmd[j] == '--model' then
+      vim.list_extend(out, { '--model', cmd[j + 1] })
+    end
+  end
+  if minutes then
+    vim.list_extend(out, { '--minutes', tostring(minutes) })
+  end
+  return out
+end
+
+--- :DiffusionLspAdapt [MINUTES]: run `diffusion-lsp adapt` on this buffer's workspace in a terminal
+--- split; once it has written the adapted model, the server is told to look again (it answers with
+--- the adapted model from then on).
+function M.adapt(minutes)
+  local client = M.client()
+  local root = client and client.root_dir or vim.fn.getcwd()
+  local cmd = M.adapt_cmd(M.config.cmd, root, minutes)
+  vim.cmd('botright 12split')
+  vim.cmd.enew()
+  vim.fn.jobstart(cmd, {
+    term = true,
+    on_exit = function(_, code)
+      vim.schedule(function()
+        if code ~= 0 then
+          return vim.notify('diffusion-lsp adapt failed (exit ' .. code .. '); see its terminal', vim.log.levels.ERROR)
+        end
+        local settings = vim.tbl_isempty(M.config.settings) and vim.empty_dict() or M.config.settings
+        for _, c in ipairs(vim.lsp.get_clients({ name = M.name })) do
+          c:notify('workspace/didChangeConfiguration', { settings = settings })
+        end
+        vim.notify('diffusion-lsp: adapted to ' .. root .. '; completions now come from the adapted model')
+      end)
+    end,
+  })
+end
+
 ---@param opts? diffusion_lsp.Config
 function M.setup(opts)
   M.config = vim.tbl_deep_extend('force', vim.deepcopy(defaults), opts or {})

@@ -1,0 +1,68 @@
+"""Which model answers in a workspace. model.path when the settings name one; else the model
+`diffusion-lsp adapt` made for this workspace (ROOT/.diffusion-lsp/model) when it would load
+(model/quick_check.py, without torch); else the embedded one. An adapted model that would not load
+is passed over for the base, with one message saying why and how to make it again."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..model.config import read_json
+from ..model.quick_check import problem
+from ..model.settings import LaunchSettings
+
+ADAPTED = Path(".diffusion-lsp") / "model"  # train/adapt.py ADAPTED_DIR (that module imports torch)
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    path: str | None  # what model.path becomes (None: the embedded model)
+    source: str  # "settings", "workspace" (adapted), "embedded", or "remote"
+    refused: str | None = None  # the workspace's adapted model was found and would not load: why
+    adapted: dict | None = None  # its config.json "adapted" (repo, base, minutes, steps)
+    stamp: tuple = ()  # the adapted model's config.json (size, mtime) when this was chosen
+
+    def describe(self) -> str:
+        if self.source == "workspace":
+            a = self.adapted or {}
+            how = f", adapted for {a['minutes']:g} minutes ({a.get('steps', '?')} steps)" \
+                if isinstance(a.get("minutes"), (int, float)) else ""
+            return f"the workspace's adapted model {self.path}{how}"
+        if self.source == "settings":
+            return f"the model in {self.path} (model.path)"
+        return "a remote API (model.backend openai)" if self.source == "remote" else "the embedded model"
+
+
+def _stamp(folder: Path) -> tuple:
+    try:
+        st = os.stat(folder / "config.json")
+    except OSError:
+        return ()
+    return st.st_size, st.st_mtime_ns
+
+
+def choose(launch: LaunchSettings, root: str | None) -> ModelChoice:
+    """The model for `launch` (the settings) in the workspace at `root` (None: no workspace)."""
+    if launch.backend != "local":
+        return ModelChoice(None, "remote")
+    if launch.path:
+        return ModelChoice(launch.path, "settings")
+    folder = Path(root) / ADAPTED if root else None
+    if folder is None or not (folder / "config.json").exists():
+        return ModelChoice(None, "embedded")
+    stamp = _stamp(folder)
+    why = problem(folder)
+    if why is not None:
+        return ModelChoice(None, "embedded", refused=f"{folder}: {why}", stamp=stamp)
+    adapted = read_json(folder / "config.json").get("adapted")
+    return ModelChoice(str(folder), "workspace", adapted=adapted if isinstance(adapted, dict) else None, stamp=stamp)
+
+
+def changed(choice: ModelChoice, root: str | None) -> bool:
+    """Whether the workspace's adapted model was written (or removed) since `choice` was made: a
+    stat of one file, cheap enough for every opened document."""
+    if choice.source in ("settings", "remote") or not root:
+        return False
+    return _stamp(Path(root) / ADAPTED) != choice.stamp

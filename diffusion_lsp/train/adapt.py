@@ -1,0 +1,202 @@
+"""Adapting a model to one repository (`diffusion-lsp adapt`, `eval repo --adapt-minutes`): the
+repository's files that are not held out (data/repo.py) become a corpus, the edits its git history
+made to them become next-edit rows (data/git_history.py, data/edits.py), and the model is trained
+on them from its own weights with the objective it was trained with (train/loop.py `--init`), for a
+budget of minutes. Nothing leaves the machine, and the tokenizer is kept, so caches and the
+checkpoint format stay what they were.
+
+Folders: OUT (default REPO/.diffusion-lsp/model, where the language server looks) holds the adapted
+checkpoint, written only when the training has saved, and `adapt.json` (what was adapted and the
+figures). OUT/run/ holds the training run (corpus/, edits/, checkpoint/, train_state.pt,
+log.jsonl): a rerun with the same repository files continues it (Ctrl-C saves; --minutes is a total
+over restarts); once the files changed, or with `fresh`, a new run starts from the base model.
+
+Whole weights are trained: the models this loop trains (ours) are small. A Hugging Face checkpoint
+is refused for now: it would need low-rank adapters, which are not built yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..data.edits import cap_no_edit, mine_pair
+from ..data.git_history import file_pairs
+from ..data.repo import SourceFile
+from ..errors import UserError
+
+ADAPTED_DIR = Path(".diffusion-lsp") / "model"  # relative to a repository: where the server looks
+REPORT = "adapt.json"
+RUN_FORMAT = 1
+MIN_EDITS = 20  # fewer mined edits than this are too few rows to mix in
+EDIT_RATE = 0.2  # share of next-edit rows when there are enough
+CHECKPOINT_FILES = ("model.safetensors", "tokenizer.json", "config.json")  # config.json last: the loader's key
+
+
+@dataclass(frozen=True)
+class Plan:
+    repo: Path
+    base: Path  # a checkpoint folder of our format
+    out: Path
+    minutes: float = 10.0
+    steps: int | None = None  # a budget in optimizer steps instead of minutes (tests, reproducible runs)
+    fresh: bool = False  # start a new run even when OUT/run holds one for the same files
+    lr: float = 3e-4  # stage 3 of the embedded model's training (its model card): the fine-tune rate
+    batch_size: int = 16
+    seq_len: int = 512
+    threads: int = 0
+    device: str = "auto"
+
+    def __post_init__(self):
+        if not self.minutes > 0 or (self.steps is not None and self.steps < 1):
+            raise UserError(f"--minutes and --steps must be positive, got {self.minutes}, {self.steps}")
+
+    @property
+    def run_dir(self) -> Path:
+        return self.out / "run"
+
+
+def _files_digest(files: list[SourceFile], base: Path) -> str:
+    """What a run trained on: the training files' paths and texts, and the base model's config."""
+    h = hashlib.sha256((base / "config.json").read_bytes() if (base / "config.json").is_file() else b"")
+    for f in files:
+        h.update(f"{f.path}\0{len(f.text)}\0".encode())
+        h.update(f.text.encode())
+    return h.hexdigest()[:16]
+
+
+def base_config(base: Path) -> dict:
+    """The base model's config.json; a UserError saying why it cannot be adapted."""
+    from ..model.checkpoint import CheckpointError, read_config  # torch: kept off --help
+
+    try:
+        return read_config(base)
+    except CheckpointError as e:
+        from ..model.pretrained import is_hf_folder
+
+        if base.is_dir() and is_hf_folder(base):
+            raise UserError(f"{base} is a Hugging Face checkpoint: adapting one needs low-rank adapters, "
+                            "which this build does not have yet (it adapts models of its own format)") from None
+        raise UserError(str(e)) from None
+
+
+def write_corpus(folder: Path, train: list[SourceFile], held: list[SourceFile], base: Path, name: str) -> None:
+    """train.jsonl and val.jsonl as `data build` writes them, and the base model's tokenizer."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, files in (("train", train), ("val", held)):
+        with (folder / f"{split}.jsonl.tmp").open("w", encoding="utf-8") as f:
+            for s in files:
+                f.write(json.dumps({"package": name, "version": "", "license": "", "path": s.path,
+                                    "language": s.language, "text": s.text.replace("\r\n", "\n")},
+                                   ensure_ascii=False) + "\n")
+        os.replace(folder / f"{split}.jsonl.tmp", folder / f"{split}.jsonl")
+    shutil.copyfile(base / "tokenizer.json", folder / "tokenizer.json")
+
+
+def write_edits(folder: Path, repo: Path, train: list[SourceFile], base: Path) -> int:
+    """Next-edit records from the git history of the training files -> how many (train.jsonl)."""
+    from ..context.tokens import model_token_counter
+
+    count = model_token_counter(base)
+    records = [rec for pair in file_pairs(repo, {f.path for f in train})
+               for rec in mine_pair(f"git {pair.commit[:12]}", pair.path, pair.old, pair.new, count)]
+    records = cap_no_edit(records)
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "train.jsonl").open("w", encoding="utf-8") as f:
+        f.writelines(r.to_json() + "\n" for r in records)
+    return len(records)
+
+
+def _run_matches(plan: Plan, digest: str) -> bool:
+    try:
+        meta = json.loads((plan.run_dir / "adapt_run.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return meta.get("format") == RUN_FORMAT and meta.get("digest") == digest and \
+        meta.get("base") == str(plan.base.resolve())
+
+
+def train_config(plan: Plan, edits: int, base_model: dict):
+    """The training run: the base model's own shape (`base_model`, its config.json "model")."""
+    from .config import MODEL_KEYS, TrainConfig
+    from .objective import ObjectiveConfig
+
+    # the objective the embedded model was trained with last (stage 3): half FIM, whole-line middles
+    # cut at text line starts, half the canvases noised block by block as the sampler decodes them
+    mixed = edits >= MIN_EDITS
+    return TrainConfig(corpus=str(plan.run_dir / "corpus"), out=str(plan.run_dir), init=str(plan.base),
+                       edits=str(plan.run_dir / "edits") if mixed else None, edit_rate=EDIT_RATE if mixed else 0.0,
+                       model={k: base_model[k] for k in MODEL_KEYS if k in base_model and k != "max_seq_len"},
+                       seq_len=min(plan.seq_len, base_model.get("max_seq_len", plan.seq_len)), batch_size=plan.batch_size, lr=plan.lr, warmup_steps=30,
+                       minutes=None if plan.steps else plan.minutes, steps=plan.steps, eval_every=0, eval_batches=0, save_every_minutes=2.0,
+                       threads=plan.threads, device=plan.device,
+                       objective=ObjectiveConfig(fim_rate=0.5, text_lines=0.5, block_noise=0.5))
+
+
+def publish(run_ckpt: Path, out: Path, extra: dict) -> None:
+    """The run's checkpoint as OUT's model, its config.json carrying `extra`; each file is written
+    beside its place and renamed over it, config.json last, so a reader sees the old model or the new."""
+    config = json.loads((run_ckpt / "config.json").read_text())
+    config.update(extra)
+    for name in CHECKPOINT_FILES:
+        tmp = out / f".{name}.tmp"
+        if name == "config.json":
+            tmp.write_text(json.dumps(config, indent=2) + "\n")
+        else:
+            shutil.copyfile(run_ckpt / name, tmp)
+        os.replace(tmp, out / name)
+
+
+def adapt(plan: Plan, files: list[SourceFile], progress: bool = True) -> dict:
+    """Train plan.base on the repository's training files (`files`: data/repo.py's list, the held-out
+    ones are kept out) -> a summary; the adapted model is in plan.out."""
+    from ..model.checkpoint import CheckpointError
+    from .loop import train
+    from .state import TrainError
+
+    config = base_config(plan.base)
+    train_files = [f for f in files if not f.held_out]
+    held = [f for f in files if f.held_out]
+    if not train_files:
+        raise UserError(f"{plan.repo}: no source file to adapt to ({len(files)} found, all held out)")
+    digest = _files_digest(train_files, plan.base)
+    resumed = not plan.fresh and _run_matches(plan, digest)
+    if not resumed:
+        shutil.rmtree(plan.run_dir, ignore_errors=True)
+        plan.run_dir.mkdir(parents=True)
+        write_corpus(plan.run_dir / "corpus", train_files, held, plan.base, plan.repo.resolve().name)
+        (plan.run_dir / "adapt_run.json").write_text(json.dumps(
+            {"format": RUN_FORMAT, "digest": digest, "base": str(plan.base.resolve()),
+             "edits": write_edits(plan.run_dir / "edits", plan.repo, train_files, plan.base)}))
+        _ignore_in_git(plan.out)
+    edits = json.loads((plan.run_dir / "adapt_run.json").read_text())["edits"]
+    cfg = train_config(plan, edits, config.get("model", {}))
+    try:
+        summary = train(cfg, progress_bar=progress)
+    except (TrainError, CheckpointError) as e:
+        raise UserError(str(e)) from None
+    if not (plan.run_dir / "checkpoint" / "config.json").is_file():
+        raise UserError(f"{plan.run_dir}: the training saved no checkpoint")
+    info = {"repo": str(plan.repo.resolve()), "base": str(plan.base.resolve()),
+            "minutes": round(summary["elapsed_s"] / 60, 2),
+            "train_files": len(train_files), "held_out_files": len(held), "edit_records": edits,
+            "steps": summary["step"], "tokens": summary["tokens"], "resumed": resumed,
+            "languages": sorted({f.language for f in train_files})}
+    # what the model claims stays the base model's: minutes on one repository teach it no new language
+    publish(plan.run_dir / "checkpoint", plan.out,
+            {"claims": config.get("claims", {}), "adapted": {k: info[k] for k in
+                                                                    ("repo", "base", "minutes", "steps", "tokens")}})
+    return info
+
+
+def _ignore_in_git(out: Path) -> None:
+    """A .gitignore of `*` in the .diffusion-lsp folder OUT is in (as pytest does for its cache), so
+    the adapted model and its run never show as untracked files."""
+    top = out.parent if out.parent.name == ".diffusion-lsp" else out
+    top.mkdir(parents=True, exist_ok=True)
+    if not (top / ".gitignore").exists():
+        (top / ".gitignore").write_text("# made by diffusion-lsp adapt\n*\n")
