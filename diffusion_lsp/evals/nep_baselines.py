@@ -16,23 +16,13 @@ takes (old, current, cursor) and returns the whole predicted file, or None for n
 from __future__ import annotations
 
 import difflib
-import os
 import re
 
-TOKEN = re.compile(r"\w+|\S")  # identifiers and single symbols
+from ..nextedit.repeat import copied_below, renames, token_change, whole
 
 
 def no_edit(old: str, current: str, cursor: tuple[int, int]) -> None:
     return None
-
-
-def _word(ch: str) -> bool:
-    return ch.isalnum() or ch == "_"
-
-
-def _whole(token: str) -> str:
-    """A pattern for `token` that does not match inside a longer identifier."""
-    return ((r"(?<!\w)" if _word(token[0]) else "") + re.escape(token) + (r"(?!\w)" if _word(token[-1]) else ""))
 
 
 def last_block(old: str, current: str) -> tuple[str, str, int] | None:
@@ -46,31 +36,6 @@ def last_block(old: str, current: str) -> tuple[str, str, int] | None:
     return "".join(a[i1:i2]), "".join(b[j1:j2]), j1
 
 
-def token_change(r: str, n: str) -> tuple[str, str]:
-    """r -> n shrunk by their common character prefix and suffix, widened to whole identifiers."""
-    p = len(os.path.commonprefix([r, n]))
-    s = len(os.path.commonprefix([r[p:][::-1], n[p:][::-1]]))
-    # a cut splits an identifier when the kept char next to it and a changed char are both word chars
-    while p > 0 and _word(r[p - 1]) and any(p < len(t) - s and _word(t[p]) for t in (r, n)):
-        p -= 1
-    while s > 0 and _word(r[-s]) and any(len(t) - s > p and _word(t[-s - 1]) for t in (r, n)):
-        s -= 1
-    return r[p:len(r) - s], n[p:len(n) - s]
-
-
-def renames(anchor: str, line: str) -> dict[str, str] | None:
-    """The identifier swaps that turn `anchor` into `line`, when that is all that differs."""
-    x, y = TOKEN.findall(anchor), TOKEN.findall(line)
-    swaps = {}
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, x, y, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        if tag != "replace" or i2 - i1 != 1 or j2 - j1 != 1 or not _word(x[i1][0]) or swaps.get(x[i1], y[j1]) != y[j1]:
-            return None
-        swaps[x[i1]] = y[j1]
-    return swaps or None
-
-
 def repeat_last_edit(old: str, current: str, cursor: tuple[int, int]) -> str | None:
     """The file after the last edit's change is made again (the rule above); None: no edit.
     `cursor`: 0-based (line, character) in `current`."""
@@ -80,7 +45,7 @@ def repeat_last_edit(old: str, current: str, cursor: tuple[int, int]) -> str | N
     removed, added, first = block
     old_text, new_text = token_change(removed, added)
     if old_text.strip():  # a replacement or deletion: again at the next occurrence
-        m = re.compile(_whole(old_text)).search(current, offset_of(current, cursor))
+        m = re.compile(whole(old_text)).search(current, offset_of(current, cursor))
         return None if m is None else current[:m.start()] + new_text + current[m.end():]
     lines = current.splitlines(keepends=True)
     if removed or len(added.splitlines()) != 1 or first == 0:
@@ -88,15 +53,7 @@ def repeat_last_edit(old: str, current: str, cursor: tuple[int, int]) -> str | N
     swaps = renames(lines[first - 1], added)
     if swaps is None:
         return None
-    find = [re.compile(_whole(t)) for t in swaps]
-    swap = re.compile("|".join(_whole(t) for t in sorted(swaps, key=len, reverse=True)))
-    for k in range(cursor[0] + 1, len(lines)):
-        if all(f.search(lines[k]) for f in find):
-            body = lines[k].rstrip("\r\n")
-            ending = lines[k][len(body):]
-            copy = swap.sub(lambda m: swaps[m.group()], body)
-            return "".join(lines[:k]) + body + (ending or "\n") + copy + ending + "".join(lines[k + 1:])
-    return None
+    return next((text for _, text in copied_below(lines, swaps, cursor[0] + 1)), None)
 
 
 def offset_of(text: str, cursor: tuple[int, int]) -> int:

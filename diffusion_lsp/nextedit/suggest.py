@@ -12,6 +12,13 @@ and tests all run this one pipeline, over the worker, a remote API or an engine 
   slack, and denoised with everything else visible. A region the model does
   not doubt costs the probe's passes and nothing more; an edit on two lines costs those lines.
 
+Drafts (refine mode, `drafts`): before the doubted span is chosen, the user's last change made again
+at the region's analogous sites (repeat.py: the same rename, literal or argument change, the same
+copy-and-rename of a line) is probed in place, one probe per site; the draft the model likes best
+is the edit when the model finds its changed tokens likelier than the ones it would replace (mean
+log-probability over the changed span, each text judged in place with its neighbours). A draft
+so kept skips `min_confidence` (the model preferred it to what is there); the other filters apply.
+
 Through a remote API that cannot probe but has an edit endpoint, the region is rewritten there
 (mercury.py); one that has neither gets a full re-mask. Either way the result is diffed against the old region into one minimal edit (edits.py) and
 filtered: unchanged -> nothing; an undo of the last step, a parse it breaks, or a fill less sure
@@ -20,6 +27,7 @@ than `min_confidence` -> nothing, each with its reason."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -29,7 +37,7 @@ from ..context.languages import LanguageSpec
 from ..context.records import CONTEXT_TOKENS, DEBOUNCE_MS
 from ..model.settings import SamplerConfig, _validate, check, one_of, within
 from .edits import TextEdit, breaks_parse, line_of, minimal_edit, reverts
-from . import mercury
+from . import mercury, repeat
 from .history import Step
 from .prompt import edit_prompt
 from .region import Region, editable_region
@@ -63,6 +71,8 @@ class NextEditSettings:
     max_span_lines: int = field(default=3, metadata=within(1, 200, doc="refine: most lines re-masked at once"))
     jump_lines: int = field(default=3, metadata=within(
         0, 1000, doc="an edit further than this many lines from the cursor is a jump"))
+    drafts: bool = field(default=True, metadata=check(
+        None, "true or false", doc="refine: first verify the last edit made again at the region's analogous sites"))
 
     def __post_init__(self):
         _validate(self)
@@ -89,7 +99,7 @@ class EditRequest:
 @dataclass
 class Outcome:
     edit: TextEdit | None
-    reason: str  # "edit", "no-doubt", "unchanged", "undo", "parse", "low-confidence"
+    reason: str  # "edit", "draft" (an edit from a draft), "no-doubt", "unchanged", "undo", "parse", "low-confidence"
     mode: str
     region: Region
     forwards: int = 0
@@ -97,6 +107,7 @@ class Outcome:
     edited_tokens: int = 0  # tokens of the region the edit rewrote (old and new, the larger)
     confidence: float = 0.0  # mean confidence of the fill's tokens and of where it ends
     jump: bool = False  # the edit starts more than jump_lines lines from the cursor
+    drafts: int = 0  # drafts probed (repeat.py)
 
     @property
     def forwards_per_token(self) -> float | None:
@@ -236,7 +247,7 @@ async def suggest(req: EditRequest, backend: Backend, key: str, cpu: Cpu = inlin
     n_old = await cpu(count, old)
     forwards, model_ms = 0, 0.0
     if mode == "api":
-        cursor = sum(map(len, old.splitlines(keepends=True)[:req.cursor[0] - region.first])) + req.cursor[1]
+        cursor = _cursor_in(old, region, req.cursor)
         content = await cpu(mercury.edit_request, req.path, p.before, old, cursor, p.after, p.diffs, count,
                             s.max_context_tokens)
         fill = await backend.rewrite(key, RewriteOrder(content, 2 * n_old + 64))
@@ -250,27 +261,91 @@ async def suggest(req: EditRequest, backend: Backend, key: str, cpu: Cpu = inlin
         prompt = await cpu(_prompt, req, p, s.max_context_tokens - n_old - _slack(n_old) - 1)
         probed = await backend.probe(key, ProbeOrder(prompt.prefix, old, prompt.suffix, s.stride))
         forwards, model_ms = probed.forwards, probed.ms
+        drafts = await cpu(_drafts, req, p) if s.drafts else []
+        best, best_score = None, -math.inf
+        for draft in drafts:
+            got = await backend.probe(key, ProbeOrder(prompt.prefix, draft, prompt.suffix, s.stride))
+            forwards, model_ms = forwards + got.forwards, model_ms + got.ms
+            score = preference(old, probed, draft, got)
+            if score is not None and score[1] > score[0] and score[1] > best_score:
+                best, best_score = draft, score[1]
+        if best is not None:
+            out = await cpu(_judge, req, mode, region, old, best, math.exp(best_score), forwards, model_ms, True)
+            out.drafts = len(drafts)
+            return out
         span = choose_span(doubted_lines(old, probed, s.doubt), req.cursor[0] - region.first, s.max_span_lines)
         if span is None:
-            return Outcome(None, "no-doubt", mode, region, forwards, model_ms)
+            return Outcome(None, "no-doubt", mode, region, forwards, model_ms, drafts=len(drafts))
         a, b = narrow(old, probed, s.doubt, span)
         head, middle, tail = old[:a], old[a:b], old[b:]
         n_mid = await cpu(count, middle)
         fill = await backend.fill(key, FillOrder(prompt.prefix + head, tail + prompt.suffix, n_mid + _slack(n_mid),
                                                  sampling=req.sampling))
         new = head + _fit_newline(middle, fill.text) + tail
-    return await cpu(_judge, req, mode, region, old, new, fill, forwards + fill.forwards, model_ms + fill.ms)
+        out = await cpu(_judge, req, mode, region, old, new, _confidence(fill), forwards + fill.forwards,
+                        model_ms + fill.ms)
+        out.drafts = len(drafts)
+        return out
+    return await cpu(_judge, req, mode, region, old, new, _confidence(fill), forwards + fill.forwards,
+                     model_ms + fill.ms)
 
 
-def _judge(req: EditRequest, mode: str, region: Region, old: str, new: str, fill: Fill, forwards: int,
-           model_ms: float) -> Outcome:
-    """The filters: the region as the model wrote it, diffed into one minimal edit and refused when
-    it changes nothing, undoes the user's last step, breaks the parse or is not sure enough."""
+def _drafts(req: EditRequest, p: _Prepared) -> list[str]:
+    """The region with the user's last step made again at its analogous sites (repeat.py)."""
+    last = req.last_step
+    if last is None:
+        return []
+    lines = req.text.splitlines(keepends=True)
+    anchor = lines[last.first - 1] if 0 < last.first <= len(lines) else None  # the line above an inserted one
+    cursor = _cursor_in(p.old, p.region, req.cursor)
+    return [d for d in repeat.in_region(p.old, cursor, "".join(last.old), "".join(last.new), anchor) if d != p.old]
+
+
+def _cursor_in(old: str, region: Region, cursor: tuple[int, int]) -> int:
+    """The cursor's offset in the region's text `old`."""
+    return sum(map(len, old.splitlines(keepends=True)[:cursor[0] - region.first])) + cursor[1]
+
+
+def _changed(a: str, b: str) -> tuple[int, int, int]:
+    """(start, end in a, end in b) of what differs between a and b: their common ends cut off."""
+    i = len(os.path.commonprefix([a, b]))
+    j = len(os.path.commonprefix([a[i:][::-1], b[i:][::-1]]))
+    return i, len(a) - j, len(b) - j
+
+
+def _span_logp(probed: Probed, lo: int, hi: int) -> float | None:
+    """Mean log-probability of the probed tokens that overlap text[lo:hi] (the token at lo when the
+    span is empty: a deletion is judged by what then stands there)."""
+    at, logs = 0, []
+    for piece, p in zip(probed.pieces, probed.prob):
+        end = at + len(piece)
+        if (at < hi and end > lo) or (lo == hi and at <= lo < end):
+            logs.append(math.log(max(p, 1e-12)))
+        at = end
+    return sum(logs) / len(logs) if logs else None
+
+
+def preference(old: str, probed_old: Probed, draft: str, probed_draft: Probed) -> tuple[float, float] | None:
+    """(the model's mean log-probability of the tokens a draft replaces, of the tokens it writes),
+    each judged in place; None when either side has no token to judge."""
+    a, end_old, end_new = _changed(old, draft)
+    before, after = _span_logp(probed_old, a, end_old), _span_logp(probed_draft, a, end_new)
+    return None if before is None or after is None else (before, after)
+
+
+def _confidence(fill: Fill) -> float:
+    """Mean over the fill's tokens and where it ends (an empty fill, a deletion, is only the latter)."""
+    return (sum(fill.confidence) + fill.end_confidence) / (len(fill.confidence) + 1)
+
+
+def _judge(req: EditRequest, mode: str, region: Region, old: str, new: str, confidence: float, forwards: int,
+           model_ms: float, drafted: bool = False) -> Outcome:
+    """The filters: the region as the model wrote it (or a draft it preferred, `drafted`), diffed into
+    one minimal edit and refused when it changes nothing, undoes the user's last step, breaks the
+    parse or (not drafted) is not sure enough."""
     s, text = req.settings, req.text
-    # mean over the fill's tokens and where it ends (an empty fill, a deletion, is only the latter)
-    confidence = (sum(fill.confidence) + fill.end_confidence) / (len(fill.confidence) + 1)
     edit = minimal_edit(old, new, region.start_offset)
-    out = Outcome(edit, "edit", mode, region, forwards, model_ms, confidence=confidence)
+    out = Outcome(edit, "draft" if drafted else "edit", mode, region, forwards, model_ms, confidence=confidence)
     if edit is None:
         out.reason = "unchanged"
         return out
@@ -280,6 +355,6 @@ def _judge(req: EditRequest, mode: str, region: Region, old: str, new: str, fill
         out.reason, out.edit = "undo", None
     elif breaks_parse(req.spec, text, edit):
         out.reason, out.edit = "parse", None
-    elif confidence < s.min_confidence:
+    elif confidence < s.min_confidence and not drafted:
         out.reason, out.edit = "low-confidence", None
     return out

@@ -148,6 +148,8 @@ class NextEditor:
         self.stats.reasons[out.reason] = self.stats.reasons.get(out.reason, 0) + 1
         self.stats.model_ms.append(out.model_ms)
         self.stats.forwards.append(out.forwards)
+        self.stats.drafts_offered += out.drafts
+        self.stats.drafts_kept += out.reason == "draft" and out.edit is not None
         if out.edit is None:
             return None, out
         self.stats.jumps += out.jump

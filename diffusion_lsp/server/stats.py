@@ -57,6 +57,8 @@ class NextEditStats:
     accepted: int = 0  # the edit's accept command ran
     focus: int = 0  # textDocument/didFocus
     jumps: int = 0  # edits more than nextEdit.jumpLines lines from the cursor
+    drafts_offered: int = 0  # drafts probed: the last edit made again at an analogous site (nextedit/repeat.py)
+    drafts_kept: int = 0  # answers that were a draft the model preferred to what was there
     reasons: dict = field(default_factory=dict)  # outcome reason -> count (edit, no-doubt, unchanged, undo, ...)
     latency_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     model_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)

@@ -1,0 +1,86 @@
+"""The user's last change, made again: what `eval nep`'s repeat-last-edit baseline does once, and
+where the next-edit drafts (issue 21: the last edit applied at the analogous sites of the region,
+each a candidate the model verifies: suggest.py) come from.
+
+A change is the last edited block shrunk by the common character prefix and suffix of its removed
+and added text, widened to whole identifiers (`token_change`): `old_text -> new_text`. When
+old_text is not blank (a rename, a changed literal or argument, a deletion), it is made again where
+old_text occurs as a whole word. A one-line insertion that is the line above it with identifiers
+swapped one for one (`renames`) is made again below a line that holds every swapped-out identifier:
+the copy-and-rename of a field list or a block of assignments.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+
+TOKEN = re.compile(r"\w+|\S")  # identifiers and single symbols
+MAX_SITES = 3  # drafts offered for one request
+
+
+def word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def whole(token: str) -> str:
+    """A pattern for `token` that does not match inside a longer identifier."""
+    return ((r"(?<!\w)" if word_char(token[0]) else "") + re.escape(token) + (r"(?!\w)" if word_char(token[-1]) else ""))
+
+
+def token_change(r: str, n: str) -> tuple[str, str]:
+    """r -> n shrunk by their common character prefix and suffix, widened to whole identifiers."""
+    p = len(os.path.commonprefix([r, n]))
+    s = len(os.path.commonprefix([r[p:][::-1], n[p:][::-1]]))
+    # a cut splits an identifier when the kept char next to it and a changed char are both word chars
+    while p > 0 and word_char(r[p - 1]) and any(p < len(t) - s and word_char(t[p]) for t in (r, n)):
+        p -= 1
+    while s > 0 and word_char(r[-s]) and any(len(t) - s > p and word_char(t[-s - 1]) for t in (r, n)):
+        s -= 1
+    return r[p:len(r) - s], n[p:len(n) - s]
+
+
+def renames(anchor: str, line: str) -> dict[str, str] | None:
+    """The identifier swaps that turn `anchor` into `line`, when that is all that differs."""
+    import difflib
+
+    x, y = TOKEN.findall(anchor), TOKEN.findall(line)
+    swaps = {}
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, x, y, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        if tag != "replace" or i2 - i1 != 1 or j2 - j1 != 1 or not word_char(x[i1][0]) or swaps.get(x[i1], y[j1]) != y[j1]:
+            return None
+        swaps[x[i1]] = y[j1]
+    return swaps or None
+
+
+def copied_below(lines: list[str], swaps: dict[str, str], start: int) -> Iterator[tuple[int, str]]:
+    """(k, the lines with line k's renamed copy inserted below it) for each line k >= start that
+    holds every swapped-out identifier, in order."""
+    find = [re.compile(whole(t)) for t in swaps]
+    swap = re.compile("|".join(whole(t) for t in sorted(swaps, key=len, reverse=True)))
+    for k in range(start, len(lines)):
+        if all(f.search(lines[k]) for f in find):
+            body = lines[k].rstrip("\r\n")
+            ending = lines[k][len(body):]
+            copy = swap.sub(lambda m: swaps[m.group()], body)
+            yield k, "".join(lines[:k]) + body + (ending or "\n") + copy + ending + "".join(lines[k + 1:])
+
+
+def in_region(region: str, cursor: int, removed: str, added: str, anchor: str | None,
+              limit: int = MAX_SITES) -> list[str]:
+    """The region text with the change removed -> added (the user's last step) made again, once per
+    site, nearest after `cursor` (an offset in the region) first, then nearest before it; at most
+    `limit`. `anchor`: the line above an inserted line (for copy-and-rename), None when unknown."""
+    old_text, new_text = token_change(removed, added)
+    if old_text.strip():
+        hits = list(re.finditer(whole(old_text), region))
+        hits.sort(key=lambda m: (m.start() < cursor, abs(m.start() - cursor)))
+        return [region[:m.start()] + new_text + region[m.end():] for m in hits[:limit]]
+    if removed or len(added.splitlines()) != 1 or anchor is None or (swaps := renames(anchor, added)) is None:
+        return []
+    lines = region.splitlines(keepends=True)
+    line = region.count("\n", 0, cursor)
+    return [text for _, text in copied_below(lines, swaps, line + 1)][:limit]
