@@ -127,8 +127,10 @@ def _stored_16bit(folder: Path):
     import torch
     from safetensors import safe_open
 
+    from .model.config import adapter_base
     from .model.pretrained import is_hf_folder, weight_files
 
+    folder = adapter_base(folder) or folder  # low-rank adapters are merged into their base's weights
     if not is_hf_folder(folder):
         return None
     dtypes = set()

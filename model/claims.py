@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import read_json
+from .config import adapter_base, read_json
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,9 @@ GENERAL = Claims()  # an open checkpoint or a remote API: any language, no next-
 def read_claims(folder: str | Path) -> Claims:
     """The claims of a checkpoint folder; GENERAL when it makes none (or cannot be read: loading it
     says what is wrong, in the worker)."""
+    base = adapter_base(folder)
+    if base is not None:  # low-rank adapters (model/lora.py) claim what their base model does
+        folder = base
     try:
         config = read_json(Path(folder) / "config.json")  # never opens a FIFO, never reads 1 GB
     except ValueError:

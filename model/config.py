@@ -185,3 +185,20 @@ def read_json(path: Path, limit: int = MAX_JSON):
         raise ValueError(f"{path.name} is not valid JSON (nested too deeply)") from None
     except ValueError as e:  # JSONDecodeError; also an integer of more than 4300 digits
         raise ValueError(f"{path.name} is not valid JSON ({e})") from None
+
+
+ADAPTER_META = "adapter.json"  # model/lora.py: a folder of low-rank adapters names its base model here
+
+
+def adapter_base(folder: str | Path) -> Path | None:
+    """The base model folder an adapter folder (model/lora.py) names; None for any other folder, or
+    when its adapter.json cannot be read (loading it says why)."""
+    path = Path(folder) / ADAPTER_META
+    if not path.is_file():
+        return None
+    try:
+        meta = read_json(path)
+    except ValueError:
+        return None
+    base = meta.get("base") if isinstance(meta, dict) else None
+    return Path(base) if isinstance(base, str) and base else None

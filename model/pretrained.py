@@ -19,7 +19,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from torch import nn
 
 from .checkpoint import CheckpointError, check_bounds, check_sizes, load_checkpoint, tensor_shapes
-from .config import ModelConfig, SpecialTokens, read_json
+from .config import ADAPTER_META, ModelConfig, SpecialTokens, read_json
 from .families import Family, detect_family, supported
 from .hf_tokenizer import load_tokenizer_files
 from .tokenizer import Tokenizer
@@ -292,11 +292,39 @@ def load_hf_folder(folder: str | Path, device: str | torch.device = "cpu",
 
 def load_folder(folder: str | Path, device: str | torch.device = "cpu",
                 dtype: torch.dtype | None = None) -> tuple[DiffusionTransformer, Tokenizer, dict]:
-    """Our own checkpoint format (float32) or a Hugging Face folder, told apart by config.json."""
+    """Our own checkpoint format (float32), a Hugging Face folder (told apart by config.json), or a
+    folder of low-rank adapters (model/lora.py) merged into the base model it names."""
     folder = Path(folder)
+    if (folder / ADAPTER_META).is_file():
+        return load_adapted(folder, device, dtype)
     if is_hf_folder(folder):
         return load_hf_folder(folder, device, dtype)
     return load_checkpoint(folder, device=device)
+
+
+def load_adapted(folder: Path, device, dtype: torch.dtype | None = None) -> tuple[DiffusionTransformer, Tokenizer, dict]:
+    """An adapter folder: its base model loaded, checked against the fingerprint the adapter was
+    trained on, and the adapters merged into its weights (inference runs the base model's code)."""
+    from .lora import attach, base_id, merge, read_meta
+
+    try:
+        meta = read_meta(folder)
+    except ValueError as e:
+        raise CheckpointError(f"adapter {folder}: {e}") from None
+    base = Path(meta["base"])
+    if (base / ADAPTER_META).is_file():
+        raise CheckpointError(f"adapter {folder}: its base {base} is an adapter too")
+    if not (base / "config.json").is_file():
+        raise CheckpointError(f"adapter {folder}: its base model {base} is not there")
+    if base_id(base) != meta.get("base_id"):
+        raise CheckpointError(f"adapter {folder}: its base model {base} changed since it was adapted; "
+                              "adapt again (`diffusion-lsp adapt`)")
+    model, tokenizer, config = load_folder(base, device, dtype)
+    try:
+        attach(model, folder)
+    except ValueError as e:
+        raise CheckpointError(f"adapter {folder}: {e}") from None
+    return merge(model).eval(), tokenizer, {**config, "adapter": meta}
 
 
 def load_pretrained(path: str | Path, device: str | torch.device = "cpu",

@@ -15,7 +15,7 @@ import json
 import math
 from pathlib import Path
 
-from .config import ModelConfig, SpecialTokens, read_json, regular_file
+from .config import ADAPTER_META, ModelConfig, SpecialTokens, adapter_base, read_json, regular_file
 from .hf_tokenizer import read_tokenizer_json
 
 FORMAT, FORMAT_VERSION = "diffusion-lsp-checkpoint", 1  # checkpoint.py's, which imports torch
@@ -59,9 +59,31 @@ def _tensors(path: Path) -> dict[str, list[int]]:
     return shapes
 
 
+def adapter_problem(folder: Path) -> str | None:
+    """The same for a folder of low-rank adapters (model/lora.py): adapter.json, the adapter weights'
+    header, and the base model it names (ours checked as above; a Hugging Face one for its config)."""
+    try:
+        meta = read_json(folder / ADAPTER_META)
+        if not isinstance(meta, dict) or meta.get("format") != "diffusion-lsp-adapter":
+            return f"{ADAPTER_META} is not a diffusion-lsp-adapter file"
+        shapes = _tensors(folder / "adapter.safetensors")
+    except ValueError as e:
+        return str(e)
+    base = adapter_base(folder)
+    if base is None or not (base / "config.json").is_file():
+        return f"its base model {base} is not there"
+    if not shapes or not all(name.endswith((".lora_a", ".lora_b")) for name in shapes):
+        return "adapter.safetensors holds no adapters"
+    return problem(base) if (base / "model.safetensors").is_file() and "format" in read_json(base / "config.json") \
+        else None
+
+
 def problem(folder: str | Path) -> str | None:
-    """Why `folder` would not load as our checkpoint, in one line; None when it would."""
+    """Why `folder` would not load as our checkpoint (or as adapters on a base), in one line; None
+    when it would."""
     folder = Path(folder)
+    if (folder / ADAPTER_META).is_file():
+        return adapter_problem(folder)
     try:
         config = read_json(folder / "config.json")
         if not isinstance(config, dict) or config.get("format") != FORMAT:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import shutil
 import subprocess
 from pathlib import Path
@@ -208,13 +207,3 @@ def test_adapt_refuses_what_it_cannot_adapt(tiny_checkpoint, tmp_path, capsys):
     assert "not found" in capsys.readouterr().err
     assert main(["adapt", str(tmp_path), "--model", str(tiny_checkpoint), "--minutes", "0"]) == 2
     assert "positive" in capsys.readouterr().err
-
-
-def test_a_hugging_face_checkpoint_is_refused_with_the_reason(tmp_path, capsys):
-    hf = tmp_path / "hf"
-    hf.mkdir()
-    (hf / "config.json").write_text(json.dumps({"model_type": "qwen2", "architectures": ["DreamModel"]}))
-    (tmp_path / "a.py").write_text("x = 1\n")
-    random.seed(0)
-    assert main(["adapt", str(tmp_path), "--model", str(hf), "--no-eval"]) == 2
-    assert "low-rank adapters" in capsys.readouterr().err

@@ -47,8 +47,10 @@ def approx_tokens(text: str) -> int:
 def model_token_counter(folder: str | Path) -> Callable[[str], int]:
     """Count with a checkpoint folder's own tokenizer (tokenizer.json, or a Hugging Face folder's
     vocab.json + merges.txt); approx_tokens when it has none that reads."""
+    from ..model.config import adapter_base
     from ..model.hf_tokenizer import load_tokenizer_files  # the tokenizers library only, no torch
 
+    folder = adapter_base(folder) or folder  # low-rank adapters count with their base model's tokenizer
     try:
         return TokenCounter(load_tokenizer_files(Path(folder)))
     except (ValueError, OSError):

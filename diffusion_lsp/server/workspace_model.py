@@ -36,11 +36,15 @@ class ModelChoice:
 
 
 def _stamp(folder: Path) -> tuple:
-    try:
-        st = os.stat(folder / "config.json")
-    except OSError:
-        return ()
-    return st.st_size, st.st_mtime_ns
+    """(size, mtime) of the files `adapt` writes last: config.json, or adapter.json for adapters."""
+    out = ()
+    for name in ("config.json", "adapter.json"):
+        try:
+            st = os.stat(folder / name)
+        except OSError:
+            continue
+        out += (name, st.st_size, st.st_mtime_ns)
+    return out
 
 
 def choose(launch: LaunchSettings, root: str | None) -> ModelChoice:
@@ -50,13 +54,15 @@ def choose(launch: LaunchSettings, root: str | None) -> ModelChoice:
     if launch.path:
         return ModelChoice(launch.path, "settings")
     folder = Path(root) / ADAPTED if root else None
-    if folder is None or not (folder / "config.json").exists():
+    key = None if folder is None else next((folder / k for k in ("adapter.json", "config.json")
+                                            if (folder / k).exists()), None)
+    if key is None:
         return ModelChoice(None, "embedded")
     stamp = _stamp(folder)
     why = problem(folder)
     if why is not None:
         return ModelChoice(None, "embedded", refused=f"{folder}: {why}", stamp=stamp)
-    adapted = read_json(folder / "config.json").get("adapted")
+    adapted = read_json(key).get("adapted")
     return ModelChoice(str(folder), "workspace", adapted=adapted if isinstance(adapted, dict) else None, stamp=stamp)
 
 

@@ -11,8 +11,10 @@ figures). OUT/run/ holds the training run (corpus/, edits/, checkpoint/, train_s
 log.jsonl): a rerun with the same repository files continues it (Ctrl-C saves; --minutes is a total
 over restarts); once the files changed, or with `fresh`, a new run starts from the base model.
 
-Whole weights are trained: the models this loop trains (ours) are small. A Hugging Face checkpoint
-is refused for now: it would need low-rank adapters, which are not built yet.
+Our own (small) models are trained whole. A model too large for that, a Hugging Face checkpoint
+of a supported family, gets low-rank adapters instead (model/lora.py; rank 16 unless `lora_rank`
+says otherwise): OUT then holds adapter.json and adapter.safetensors, a few MB beside the name and
+fingerprint of the base model, and loading OUT merges them into the base.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ RUN_FORMAT = 1
 MIN_EDITS = 20  # fewer mined edits than this are too few rows to mix in
 EDIT_RATE = 0.2  # share of next-edit rows when there are enough
 CHECKPOINT_FILES = ("model.safetensors", "tokenizer.json", "config.json")  # config.json last: the loader's key
+ADAPTER_FILES = ("adapter.safetensors", "adapter.json")  # model/lora.py; adapter.json last
+HF_LORA_RANK = 16
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class Plan:
     minutes: float = 10.0
     steps: int | None = None  # a budget in optimizer steps instead of minutes (tests, reproducible runs)
     fresh: bool = False  # start a new run even when OUT/run holds one for the same files
+    lora_rank: int | None = None  # None: whole weights for our format, HF_LORA_RANK for a Hugging Face model
     lr: float = 3e-4  # stage 3 of the embedded model's training (its model card): the fine-tune rate
     batch_size: int = 16
     seq_len: int = 512
@@ -54,6 +59,8 @@ class Plan:
     def __post_init__(self):
         if not self.minutes > 0 or (self.steps is not None and self.steps < 1):
             raise UserError(f"--minutes and --steps must be positive, got {self.minutes}, {self.steps}")
+        if self.lora_rank is not None and not 0 <= self.lora_rank <= 1024:
+            raise UserError(f"--lora-rank must be from 0 (whole weights) to 1024, got {self.lora_rank}")
 
     @property
     def run_dir(self) -> Path:
@@ -69,18 +76,18 @@ def _files_digest(files: list[SourceFile], base: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def base_config(base: Path) -> dict:
-    """The base model's config.json; a UserError saying why it cannot be adapted."""
+def base_config(base: Path) -> tuple[dict, bool]:
+    """(the base model's config.json, whether it is a Hugging Face checkpoint); a UserError saying
+    why it cannot be adapted."""
     from ..model.checkpoint import CheckpointError, read_config  # torch: kept off --help
+    from ..model.pretrained import is_hf_folder, read_hf_config
 
     try:
-        return read_config(base)
-    except CheckpointError as e:
-        from ..model.pretrained import is_hf_folder
-
         if base.is_dir() and is_hf_folder(base):
-            raise UserError(f"{base} is a Hugging Face checkpoint: adapting one needs low-rank adapters, "
-                            "which this build does not have yet (it adapts models of its own format)") from None
+            config, _ = read_hf_config(base)  # an unsupported family is refused here
+            return config, True
+        return read_config(base), False
+    except CheckpointError as e:
         raise UserError(str(e)) from None
 
 
@@ -94,7 +101,8 @@ def write_corpus(folder: Path, train: list[SourceFile], held: list[SourceFile], 
                                     "language": s.language, "text": s.text.replace("\r\n", "\n")},
                                    ensure_ascii=False) + "\n")
         os.replace(folder / f"{split}.jsonl.tmp", folder / f"{split}.jsonl")
-    shutil.copyfile(base / "tokenizer.json", folder / "tokenizer.json")
+    if (base / "tokenizer.json").is_file():  # what a run from scratch would read; a run from `init` uses init's
+        shutil.copyfile(base / "tokenizer.json", folder / "tokenizer.json")
 
 
 def write_edits(folder: Path, repo: Path, train: list[SourceFile], base: Path) -> int:
@@ -120,8 +128,9 @@ def _run_matches(plan: Plan, digest: str) -> bool:
         meta.get("base") == str(plan.base.resolve())
 
 
-def train_config(plan: Plan, edits: int, base_model: dict):
-    """The training run: the base model's own shape (`base_model`, its config.json "model")."""
+def train_config(plan: Plan, edits: int, base_model: dict, lora_rank: int):
+    """The training run: the base model's own shape (`base_model`, its config.json "model"), or
+    adapters of `lora_rank` on it."""
     from .config import MODEL_KEYS, TrainConfig
     from .objective import ObjectiveConfig
 
@@ -130,22 +139,29 @@ def train_config(plan: Plan, edits: int, base_model: dict):
     mixed = edits >= MIN_EDITS
     return TrainConfig(corpus=str(plan.run_dir / "corpus"), out=str(plan.run_dir), init=str(plan.base),
                        edits=str(plan.run_dir / "edits") if mixed else None, edit_rate=EDIT_RATE if mixed else 0.0,
-                       model={k: base_model[k] for k in MODEL_KEYS if k in base_model and k != "max_seq_len"},
-                       seq_len=min(plan.seq_len, base_model.get("max_seq_len", plan.seq_len)), batch_size=plan.batch_size, lr=plan.lr, warmup_steps=30,
+                       model={} if lora_rank else {k: base_model[k] for k in MODEL_KEYS
+                                                   if k in base_model and k != "max_seq_len"},
+                       seq_len=min(plan.seq_len, base_model.get("max_seq_len", plan.seq_len)), lora_rank=lora_rank,
+                       batch_size=plan.batch_size, lr=plan.lr, warmup_steps=30,
                        minutes=None if plan.steps else plan.minutes, steps=plan.steps, eval_every=0, eval_batches=0, save_every_minutes=2.0,
                        threads=plan.threads, device=plan.device,
                        objective=ObjectiveConfig(fim_rate=0.5, text_lines=0.5, block_noise=0.5))
 
 
 def publish(run_ckpt: Path, out: Path, extra: dict) -> None:
-    """The run's checkpoint as OUT's model, its config.json carrying `extra`; each file is written
-    beside its place and renamed over it, config.json last, so a reader sees the old model or the new."""
-    config = json.loads((run_ckpt / "config.json").read_text())
-    config.update(extra)
-    for name in CHECKPOINT_FILES:
+    """The run's checkpoint (or adapters) as OUT's model, its config.json (adapter.json) carrying
+    `extra`; each file is written beside its place and renamed over it, the JSON last, so a reader
+    sees the old model or the new; the files of the other kind, from an earlier run, are removed."""
+    adapter = (run_ckpt / ADAPTER_FILES[-1]).is_file()
+    files, other = (ADAPTER_FILES, CHECKPOINT_FILES) if adapter else (CHECKPOINT_FILES, ADAPTER_FILES)
+    for name in other:
+        (out / name).unlink(missing_ok=True)
+    meta = json.loads((run_ckpt / files[-1]).read_text())
+    meta.update(extra)
+    for name in files:
         tmp = out / f".{name}.tmp"
-        if name == "config.json":
-            tmp.write_text(json.dumps(config, indent=2) + "\n")
+        if name == files[-1]:
+            tmp.write_text(json.dumps(meta, indent=2) + "\n")
         else:
             shutil.copyfile(run_ckpt / name, tmp)
         os.replace(tmp, out / name)
@@ -158,12 +174,16 @@ def adapt(plan: Plan, files: list[SourceFile], progress: bool = True) -> dict:
     from .loop import train
     from .state import TrainError
 
-    config = base_config(plan.base)
+    config, hf = base_config(plan.base)
+    rank = plan.lora_rank if plan.lora_rank is not None else HF_LORA_RANK if hf else 0
+    if hf and not rank:
+        raise UserError(f"{plan.base} is a Hugging Face checkpoint: it is adapted with low-rank adapters "
+                        "(--lora-rank 1 or more; 16 when not given), not whole")
     train_files = [f for f in files if not f.held_out]
     held = [f for f in files if f.held_out]
     if not train_files:
         raise UserError(f"{plan.repo}: no source file to adapt to ({len(files)} found, all held out)")
-    digest = _files_digest(train_files, plan.base)
+    digest = f"{_files_digest(train_files, plan.base)}/rank{rank}"  # another rank is another run
     resumed = not plan.fresh and _run_matches(plan, digest)
     if not resumed:
         shutil.rmtree(plan.run_dir, ignore_errors=True)
@@ -174,22 +194,22 @@ def adapt(plan: Plan, files: list[SourceFile], progress: bool = True) -> dict:
              "edits": write_edits(plan.run_dir / "edits", plan.repo, train_files, plan.base)}))
         _ignore_in_git(plan.out)
     edits = json.loads((plan.run_dir / "adapt_run.json").read_text())["edits"]
-    cfg = train_config(plan, edits, config.get("model", {}))
+    cfg = train_config(plan, edits, {} if hf else config.get("model", {}), rank)
     try:
         summary = train(cfg, progress_bar=progress)
     except (TrainError, CheckpointError) as e:
         raise UserError(str(e)) from None
-    if not (plan.run_dir / "checkpoint" / "config.json").is_file():
+    if not any((plan.run_dir / "checkpoint" / f).is_file() for f in ("config.json", ADAPTER_FILES[-1])):
         raise UserError(f"{plan.run_dir}: the training saved no checkpoint")
     info = {"repo": str(plan.repo.resolve()), "base": str(plan.base.resolve()),
             "minutes": round(summary["elapsed_s"] / 60, 2),
             "train_files": len(train_files), "held_out_files": len(held), "edit_records": edits,
             "steps": summary["step"], "tokens": summary["tokens"], "resumed": resumed,
-            "languages": sorted({f.language for f in train_files})}
+            "languages": sorted({f.language for f in train_files}), "lora_rank": rank}
+    adapted = {"adapted": {k: info[k] for k in ("repo", "base", "minutes", "steps", "tokens", "lora_rank")}}
     # what the model claims stays the base model's: minutes on one repository teach it no new language
-    publish(plan.run_dir / "checkpoint", plan.out,
-            {"claims": config.get("claims", {}), "adapted": {k: info[k] for k in
-                                                                    ("repo", "base", "minutes", "steps", "tokens")}})
+    # (adapters claim what their base does: model/claims.py reads it there)
+    publish(plan.run_dir / "checkpoint", plan.out, adapted if rank else {"claims": config.get("claims", {}), **adapted})
     return info
 
 

@@ -33,6 +33,9 @@ def register(sub) -> None:
     p.add_argument("--minutes", type=float, default=10.0, help="training time, a total over reruns (default 10)")
     p.add_argument("--steps", type=int, help="a budget in optimizer steps instead of minutes")
     p.add_argument("--lr", type=float, default=3e-4, help="peak learning rate (default 3e-4)")
+    p.add_argument("--lora-rank", type=int, metavar="R",
+                   help="train low-rank adapters of rank R on the frozen model instead of its whole weights "
+                        "(default: 16 for a Hugging Face checkpoint, whole weights for this project's own)")
     p.add_argument("--out", metavar="DIR", help="where the adapted model goes (default REPO/.diffusion-lsp/model)")
     p.add_argument("--fresh", action="store_true", help="start again from the base model, not from the run in --out")
     p.add_argument("--lines", type=int, default=200, help="held-out lines completed before and after (default 200)")
@@ -60,7 +63,7 @@ def run(args) -> int:
     out = Path(args.out) if args.out else repo / ADAPTED_DIR
     if out.resolve() == base.resolve():
         raise UserError(f"--out {out} is the base model's folder; adapt writes a new one")
-    plan = Plan(repo, base, out, args.minutes, args.steps, fresh=args.fresh, lr=args.lr, threads=launch.threads or 0,
+    plan = Plan(repo, base, out, args.minutes, args.steps, fresh=args.fresh, lora_rank=args.lora_rank, lr=args.lr, threads=launch.threads or 0,
                 device=launch.device)
     files, skipped = repo_files(repo)
     base_config(base)

@@ -41,6 +41,8 @@ class TrainConfig:
     threads: int = 0  # torch threads per process; 0: available cores / local processes
     device: str = "auto"  # auto: cuda when available, else cpu
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    lora_rank: int = 0  # > 0: train low-rank adapters of this rank on init's frozen weights (model/lora.py)
+    lora_alpha: float | None = None  # the adapters' scale is alpha / rank; None: 2 * rank
 
     def __post_init__(self):
         if isinstance(self.objective, dict):
@@ -61,6 +63,8 @@ class TrainConfig:
             raise ValueError(f"warmup_frac must be in [0, 1), got {self.warmup_frac}")
         if self.seq_len < 8 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError(f"bad seq_len/batch_size/lr: {self.seq_len}, {self.batch_size}, {self.lr}")
+        if self.lora_rank < 0 or (self.lora_rank and not self.init):
+            raise ValueError(f"lora_rank must be >= 0 and needs init (the base model), got {self.lora_rank}")
         if self.eval_every < 0 or self.eval_batches < 0 or self.warmup_steps < 0 or self.threads < 0:
             raise ValueError("eval_every, eval_batches, warmup_steps and threads must be >= 0")
 

@@ -17,6 +17,8 @@ from torch import nn
 from tqdm import tqdm
 
 from diffusion_lsp.model.checkpoint import load_checkpoint
+from diffusion_lsp.model.lora import add_adapters
+from diffusion_lsp.model.pretrained import load_folder
 from diffusion_lsp.model.config import ModelConfig, SpecialTokens
 from diffusion_lsp.model.tokenizer import Tokenizer
 from diffusion_lsp.model.transformer import DiffusionTransformer
@@ -26,7 +28,7 @@ from .data import Batches, TokenFiles, newline_table
 from .edit_rows import EditSet, load_records
 from .objective import Batch, diffusion_loss, select_masked
 from .runtime import Runtime, setup
-from .state import Progress, TrainError, has_run, load_run, save_run
+from .state import Progress, TrainError, frozen_dtype, has_run, load_run, save_run
 
 VAL_SEED = 0  # validation batches are the same for every run, so losses compare across runs
 SYNC_EVERY = 8  # under torchrun, rank 0's clock is broadcast every this many steps (a blocking sync)
@@ -83,8 +85,9 @@ def _finished(cfg: TrainConfig, step: int, elapsed_s: float) -> bool:
 
 
 def _optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices and the embedding
-    rest = [p for p in model.parameters() if p.dim() < 2]  # norm weights, biases
+    trained = [p for p in model.parameters() if p.requires_grad]  # with adapters: those alone
+    decay = [p for p in trained if p.dim() >= 2]  # matrices and the embedding
+    rest = [p for p in trained if p.dim() < 2]  # norm weights, biases
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=device.type == "cuda")
 
@@ -145,15 +148,22 @@ def _prepare(cfg: TrainConfig, rt: Runtime, out: Path):
     if has_run(out) or cfg.init:
         if has_run(out):  # resuming wins over init: the run already started from it
             model, tok, state, prog = load_run(out, rt.device)
+        elif cfg.lora_rank:  # adapters on the frozen weights of any model we load (a Hugging Face one too)
+            model, tok, _ = load_folder(cfg.init, rt.device, frozen_dtype(rt.device))
+            add_adapters(model, cfg.lora_rank, cfg.lora_alpha)
+            state, prog = None, Progress()
         else:  # a new run from trained weights: fresh optimizer and budget
             model, tok, _ = load_checkpoint(cfg.init, device=rt.device)
             state, prog = None, Progress()
-        want, have = model_config(cfg, tok).to_dict(), model.config.to_dict()
-        diff = [f"{k}={have[k]} (asked {want[k]})" for k in have if k != "max_seq_len" and have[k] != want[k]]
-        if diff:
-            where = out if state else cfg.init
-            raise TrainError(f"{where} holds a different model: {', '.join(diff)}; use another --out or --init")
-        model.config.max_seq_len = want["max_seq_len"]  # a resumed run may train on longer rows
+        if not cfg.lora_rank:  # adapters keep their base model's shape, whatever the preset says
+            want, have = model_config(cfg, tok).to_dict(), model.config.to_dict()
+            diff = [f"{k}={have[k]} (asked {want[k]})" for k in have if k != "max_seq_len" and have[k] != want[k]]
+            if diff:
+                where = out if state else cfg.init
+                raise TrainError(f"{where} holds a different model: {', '.join(diff)}; use another --out or --init")
+            model.config.max_seq_len = want["max_seq_len"]  # a resumed run may train on longer rows
+        elif cfg.seq_len > model.config.max_seq_len:
+            raise TrainError(f"seq_len {cfg.seq_len} is longer than the model's max_seq_len {model.config.max_seq_len}")
         changed = sorted(k for k, v in cfg.to_dict().items() if state and state["config"].get(k) != v)
         if rt.main and changed:
             print(f"resuming {out} at step {prog.step}; changed settings: {', '.join(changed)}", file=sys.stderr)
@@ -254,6 +264,7 @@ def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
     if rt.main:
         out.mkdir(parents=True, exist_ok=True)
         _log(out, {"event": "start", "step": prog.step, "params": sum(p.numel() for p in model.parameters()),
+                   "trained_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
                    "model": model.config.to_dict(), "world_size": rt.world_size, "device": str(rt.device),
                    "amp": str(rt.amp_dtype), "threads": torch.get_num_threads(), "config": cfg.to_dict()})
 

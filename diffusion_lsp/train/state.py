@@ -1,7 +1,9 @@
 """Saving and resuming a run folder.
 
-RUN_DIR/checkpoint/       our model format (model/checkpoint.py), loadable by `load_checkpoint`;
-                          its config.json carries {"train": {"step": ...}} to pair it with:
+RUN_DIR/checkpoint/       our model format (model/checkpoint.py), loadable by `load_checkpoint`, or
+                          for a run of low-rank adapters (lora_rank) an adapter folder (model/lora.py)
+                          naming the base model; its config.json (adapter.json) carries
+                          {"train": {"step": ...}} to pair it with:
 RUN_DIR/train_state.pt    optimizer state, step, elapsed seconds, tokens seen, the TrainConfig;
                           plain tensors and containers, read with torch.load(weights_only=True).
 
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from diffusion_lsp.model import lora
 from diffusion_lsp.model.checkpoint import load_checkpoint, save_checkpoint
 
 # what a model trained by these commands may claim (model/claims.py): the corpus is Python files only
@@ -43,9 +46,12 @@ def save_run(out: Path, model, tokenizer, optimizer, progress: Progress, config:
     out.mkdir(parents=True, exist_ok=True)
     ckpt, tmp, old = out / "checkpoint", out / "checkpoint.tmp", out / "checkpoint.old"
     shutil.rmtree(tmp, ignore_errors=True)
-    save_checkpoint(tmp, model, tokenizer, extra={"claims": TRAINED_CLAIMS, "train": {
-        "step": progress.step, "tokens": progress.tokens, "elapsed_s": progress.elapsed_s,
-        "val_loss": progress.val_loss}})
+    train = {"step": progress.step, "tokens": progress.tokens, "elapsed_s": progress.elapsed_s,
+             "val_loss": progress.val_loss}
+    if config.get("lora_rank"):  # the adapters alone, beside the name of the frozen base
+        lora.save_adapter(tmp, model, Path(config["init"]), extra={"train": train})
+    else:
+        save_checkpoint(tmp, model, tokenizer, extra={"claims": TRAINED_CLAIMS, "train": train})
     state = {
         "format_version": STATE_VERSION, "step": progress.step, "elapsed_s": progress.elapsed_s,
         "tokens": progress.tokens, "val_loss": progress.val_loss, "world_size": world_size,
@@ -70,10 +76,28 @@ def load_run(out: Path, device: torch.device):
     if state.get("format_version") != STATE_VERSION:
         raise TrainError(f"{out}/train_state.pt has format_version {state.get('format_version')!r}; "
                          f"this build reads {STATE_VERSION}")
-    model, tokenizer, config = load_checkpoint(out / "checkpoint", device=device)
+    model, tokenizer, config = load_trainable(out / "checkpoint", device)
     ckpt_step = config.get("train", {}).get("step")
     if ckpt_step != state["step"]:
         raise TrainError(f"{out}: checkpoint is at step {ckpt_step} but train_state.pt at step {state['step']} "
                          "(interrupted save?); remove one of them to continue")
     progress = Progress(state["step"], state["elapsed_s"], state["tokens"], state.get("val_loss"))
     return model.train(), tokenizer, state, progress
+
+
+def load_trainable(folder: Path, device) -> tuple:
+    """A saved model to train on: our checkpoint, or an adapter folder's base with its adapters
+    attached, unmerged and trainable -> (model, tokenizer, config.json or adapter.json)."""
+    if lora.is_adapter_folder(folder):
+        from diffusion_lsp.model.pretrained import load_folder
+
+        meta = lora.read_meta(folder)
+        model, tokenizer, _ = load_folder(Path(meta["base"]), device, frozen_dtype(device))
+        return lora.attach(model, folder), tokenizer, meta
+    return load_checkpoint(folder, device=device)
+
+
+def frozen_dtype(device) -> torch.dtype | None:
+    """The dtype of the frozen base under adapters: float32 on a CPU, the checkpoint's own (bf16)
+    elsewhere, where a 7B base in float32 would take twice the memory for nothing."""
+    return torch.float32 if torch.device(device).type == "cpu" else None

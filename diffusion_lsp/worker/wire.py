@@ -95,7 +95,7 @@ def weights_id(launch: LaunchSettings) -> str:
         return ""
     folder = model_folder(launch.path)
     h = hashlib.sha256()
-    for path in sorted([*folder.glob("*.safetensors"), folder / "config.json"]):
+    for path in sorted([*folder.glob("*.safetensors"), folder / "config.json", folder / "adapter.json"]):
         try:
             regular_file(path)  # a FIFO would hang the open; the loader says what is wrong with it
             info = path.stat()
