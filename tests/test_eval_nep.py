@@ -228,13 +228,14 @@ def test_command_reports_a_bad_record_in_one_line(tmp_path, capsys):
 @dataclasses.dataclass(frozen=True)
 class FakeSettings:
     mode: str = "refine"
+    drafts: bool = True
 
 
 def test_command_calls_the_model_predictor(tmp_path, capsys, monkeypatch):
     calls = []
 
     async def predict_file(backend, path, old, current, cursor, spec, count, settings):
-        calls.append((backend, path, cursor, spec.name, settings.mode, count("a b c") > 0))
+        calls.append((backend, path, cursor, spec.name, settings.mode, settings.drafts, count("a b c") > 0))
         return types.SimpleNamespace(text=current.replace("foo(2)", "bar(2)"), forwards=5)
 
     monkeypatch.setitem(sys.modules, "diffusion_lsp.nextedit.run", types.SimpleNamespace(predict_file=predict_file))
@@ -246,9 +247,11 @@ def test_command_calls_the_model_predictor(tmp_path, capsys, monkeypatch):
     code, out, _ = run_cli(capsys, "--data", data, "--json", "--predictions", out_path, "--mode", "full",
                            "--no-noise-cases")
     assert code == 0
-    assert calls == [("BACKEND", "a.py", (0, 7), "python", "full", True)]
+    assert calls == [("BACKEND", "a.py", (0, 7), "python", "full", True, True)]
     model = json.loads(out)["rows"][0]
     assert model["name"] == "model" and model["exact"] == 1.0 and model["forwards"] == 5.0
     assert json.loads(out_path.read_text()) == {"id": 0, "predicted": RECORD["new_contents"]}
     run_cli(capsys, "--data", data)
-    assert calls[-1][-2] == "refine"  # the settings' own default without --mode
+    assert calls[-1][-3:-1] == ("refine", True)  # the settings' own defaults without --mode
+    run_cli(capsys, "--data", data, "--no-drafts")
+    assert calls[-1][-2] is False

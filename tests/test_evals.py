@@ -132,3 +132,20 @@ def test_eval_repo_measures_every_row_on_held_out_files_only(tiny_checkpoint, tm
     assert {"shown", "shown_exact", "forwards_per_token", "p50_ms"} <= set(rows["model + drafts"])
     cases = repo.pick_cases([f for f in repo.repo_files(tmp_path)[0] if f.held_out], 6, __import__("random").Random(0))
     assert all(c.doc.uri.split("/", 3)[3] in held for c in cases)
+
+
+def test_eval_repo_adapts_and_puts_the_adapted_rows_beside_the_model(tiny_checkpoint, tmp_path, capsys):
+    body = "".join(f"def load_{n}({n}):\n    data = read({n})\n    return parse(data, {n})\n\n"
+                   for n in ("path", "name", "url", "key", "row"))
+    for i in range(30):
+        (tmp_path / "src" / f"mod{i}.py").parent.mkdir(exist_ok=True)
+        (tmp_path / "src" / f"mod{i}.py").write_text(body)
+    out = tmp_path / "adapted"
+    code = main(["eval", "repo", str(tmp_path / "src"), "--model", str(tiny_checkpoint), "--lines", "4",
+                 "--adapt-minutes", "0.05", "--adapt-out", str(out), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and (out / "config.json").is_file() and result["adapted"]["steps"] >= 1
+    assert list(result["rows"]) == ["copy-previous-line", "drafts alone", "model", "model + drafts", "adapted",
+                                    "adapted + drafts"]
+    assert set(result["loss"]) == {"model", "adapted"} and result["next_edits"] == {}  # no git: no history
+    assert result["next_edit_cases"] == 0

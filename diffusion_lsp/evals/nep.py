@@ -165,6 +165,8 @@ def register(ev) -> None:
                         "the noise rate is measured on when the data has no record with current == new")
     n.add_argument("--mode", choices=("refine", "full"), default=None,
                    help="the model's decoding mode (default: the editor default, nextEdit.mode)")
+    n.add_argument("--no-drafts", action="store_true",
+                   help="refine without drafts (nextEdit.drafts: the last edit made again at analogous sites)")
     add_launch_args(n)
     n.set_defaults(run=run)
 
@@ -183,7 +185,7 @@ def model_predictor(args):
     from ..context.tokens import approx_tokens, model_token_counter
     from ..engine import model_folder
 
-    settings = NextEditSettings() if args.mode is None else NextEditSettings(mode=args.mode)
+    settings = NextEditSettings(drafts=not args.no_drafts, **({} if args.mode is None else {"mode": args.mode}))
     backend = backend_for(launch)
     count = approx_tokens if launch.backend == "openai" else model_token_counter(model_folder(launch.path))
     runner = asyncio.Runner()  # one loop for the whole run: a remote backend's connections live in it
