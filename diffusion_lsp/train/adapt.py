@@ -50,7 +50,7 @@ class Plan:
     steps: int | None = None  # a budget in optimizer steps instead of minutes (tests, reproducible runs)
     fresh: bool = False  # start a new run even when OUT/run holds one for the same files
     lora_rank: int | None = None  # None: whole weights for our format, HF_LORA_RANK for a Hugging Face model
-    lr: float = 3e-4  # stage 3 of the embedded model's training (its model card): the fine-tune rate
+    lr: float = 1e-3  # chosen on a tuning repository (cattrs, 10 minutes): 3e-4 gained 6.3 points, 1e-3 9.3
     batch_size: int = 16
     seq_len: int = 512
     threads: int = 0

@@ -32,7 +32,7 @@ def register(sub) -> None:
     p.add_argument("repo", metavar="REPO", nargs="?", default=".", help="the repository (default: this folder)")
     p.add_argument("--minutes", type=float, default=10.0, help="training time, a total over reruns (default 10)")
     p.add_argument("--steps", type=int, help="a budget in optimizer steps instead of minutes")
-    p.add_argument("--lr", type=float, default=3e-4, help="peak learning rate (default 3e-4)")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
     p.add_argument("--lora-rank", type=int, metavar="R",
                    help="train low-rank adapters of rank R on the frozen model instead of its whole weights "
                         "(default: 16 for a Hugging Face checkpoint, whole weights for this project's own)")
@@ -97,8 +97,9 @@ def run(args) -> int:
         print_report(f"\n{repo}: before (base) and after (adapted), on the held-out files", m, report)
         g = report["gain"]
         print(f"edit similarity with drafts {g['before']:.1%} -> {g['after']:.1%} ({100 * g['points']:+.1f} points)")
-    print(f"adapted model: {out} ({info['steps']} steps); the language server uses it in this repository. "
-          f"Report: {out / REPORT}")
+    where = ("the language server uses it in this repository" if out.resolve() == (repo / ADAPTED_DIR).resolve()
+             else f"use it with --model {out} or the model.path setting")
+    print(f"adapted model: {out} ({info['steps']} steps); {where}. Report: {out / REPORT}")
     return 0
 
 
