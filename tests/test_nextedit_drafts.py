@@ -128,3 +128,24 @@ def test_preference_compares_the_replaced_tokens_with_the_written_ones_in_place(
     # a deletion is judged by the token that then stands where it was
     p_del = Probed(["x", " =", "\n"], [0.9, 0.9, 0.3], [0.9] * 3)
     assert preference(old, p_old, "x =\n", p_del) == pytest.approx((math.log(0.1), math.log(0.3)))
+
+
+def test_the_language_server_offers_the_rename_at_the_next_use_and_counts_the_drafts():
+    from diffusion_lsp.context.records import Document
+    from diffusion_lsp.nextedit.history import EditLog
+    from diffusion_lsp.server.config import parse_config
+    from diffusion_lsp.server.next_edit import NextEditor
+    from diffusion_lsp.server.positions import UTF16
+    from diffusion_lsp.server.stats import NextEditStats
+
+    before = "q = load()\nprint(q)\nsave(q)\n"
+    after = "result = load()\nprint(q)\nsave(q)\n"  # the user renamed the first use
+    log = EditLog()
+    log.note("file:///a.py", "a.py", before, after, 0, 0, 0)
+    backend = Scripted(low={"print(q)", "save(q)"}, high={"print(result)", "save(result)"})
+    editor = NextEditor(backend, NextEditStats(), lambda kind, message: None, log)
+    cfg, _ = parse_config({"nextEdit": {"enable": True}})
+    editor.configure(cfg, count_tokens=lambda t: len(t.split()))
+    edit = asyncio.run(editor.suggest(Document("file:///a.py", after, "python", 2), 2, 0, 6, UTF16, "a.py"))
+    assert (edit.range, edit.text) == (((1, 6), (1, 7)), "result")
+    assert (editor.stats.drafts_offered, editor.stats.drafts_kept, editor.stats.reasons) == (2, 1, {"draft": 1})
