@@ -113,7 +113,7 @@ def _apply(text: str, edit: dict) -> str:
 def print_next_edits(title: str, records: dict[str, list[dict]]) -> None:
     print(f"\n{title}")
     print(f"{'mode':18}{'n':>4} {'end-to-end':^15} {'model':^15} {'forwards':>9} {'fwd/edited':>11}"
-          f" {'with edit':>10} {'right':>7} {'jumps':>6}")
+          f" {'with edit':>10} {'right':>7} {'jumps':>6} {'drafted':>8}")
     print(f"{'':22}" + " p50     p95    " * 2)
     per_token = {}
     for mode, rows in records.items():
@@ -129,7 +129,8 @@ def print_next_edits(title: str, records: dict[str, list[dict]]) -> None:
               f" {_ms(percentile(model, 50)):>7} {_ms(percentile(model, 95)):>7} {fwd or 0:>9}"
               f" {'-' if per_token[mode] is None else f'{per_token[mode]:.2f}':>11}"
               f" {len(edits) / len(rows):>10.0%} {sum(r['right'] for r in rows) / max(1, len(edits)):>7.0%}"
-              f" {sum(bool(r.get('jump')) for r in edits):>6}")
+              f" {sum(bool(r.get('jump')) for r in edits):>6}"
+              f" {sum(r.get('reason') == 'draft' for r in rows) / len(rows):>8.0%}")
     refine = records.get("refine") or []
     p50 = percentile([r["ms"] for r in refine], 50)
     print(f"  goal: next-edit p50 (default mode, remask-and-refine) <= {GOAL_P50_MS:g} ms: "
@@ -139,7 +140,8 @@ def print_next_edits(title: str, records: dict[str, list[dict]]) -> None:
     verdict = "n/a (no edits in one mode)" if ratio is None else f"{ratio:.2f}x ({'met' if ratio <= 0.5 else 'missed'})"
     print(f"  goal: remask-and-refine forwards per edited token <= 1/2 of full re-mask's: {verdict}")
     print("  forwards: per request, both modes' probe and fills; fwd/edited: forwards of the requests with an edit "
-          "over the tokens they rewrote; right: the edit renamed the next use exactly")
+          "over the tokens they rewrote; right: the edit renamed the next use exactly; drafted: the edit was the "
+          "rename made again at a next use and preferred by the model (nextEdit.drafts)")
 
 
 def _ms(x: float | None) -> str:
