@@ -121,9 +121,17 @@ def pick_cases(files: list[SourceFile], n: int, rng: random.Random) -> list[Case
     return cases
 
 
-async def _model_row(name: str, backend, cases: list[Case], settings: CompletionSettings, drafts: bool) -> Row:
+def _bar(items: list, desc: str, progress: bool):
+    """`items` with a progress bar on stderr when `progress` (tqdm is the training loop's too)."""
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit="case", file=sys.stderr, leave=False, disable=not progress or None)
+
+
+async def _model_row(name: str, backend, cases: list[Case], settings: CompletionSettings, drafts: bool,
+                     progress: bool = False) -> Row:
     row = Row(name)
-    for i, c in enumerate(cases):
+    for i, c in enumerate(_bar(cases, name, progress)):
         ctx = gather(c.doc, c.offset, budget=ContextBudget.split(settings.max_context_tokens))
         candidates = tuple(d.text for d in drafts_for(c.doc, c.offset)) if drafts else ()
         t0 = time.perf_counter()
@@ -173,7 +181,7 @@ def _loss(engine, texts: list[str], seed: int) -> dict | None:
         return None
 
 
-def measure(name: str, engine_load, count, m: Material, settings: CompletionSettings) -> dict:
+def measure(name: str, engine_load, count, m: Material, settings: CompletionSettings, progress: bool = False) -> dict:
     """One model's figures: {"rows": its single-line rows without and with drafts, "next_edits": its
     next-edit row, "loss": its masked-token loss}."""
     from ..backend.local import LocalBackend
@@ -183,9 +191,9 @@ def measure(name: str, engine_load, count, m: Material, settings: CompletionSett
 
     async def rows():
         try:
-            plain = await _model_row(name, backend, m.cases, settings, drafts=False)
-            drafted = await _model_row(f"{name} + drafts", backend, m.cases, settings, drafts=True)
-            edits = await edits_row(backend, m.steps, count) if m.steps else None
+            plain = await _model_row(name, backend, m.cases, settings, False, progress)
+            drafted = await _model_row(f"{name} + drafts", backend, m.cases, settings, True, progress)
+            edits = await edits_row(backend, _bar(m.steps, f"{name}: next edits", progress), count) if m.steps else None
             return {r.name: r.report(m.cases) for r in (plain, drafted)}, edits
         finally:
             await backend.close()
@@ -194,13 +202,15 @@ def measure(name: str, engine_load, count, m: Material, settings: CompletionSett
     return {"rows": single, "next_edits": {} if edits is None else {name: edits}, "loss": {name: loss}}
 
 
-def compare(m: Material, models: list[tuple[str, object, object]], settings: CompletionSettings | None = None) -> dict:
-    """The baselines and each (name, engine loader, token counter) of `models`, side by side."""
+def compare(m: Material, models: list[tuple[str, object, object]], settings: CompletionSettings | None = None,
+            progress: bool = False) -> dict:
+    """The baselines and each (name, engine loader, token counter) of `models`, side by side
+    (`progress`: a bar per row on stderr)."""
     settings = settings or CompletionSettings()
     single, edits = baselines(m)
     out = {"rows": single, "next_edits": edits, "loss": {}}
     for name, load, count in models:
-        got = measure(name, load, count, m, settings)
+        got = measure(name, load, count, m, settings, progress)
         for key in out:
             out[key].update(got[key])
     return out

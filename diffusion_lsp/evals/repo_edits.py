@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterable
 
 from ..context.languages import language_for
 from ..data.git_history import EditStep, edit_steps, file_pairs
@@ -32,7 +33,7 @@ def baseline_row(steps: list[EditStep]) -> dict:
                                           for s in steps])
 
 
-async def model_row(backend, steps: list[EditStep], count) -> dict:
+async def model_row(backend, steps: Iterable[EditStep], count) -> dict:
     """The model's next edit at each step (nextedit/run.py, the editor's default settings)."""
     from ..nextedit.run import predict_file  # the model's libraries: only here
 

@@ -68,6 +68,7 @@ def run(args) -> int:
     files, skipped = repo_files(repo)
     base_config(base)
     say = (lambda *a: None) if args.json else print
+    bar = not (args.no_progress or args.json)
     m = None if args.no_eval else material(repo, files, args.lines, args.seed)
     held = sum(f.held_out for f in files)
     say(f"{repo}: {len(files)} source files ({', '.join(sorted({f.language for f in files})) or 'none'}), "
@@ -77,15 +78,15 @@ def run(args) -> int:
     before = None
     if m is not None:
         say("measuring the base model ...")
-        before = compare(m, [("base", functools.partial(engine_for, launch), count)])
+        before = compare(m, [("base", functools.partial(engine_for, launch), count)], progress=bar)
     budget = f"{args.steps} steps" if args.steps else f"{args.minutes:g} minutes"
     say(f"adapting {base} for {budget} on {len(files) - held} files ...")
-    info = adapt(plan, files, progress=not (args.no_progress or args.json))
+    info = adapt(plan, files, progress=bar)
     report = {"repo": str(repo), "files": len(files), "held_out_files": held, "skipped": skipped,
               "adapted": info, "out": str(out)}
     if m is not None:
         after = compare(m, [("adapted", functools.partial(engine_for, dataclasses.replace(launch, path=str(out))),
-                             count)])
+                             count)], progress=bar)
         merged = {key: {**before[key], **{k: v for k, v in after[key].items() if k not in before[key]}}
                   for key in before}
         report |= {"lines": len(m.cases), "next_edit_cases": len(m.steps), **merged, "gain": gain(merged)}
