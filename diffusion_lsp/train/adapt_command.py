@@ -66,7 +66,7 @@ def run(args) -> int:
     plan = Plan(repo, base, out, args.minutes, args.steps, fresh=args.fresh, lora_rank=args.lora_rank, lr=args.lr, threads=launch.threads or 0,
                 device=launch.device)
     files, skipped = repo_files(repo)
-    base_config(base)
+    base_config(base)  # refuses a base that cannot be adapted before minutes of measuring
     say = (lambda *a: None) if args.json else print
     bar = not (args.no_progress or args.json)
     m = None if args.no_eval else material(repo, files, args.lines, args.seed)

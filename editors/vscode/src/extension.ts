@@ -11,7 +11,7 @@ import {
 import { NextEditView, VISIBLE_KEY } from './nextEditView';
 import { noNextEditMessage, STATS, type Stats } from './protocol';
 import {
-  adaptCommand, clientSettings, findExecutable, missingServerMessage, SECTION, serverKeys, userSettings,
+  adaptCommand, clientSettings, findExecutable, minutesProblem, missingServerMessage, SECTION, serverKeys, userSettings,
 } from './settings';
 import { type ClientState, statusView } from './status';
 
@@ -197,8 +197,16 @@ class Extension implements vscode.Disposable {
       void vscode.window.showWarningMessage('Diffusion LSP: open a folder first: adapting learns from its files.');
       return;
     }
+    const minutes = await vscode.window.showInputBox({
+      title: 'Diffusion LSP: adapt the model to this repository',
+      prompt: `Minutes of training on ${folder.name}'s own code, on this machine (its held-out files measure the gain)`,
+      value: '10', validateInput: minutesProblem,
+    });
+    if (minutes === undefined) {
+      return;
+    }
     const s = this.settings();
-    const [command, ...args] = adaptCommand(s.command, folder.uri.fsPath);
+    const [command, ...args] = adaptCommand(s.command, folder.uri.fsPath, Number(minutes));
     const task = new vscode.Task({ type: 'diffusionLsp.adapt' }, folder, 'adapt the model to this repository',
       'Diffusion LSP', new vscode.ProcessExecution(command, args, { env: { ...process.env, ...s.env } as Record<string, string>,
         cwd: folder.uri.fsPath }));

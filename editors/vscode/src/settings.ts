@@ -123,12 +123,20 @@ export function missingServerMessage(command: string[]): string {
     + 'e.g. ["/path/to/venv/bin/diffusion-lsp", "serve"].';
 }
 
-/** The command line that adapts the model to the repository at `folder`: the server's command with
- * `serve` and what follows it replaced by `adapt FOLDER` (a `--model DIR` of the server's stays: the
- * model to adapt). */
-export function adaptCommand(command: string[], folder: string): string[] {
+/** The command line that adapts the model to the repository at `folder` for `minutes`: the server's
+ * command with `serve` and what follows it replaced by `adapt FOLDER` (a `--model DIR` of the
+ * server's stays: the model to adapt). */
+export function adaptCommand(command: string[], folder: string, minutes?: number): string[] {
   const serve = command.indexOf('serve');
   const head = serve < 0 ? command.slice(0, 1) : command.slice(0, serve);
   const model = serve < 0 ? -1 : command.indexOf('--model', serve);
-  return [...head, 'adapt', folder, ...(model >= 0 && model + 1 < command.length ? ['--model', command[model + 1]] : [])];
+  return [...head, 'adapt', folder, ...(model >= 0 && model + 1 < command.length ? ['--model', command[model + 1]] : []),
+    ...(minutes === undefined ? [] : ['--minutes', String(minutes)])];
+}
+
+/** Why a typed number of minutes is not one adapt takes, or null when it is. */
+export function minutesProblem(text: string): string | null {
+  const n = Number(text);
+  return text.trim() !== '' && Number.isFinite(n) && n > 0 && n <= 24 * 60 ? null
+    : 'a number of minutes above 0 (10 by default; more minutes adapt better)';
 }

@@ -11,7 +11,7 @@ import { describe, it } from 'node:test';
 import { acceptAction, applyEdit, preview, textIn } from '../src/nextEdit';
 import { noNextEditMessage, parseNextEdit, type NextEdit } from '../src/protocol';
 import {
-  adaptCommand, clientSettings, findExecutable, missingServerMessage, serverKeys, userSettings,
+  adaptCommand, clientSettings, findExecutable, minutesProblem, missingServerMessage, serverKeys, userSettings,
 } from '../src/settings';
 import { statusView } from '../src/status';
 
@@ -29,6 +29,15 @@ describe('adapt', () => {
       '/ws'), ['/venv/bin/python', '-m', 'diffusion_lsp', 'adapt', '/ws', '--model', '/m']);
     assert.deepEqual(adaptCommand(['/opt/dlsp'], '/ws'), ['/opt/dlsp', 'adapt', '/ws']);
     assert.deepEqual(adaptCommand(['diffusion-lsp', 'serve', '--model'], '/ws'), ['diffusion-lsp', 'adapt', '/ws']);
+    assert.deepEqual(adaptCommand(['diffusion-lsp', 'serve'], '/ws', 2.5), ['diffusion-lsp', 'adapt', '/ws', '--minutes', '2.5']);
+  });
+
+  it('takes a positive number of minutes', () => {
+    assert.equal(minutesProblem('10'), null);
+    assert.equal(minutesProblem('0.5'), null);
+    for (const bad of ['', '0', '-3', 'ten', 'Infinity', '100000']) {
+      assert.match(minutesProblem(bad) ?? '', /minutes above 0/, bad);
+    }
   });
 });
 
