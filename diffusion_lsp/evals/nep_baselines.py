@@ -15,10 +15,9 @@ takes (old, current, cursor) and returns the whole predicted file, or None for n
 
 from __future__ import annotations
 
-import difflib
 import re
 
-from ..nextedit.repeat import copied_below, renames, token_change, whole
+from ..nextedit.repeat import copied_below, last_change, renames, token_change, whole
 
 
 def no_edit(old: str, current: str, cursor: tuple[int, int]) -> None:
@@ -28,12 +27,7 @@ def no_edit(old: str, current: str, cursor: tuple[int, int]) -> None:
 def last_block(old: str, current: str) -> tuple[str, str, int] | None:
     """The last changed block of lines old -> current: (removed text, added text, its first line in
     current); the same opcodes as history.last_change_end, so the cursor is at its end."""
-    a, b = old.splitlines(keepends=True), current.splitlines(keepends=True)
-    ops = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
-    if not ops:
-        return None
-    _, i1, i2, j1, j2 = ops[-1]
-    return "".join(a[i1:i2]), "".join(b[j1:j2]), j1
+    return last_change(old.splitlines(keepends=True), current.splitlines(keepends=True))
 
 
 def repeat_last_edit(old: str, current: str, cursor: tuple[int, int]) -> str | None:

@@ -56,6 +56,18 @@ def renames(anchor: str, line: str) -> dict[str, str] | None:
     return swaps or None
 
 
+def last_change(old: list[str], new: list[str]) -> tuple[str, str, int] | None:
+    """The last changed block of lines old -> new (difflib opcodes over lines): (removed text, added
+    text, its first line in new); None when they are the same."""
+    import difflib
+
+    ops = [op for op in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes() if op[0] != "equal"]
+    if not ops:
+        return None
+    _, i1, i2, j1, j2 = ops[-1]
+    return "".join(old[i1:i2]), "".join(new[j1:j2]), j1
+
+
 def copied_below(lines: list[str], swaps: dict[str, str], start: int) -> Iterator[tuple[int, str]]:
     """(k, the lines with line k's renamed copy inserted below it) for each line k >= start that
     holds every swapped-out identifier, in order."""

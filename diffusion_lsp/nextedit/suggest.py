@@ -293,12 +293,15 @@ async def suggest(req: EditRequest, backend: Backend, key: str, cpu: Cpu = inlin
 def _drafts(req: EditRequest, p: _Prepared) -> list[str]:
     """The region with the user's last step made again at its analogous sites (repeat.py)."""
     last = req.last_step
-    if last is None:
+    change = None if last is None else repeat.last_change(last.old, last.new)  # the step's lines hold context
+    if change is None:
         return []
+    removed, added, at = change
     lines = req.text.splitlines(keepends=True)
-    anchor = lines[last.first - 1] if 0 < last.first <= len(lines) else None  # the line above an inserted one
+    above = last.first + at - 1  # the document line above the changed block: a copied line's original
+    anchor = lines[above] if 0 <= above < len(lines) else None
     cursor = _cursor_in(p.old, p.region, req.cursor)
-    return [d for d in repeat.in_region(p.old, cursor, "".join(last.old), "".join(last.new), anchor) if d != p.old]
+    return [d for d in repeat.in_region(p.old, cursor, removed, added, anchor) if d != p.old]
 
 
 def _cursor_in(old: str, region: Region, cursor: tuple[int, int]) -> int:
