@@ -149,3 +149,15 @@ def test_the_language_server_offers_the_rename_at_the_next_use_and_counts_the_dr
     edit = asyncio.run(editor.suggest(Document("file:///a.py", after, "python", 2), 2, 0, 6, UTF16, "a.py"))
     assert (edit.range, edit.text) == (((1, 6), (1, 7)), "result")
     assert (editor.stats.drafts_offered, editor.stats.drafts_kept, editor.stats.reasons) == (2, 1, {"draft": 1})
+
+
+def test_a_step_with_context_lines_repeats_its_inserted_line_in_the_next_class():
+    before = "class A:\n    width: int\n\n\nclass B:\n    width: int\n    depth: int\n"
+    after = "class A:\n    width: int\n    height: int\n\n\nclass B:\n    width: int\n    depth: int\n"
+    # as the edit log keeps it: the changed line with the lines around it
+    step = Step("file:///m.py", "m.py", 1, ["    width: int\n", "\n"], ["    width: int\n", "    height: int\n", "\n"])
+    req = EditRequest(after, "m.py", (2, 15), PY, [step.diff()], step, NextEditSettings(region_lines=10),
+                      lambda t: len(t.split()))
+    out = run(req, Scripted(high={"height:"}))
+    assert (out.reason, out.drafts) == ("draft", 1)
+    assert out.edit.apply(after) == after.replace("    width: int\n    depth", "    width: int\n    height: int\n    depth")
