@@ -74,8 +74,11 @@ def adapter_problem(folder: Path) -> str | None:
         return f"its base model {base} is not there"
     if not shapes or not all(name.endswith((".lora_a", ".lora_b")) for name in shapes):
         return "adapter.safetensors holds no adapters"
-    return problem(base) if (base / "model.safetensors").is_file() and "format" in read_json(base / "config.json") \
-        else None
+    try:
+        ours = "format" in read_json(base / "config.json")
+    except (ValueError, TypeError):
+        return f"its base model's config.json ({base}) cannot be read"
+    return problem(base) if ours else None  # a Hugging Face base: its loader checks it
 
 
 def problem(folder: str | Path) -> str | None:

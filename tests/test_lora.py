@@ -70,6 +70,8 @@ def test_an_adapter_folder_loads_as_its_base_with_the_update_merged(tiny_checkpo
     (base / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="changed since it was adapted"):
         load_folder(folder)
+    (base / "config.json").write_text("[1, 2")  # cut short: the server's check says so, it does not raise
+    assert "cannot be read" in problem(folder)
     shutil.rmtree(base)
     with pytest.raises(CheckpointError, match="is not there"):
         load_folder(folder)

@@ -62,7 +62,10 @@ def choose(launch: LaunchSettings, root: str | None) -> ModelChoice:
     why = problem(folder)
     if why is not None:
         return ModelChoice(None, "embedded", refused=f"{folder}: {why}", stamp=stamp)
-    adapted = read_json(key).get("adapted")
+    try:
+        adapted = read_json(key).get("adapted")
+    except (ValueError, AttributeError):  # rewritten since it was checked
+        adapted = None
     return ModelChoice(str(folder), "workspace", adapted=adapted if isinstance(adapted, dict) else None, stamp=stamp)
 
 
