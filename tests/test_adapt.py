@@ -124,6 +124,14 @@ def _session(monkeypatch, tmp_path, root: Path) -> tuple[Session, RecordingUi]:
     return session, ui
 
 
+def test_the_log_says_which_model_answers_once_per_choice(monkeypatch, tmp_path):
+    session, ui = _session(monkeypatch, tmp_path, tmp_path / "empty")
+    session.configure(None)
+    session.configure(None)
+    assert [m for kind, m in ui.logged if m.startswith("model: ")] == ["model: the embedded model"]
+    session.indexer.close()
+
+
 def test_the_server_answers_with_the_adapted_model_and_falls_back_when_it_is_corrupt(monkeypatch, tiny_checkpoint,
                                                                                     tmp_path):
     root = tmp_path / "ws"

@@ -89,6 +89,7 @@ class Session:
         self.root: str | None = None  # the workspace folder (initialize's rootUri), where an adapted model is
         self.choice = ModelChoice(self.cfg.model.path, "settings" if self.cfg.model.path else "embedded")
         self._raw = None  # the editor's last settings
+        self._said_model = False  # the log has said which model answers
 
     def configure(self, raw, quiet: bool = False) -> None:
         """Settings from the editor; each bad value is shown once and falls back to its default
@@ -118,12 +119,12 @@ class Session:
         """`cfg` with the model that answers in this workspace (workspace_model.py); a new choice is
         logged, an adapted model refused is shown once."""
         choice = choose(cfg.model, self.root)
-        if choice != self.choice:
+        if choice != self.choice or not self._said_model:  # the first settings say it too
             if choice.refused and choice.refused != self.choice.refused:
                 self.ui.show("warning", f"diffusion-lsp: the adapted model cannot be used ({choice.refused}); "
                                         "using the base model. Run `diffusion-lsp adapt` again to remake it")
             self.ui.log("info", f"model: {choice.describe()}")
-            self.choice = choice
+            self.choice, self._said_model = choice, True
         return cfg if choice.path == cfg.model.path else replace(cfg, model=replace(cfg.model, path=choice.path))
 
     async def opened(self, doc: Document) -> None:
