@@ -18,13 +18,13 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .claims import Claims
-from .config import ModelConfig, SpecialTokens, read_json, regular_file, size_problem
+from .config import (CHECKPOINT_FORMAT, CHECKPOINT_VERSION, ModelConfig, SpecialTokens, read_json, regular_file,
+                     size_problem)
 from .hf_tokenizer import read_tokenizer_json
 from .tokenizer import Tokenizer
 from .transformer import DiffusionTransformer
 
-FORMAT = "diffusion-lsp-checkpoint"
-FORMAT_VERSION = 1
+FORMAT, FORMAT_VERSION = CHECKPOINT_FORMAT, CHECKPOINT_VERSION
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
 
 

@@ -187,7 +187,9 @@ def read_json(path: Path, limit: int = MAX_JSON):
         raise ValueError(f"{path.name} is not valid JSON ({e})") from None
 
 
+CHECKPOINT_FORMAT, CHECKPOINT_VERSION = "diffusion-lsp-checkpoint", 1  # model/checkpoint.py: our own folders
 ADAPTER_META = "adapter.json"  # model/lora.py: a folder of low-rank adapters names its base model here
+ADAPTER_FORMAT, ADAPTER_VERSION = "diffusion-lsp-adapter", 1
 
 
 def adapter_base(folder: str | Path) -> Path | None:

@@ -25,9 +25,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .config import ADAPTER_META, read_json
+from .config import ADAPTER_FORMAT, ADAPTER_META, ADAPTER_VERSION, read_json
 
-FORMAT, FORMAT_VERSION = "diffusion-lsp-adapter", 1
+FORMAT, FORMAT_VERSION = ADAPTER_FORMAT, ADAPTER_VERSION
 META, WEIGHTS = ADAPTER_META, "adapter.safetensors"
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 

@@ -15,10 +15,11 @@ import json
 import math
 from pathlib import Path
 
-from .config import ADAPTER_META, ModelConfig, SpecialTokens, adapter_base, read_json, regular_file
+from .config import (ADAPTER_FORMAT, ADAPTER_META, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, ModelConfig, SpecialTokens,
+                     adapter_base, read_json, regular_file)
 from .hf_tokenizer import read_tokenizer_json
 
-FORMAT, FORMAT_VERSION = "diffusion-lsp-checkpoint", 1  # checkpoint.py's, which imports torch
+FORMAT, FORMAT_VERSION = CHECKPOINT_FORMAT, CHECKPOINT_VERSION
 MAX_HEADER = 100 << 20  # safetensors' own bound on its JSON header
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
                "F8_E4M3": 1, "F8_E5M2": 1}
@@ -64,8 +65,8 @@ def adapter_problem(folder: Path) -> str | None:
     header, and the base model it names (ours checked as above; a Hugging Face one for its config)."""
     try:
         meta = read_json(folder / ADAPTER_META)
-        if not isinstance(meta, dict) or meta.get("format") != "diffusion-lsp-adapter":
-            return f"{ADAPTER_META} is not a diffusion-lsp-adapter file"
+        if not isinstance(meta, dict) or meta.get("format") != ADAPTER_FORMAT:
+            return f"{ADAPTER_META} is not a {ADAPTER_FORMAT} file"
         shapes = _tensors(folder / "adapter.safetensors")
     except ValueError as e:
         return str(e)

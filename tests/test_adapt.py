@@ -15,12 +15,11 @@ import pytest
 from conftest import RecordingUi
 from diffusion_lsp.cli import main
 from diffusion_lsp.data.git_history import edit_steps, file_pairs
-from diffusion_lsp.data.repo import is_held_out, repo_files
+from diffusion_lsp.data.repo import ADAPTED_DIR, is_held_out
 from diffusion_lsp.model.quick_check import problem
 from diffusion_lsp.model.settings import LaunchSettings
 from diffusion_lsp.server.session import ServeOptions, Session
-from diffusion_lsp.server.workspace_model import ADAPTED, changed, choose
-from diffusion_lsp.train.adapt import ADAPTED_DIR, Plan, adapt
+from diffusion_lsp.server.workspace_model import changed, choose
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -94,7 +93,7 @@ def test_quick_check_refuses_what_would_not_load_without_torch(tiny_checkpoint, 
 
 def _adapted(tiny_checkpoint, root: Path) -> Path:
     """A copy of the tiny checkpoint where the server looks in `root`, marked adapted."""
-    folder = root / ADAPTED
+    folder = root / ADAPTED_DIR
     shutil.copytree(tiny_checkpoint, folder)
     config = json.loads((folder / "config.json").read_text())
     config["adapted"] = {"repo": str(root), "base": str(tiny_checkpoint), "minutes": 2, "steps": 7}
@@ -103,7 +102,6 @@ def _adapted(tiny_checkpoint, root: Path) -> Path:
 
 
 def test_the_workspace_model_is_chosen_unless_the_settings_name_one(tiny_checkpoint, tmp_path):
-    assert ADAPTED == ADAPTED_DIR
     assert choose(LaunchSettings(), str(tmp_path)).source == "embedded"
     folder = _adapted(tiny_checkpoint, tmp_path)
     got = choose(LaunchSettings(), str(tmp_path))

@@ -152,7 +152,6 @@ def test_the_language_server_offers_the_rename_at_the_next_use_and_counts_the_dr
 
 
 def test_a_step_with_context_lines_repeats_its_inserted_line_in_the_next_class():
-    before = "class A:\n    width: int\n\n\nclass B:\n    width: int\n    depth: int\n"
     after = "class A:\n    width: int\n    height: int\n\n\nclass B:\n    width: int\n    depth: int\n"
     # as the edit log keeps it: the changed line with the lines around it
     step = Step("file:///m.py", "m.py", 1, ["    width: int\n", "\n"], ["    width: int\n", "    height: int\n", "\n"])

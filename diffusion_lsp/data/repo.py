@@ -19,6 +19,7 @@ from pathlib import Path
 from ..context.languages import LanguageSpec, language_for
 from ..errors import UserError
 
+ADAPTED_DIR = Path(".diffusion-lsp") / "model"  # relative to a repository: `adapt` writes, the server looks
 MAX_FILE_BYTES = 200_000  # larger source files are data or generated
 HELD_OUT_SHARE = 0.2
 SKIP_DIRS = frozenset({"node_modules", "vendor", "third_party", "third-party", "site-packages", "dist", "build",

@@ -9,11 +9,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data.repo import ADAPTED_DIR
 from ..model.config import read_json
 from ..model.quick_check import problem
 from ..model.settings import LaunchSettings
 
-ADAPTED = Path(".diffusion-lsp") / "model"  # train/adapt.py ADAPTED_DIR (that module imports torch)
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def choose(launch: LaunchSettings, root: str | None) -> ModelChoice:
         return ModelChoice(None, "remote")
     if launch.path:
         return ModelChoice(launch.path, "settings")
-    folder = Path(root) / ADAPTED if root else None
+    folder = Path(root) / ADAPTED_DIR if root else None
     key = None if folder is None else next((folder / k for k in ("adapter.json", "config.json")
                                             if (folder / k).exists()), None)
     if key is None:
@@ -74,4 +74,4 @@ def changed(choice: ModelChoice, root: str | None) -> bool:
     stat of one file, cheap enough for every opened document."""
     if choice.source in ("settings", "remote") or not root:
         return False
-    return _stamp(Path(root) / ADAPTED) != choice.stamp
+    return _stamp(Path(root) / ADAPTED_DIR) != choice.stamp

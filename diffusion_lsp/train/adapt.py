@@ -31,7 +31,6 @@ from ..data.git_history import file_pairs
 from ..data.repo import SourceFile
 from ..errors import UserError
 
-ADAPTED_DIR = Path(".diffusion-lsp") / "model"  # relative to a repository: where the server looks
 REPORT = "adapt.json"
 RUN_FORMAT = 1
 MIN_EDITS = 20  # fewer mined edits than this are too few rows to mix in

@@ -53,7 +53,8 @@ def run(args) -> int:
     from ..engine import model_folder
     from ..evals.repo import compare, material, print_report
     from ..options import engine_for, launch_settings
-    from .adapt import ADAPTED_DIR, REPORT, Plan, adapt, base_config
+    from ..data.repo import ADAPTED_DIR
+    from .adapt import REPORT, Plan, adapt, base_config
 
     launch = launch_settings(args)
     if launch.backend != "local":
