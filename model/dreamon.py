@@ -21,7 +21,7 @@ max_tokens (the reference's max_gen_len). Semi-autoregressive blocks do not map 
 length, and neither do the parallel policies nor the context cache: DreamOn commits one position per step
 over the whole window, with a full forward pass each time, and `SamplerConfig`'s policy, block_size and cache
 fields are not used. What is honoured: `heal` (canvas[0] must start with the healed text, as in sampler.py's
-`_constrain`), `time_budget_ms` (past it, every masked position is committed in one greedy step with the
+`_constraint`), `time_budget_ms` (past it, every masked position is committed in one greedy step with the
 expand token blocked), `stop_below`, `one_line` (done once a committed newline has no mask before it) and
 `Decoding.stop` (the request is abandoned between steps). Requests are decoded one after another;
 `VariableDecoding` is driven as sampler.py's `Decoding` is (no drafts: the canvas changes size).

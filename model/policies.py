@@ -10,22 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels.vocab_stats import token_stats  # noqa: F401  (the statistics the policies read)
 from .settings import POLICIES
-
-
-def token_stats(logits: torch.Tensor, entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """logits [B, N, V] -> (pred [B, N], conf [B, N], entropy [B, N] or None) of the greedy prediction.
-
-    conf = exp(max - logsumexp) needs no full softmax; the entropy (EB-sampler only) does."""
-    logits = logits.float()
-    best, pred = logits.max(dim=-1)
-    lse = torch.logsumexp(logits, dim=-1)
-    conf = (best - lse).exp()
-    if not entropy:
-        return pred, conf, None
-    logp = logits - lse[..., None]
-    h = -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)
-    return pred, conf, h
 
 
 def _ranks(score: torch.Tensor, eligible: torch.Tensor, descending: bool) -> torch.Tensor:

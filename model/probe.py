@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..kernels.vocab_stats import Constraint, head_stats
 from .tokenizer import Tokenizer, decode_pieces
 from .canvas import DoesNotFit, fit_context
 from .reuse import ContextMemo, Entry
@@ -84,12 +85,10 @@ def score_rows(model, tok: Tokenizer, rows: list[ScoreRow], stride: int) -> tupl
         pick = (at % stride)[None, :].expand(R, n)  # [R, n] the pass that masked each middle token
         for j in range(1, stride):
             hidden = torch.where((pick == j)[..., None], h[j - 1], hidden)
-    logits = model.logits(hidden).float()  # [R, n, V]
-    banned = [i for i in (tok.mask_id, tok.bos_id) if i is not None]
-    logits[..., banned] = float("-inf")
-    probs = torch.softmax(logits, -1)
-    prob = probs.gather(-1, mid[..., None]).squeeze(-1) * in_mid
-    best = probs.max(-1).values * in_mid
+    banned = tuple(i for i in (tok.mask_id, tok.bos_id) if i is not None)
+    stats = head_stats(model, hidden.reshape(R * n, -1), Constraint(banned), target=mid.reshape(R * n))
+    prob = stats.target_prob.view(R, n) * in_mid
+    best = stats.conf.view(R, n) * in_mid
     return prob, best, cache
 
 

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .canvas import FillRequest, Row, build_row, newline_first_table
-from .policies import block_eligible, select, token_stats
+from ..kernels.vocab_stats import Constraint, head_stats
+from .policies import block_eligible, select
 from .reuse import ContextMemo, Entry, Plan, warm_row
 from .settings import SamplerConfig
 from .results import MASK_GLYPH, Decoded, Draft, FillResult, result_of, unhealed
@@ -134,23 +135,21 @@ def _take(value, kept: torch.Tensor):
     return None if value is None else value[kept]
 
 
-def _constrain(logits: torch.Tensor, rows, cols, batch: _Batch, tok: Tokenizer, cur: torch.Tensor,
-               trailing: bool) -> torch.Tensor:
-    """logits [M, V] of the masked positions (rows, cols): never predict mask/bos; with token
-    healing, canvas[0] must start with the typed text; with trailing fillers, no filler before a
-    committed real token (cur: canvas ids [B, N]), nor at canvas[0] (training never has an empty middle)."""
-    logits = logits.float()
-    banned = [i for i in (tok.mask_id, tok.bos_id) if i is not None]
-    logits[:, banned] = float("-inf")
+def _constraint(rows, cols, batch: _Batch, tok: Tokenizer, cur: torch.Tensor, trailing: bool) -> Constraint:
+    """What the masked positions (rows, cols) may predict: never mask/bos; with token healing,
+    canvas[0] must start with the typed text; with trailing fillers, no filler before a committed
+    real token (cur: canvas ids [B, N]), nor at canvas[0] (training never has an empty middle)."""
+    banned = tuple(i for i in (tok.mask_id, tok.bos_id) if i is not None)
+    allow = allow_row = no_filler = None
     if batch.allowed_first.shape[1]:
-        at0 = (cols == 0) & batch.allowed_first.any(-1)[rows]
-        logits[at0] = logits[at0].masked_fill(~batch.allowed_first[rows[at0]], float("-inf"))
+        allow = batch.allowed_first
+        allow_row = torch.where((cols == 0) & batch.allowed_first.any(-1)[rows], rows, -1)
     if trailing:
         real = ~batch.masked & batch.canvas_valid & (cur != tok.filler_id)
         at = torch.arange(real.shape[1], device=real.device)
         last_real = torch.where(real, at, -1).max(-1).values
-        logits[(cols < last_real[rows]) | (cols == 0), tok.filler_id] = float("-inf")
-    return logits
+        no_filler = (cols < last_real[rows]) | (cols == 0)
+    return Constraint(banned, tok.filler_id, no_filler, allow, allow_row)
 
 
 def _cached_pass(model, batch: _Batch, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -206,8 +205,9 @@ def _predict(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, step: int
     elsewhere); only they need logits."""
     rows, cols = eligible.nonzero(as_tuple=True)
     h = _hidden_at(model, batch, cfg, step, rows, cols, whole)
-    logits = _constrain(model.logits(h), rows, cols, batch, tok, cur, cfg.trailing_fillers)
-    pred_m, p_m, h_m = token_stats(logits, entropy=cfg.policy == "eb")
+    stats = head_stats(model, h, _constraint(rows, cols, batch, tok, cur, cfg.trailing_fillers),
+                       entropy=cfg.policy == "eb")
+    pred_m, p_m, h_m = stats.pred, stats.conf, stats.entropy
     shape = batch.masked.shape
     pred = torch.zeros(shape, dtype=torch.long, device=h.device).index_put_((rows, cols), pred_m)
     conf = torch.zeros(shape, device=h.device).index_put_((rows, cols), p_m)

@@ -160,11 +160,16 @@ class DiffusionTransformer(nn.Module):
             values.append(v)
         return self.norm(x), KVCache(keys, values, fresh_mask)
 
+    def head_weight(self) -> torch.Tensor | None:
+        """The output head as one [V, D] matrix (what the fused kernels take); None for the int8 head."""
+        if self.int8_head is not None:
+            return None
+        return self.embed.weight if self.lm_head is None else self.lm_head.weight
+
     def logits(self, h):
         if self.int8_head is not None:
             return self.int8_head(h)
-        weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(h, weight)
+        return F.linear(h, self.head_weight())
 
     def forward(self, tokens, positions=None, key_mask=None, cache: KVCache | None = None):
         """tokens [B, S] -> (logits [B, S, V], KVCache of these positions).

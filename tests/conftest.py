@@ -9,7 +9,11 @@ import os
 
 # the tests run on the CPU on every host: a GPU host would otherwise run the end-to-end tests on CUDA
 # ("auto" picks it), in this process and in every process the tests start. Set before torch looks.
-os.environ["CUDA_VISIBLE_DEVICES"] = ""
+# The GPU tier (tests/test_gpu.py) is its own run: `DIFFUSION_LSP_TEST_GPU=1 pytest tests/test_gpu.py`.
+# Without it the Triton kernels run on CPU tensors in Triton's interpreter (set before triton is imported).
+if os.environ.get("DIFFUSION_LSP_TEST_GPU") != "1":
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ["TRITON_INTERPRET"] = "1"
 
 import sysconfig  # noqa: E402
 import tempfile  # noqa: E402
@@ -67,7 +71,7 @@ class OracleModel(torch.nn.Module):
     """A fake denoiser with known logits: position q should hold table[q] (filler where the table has
     nothing). Its confidence is p_hi at positions in `easy` or whose left neighbour is no longer a
     mask, else p_lo, so parallel policies have something to decide. Speaks the sampler's model API:
-    hidden() and logits(), full and cached modes."""
+    hidden(), logits() and head_weight() (None: a head that is not one matrix), full and cached modes."""
 
     def __init__(self, tok, table: dict[int, int], easy=(), p_hi=0.99, p_lo=0.6, shift=False,
                  rival: dict[int, int] | None = None):
@@ -88,6 +92,9 @@ class OracleModel(torch.nn.Module):
             left_is_mask = tokens == self.tok.mask_id
         h = torch.stack([(positions + shift).float(), left_is_mask.float()], -1)  # [B, S, 2]
         return h, KVCache([], [], key_mask)
+
+    def head_weight(self):
+        return None
 
     def logits(self, h):
         V = self.config.vocab_size

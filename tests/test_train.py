@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 import torch
 
+from diffusion_lsp.kernels.linear_ce import weighted_ce
 from diffusion_lsp.model.checkpoint import load_checkpoint
 from diffusion_lsp.model.tokenizer import train_bpe
 from diffusion_lsp.train import command
 from diffusion_lsp.train.config import TrainConfig
 from diffusion_lsp.train.data import Batches, TokenFiles, newline_table
 from diffusion_lsp.train.loop import train
-from diffusion_lsp.train.objective import (CANVAS_SIZES, Batch, ObjectiveConfig, diffusion_loss, fim_row, make_batch,
+from diffusion_lsp.train.objective import (CANVAS_SIZES, Batch, ObjectiveConfig, fim_row, make_batch,
                                            masked_weights, noise, plain_row, select_masked)
 
 TOY = SimpleNamespace(bos_id=0, mask_id=1, filler_id=2)  # ids only: the row functions need no vocabulary
@@ -84,7 +85,7 @@ def test_loss_is_weighted_mean_and_ignores_padding():
     batch = Batch(targets, targets, torch.ones(B, S, dtype=torch.bool), masked, t, n_scored=7)
     h, tgt, w = select_masked(hidden, batch, shift=False)
     logits = h @ torch.zeros(D, V)  # uniform prediction: CE = log V at each masked position
-    loss = diffusion_loss(logits, tgt, w, batch.n_scored)
+    loss = weighted_ce(logits, tgt, w, batch.n_scored)
     assert torch.isfinite(loss)
     assert math.isclose(loss.item(), math.log(V) * (2 / 0.5 + 1 / 0.25) / 7, rel_tol=1e-5)
 

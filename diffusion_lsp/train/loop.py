@@ -26,7 +26,9 @@ from diffusion_lsp.model.transformer import DiffusionTransformer
 from .config import TrainConfig
 from .data import Batches, TokenFiles, newline_table
 from .edit_rows import EditSet, load_records
-from .objective import Batch, diffusion_loss, select_masked
+from diffusion_lsp.kernels.linear_ce import masked_cross_entropy
+
+from .objective import Batch, select_masked
 from .runtime import Runtime, setup
 from .state import Progress, TrainError, frozen_dtype, has_run, load_run, save_run
 
@@ -48,7 +50,7 @@ class MaskedDiffusionLoss(nn.Module):
         h, _ = self.model.hidden(inputs, positions, key_mask)  # [B, S, D]
         batch = Batch(targets, inputs, key_mask, masked, t, n_scored)
         h, tgt, w = select_masked(h, batch, self.model.config.shift_logits)  # [M, D], [M], [M]
-        return diffusion_loss(self.model.logits(h), tgt, w, n_scored)
+        return masked_cross_entropy(self.model, h, tgt, w, n_scored)  # fused with the head on CUDA
 
 
 def _call(loss_fn, batch: Batch):

@@ -9,7 +9,7 @@ Two kinds of rows, mixed by `ObjectiveConfig.fim_rate`:
   filler tokens; only canvas positions are noised, so the model learns to write the middle and
   to end it with fillers (that is how the sampler's fill length adapts up to N).
 
-Loss (LLaDA eq. 3): -1/n * sum over rows and masked positions of log p(x_i | x_t) / t, where n is
+Loss (LLaDA eq. 3, kernels/linear_ce.py): -1/n * sum over rows and masked positions of log p(x_i | x_t) / t, where n is
 the number of positions that could have been masked (non-bos tokens of plain rows, canvas
 positions of FIM rows); padding is never masked and never scored.
 
@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 
 # canvas sizes the sampler is called with (span kinds in the server, eval splits): training on them
@@ -244,13 +243,6 @@ def make_batch(crops: list[np.ndarray], seq_len: int, tok, newline: np.ndarray, 
 def masked_weights(masked: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """1/t of each masked position, in `masked.nonzero()` order: [M]. t: [B] per row or [B, S]."""
     return (1.0 / t)[masked] if t.dim() == 2 else (1.0 / t)[:, None].expand_as(masked)[masked]
-
-
-def diffusion_loss(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor, n_scored: int) -> torch.Tensor:
-    """LLaDA eq. 3 on the masked positions only: logits [M, V], targets [M], weights [M] (= 1/t).
-    Cross-entropy runs in fp32 whatever the autocast dtype."""
-    ce = F.cross_entropy(logits.float(), targets, reduction="none")  # [M]
-    return (ce * weights).sum() / max(n_scored, 1)
 
 
 def select_masked(hidden: torch.Tensor, batch: Batch, shift: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
