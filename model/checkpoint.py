@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from .claims import Claims
 from .config import (CHECKPOINT_FORMAT, CHECKPOINT_VERSION, ModelConfig, SpecialTokens, read_json, regular_file,
@@ -142,6 +142,8 @@ def check_sizes(cfg: ModelConfig, shapes: dict[str, list[int]], name: Callable[[
 
 def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu",
                     dtype: torch.dtype = torch.float32) -> tuple[DiffusionTransformer, Tokenizer, dict]:
+    """(model, tokenizer, config.json) with every weight in `dtype` (float32 by default, whatever the
+    file stores: config.json's "dtype" says what `save_checkpoint` wrote)."""
     folder = Path(folder)
     config = read_config(folder)
     if isinstance(config.get("model"), dict):
@@ -164,14 +166,16 @@ def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu",
                               f"model only {model_config.vocab_size}")
     path = folder / "model.safetensors"
     check_sizes(model_config, tensor_shapes(folder, path), lambda ours: ours, lambda field: f"model.{field}", folder)
-    try:
-        state = load_file(str(path), device=str(device))
+    try:  # one tensor at a time, cast on its way to `device`: the peak is the model in `dtype` plus one
+        # stored tensor, not a whole float32 copy beside it (on a GPU, in its memory)
+        with safe_open(str(path), framework="pt") as f:
+            state = {name: f.get_tensor(name).to(device=device, dtype=dtype) for name in f.keys()}
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"checkpoint {folder}: model.safetensors is corrupt ({e})") from None
     with torch.device("meta"):
         model = DiffusionTransformer(model_config)
     try:
-        model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True, assign=True)
+        model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as e:
         first = " ".join(str(e).split())[:300]
         raise CheckpointError(f"checkpoint {folder}: weights do not match config.json ({first})") from None

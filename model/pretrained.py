@@ -292,19 +292,21 @@ def load_hf_folder(folder: str | Path, device: str | torch.device = "cpu",
 
 def load_folder(folder: str | Path, device: str | torch.device = "cpu",
                 dtype: torch.dtype | None = None) -> tuple[DiffusionTransformer, Tokenizer, dict]:
-    """Our own checkpoint format (float32), a Hugging Face folder (told apart by config.json), or a
-    folder of low-rank adapters (model/lora.py) merged into the base model it names."""
+    """Our own checkpoint format, a Hugging Face folder (told apart by config.json), or a folder of
+    low-rank adapters (model/lora.py) merged into the base model it names; weights in `dtype`, or
+    when None float32 for our own format and as `weights_dtype` says for a Hugging Face one."""
     folder = Path(folder)
     if (folder / ADAPTER_META).is_file():
         return load_adapted(folder, device, dtype)
     if is_hf_folder(folder):
         return load_hf_folder(folder, device, dtype)
-    return load_checkpoint(folder, device=device)
+    return load_checkpoint(folder, device, dtype or torch.float32)
 
 
 def load_adapted(folder: Path, device, dtype: torch.dtype | None = None) -> tuple[DiffusionTransformer, Tokenizer, dict]:
-    """An adapter folder: its base model loaded, checked against the fingerprint the adapter was
-    trained on, and the adapters merged into its weights (inference runs the base model's code)."""
+    """An adapter folder: its base model loaded (in `dtype`, as `load_folder` loads it), checked against
+    the fingerprint the adapter was trained on, and the adapters merged into its weights (inference
+    runs the base model's code; LoRALinear.merged adds B A in float32 and rounds the sum to `dtype`)."""
     from .lora import attach, base_id, merge, read_meta
 
     try:

@@ -55,7 +55,7 @@ def test_the_engine_uses_int8_on_cpu_only_when_asked_or_auto(tiny_checkpoint):
     with pytest.raises(ValueError, match="CPU"):
         load_engine(LaunchSettings(str(tiny_checkpoint), device="cuda", precision="int8"))
     with pytest.raises(ValueError, match="precision"):
-        LaunchSettings(str(tiny_checkpoint), device="cpu", precision="fp16")
+        LaunchSettings(str(tiny_checkpoint), device="cpu", precision="fp8")
 
 
 @pytest.mark.parametrize("tied", [True, False])
