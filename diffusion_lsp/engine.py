@@ -47,23 +47,29 @@ class Engine:
     def decode_orders(self, orders, keys):
         """A decoding of the Backend's orders (backend/orders.py FillOrder, one sampling config for all)
         as one batch; keys[i] names order i's document (its context is remembered for its next fill)."""
-        from .model.canvas import FillRequest
-
-        requests = [FillRequest(o.prefix, o.suffix, o.max_tokens, id=i, one_line=o.one_line, doc=k or None,
-                                drafts=o.drafts, candidates=o.candidates) for i, (o, k) in enumerate(zip(orders, keys))]
-        return self.decoding(requests, orders[0].sampling)
+        return self.decoding(_requests(orders, keys, 0), orders[0].sampling)
 
     @staticmethod
-    def answers(decoding) -> list:
-        """A driven decoding's results as the Backend's answers: a Fill per order, None for a stopped one."""
+    def join(decoding, orders, keys) -> list[int]:
+        """Orders that join a running decoding (`decoding.joins`; the same sampling) -> their indices."""
+        return decoding.add(_requests(orders, keys, len(decoding.fills)))
+
+    @staticmethod
+    def answer_of(decoding, i: int):
+        """Order i's answer once it has finished: a Fill, or None when it was stopped."""
         from .backend.orders import DraftTally, Fill
 
-        results = decoding.results()
-        return [None if r.cancelled else Fill(r.text, r.pieces, r.confidence, r.ms, r.forwards, r.reused,
-                                              r.end_confidence, len(results), r.budget_hit,
-                                              draft=DraftTally(r.draft.offered, r.draft.tokens, len(r.draft.kept))
-                                              if r.draft else DraftTally())
-                for r in results]
+        r = decoding.result(i)
+        if r.cancelled:
+            return None
+        return Fill(r.text, r.pieces, r.confidence, r.ms, r.forwards, r.reused, r.end_confidence, r.batch,
+                    r.budget_hit, draft=DraftTally(r.draft.offered, r.draft.tokens, len(r.draft.kept))
+                    if r.draft else DraftTally())
+
+    @classmethod
+    def answers(cls, decoding) -> list:
+        """A driven decoding's results as the Backend's answers: a Fill per order, None for a stopped one."""
+        return [cls.answer_of(decoding, i) for i in range(len(decoding.fills))]
 
     def answer(self, orders, keys, stops=None) -> list:
         """Fill `orders` to the end -> a Fill per order; with `stops` (a threading.Event per order),
@@ -97,6 +103,13 @@ class Engine:
         from .model.probe import probe
 
         return probe(self.model, self.tokenizer, prefix, middle, suffix, stride, self.memo, doc)
+
+
+def _requests(orders, keys, first: int) -> list:
+    from .model.canvas import FillRequest
+
+    return [FillRequest(o.prefix, o.suffix, o.max_tokens, id=first + i, one_line=o.one_line, doc=k or None,
+                        drafts=o.drafts, candidates=o.candidates) for i, (o, k) in enumerate(zip(orders, keys))]
 
 
 def _context_memo():
@@ -140,12 +153,32 @@ def _stored_16bit(folder: Path):
     return {"BF16": torch.bfloat16, "F16": torch.float16}.get(dtypes.pop()) if len(dtypes) == 1 else None
 
 
+def _float_dtype(precision: str, device: str, folder: Path):
+    """The dtype a float `precision` (not int8) loads weights in; None: the loader's own choice
+    (float32 for our own format, a Hugging Face folder's torch_dtype off the CPU, model/pretrained.py)."""
+    import torch
+
+    from .model.config import adapter_base
+    from .model.pretrained import is_hf_folder
+
+    named = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if precision != "auto":
+        return named[precision]
+    if not device.startswith("cuda") or is_hf_folder(adapter_base(folder) or folder):
+        return None
+    # our own format is stored in float32: on a GPU with native bf16 (compute capability 8.0+; older
+    # ones only emulate it) bf16 halves the weight bytes each pass reads
+    with torch.cuda.device(device):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else None
+
+
 def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
     """Load a checkpoint folder (default: the embedded model): our own format or a Hugging Face folder
     of a supported family (model/pretrained.py). Raises CheckpointError when the folder is missing,
     corrupt or unsupported. precision "auto": int8 weights on a CPU that has the kernels
-    (model/quantize.py), the checkpoint's own elsewhere (bf16 stays bf16 on a GPU); "fp32": float32
-    everywhere; "int8" only on CPU."""
+    (model/quantize.py), else float32 on CPU; on a CUDA GPU bf16 for our own format (where the GPU has
+    it) and the checkpoint's own for a Hugging Face folder (bf16 stays bf16); "fp32", "bf16", "fp16":
+    that dtype for every format on every device; "int8" only on CPU."""
     import torch
 
     from .model.checkpoint import CheckpointError
@@ -169,7 +202,7 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
     # so no float32 model ever exists. Peak RSS of an int8 load of a Qwen2.5-Coder-0.5B shaped folder
     # (`bench pretrained`): 3553 MB loading float32 then quantizing, 2230 MB this way (1331 MB of it
     # anonymous; the rest is the file's pages, mapped while any bf16 tensor of it lives).
-    dtype = _stored_16bit(folder) if int8 else torch.float32 if precision == "fp32" else None
+    dtype = _stored_16bit(folder) if int8 else _float_dtype(precision, device, folder)
     model, tokenizer, meta = load_folder(folder, device, dtype)
     if int8:
         quantize_int8(model)

@@ -218,9 +218,20 @@ class VariableDecoding:
         self.t0 = time.perf_counter()
         self.stopped: set[int] = set()
         self.fills = [Decoded(r, None) for r in requests]
+        self.finished: list[int] = []
+
+    joins = False  # one request at a time: nothing to join
 
     def stop(self, i: int) -> None:
         self.stopped.add(i)
+
+    def take_finished(self) -> list[int]:
+        """The requests that ended since the last call (said at the turn after their last step)."""
+        done, self.finished = self.finished, []
+        return done
+
+    def active(self) -> int:
+        return sum(1 for f in self.fills if not f.canvas and not f.cancelled)
 
     @torch.inference_mode()
     def __iter__(self) -> Iterator[list]:
@@ -228,6 +239,10 @@ class VariableDecoding:
         for i, (req, f) in enumerate(zip(self.requests, self.fills)):
             for _ in _decode(self.model, self.tok, req, self.cfg, f, self.stopped, i, self.t0, shift, device):
                 yield []
+            self.finished.append(i)
+
+    def result(self, i: int) -> FillResult:
+        return result_of(self.fills[i], self.tok)
 
     def results(self) -> list[FillResult]:
         return [result_of(f, self.tok) for f in self.fills]

@@ -29,6 +29,7 @@ class FillResult:
     canvas: list[int] = field(default_factory=list, repr=False)  # all canvas ids, fillers included
     end_confidence: float = 1.0  # how sure the model was where the text ends (its surest filler; 1.0: none)
     draft: Verdict | None = None  # what the model kept of the request's drafts (verify.py); None: none offered
+    batch: float = 1.0  # the mean rows of the steps it took part in (its batch-mates and itself)
 
     @property
     def tokens(self) -> int:
@@ -52,6 +53,8 @@ class Decoded:
     canvas: list[int] = field(default_factory=list)  # [N] once done, fillers included
     conf: list[float] = field(default_factory=list)  # [N] once done
     verdict: Verdict | None = None  # its drafts, verified (verify.py)
+    row_steps: int = 0  # rows of every step it took part in, added up (continuous batching: they come and go)
+    steps: int = 0
 
 
 MASK_GLYPH = "\u2592"  # how a still-masked position shows in a draft (one per position)
@@ -120,4 +123,4 @@ def result_of(f: Decoded, tok: Tokenizer) -> FillResult:
                       budget_hit=f.budget_hit, cancelled=f.cancelled, reused=f.plan.reused() if f.plan else 0,
                       canvas=f.canvas,
                       end_confidence=max((c for t, c in zip(f.canvas, f.conf) if t == tok.filler_id), default=1.0),
-                      draft=f.verdict)
+                      draft=f.verdict, batch=f.row_steps / f.steps if f.steps else 1.0)

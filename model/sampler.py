@@ -110,6 +110,50 @@ class _Batch:
             if not f.metadata.get("fixed"):
                 setattr(self, f.name, _take(getattr(self, f.name), kept))
 
+    def joined(self, other: _Batch) -> _Batch:
+        """This batch and `other` (rows that joined, their first pass done) as one: both padded to
+        the longer row and the wider canvas, the junk column kept last (STYLE: a new row's first
+        pass is its own, every later step is shared)."""
+        S, N = max(self.junk, other.junk), max(self.masked.shape[1], other.masked.shape[1])
+        vocab = max(self.allowed_first.shape[1], other.allowed_first.shape[1])
+        vocab_nl = max(self.newline_first.shape[1], other.newline_first.shape[1])
+        parts = [b._padded(S, N, vocab, vocab_nl) for b in (self, other)]
+        fields = {f.name: _cat(parts[0][f.name], parts[1][f.name]) for f in dataclasses.fields(self)
+                  if not f.metadata.get("fixed")}
+        if self.cache is None or other.cache is None:  # the next step is a full pass for every row
+            fields["cache"] = None
+        return _Batch(**fields, newline=self.newline if self.newline is not None else other.newline,
+                      shift=self.shift, rows=self.rows + other.rows)
+
+    def _padded(self, S: int, N: int, vocab: int, vocab_nl: int) -> dict:
+        """Every per-row field, as if the batch had been built with rows of S tokens and canvases of N."""
+        B, junk, n = self.x.shape[0], self.junk, self.masked.shape[1]
+
+        def cols(t):  # [B, junk + 1, ...] -> [B, S + 1, ...]: the row's columns, then the junk one repeated
+            out = t[:, junk:junk + 1].expand(B, S + 1, *t.shape[2:]).clone()
+            out[:, :junk] = t[:, :junk]
+            return out
+
+        def canvas(t, value):  # [B, n] -> [B, N]
+            return torch.cat([t, t.new_full((B, N - n), value)], 1)
+
+        def table(t, width):  # [B, V or 0] -> [B, width]
+            return t if t.shape[1] == width else t.new_zeros(B, width)
+
+        cache = None
+        if self.cache is not None:
+            def keys(t):  # [B, H, junk + 1, D] -> [B, H, S + 1, D]
+                return cols(t.transpose(1, 2)).transpose(1, 2)
+            cache = KVCache([keys(k) for k in self.cache.keys], [keys(v) for v in self.cache.values],
+                            cols(self.cache.key_mask))
+        return dict(index=self.index, x=cols(self.x), key_mask=cols(self.key_mask),
+                    positions=torch.arange(S + 1, device=self.x.device).expand(B, S + 1), start=self.start,
+                    length=self.length, canvas_valid=canvas(self.canvas_valid, False),
+                    canvas_idx=canvas(torch.where(self.canvas_idx == junk, S, self.canvas_idx), S),
+                    masked=canvas(self.masked, False), conf=canvas(self.conf, 0.0), one_line=self.one_line,
+                    allowed_first=table(self.allowed_first, vocab), newline_first=table(self.newline_first, vocab_nl),
+                    cache=cache)
+
     def window(self, block_size: int, whole: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The canvas positions a cached step recomputes: the open block and the one before it (its
         last commits were still masks when its keys/values were cached); the whole canvas without
@@ -119,14 +163,23 @@ class _Batch:
         at = torch.arange(N, device=self.x.device)
         if not block_size or whole:
             first_col, width = torch.zeros(B, dtype=torch.long, device=self.x.device), N
+            own = torch.full((B,), N, device=self.x.device)
         else:
             block = torch.where(self.masked, at, N).min(-1).values // block_size
-            back = block_size if bool((block > 0).any()) else 0
+            back = torch.where(block > 0, block_size, 0)  # [B] the first block has none before it
             first_col = (block * block_size - back).clamp(min=0)
-            width = min(N, block_size + back)
+            width = min(N, block_size + int(back.max()))
+            own = block_size + back  # [B] a row's own window: what it recomputes alone, whatever its batch-mates'
         cols = first_col[:, None] + torch.arange(-self.shift, width, device=self.x.device)
-        valid = cols < self.length[:, None]
+        valid = (cols < self.length[:, None]) & (cols < (first_col + own)[:, None])
         return first_col, torch.where(valid, self.start[:, None] + cols, self.junk), valid
+
+
+def _cat(a, b):
+    if isinstance(a, KVCache):
+        return KVCache([torch.cat(p) for p in zip(a.keys, b.keys)], [torch.cat(p) for p in zip(a.values, b.values)],
+                       torch.cat([a.key_mask, b.key_mask]))
+    return None if a is None or b is None else torch.cat([a, b])
 
 
 def _take(value, kept: torch.Tensor):
@@ -252,16 +305,21 @@ def _done(batch: _Batch, cur: torch.Tensor, filler: int, stop_below: float) -> t
     return done
 
 
-def _step(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, step: int, greedy: bool) -> torch.Tensor:
+def _step(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, step: int,
+          greedy: torch.Tensor | None) -> torch.Tensor:
     """One denoising step for every row of the batch -> [B] bool, the rows that are done.
 
-    The open semi-AR block's masked positions (all masked ones when `greedy`, past the time budget)
-    are predicted, the policy picks which to commit (greedy: every one), and they are committed."""
-    eligible = batch.masked if greedy else block_eligible(batch.masked, cfg.block_size)  # [B, N]
+    The open semi-AR block's masked positions are predicted, the policy picks which to commit, and
+    they are committed. greedy [B] bool (None: no row): rows past their time budget, where every
+    masked position is predicted and committed."""
+    eligible = block_eligible(batch.masked, cfg.block_size)  # [B, N]
+    if greedy is not None:
+        eligible = torch.where(greedy[:, None], batch.masked, eligible)
     cur = batch.x.gather(1, batch.canvas_idx)  # [B, N] canvas ids
-    pred, p, entropy = _predict(model, tok, batch, cfg, step, cur, eligible, greedy)
-    commit = eligible if greedy else select(cfg.policy, p, entropy, eligible, tau=cfg.threshold, k=cfg.k,
-                                            gamma=cfg.gamma)
+    pred, p, entropy = _predict(model, tok, batch, cfg, step, cur, eligible, greedy is not None)
+    commit = select(cfg.policy, p, entropy, eligible, tau=cfg.threshold, k=cfg.k, gamma=cfg.gamma)
+    if greedy is not None:
+        commit = torch.where(greedy[:, None], eligible, commit)
     cur = _commit(batch, cur, commit, pred, p, tok.filler_id, cfg.trailing_fillers)
     return _done(batch, cur, tok.filler_id, cfg.stop_below)
 
@@ -322,9 +380,17 @@ class Decoding:
     decoding` runs one denoising step (one forward pass for every unfinished row) and gives the
     drafts of the unfinished rows that asked for them (FillRequest.drafts) as (request index, Draft);
     `stop(i)` between steps abandons request i (its result is cancelled, the rest of the batch goes
-    on); `results()` once the loop is over. It calls nobody back: the worker asks it, step by step.
-    With a memo, each finished row is remembered under its request's `doc`, and when every request
-    of the batch lines up with its document's last fill, the first pass starts from those."""
+    on); `take_finished()` says which requests ended since it was last asked, `result(i)` gives one.
+    It calls nobody back: the worker asks it, step by step.
+
+    Continuous batching: `add(requests)` between steps lets requests join a running batch. At the
+    next turn their first step runs as a decoding of its own (a new row needs a full pass, or its
+    drafts checked), and once they have their context cache they join the batch and step with the
+    rest; a finished row leaves at once, so its place is free for the next one. With a memo, each
+    finished row is remembered under its request's `doc`, and when every request of a batch lines
+    up with its document's last fill, the first pass starts from those."""
+
+    joins = True  # add() is allowed (DreamOn's VariableDecoding: False)
 
     def __init__(self, model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None,
                  memo: ContextMemo | None = None):
@@ -332,6 +398,9 @@ class Decoding:
         self.t0 = time.perf_counter()
         self.stopped: set[int] = set()
         self.fills: list[Decoded] = []
+        self.started: list[float] = []  # per request: when it arrived (its time budget and ms count from it)
+        self.finished: list[int] = []  # requests that ended since take_finished()
+        self.pending: list[tuple[int, Decoding, Iterator]] = []  # joining: (first index, their decoding, its turns)
         if not requests:
             return
         shift = int(model.config.shift_logits)
@@ -339,6 +408,7 @@ class Decoding:
             raise ValueError("a model with shifted logits needs a tokenizer with a bos token")
         self.device = next(model.parameters()).device
         self.fills = [Decoded(r, build_row(r, tok, model.config.max_seq_len, self.cfg.heal)) for r in requests]
+        self.started = [self.t0] * len(requests)
         self.batch = _Batch.build([f.row for f in self.fills], [r.one_line for r in requests], tok,
                                   model.config.vocab_size, shift, self.device)
         self.reuse = memo is not None and self.cfg.use_cache and self.cfg.reuse_context
@@ -348,42 +418,96 @@ class Decoding:
             for f, plan in zip(self.fills, plans):
                 f.plan = plan
 
+    def add(self, requests: list[FillRequest]) -> list[int]:
+        """Requests that join between steps -> their indices (after every earlier request's)."""
+        if not self.fills:
+            raise ValueError("a decoding started without requests cannot be joined")
+        first = len(self.fills)
+        joining = Decoding(self.model, self.tok, requests, self.cfg, self.memo)
+        self.pending.append((first, joining, iter(joining)))
+        self.fills += joining.fills
+        self.started += joining.started
+        return list(range(first, len(self.fills)))
+
     def stop(self, i: int) -> None:
         """Abandon request i before the next step (between steps: a step always finishes)."""
         self.stopped.add(i)
+
+    def take_finished(self) -> list[int]:
+        """The requests that are done or stopped since the last call, each said once."""
+        done, self.finished = self.finished, []
+        return done
+
+    def active(self) -> int:
+        """Requests neither finished nor stopped yet, joining ones included."""
+        return sum(1 for f in self.fills if not f.canvas and not f.cancelled)
 
     @torch.inference_mode()
     def __iter__(self) -> Iterator[list[tuple[int, Draft]]]:
         if not self.fills:
             return
-        model, tok, cfg, batch, fills = self.model, self.tok, self.cfg, self.batch, self.fills
+        model, tok, cfg, fills = self.model, self.tok, self.cfg, self.fills
         step = 0
         if any(f.req.candidates for f in fills):  # step 0: the drafts, verified
-            done = _check_drafts(model, tok, batch, cfg, fills).tolist()
+            done = _check_drafts(model, tok, self.batch, cfg, fills).tolist()
             passes = [f.verdict.passes if f.verdict else 0 for f in fills]
-            yield self._settle(done, passes, step, False)
-        while len(batch.index):
+            yield self._settle(done, passes, step, None)
+        while len(self.batch.index) or self.pending:
+            drafts = self._join() if self.pending else []
             if self.stopped:
                 self._drop_stopped()
-                if not len(batch.index):
-                    return
-            greedy = cfg.time_budget_ms is not None and (time.perf_counter() - self.t0) * 1e3 > cfg.time_budget_ms
+            batch = self.batch
+            if not len(batch.index):
+                if drafts or self.pending:
+                    yield drafts
+                continue
+            greedy = None
+            if cfg.time_budget_ms is not None:
+                now = time.perf_counter()
+                late = [(now - self.started[i]) * 1e3 > cfg.time_budget_ms for i in batch.index.tolist()]
+                greedy = torch.tensor(late, device=self.device) if any(late) else None
             done = _step(model, tok, batch, cfg, step, greedy).tolist()
             step += 1
-            yield self._settle(done, [1] * len(fills), step, greedy)
+            yield drafts + self._settle(done, [1] * len(fills), step, greedy)
 
-    def _settle(self, done: list[bool], passes: list[int], step: int, greedy: bool) -> list[tuple[int, Draft]]:
+    def _join(self) -> list[tuple[int, Draft]]:
+        """One turn of every joining decoding; those that have their cache join the batch -> their drafts."""
+        drafts, still = [], []
+        for first, joining, turns in self.pending:
+            for i in self.stopped & set(range(first, first + len(joining.fills))):
+                joining.stop(i - first)
+            turn = next(turns, None)  # None: that decoding has ended
+            ended = turn is None
+            drafts += [(first + i, d) for i, d in turn or ()]
+            self.finished += [first + i for i in joining.take_finished()]
+            batch = joining.batch
+            ready = len(batch.index) and (batch.cache is not None or not self.cfg.use_cache)
+            if ended or not len(batch.index):
+                continue
+            if not ready:
+                still.append((first, joining, turns))
+                continue
+            batch.index = batch.index + first
+            self.batch = self.batch.joined(batch) if len(self.batch.index) else batch
+        self.pending = still
+        return drafts
+
+    def _settle(self, done: list[bool], passes: list[int], step: int,
+                greedy: torch.Tensor | None) -> list[tuple[int, Draft]]:
         """After a step: each batch row took `passes[request]` more forward passes; the done ones are
         finished (and remembered) and leave the batch -> the drafts of the others that asked."""
         batch, fills, tok = self.batch, self.fills, self.tok
-        now = (time.perf_counter() - self.t0) * 1e3
+        now = time.perf_counter()
+        late = [False] * len(done) if greedy is None else greedy.tolist()
         drafts = []
         for b, i in enumerate(batch.index.tolist()):
             f = fills[i]
             f.forwards += passes[i]
+            f.row_steps, f.steps = f.row_steps + len(done), f.steps + 1
             if done[b]:
                 f.canvas, f.conf = _canvas(batch, b, f, tok), batch.conf[b, : f.row.length].tolist()
-                f.ms, f.budget_hit = now, greedy
+                f.ms, f.budget_hit = (now - self.started[i]) * 1e3, late[b]
+                self.finished.append(i)
                 if self.reuse and f.req.doc and batch.cache is not None:  # none when its draft was the fill
                     _remember(self.memo, f, batch, b)
             elif f.req.drafts:
@@ -393,15 +517,19 @@ class Decoding:
         return drafts
 
     def _drop_stopped(self) -> None:
-        now = (time.perf_counter() - self.t0) * 1e3
+        now = time.perf_counter()
         rows = self.batch.index.tolist()
         for i in rows:
             if i in self.stopped:
-                self.fills[i].cancelled, self.fills[i].ms = True, now
+                self.fills[i].cancelled, self.fills[i].ms = True, (now - self.started[i]) * 1e3
+                self.finished.append(i)
         self._keep([i not in self.stopped for i in rows])
 
     def _keep(self, keep: list[bool]) -> None:
         self.batch.keep(torch.tensor([b for b, k in enumerate(keep) if k], dtype=torch.long, device=self.device))
+
+    def result(self, i: int) -> FillResult:
+        return result_of(self.fills[i], self.tok)
 
     def results(self) -> list[FillResult]:
         return [result_of(f, self.tok) for f in self.fills]

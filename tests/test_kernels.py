@@ -135,15 +135,19 @@ def test_dispatch_runs_the_reference_on_cpu_unless_told(monkeypatch):
         dispatch.choice(t)
 
 
-def test_fills_probes_and_a_training_loss_are_the_same_through_the_kernels(tiny_checkpoint):
+@pytest.mark.slow  # the embedded model under the interpreter: about 40 s
+def test_fills_probes_and_a_training_loss_are_the_same_through_the_kernels():
     """The sampler, the probe and the trainer call the dispatch points: forcing the kernels changes
-    no fill of the tiny checkpoint, and the probe's and the loss's numbers only within fp32 rounding."""
+    no fill of the embedded model, and the probe's and the loss's numbers only within fp32 rounding.
+    (The embedded model, not a random one: a random model's predictions are near ties everywhere,
+    and which of two ties wins is fp32 rounding, even between two runs of the reference with other
+    thread counts.)"""
     from diffusion_lsp.engine import load_engine
     from diffusion_lsp.model.canvas import FillRequest
     from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
     from diffusion_lsp.train.loop import MaskedDiffusionLoss
 
-    engine = load_engine(LaunchSettings(path=str(tiny_checkpoint), precision="fp32"))
+    engine = load_engine(LaunchSettings(precision="fp32"))
     reqs = [FillRequest("def add(a, b):\n    ", "\n\nprint(add(1, 2))\n", 12, id=0),
             FillRequest("import os\nx = ", "\n", 8, id=1, one_line=True)]
     cfgs = [SamplerConfig(), SamplerConfig(policy="eb", block_size=4)]
@@ -154,7 +158,7 @@ def test_fills_probes_and_a_training_loss_are_the_same_through_the_kernels(tiny_
             probe = engine.probe("def f(x):\n    return ", "x + 1", "\n", stride=2)
             torch.manual_seed(0)
             loss_fn = MaskedDiffusionLoss(engine.model)
-            inputs = torch.randint(0, 500, (2, 40))
+            inputs = torch.randint(0, engine.model.config.vocab_size, (2, 40))
             masked = torch.rand(2, 40) < 0.4
             loss = loss_fn(inputs, inputs, torch.ones(2, 40, dtype=torch.bool), masked, torch.full((2,), 0.4),
                            int(masked.sum()))

@@ -277,3 +277,72 @@ def test_an_indented_empty_line_is_continued_at_its_indentation(oracle):
     assert res.text == "return y" and res.token_ids[0] == shorter != deeper
     assert _unhealed("\n   y", "\n    ") == "y"  # the next token left out the blank: the user's stand
     assert _unhealed("\n\n    y", "\n    ") == "\n    y"  # a blank line first: kept
+
+
+def _drive_with_joins(model, tok, first, joins, cfg):
+    """Decode `first`, adding joins[k] after step k + 1 -> (results, the order requests finished in,
+    the request indices the drafts were given for)."""
+    decoding = Decoding(model, tok, first, cfg)
+    order, drafted = [], set()
+    for step, drafts in enumerate(decoding):
+        drafted |= {i for i, _ in drafts}
+        order += decoding.take_finished()
+        if step < len(joins):
+            decoding.add(joins[step])
+    return decoding.results(), order + decoding.take_finished(), drafted
+
+
+def test_requests_that_join_a_running_decoding_match_each_alone(tokenizer, oracle):
+    """Continuous batching: requests added between steps decode as they would alone (greedy
+    oracle), each is said finished once, and short ones that came later finish first."""
+    requests = [
+        FillRequest(PREFIX, SUFFIX, 8, id="a"),
+        FillRequest("import os\n", "", 3, id="b", drafts=True),
+        FillRequest("", "x = 1\n", 12, id="c"),
+        FillRequest("class A:\n    def f(self):\n        return se" * 3, "\n", 5, id="d"),
+    ]
+    table = {q: tokenizer.encode(" value = 42 + total")[q % 5] for q in range(400)}
+    model = oracle(tokenizer, table)
+    for cfg in (SamplerConfig(policy="one"), SamplerConfig(policy="eb"), SamplerConfig(use_cache=False, block_size=4)):
+        got, order, drafted = _drive_with_joins(model, tokenizer, requests[:1], [requests[1:3], requests[3:]], cfg)
+        for req, res in zip(requests, got):
+            (alone,) = fill(model, tokenizer, [req], cfg)
+            assert (res.id, res.text, res.forwards, res.confidence) == (req.id, alone.text, alone.forwards,
+                                                                        alone.confidence)
+        assert sorted(order) == [0, 1, 2, 3] and drafted <= {1}
+    assert order.index(1) < order.index(0)  # b joined after a and left before it
+    assert got[0].batch > 1 and got[1].batch > 1  # they shared steps
+
+
+def test_a_joining_request_can_be_stopped_before_and_after_it_joins(tokenizer, oracle):
+    table = {q: tokenizer.encode(" ok")[0] for q in range(200)}
+    model = oracle(tokenizer, table)
+    cfg = SamplerConfig(policy="one", heal=False)
+    decoding = Decoding(model, tokenizer, [FillRequest("a = 1\n", "", 6)], cfg)
+    for step, _ in enumerate(decoding):
+        if step == 0:
+            assert decoding.add([FillRequest("b = 2\n", "", 6), FillRequest("c = 3\n", "", 6)]) == [1, 2]
+            decoding.stop(1)  # before its first step
+        if step == 2:
+            decoding.stop(2)  # after it joined
+    a, b, c = decoding.results()
+    assert b.cancelled and b.forwards == 0 and c.cancelled and 0 < c.forwards < 6
+    assert not a.cancelled and a.forwards == 6 and a.text == fill(model, tokenizer, [FillRequest("a = 1\n", "", 6)], cfg)[0].text
+
+
+def test_joining_the_embedded_model_s_batch_changes_no_fill():
+    """A real model, its context cache and padding: a longer row and a wider canvas join a running
+    batch, and every fill is what it is alone (fp32)."""
+    from diffusion_lsp.engine import load_engine
+    from diffusion_lsp.model.settings import LaunchSettings
+
+    engine = load_engine(LaunchSettings(precision="fp32"))
+    reqs = [FillRequest("def add(a, b):\n    return ", "\n", 8, id=0),
+            FillRequest("import os\nimport sys\n\n\ndef main(argv):\n    path = os.path.join(", ")\n    return path\n",
+                        16, id=1),
+            FillRequest("x = [", "]\n", 24, id=2)]
+    for cfg in (SamplerConfig(), SamplerConfig(block_size=4)):
+        got, order, _ = _drive_with_joins(engine.model, engine.tokenizer, reqs[:1], [reqs[1:2], reqs[2:]], cfg)
+        alone = [engine.fill([r], cfg)[0] for r in reqs]
+        assert [(r.text, r.forwards) for r in got] == [(r.text, r.forwards) for r in alone]
+        assert sorted(order) == [0, 1, 2]

@@ -33,30 +33,66 @@ class CharTok:
 
 
 class FakeDecoding:
-    """sampler.Decoding's shape: a step per turn until released, `stop(i)` between steps."""
+    """sampler.Decoding's shape: a step per turn, `stop(i)` between steps, requests that join (add)
+    and finish one by one. A step runs when the test gives the engine a step (engine.step()): order i
+    is done after its max_tokens steps, and every row is done once the engine is released; meanwhile
+    turns that decode nothing come every 5 ms."""
+
+    joins = True
 
     def __init__(self, engine, orders):
-        self.engine, self.orders, self.stopped = engine, orders, set()
+        self.engine, self.orders, self.stopped, self.finished = engine, list(orders), set(), []
+        self.left = [o.max_tokens for o in orders]
+
+    def live(self):
+        return [i for i, n in enumerate(self.left) if n > 0 and i not in self.stopped]
 
     def stop(self, i):
         self.stopped.add(i)
+        if self.left[i] > 0:
+            self.finished.append(i)
+            self.left[i] = 0
+
+    def add(self, orders):
+        first = len(self.orders)
+        self.orders += orders
+        self.left += [o.max_tokens for o in orders]
+        self.engine.joined.append([o.prefix for o in orders])
+        return list(range(first, len(self.orders)))
+
+    def active(self):
+        return len(self.live())
+
+    def take_finished(self):
+        done, self.finished = self.finished, []
+        return done
 
     def __iter__(self):
         self.engine.batches.append([o.prefix for o in self.orders])
         self.engine.started.set()
-        while not self.engine.release.wait(0.005) and len(self.stopped) < len(self.orders):
+        while self.live():
+            if self.engine.steps.acquire(timeout=0.005) or self.engine.release.is_set():  # else a turn that
+                rows = self.live()  # decodes nothing, for the worker to look at its jobs in between
+                self.engine.events.append(("step", [self.orders[i].prefix for i in rows]))
+                for i in rows:
+                    self.left[i] = 0 if self.engine.release.is_set() else self.left[i] - 1
+                    if self.left[i] == 0:
+                        self.finished.append(i)
             yield []  # one denoising step
 
-    def results(self):
-        return [None if i in self.stopped else Fill(o.prefix.upper(), list(o.prefix.upper()), [1.0] * len(o.prefix),
-                                                     1.0, 1, batch=len(self.orders))
-                for i, o in enumerate(self.orders)]
+    def result(self, i):
+        o = self.orders[i]
+        return None if i in self.stopped else Fill(o.prefix.upper(), list(o.prefix.upper()), [1.0] * len(o.prefix),
+                                                   1.0, 1)
 
 
 class FakeEngine:
     def __init__(self):
-        self.tokenizer, self.batches = CharTok(), []
-        self.started, self.release = threading.Event(), threading.Event()
+        self.tokenizer, self.batches, self.events, self.joined = CharTok(), [], [], []
+        self.started, self.release, self.steps = threading.Event(), threading.Event(), threading.Semaphore(0)
+
+    def step(self):
+        self.steps.release()
 
     def max_tokens(self) -> int:
         return 16  # the largest canvas this fake model takes
@@ -68,19 +104,26 @@ class FakeEngine:
         return FakeDecoding(self, orders)
 
     @staticmethod
-    def answers(decoding):
-        return decoding.results()
+    def join(decoding, orders, keys):
+        return decoding.add(orders)
+
+    @staticmethod
+    def answer_of(decoding, i):
+        return decoding.result(i)
 
 
 class FakeConn:
     _ids = iter(range(1, 1000))
 
-    def __init__(self):
+    def __init__(self, timeline: list | None = None):
         self.id, self.sent, self.cond = next(self._ids), [], threading.Condition()
+        self.timeline = timeline  # where its answers go in order with the engine's steps
 
     def send(self, message):
         with self.cond:
             self.sent.append(message)
+            if self.timeline is not None and "ok" in message:
+                self.timeline.append(("answer", message["id"]))
             self.cond.notify_all()
 
     def reply(self, rid):
@@ -94,13 +137,27 @@ def fill(rid, key="a.py", prefix="x", max_tokens=4):
             "sampling": SAMPLING}
 
 
+def _running(continuous: bool):
+    engine = FakeEngine()
+    worker = Worker(lambda: engine, continuous=continuous)
+    threading.Thread(target=worker.run, daemon=True).start()
+    conn = FakeConn(engine.events)
+    worker.connect(conn)
+    return worker, engine, conn
+
+
 @pytest.fixture
 def running():
-    engine = FakeEngine()
-    worker = Worker(lambda: engine)
-    threading.Thread(target=worker.run, daemon=True).start()
-    conn = FakeConn()
-    worker.connect(conn)
+    worker, engine, conn = _running(continuous=True)
+    yield worker, engine, conn
+    engine.release.set()
+
+
+@pytest.fixture
+def static():
+    """A worker without continuous batching (`--static-batching`): what is queued while a batch runs
+    waits for it to end, and decodes as the next batch."""
+    worker, engine, conn = _running(continuous=False)
     yield worker, engine, conn
     engine.release.set()
 
@@ -115,8 +172,8 @@ def test_a_running_fill_is_superseded_between_steps(running):
     assert conn.reply(2)["text"] == "NEW" and conn.reply(2)["pieces"] == ["N", "E", "W"]
 
 
-def test_a_queued_fill_is_superseded_without_running_and_the_rest_are_batched(running):
-    worker, engine, conn = running
+def test_a_queued_fill_is_superseded_without_running_and_the_rest_are_batched(static):
+    worker, engine, conn = static
     worker.handle(conn, fill(1, key="busy.py", prefix="busy"))
     assert engine.started.wait(WAIT)
     for rid, key in [(2, "a.py"), (3, "b.py"), (4, "a.py")]:
@@ -127,10 +184,10 @@ def test_a_queued_fill_is_superseded_without_running_and_the_rest_are_batched(ru
     assert engine.batches == [["busy"], ["p3", "p4"]]
 
 
-def test_a_fill_past_the_models_positions_is_invalid_and_its_batch_goes_on(running):
+def test_a_fill_past_the_models_positions_is_invalid_and_its_batch_goes_on(static):
     """The same on every try, so not an error of the batch (which failed every fill in it) nor a
     reason to retry: "invalid", naming the field."""
-    worker, engine, conn = running
+    worker, engine, conn = static
     worker.handle(conn, fill(1, key="busy.py", prefix="busy"))
     assert engine.started.wait(WAIT)
     worker.handle(conn, fill(2, key="a.py", prefix="big", max_tokens=17))
@@ -168,8 +225,8 @@ def test_bad_requests_are_answered_not_fatal(running):
     assert "beam" in conn.reply(3)["error"] and "max_tokens" in conn.reply(4)["error"]
 
 
-def test_a_bad_sampling_value_is_refused_alone_while_its_neighbours_decode(running):
-    worker, engine, conn = running
+def test_a_bad_sampling_value_is_refused_alone_while_its_neighbours_decode(static):
+    worker, engine, conn = static
     worker.handle(conn, fill(1, key="busy.py", prefix="busy"))
     assert engine.started.wait(WAIT)
     worker.handle(conn, fill(2, key="a.py", prefix="good"))
@@ -179,6 +236,65 @@ def test_a_bad_sampling_value_is_refused_alone_while_its_neighbours_decode(runni
     engine.release.set()
     assert [conn.reply(i)["text"] for i in (1, 2, 4)] == ["BUSY", "GOOD", "FINE"]
     assert engine.batches == [["busy"], ["good", "fine"]]
+
+
+def _wait(predicate):
+    deadline = time.monotonic() + WAIT
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.002)
+
+
+def test_a_fill_joins_a_running_batch_at_the_next_step_and_is_answered_when_it_is_done(running):
+    """Continuous batching, as the order of events: B arrives while A decodes, shares A's next step,
+    and is answered as soon as that step is done while A goes on; C, with other settings, waits for
+    the batch to end, and so does D behind it (no newcomer overtakes the head of the queue)."""
+    worker, engine, conn = running
+    worker.handle(conn, fill(1, key="a.py", prefix="A", max_tokens=3))
+    assert engine.started.wait(WAIT)
+    engine.step()
+    _wait(lambda: engine.events == [("step", ["A"])])
+    worker.handle(conn, fill(2, key="b.py", prefix="B", max_tokens=1))
+    _wait(lambda: engine.joined == [["B"]])
+    engine.step()
+    assert conn.reply(2)["text"] == "B"
+    worker.handle(conn, {**fill(3, key="c.py", prefix="C", max_tokens=1), "sampling": {"policy": "one"}})
+    worker.handle(conn, fill(4, key="d.py", prefix="D", max_tokens=1))
+    engine.step()
+    assert conn.reply(1)["text"] == "A"
+    engine.release.set()
+    assert conn.reply(3)["text"] == "C" and conn.reply(4)["text"] == "D"
+    assert engine.events[:5] == [("step", ["A"]), ("step", ["A", "B"]), ("answer", 2), ("step", ["A"]), ("answer", 1)]
+    assert engine.joined == [["B"]] and engine.batches == [["A"], ["C"], ["D"]]
+
+
+def test_a_full_batch_takes_no_more_until_a_row_leaves(running):
+    worker, engine, conn = running
+    worker.max_batch = 2
+    worker.handle(conn, fill(1, key="a.py", prefix="A", max_tokens=2))
+    assert engine.started.wait(WAIT)
+    worker.handle(conn, fill(2, key="b.py", prefix="B", max_tokens=1))
+    _wait(lambda: engine.joined == [["B"]])
+    worker.handle(conn, fill(3, key="c.py", prefix="C", max_tokens=1))
+    engine.step()  # A and B; B leaves, and C takes its place
+    engine.step()
+    assert conn.reply(1)["text"] == "A" and conn.reply(3)["text"] == "C"
+    assert engine.events == [("step", ["A", "B"]), ("answer", 2), ("step", ["A", "C"]), ("answer", 1), ("answer", 3)]
+    assert engine.joined == [["B"], ["C"]]
+
+
+def test_without_continuous_batching_a_batch_is_answered_at_its_end(static):
+    worker, engine, conn = static
+    worker.handle(conn, fill(1, key="a.py", prefix="A", max_tokens=1))
+    assert engine.started.wait(WAIT)
+    worker.handle(conn, fill(2, key="b.py", prefix="B", max_tokens=1))
+    worker.handle(conn, fill(3, key="c.py", prefix="C", max_tokens=2))
+    for _ in range(3):
+        engine.step()
+    assert conn.reply(2)["text"] == "B" and conn.reply(3)["text"] == "C"
+    assert engine.events == [("step", ["A"]), ("answer", 1), ("step", ["B", "C"]), ("step", ["C"]),
+                             ("answer", 2), ("answer", 3)]
+    assert engine.joined == [] and engine.batches == [["A"], ["B", "C"]]
 
 
 def test_a_ping_is_answered_while_a_batch_runs(running):

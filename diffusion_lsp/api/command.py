@@ -19,7 +19,8 @@ def register(sub) -> None:
                        description="Serve the model over HTTP: OpenAI-compatible fills on /v1/completions and "
                                    "/v1/fim/completions, next edits on /v1/edit/completions (Mercury's request), "
                                    "and /v1/models, /health and /metrics. The model runs in a worker process; "
-                                   "requests that arrive together are decoded as one batch.")
+                                   "requests are decoded in one batch that they join and leave between "
+                                   "denoising steps (continuous batching).")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     add_args(p, LaunchSettings, only=("path", "device", "threads", "precision"))
@@ -36,6 +37,9 @@ def register(sub) -> None:
                    help="requests admitted at once; past it: 429 with Retry-After (default 64)")
     p.add_argument("--max-batch", type=int, default=API_MAX_BATCH,
                    help=f"most fills decoded together (default {API_MAX_BATCH})")
+    p.add_argument("--static-batching", action="store_true",
+                   help="no continuous batching: each batch decodes to its end before the next starts, and its "
+                        "fills are answered together (for comparison, as `bench api` does)")
     p.add_argument("--max-tokens", type=int, default=512, help="largest max_tokens a request may ask (default 512)")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
     p.add_argument("--next-edit", metavar="JSON", default="{}",
@@ -125,7 +129,7 @@ def run(args) -> int:
         print(f"diffusion-lsp: warning: serving on {args.host} with no API key: anyone who can reach it can use "
               "it (set --api-key-env)", file=sys.stderr)
     spec = WorkerSpec.of(launch, args.worker_socket, prefix="api", idle_exit_s=API_IDLE_EXIT_S,
-                         max_batch=args.max_batch)
+                         max_batch=args.max_batch, continuous=not args.static_batching)
     try:  # a folder others can enter would be refused at every request, for good: say it now
         check_socket_path(spec.socket)
     except (OSError, RuntimeError) as e:

@@ -23,7 +23,7 @@ class Metrics:
         self.rejected = Counter(p + "rejected", "requests refused before the model, by reason", ["reason"],
                                 registry=r)
         self.in_flight = Gauge(p + "queue_depth", "requests admitted and not yet answered", registry=r)
-        self.batch = Histogram(p + "batch_size", "requests decoded in the same batch as each fill",
+        self.batch = Histogram(p + "batch_size", "mean rows of the denoising steps that decoded each fill (itself and its batch-mates)",
                                buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
         self.tokens = Counter(p + "completion_tokens", "tokens written by the model", registry=r)
         self.forwards = Counter(p + "forwards", "forward passes the fills took part in", registry=r)

@@ -72,7 +72,7 @@ class Answer:
     completion_tokens: int
     prompt_tokens: int  # an estimate (context/tokens.approx_tokens): the worker counts only its own
     forwards: int
-    batch: int
+    batch: float
     ms: float
 
 

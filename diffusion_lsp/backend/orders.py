@@ -101,7 +101,7 @@ class Fill:
     forwards: int = 0
     reused: int = 0  # context positions the worker reused from this document's last fill
     end_confidence: float = 1.0  # how sure the model was that the text ends where it does
-    batch: int = 1  # requests decoded in the same batch (one forward pass per step for all of them)
+    batch: float = 1.0  # mean rows of the steps that decoded it (one forward pass per step for all of them)
     budget_hit: bool = False  # stopped by sampling.time_budget_ms before every position was decoded
     # the tokens the model wrote (model/sampler.py FillResult.tokens): one per piece from our own model;
     # a remote API's answer is one piece, and its count is the API's usage (0 when it does not say)
@@ -129,7 +129,7 @@ class Fill:
         end = msg.get("end_confidence", 1.0)
         end = float(end) if isinstance(end, (int, float)) and not isinstance(end, bool) else 1.0
         batch = msg.get("batch", 1)
-        batch = batch if isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1 else 1
+        batch = float(batch) if isinstance(batch, (int, float)) and not isinstance(batch, bool) and batch >= 1 else 1.0
         budget_hit = msg.get("budget_hit") is True
         return cls(text, pieces, [float(c) for c in conf], float(ms), int(forwards), int(reused), end, batch,
                    budget_hit, draft=DraftTally.from_message(msg.get("drafted")))

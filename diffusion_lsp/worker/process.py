@@ -2,7 +2,9 @@
 
 It owns the model (and the GPU), so the language server's event loop never blocks on it and
 several editor sessions can share one loaded model. The socket side is listener.py; here, one model
-thread: fills queued at the same time with the same sampling settings are decoded as one batch.
+thread: fills queued at the same time with the same sampling settings are decoded as one batch, and
+with continuous batching (the default) a fill that arrives while a batch decodes joins it at the
+next step, and a finished fill is answered at once and leaves its place to the next.
 A newer fill for the same document (key) supersedes older ones: a queued one is answered at once,
 a running one is abandoned between denoising steps (the model thread drives the sampler's
 Decoding step by step, and stops the rows whose jobs were stopped). A fill whose settings
@@ -52,8 +54,9 @@ class Worker:
     """`load()` returns an engine (diffusion_lsp.engine: `answer`, `answer_probe`) or raises;
     LoadFailed and ModelMissing carry a message for the user, anything else is shown with its type."""
 
-    def __init__(self, load: Callable[[], object], launch: LaunchSettings = LaunchSettings(), max_batch: int = MAX_BATCH):
-        self._load, self.max_batch = load, max_batch
+    def __init__(self, load: Callable[[], object], launch: LaunchSettings = LaunchSettings(), max_batch: int = MAX_BATCH,
+                 continuous: bool = True):
+        self._load, self.max_batch, self.continuous = load, max_batch, continuous
         self.model, self.weights = model_name(launch), weights_id(launch)  # said in hello
         self.state, self.error, self.engine = "loading", None, None
         self.cond = threading.Condition()
@@ -62,6 +65,7 @@ class Worker:
         self.latest: dict[tuple[int, str], Job] = {}  # by (conn, key)
         self.conns: set[Conn] = set()
         self.busy_since: float | None = None  # monotonic start of the batch being decoded
+        self.steps = self.rows = self.joined = 0  # denoising steps, rows decoded over them, fills that joined
 
     def hello(self) -> dict:
         return {**self._state(), "event": "hello", "version": WIRE_VERSION, "pid": os.getpid(), "model": self.model,
@@ -180,36 +184,76 @@ class Worker:
             finally:
                 self.busy_since = None
 
-    def _decode(self, batch: list[Job]) -> None:
+    def _admit(self, jobs: list[Job]) -> list[Job]:
+        """The jobs whose canvas fits the model; the others are answered "invalid" (the same on every try)."""
         limit = self.engine.max_tokens()
-        refused = [j for j in batch if j.order.max_tokens > limit]  # the same on every try: "invalid"
-        if refused:
+        refused = [j for j in jobs if j.order.max_tokens > limit]
+        with self.cond:
+            for job in refused:
+                self._forget(job)
+                job.conn.send(refusal_message(job.id, "invalid", f"max_tokens {job.order.max_tokens} does not "
+                                                                 f"fit the model: at most {limit}", "max_tokens"))
+        return [j for j in jobs if j not in refused]
+
+    def _joiners(self, sampling, room: int) -> list[Job]:
+        """Queued fills that may join the running batch (continuous batching): the same sampling, up
+        to `room`, and only while the oldest queued job is one of them, so a probe or a fill with
+        other settings waits for this batch to drain, not for a stream of newcomers to stop."""
+        with self.cond:
+            if room <= 0 or not self.queue:
+                return []
+            head = self.queue[0].order
+            if not isinstance(head, FillOrder) or head.sampling != sampling:
+                return []
+            jobs = [j for j in self.queue if isinstance(j.order, FillOrder) and j.order.sampling == sampling][:room]
+            for job in jobs:
+                self.queue.remove(job)
+        return self._admit(jobs)
+
+    def _decode(self, batch: list[Job]) -> None:
+        """Decode `batch`, step by step; between steps, stopped jobs leave, finished ones are answered
+        at once, and queued ones with the same settings join while there is room."""
+        jobs = self._admit(batch)  # jobs[i] is the decoding's request i
+        if not jobs:
+            return
+        sampling, answered = jobs[0].order.sampling, set()
+
+        def reply(i: int, message: dict) -> None:
+            answered.add(i)
             with self.cond:
-                for job in refused:
-                    self._forget(job)
-                    job.conn.send(refusal_message(job.id, "invalid", f"max_tokens {job.order.max_tokens} does not "
-                                                                     f"fit the model: at most {limit}", "max_tokens"))
-            batch = [j for j in batch if j not in refused]
-            if not batch:
-                return
+                self._forget(jobs[i])
+                jobs[i].conn.send(message)
+
         try:
-            decoding = self.engine.decode_orders([j.order for j in batch], [j.key for j in batch])
+            decoding = self.engine.decode_orders([j.order for j in jobs], [j.key for j in jobs])
+            live = decoding.active()
             for drafts in decoding:  # one denoising step each
+                self.steps, self.rows = self.steps + 1, self.rows + live
                 for i, d in drafts:
-                    if not batch[i].stop.is_set():
-                        batch[i].conn.send(Draft(d.step, d.committed, d.text, d.masked).message(batch[i].id))
-                for i, job in enumerate(batch):
-                    if job.stop.is_set():  # superseded, cancelled or disconnected meanwhile
+                    if not jobs[i].stop.is_set():
+                        jobs[i].conn.send(Draft(d.step, d.committed, d.text, d.masked).message(jobs[i].id))
+                if self.continuous:
+                    self._answer_finished(decoding, jobs, reply)
+                for i, job in enumerate(jobs):
+                    if job.stop.is_set() and i not in answered:  # superseded, cancelled or disconnected meanwhile
                         decoding.stop(i)
-            replies = [refusal_message(j.id, j.reason) if f is None or j.stop.is_set() else f.message(j.id)
-                       for j, f in zip(batch, self.engine.answers(decoding))]
+                if self.continuous and decoding.joins and (new := self._joiners(sampling, self.max_batch - decoding.active())):
+                    self.engine.join(decoding, [j.order for j in new], [j.key for j in new])
+                    jobs += new
+                    self.joined += len(new)
+                live = decoding.active()
+            self._answer_finished(decoding, jobs, reply)
         except Exception as e:  # a request the checks let through fails its batch, not the worker
             log.exception("fill failed")
-            replies = [refusal_message(j.id, "error", f"{type(e).__name__}: {e}") for j in batch]
-        with self.cond:
-            for job, reply in zip(batch, replies):
-                self._forget(job)
-                job.conn.send(reply)
+            for i, job in enumerate(jobs):
+                if i not in answered:
+                    reply(i, refusal_message(job.id, "error", f"{type(e).__name__}: {e}"))
+
+    def _answer_finished(self, decoding, jobs: list[Job], reply) -> None:
+        for i in decoding.take_finished():
+            fill = self.engine.answer_of(decoding, i)
+            job = jobs[i]
+            reply(i, refusal_message(job.id, job.reason) if fill is None or job.stop.is_set() else fill.message(job.id))
 
     def _probe(self, job: Job) -> None:
         try:
@@ -249,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         print("busy", flush=True)  # the spawner connects to the worker that holds the lock
         return 0
     listener, _lock = bound
-    worker = Worker(lambda: load_model(spec.model), spec.model, spec.max_batch)
+    worker = Worker(lambda: load_model(spec.model), spec.model, spec.max_batch, spec.continuous)
     print(f"ready {os.getpid()}", flush=True)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # whoever read that line may be gone
     threading.Thread(target=worker.run, daemon=True).start()

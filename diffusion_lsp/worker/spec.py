@@ -27,6 +27,7 @@ class WorkerSpec:
     model: LaunchSettings = field(default_factory=LaunchSettings)
     idle_exit_s: float = IDLE_EXIT_S
     max_batch: int = MAX_BATCH
+    continuous: bool = True  # fills join a running batch and leave it as they finish (False: for comparison)
 
     @classmethod
     def of(cls, model: LaunchSettings, socket: str | Path | None = None, prefix: str = "worker", **spec) -> WorkerSpec:
@@ -36,7 +37,8 @@ class WorkerSpec:
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "diffusion_lsp.worker", "--socket", str(self.socket),
-                "--idle-exit", str(self.idle_exit_s), "--max-batch", str(self.max_batch), *self.model.to_argv()]
+                "--idle-exit", str(self.idle_exit_s), "--max-batch", str(self.max_batch),
+                *([] if self.continuous else ["--static-batching"]), *self.model.to_argv()]
 
     @staticmethod
     def add_args(p: argparse.ArgumentParser) -> None:
@@ -46,8 +48,12 @@ class WorkerSpec:
                        help=f"seconds without clients before exiting (default {IDLE_EXIT_S:g})")
         p.add_argument("--max-batch", type=int, default=MAX_BATCH,
                        help=f"most fills decoded together (default {MAX_BATCH})")
+        p.add_argument("--static-batching", action="store_true",
+                       help="decode each batch to its end before the next one starts, and answer its fills "
+                            "together (the batching before continuous batching; for comparison)")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> WorkerSpec:
         """ValueError naming a bad flag."""
-        return cls(Path(args.socket), from_args(LaunchSettings, args), args.idle_exit, max(1, args.max_batch))
+        return cls(Path(args.socket), from_args(LaunchSettings, args), args.idle_exit, max(1, args.max_batch),
+                   not args.static_batching)
