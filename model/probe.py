@@ -52,11 +52,12 @@ def score_rows(model, tok: Tokenizer, rows: list[ScoreRow], stride: int) -> tupl
     n = max(r.length for r in rows)
     shift = int(model.config.shift_logits)
     device = next(model.parameters()).device
-    x = torch.full((R, S + 1), tok.mask_id, dtype=torch.long, device=device)
-    key_mask = torch.zeros(R, S + 1, dtype=torch.bool, device=device)
+    x = torch.full((R, S + 1), tok.mask_id, dtype=torch.long)  # on the host, then one copy (sampler.py)
+    key_mask = torch.zeros(R, S + 1, dtype=torch.bool)
     for i, r in enumerate(rows):
-        x[i, :len(r.ids)] = torch.tensor(r.ids, device=device)
+        x[i, :len(r.ids)] = torch.tensor(r.ids)
         key_mask[i, :len(r.ids)] = True
+    x, key_mask = x.to(device, non_blocking=True), key_mask.to(device, non_blocking=True)
     start = torch.tensor([r.start for r in rows], device=device)  # [R]
     length = torch.tensor([r.length for r in rows], device=device)  # [R]
     at = torch.arange(n, device=device)

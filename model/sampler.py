@@ -79,15 +79,16 @@ class _Batch:
     def build(cls, rows: list[Row], one_line: list[bool], tok: Tokenizer, vocab_size: int, shift: int,
               device) -> _Batch:
         B, N, S = len(rows), max(r.length for r in rows), max(len(r.ids) for r in rows)
-        x = torch.full((B, S + 1), tok.filler_id, dtype=torch.long, device=device)
-        key_mask = torch.zeros(B, S + 1, dtype=torch.bool, device=device)
-        allowed_first = torch.zeros(B, vocab_size if any(r.healed for r in rows) else 0, dtype=torch.bool,
-                                    device=device)
+        # built on the host and copied once: a copy per row was B small uploads to a GPU
+        x = torch.full((B, S + 1), tok.filler_id, dtype=torch.long)
+        key_mask = torch.zeros(B, S + 1, dtype=torch.bool)
+        allowed_first = torch.zeros(B, vocab_size if any(r.healed for r in rows) else 0, dtype=torch.bool)
         for i, r in enumerate(rows):
             x[i, : len(r.ids)] = torch.tensor(r.ids)
             key_mask[i, : len(r.ids)] = True
             if r.healed:
                 allowed_first[i, r.first_allowed] = True
+        x, key_mask, allowed_first = (t.to(device, non_blocking=True) for t in (x, key_mask, allowed_first))
         newline, newline_first = None, torch.zeros(B, 0, dtype=torch.bool, device=device)
         if any(one_line):
             newline = torch.zeros(vocab_size, dtype=torch.bool, device=device)

@@ -51,15 +51,19 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float):
 
 class RopeTable:
     """rope_cos_sin for positions 0..n-1, computed once and indexed: a denoising step on a few
-    positions should not rebuild the table."""
+    positions should not rebuild the table. On the CPU the table grows with the positions asked for
+    (a Qwen-style 128k max_seq_len would be 134 MB of it); elsewhere it covers every position a row
+    can have at once (max_seq_len tokens and the sampler's spare column), so that no forward reads
+    `positions.max()` back from the GPU (a host sync that stalls the launch queue every pass)."""
 
-    def __init__(self, head_dim: int, theta: float):
-        self.head_dim, self.theta, self.cos, self.sin = head_dim, theta, None, None
+    def __init__(self, head_dim: int, theta: float, max_positions: int):
+        self.head_dim, self.theta, self.size, self.cos, self.sin = head_dim, theta, max_positions, None, None
 
     def __call__(self, positions: torch.Tensor):
-        need = int(positions.max()) + 1 if positions.numel() else 1
+        on_cpu = positions.device.type == "cpu"
+        need = (int(positions.max()) + 1 if positions.numel() else 1) if on_cpu else self.size
         if self.cos is None or self.cos.shape[0] < need or self.cos.device != positions.device:
-            n = max(need, 2 * (0 if self.cos is None else self.cos.shape[0]), 512)
+            n = max(need, 2 * (0 if self.cos is None else self.cos.shape[0]), 512) if on_cpu else need
             cos, sin = rope_cos_sin(torch.arange(n, device=positions.device)[None], self.head_dim, self.theta)
             self.cos, self.sin = cos[0, 0], sin[0, 0]  # [n, D]
         return self.cos[positions][:, None], self.sin[positions][:, None]
@@ -133,7 +137,7 @@ class DiffusionTransformer(nn.Module):
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
-        self.rope = RopeTable(cfg.head_dim, cfg.rope_theta)
+        self.rope = RopeTable(cfg.head_dim, cfg.rope_theta, cfg.max_seq_len + 1)
         self.int8_head = None  # quantize.py: the output head as an int8 Linear (CPU inference)
         self.apply(self._init)
 

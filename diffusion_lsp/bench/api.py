@@ -4,9 +4,12 @@
 - Load: at each concurrency, that many clients send fill requests back to back for `--seconds`
   (prefixes and suffixes cut at fixed positions of this package's own source files): requests/s,
   tokens/s, p50/p95 latency, 429s, errors (5xx and failed connections), the mean batch the worker
-  decoded each fill in (from /metrics), and the peak RSS of the server and its worker, side by side,
-  with the batching gain over concurrency 1 and the goals (at 16: >= 3x the requests/s of 1 with p95
-  <= 4x; no 5xx).
+  decoded each fill in (from /metrics: the mean rows of the steps that decoded it) and the occupancy
+  (that over --max-batch), and the peak RSS of the server and its worker, side by side, with the
+  batching gain over concurrency 1 and the goals (at 16: >= 3x the requests/s of 1 with p95 <= 4x;
+  no 5xx). With continuous batching (fills join a running batch between steps, and leave it when
+  done) and with static batching (a batch decodes to its end, `--static-batching`), one server
+  each, then the two side by side.
 - Soak (`--soak SECONDS`): concurrency 16 for that long, RSS sampled every 5 s: first, peak, last
   and the slope (MB per minute, least squares).
 - Faults: malformed, binary and oversized bodies, wrong types, unknown fields, a client that
@@ -42,6 +45,9 @@ def register(bench) -> None:
     p.add_argument("--model", help="checkpoint folder for the server it starts (default: the embedded model)")
     p.add_argument("--max-batch", type=int, default=16, help="the server's --max-batch (default 16)")
     p.add_argument("--max-in-flight", type=int, default=64, help="the server's --max-in-flight (default 64)")
+    p.add_argument("--batching", default="continuous,static",
+                   help="the batching of the servers it starts, comma-separated: continuous, static (default both, "
+                        "side by side)")
     p.add_argument("--url", help="bench a server already running at this base URL (no RSS figures, no worker kill)")
     p.add_argument("--soak", type=float, default=0.0, metavar="SECONDS", help="then run concurrency 16 this long")
     p.add_argument("--no-faults", action="store_true", help="skip the fault checks")
@@ -56,7 +62,7 @@ def register(bench) -> None:
 class Server:
     """serve-api in a subprocess on a free port of 127.0.0.1."""
 
-    def __init__(self, args):
+    def __init__(self, args, static: bool = False):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -68,6 +74,7 @@ class Server:
                "--worker-socket", str(folder / "worker.sock"), "--max-batch", str(args.max_batch),
                "--max-in-flight", str(args.max_in_flight)]
         cmd += ["--model", args.model] if args.model else []
+        cmd += ["--static-batching"] if static else []
         self.log = open(folder / "server.log", "wb")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
 
@@ -187,17 +194,18 @@ async def level(http, base: str, concurrency: int, seconds: float, max_tokens: i
             "mean_batch": (s1 - s0) / (c1 - c0) if c1 > c0 else None, "peak_rss_mb": peak or None}
 
 
-def print_load(rows: list[dict]) -> None:
+def print_load(rows: list[dict], max_batch: int) -> None:
     base = rows[0]
     print(f"{'concurrency':>11}{'req/s':>8}{'tok/s':>8}{'p50 ms':>8}{'p95 ms':>8}{'429s':>6}{'5xx':>5}{'errors':>7}"
-          f"{'batch':>7}{'peak RSS MB':>13}{'gain':>7}")
+          f"{'batch':>7}{'occup.':>8}{'peak RSS MB':>13}{'gain':>7}")
     for r in rows:
         gain = r["rps"] / base["rps"] if base["rps"] else float("nan")
         batch = f"{r['mean_batch']:.1f}" if r["mean_batch"] else "-"
+        occupancy = f"{r['mean_batch'] / max_batch:.0%}" if r["mean_batch"] else "-"
         rss = f"{r['peak_rss_mb']:.0f}" if r["peak_rss_mb"] else "-"
         print(f"{r['concurrency']:>11}{r['rps']:>8.1f}{r['tokens_s']:>8.0f}{r['p50_ms'] or 0:>8.0f}"
               f"{r['p95_ms'] or 0:>8.0f}"
-              f"{r['429']:>6}{r['5xx']:>5}{r['errors']:>7}{batch:>7}{rss:>13}{gain:>6.2f}x")
+              f"{r['429']:>6}{r['5xx']:>5}{r['errors']:>7}{batch:>7}{occupancy:>8}{rss:>13}{gain:>6.2f}x")
     at = next((r for r in rows if r["concurrency"] == GOAL_AT), None)
     if at and base["rps"] and base["p95_ms"]:
         gain, ratio = at["rps"] / base["rps"], at["p95_ms"] / base["p95_ms"]
@@ -303,43 +311,62 @@ def print_faults(rows: list[dict]) -> None:
         print(f"{r['fault']:<40}{r['expect']:<22}{r['got']:<30}{r['ms']:>8.0f}  {r['then']}")
 
 
+def print_batching(by_mode: dict[str, list[dict]], max_batch: int) -> None:
+    """Continuous beside static batching, level by level."""
+    cont, stat = by_mode["continuous"], by_mode["static"]
+    print(f"continuous vs static batching (--max-batch {max_batch}):")
+    print(f"{'concurrency':>11}{'req/s static':>14}{'continuous':>12}{'gain':>7}{'p95 static':>12}{'continuous':>12}"
+          f"{'occup. static':>15}{'continuous':>12}")
+    for c, s in zip(cont, stat):
+        gain = c["rps"] / s["rps"] if s["rps"] else float("nan")
+        occ = [f"{r['mean_batch'] / max_batch:.0%}" if r["mean_batch"] else "-" for r in (s, c)]
+        print(f"{c['concurrency']:>11}{s['rps']:>14.1f}{c['rps']:>12.1f}{gain:>6.2f}x{s['p95_ms'] or 0:>12.0f}"
+              f"{c['p95_ms'] or 0:>12.0f}{occ[0]:>15}{occ[1]:>12}")
+
+
 async def main(args) -> dict:
     import httpx
 
     levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
-    server = None if args.url else Server(args)
-    base = args.url.rstrip("/") if args.url else server.base
-    if base.endswith("/v1"):
-        base = base[:-3]
+    modes = ["as it runs"] if args.url else [m.strip() for m in args.batching.split(",") if m.strip()]
+    if not modes or any(m not in ("continuous", "static", "as it runs") for m in modes):
+        raise ValueError(f"--batching {args.batching!r}: continuous, static or both")
     limits = httpx.Limits(max_connections=max(levels + [GOAL_AT]) + 8, max_keepalive_connections=max(levels) + 8)
-    out: dict = {}
-    try:
-        async with httpx.AsyncClient(timeout=60, limits=limits) as http:
-            health = await _health(http, base)
-            pids = [server.proc.pid, health["worker"]["pid"]] if server else []
-            requests = workload()
-            for body in requests[:4]:  # warm-up
-                await http.post(base + "/v1/completions", json={**body, "max_tokens": args.max_tokens})
-            rows = []
-            for c in levels:
-                rows.append(await level(http, base, c, args.seconds, args.max_tokens, requests, pids))
-            out["load"] = rows
-            print(f"serve-api at {base}: {args.seconds:g} s per level, max_tokens {args.max_tokens}, "
-                  f"{os.cpu_count()} CPUs")
-            print_load(rows)
-            if args.soak:
-                out["soak"] = s = await soak(http, base, args.soak, args.max_tokens, requests, pids)
-                print(f"soak: concurrency {GOAL_AT} for {s['seconds']:.0f} s, {s['ok']} answered, {s['5xx']} 5xx; "
-                      f"RSS first {s['first_mb']:.0f} MB, peak {s['peak_mb']:.0f}, last {s['last_mb']:.0f}, "
-                      f"slope {s['slope_mb_min']:+.2f} MB/min over {s['samples']} samples")
-            if not args.no_faults:
-                out["faults"] = f = await faults(http, base, server)
-                print_faults(f)
-                health = await _health(http, base, 30)
-                print(f"after the faults: /health {health['status']}, worker pid {health['worker']['pid']}")
-    finally:
-        if server is not None:
-            server.close()
+    out: dict = {"load": {}}
+    for first, mode in zip([True] + [False] * len(modes), modes):
+        server = None if args.url else Server(args, static=mode == "static")
+        base = args.url.rstrip("/") if args.url else server.base
+        if base.endswith("/v1"):
+            base = base[:-3]
+        try:
+            async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+                health = await _health(http, base)
+                pids = [server.proc.pid, health["worker"]["pid"]] if server else []
+                requests = workload()
+                for body in requests[:4]:  # warm-up
+                    await http.post(base + "/v1/completions", json={**body, "max_tokens": args.max_tokens})
+                rows = []
+                for c in levels:
+                    rows.append(await level(http, base, c, args.seconds, args.max_tokens, requests, pids))
+                out["load"][mode] = rows
+                print(f"serve-api at {base}, {mode} batching: {args.seconds:g} s per level, max_tokens "
+                      f"{args.max_tokens}, {os.cpu_count()} CPUs")
+                print_load(rows, args.max_batch)
+                if first and args.soak:
+                    out["soak"] = s = await soak(http, base, args.soak, args.max_tokens, requests, pids)
+                    print(f"soak: concurrency {GOAL_AT} for {s['seconds']:.0f} s, {s['ok']} answered, {s['5xx']} 5xx; "
+                          f"RSS first {s['first_mb']:.0f} MB, peak {s['peak_mb']:.0f}, last {s['last_mb']:.0f}, "
+                          f"slope {s['slope_mb_min']:+.2f} MB/min over {s['samples']} samples")
+                if first and not args.no_faults:
+                    out["faults"] = f = await faults(http, base, server)
+                    print_faults(f)
+                    health = await _health(http, base, 30)
+                    print(f"after the faults: /health {health['status']}, worker pid {health['worker']['pid']}")
+        finally:
+            if server is not None:
+                server.close()
+    if {"continuous", "static"} <= set(out["load"]):
+        print_batching(out["load"], args.max_batch)
     return out
 
 
