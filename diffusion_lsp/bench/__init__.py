@@ -4,11 +4,13 @@
     bench lsp       inline-completion latency through the real server over stdio (lsp.py)
     bench pretrained  load time, peak RSS, fill time: a 0.5 B checkpoint vs the embedded model, fp32 vs int8
     bench api       serve-api under load and faults: requests/s, tokens/s, latency, 429s, RSS (api.py)
+    bench gpu       a Dream-7B shaped model and the embedded one on a CUDA GPU: fills per policy, continuous vs
+                    static batching, the kernels vs their references, memory, goals; --dry-run on CPU (gpu.py)
     python -m diffusion_lsp.bench.context   the server's own context and post-processing work alone (context.py)"""
 
 from __future__ import annotations
 
-from . import api, lsp, pretrained, sampler
+from . import api, gpu, lsp, pretrained, sampler
 
 
 def register(sub) -> None:
@@ -18,3 +20,4 @@ def register(sub) -> None:
     lsp.register(bench)
     pretrained.register(bench)
     api.register(bench)
+    gpu.register(bench)
