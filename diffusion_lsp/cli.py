@@ -22,6 +22,7 @@ COMMANDS = {  # in the order `--help` lists them: using the model first, making 
     "adapt": "diffusion_lsp.train.adapt_command",
     "data": "diffusion_lsp.data.command",
     "train": "diffusion_lsp.train.command",
+    "train-recipe": "diffusion_lsp.train.recipe",
 }
 
 

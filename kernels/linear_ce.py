@@ -112,8 +112,8 @@ def _forward(h, weight, targets, weights, n_scored, want_h: bool, want_w: bool):
         _kernel()[(b - a,)](logits, logits.stride(0), targets[a:b], weights[a:b], loss[a:b], V, scale, BV=BV)
         if want_h:
             grad_h[a:b] = logits @ weight
-        if want_w:
-            grad_w.addmm_(logits.T.float(), hc.float())
+        if want_w:  # in h's dtype on the tensor cores (fp32 accumulation inside), summed over chunks in fp32
+            grad_w += (logits.T @ hc).float()
     return loss.sum() * scale, grad_h, grad_w.to(weight.dtype)
 
 

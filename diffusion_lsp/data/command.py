@@ -1,5 +1,6 @@
-"""`diffusion-lsp data build|tokenizer|edits`: rebuild the training corpus from the pinned manifest,
-train the byte-level BPE tokenizer on its train split, and build next-edit records (data/edits.py)."""
+"""`diffusion-lsp data build|tokenizer|edits|pack|unpack`: rebuild the training corpus from the pinned
+manifest, train the byte-level BPE tokenizer on its train split, build next-edit records
+(data/edits.py), and pack a corpus as token ids in one compressed file (data/pack.py)."""
 
 from __future__ import annotations
 
@@ -39,11 +40,52 @@ def register(sub):
                    help="fraction of corpus files that synthetic edits are derived from (default 0.25)")
     e.add_argument("--per-file", type=int, default=3, metavar="N", help="synthetic records per file (default 3)")
     e.add_argument("--no-mined", action="store_true", help="synthetic records only (no downloads)")
+    k = actions.add_parser("pack", help="a corpus as token ids in one tar.xz (for a machine without network)")
+    k.add_argument("--corpus", default="data/corpus", metavar="DIR", help="corpus folder (default data/corpus)")
+    k.add_argument("--tokenizer", metavar="DIR",
+                   help="checkpoint folder whose tokenizer.json tokenizes it (default: the embedded model)")
+    k.add_argument("--out", required=True, metavar="FILE", help="the pack to write (.tar.xz)")
+    k.add_argument("--max-mb", type=float, default=38.0, metavar="MB",
+                   help="keep whole train files while the pack stays under about this size (default 38)")
+    u = actions.add_parser("unpack", help="a token pack back into a corpus folder that `train --corpus` reads")
+    u.add_argument("pack", metavar="FILE")
+    u.add_argument("--out", required=True, metavar="DIR", help="corpus folder to write")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    return {"build": run_build, "tokenizer": run_tokenizer, "edits": run_edits}[args.data_command](args)
+    return {"build": run_build, "tokenizer": run_tokenizer, "edits": run_edits, "pack": run_pack,
+            "unpack": run_unpack}[args.data_command](args)
+
+
+def run_pack(args) -> int:
+    from ..engine import model_folder
+    from ..model.config import SpecialTokens
+    from ..model.tokenizer import Tokenizer
+    from .pack import PackError, pack
+
+    tok_path = model_folder(args.tokenizer) / "tokenizer.json"
+    if not tok_path.is_file():
+        raise UserError(f"no tokenizer.json in {tok_path.parent}")
+    try:
+        meta = pack(Path(args.corpus), Tokenizer.from_file(tok_path, SpecialTokens()), Path(args.out), args.max_mb)
+    except (PackError, OSError) as e:
+        raise UserError(str(e)) from None
+    size = Path(args.out).stat().st_size / 2**20
+    print(f"{args.out}: {size:.1f} MiB; train {meta['train_tokens']:,} tokens in {meta['train_files']:,} files "
+          f"(of {meta['train_tokens_in_corpus']:,} in the corpus), val {meta.get('val_tokens', 0):,} tokens")
+    return 0
+
+
+def run_unpack(args) -> int:
+    from .pack import PackError, unpack
+
+    try:
+        meta = unpack(Path(args.pack), Path(args.out))
+    except (PackError, OSError) as e:
+        raise UserError(str(e)) from None
+    print(f"{args.out}: train {meta['train_tokens']:,} tokens, val {meta.get('val_tokens', 0):,} tokens")
+    return 0
 
 
 def run_build(args) -> int:

@@ -1,5 +1,7 @@
 """Training data: the corpus's jsonl files tokenized once into a cache, then random crops.
 
+A corpus folder unpacked from a token pack (data/pack.py) has the ids and no jsonl.
+
 Cache (next to the corpus, e.g. data/corpus/train.ids.npy): all files' token ids concatenated
 (`<split>.ids.npy`, uint16 or uint32), file boundaries (`<split>.offsets.npy`, [n_files + 1]) and
 `<split>.cache.json`, which records the format version, the tokenizer's hash and the source
@@ -64,6 +66,12 @@ def _tokenize(source: Path, tok, chunk: int = 512) -> tuple[np.ndarray, np.ndarr
     return ids, np.cumsum(lengths, dtype=np.int64)
 
 
+def has_split(corpus: Path, split: str) -> bool:
+    """Whether `corpus` holds the split, as jsonl or as an unpacked token pack's ids."""
+    return (corpus / f"{split}.jsonl").is_file() or (corpus / f"{split}.ids.npy").is_file() and (
+        corpus / "pack.json").is_file()
+
+
 class TokenFiles:
     """Token ids of every file of one split: `ids` flat [T], `offsets` [n_files + 1]."""
 
@@ -81,6 +89,13 @@ class TokenFiles:
     def load(cls, source: str | Path, tok, rebuild: bool = False) -> "TokenFiles":
         """Tokenize `source` (jsonl) or read its cache; only one process should build the cache."""
         source = Path(source)
+        if not source.exists():  # an unpacked token pack (data/pack.py): the ids without the jsonl
+            from ..data.pack import check_tokenizer, packed_split
+
+            packed = packed_split(source.parent, source.stem)
+            if packed is not None:
+                check_tokenizer(source.parent, tok)
+                return cls(*packed)
         stem = source.with_suffix("")
         ids_path, off_path = Path(f"{stem}.ids.npy"), Path(f"{stem}.offsets.npy")
         meta_path = Path(f"{stem}.cache.json")

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from diffusion_lsp.kernels.linear_ce import masked_cross_entropy
 from diffusion_lsp.model.checkpoint import load_checkpoint
 from diffusion_lsp.model.lora import add_adapters
 from diffusion_lsp.model.pretrained import load_folder
@@ -24,10 +25,8 @@ from diffusion_lsp.model.tokenizer import Tokenizer
 from diffusion_lsp.model.transformer import DiffusionTransformer
 
 from .config import TrainConfig
-from .data import Batches, TokenFiles, newline_table
+from .data import Batches, TokenFiles, has_split, newline_table
 from .edit_rows import EditSet, load_records
-from diffusion_lsp.kernels.linear_ce import masked_cross_entropy
-
 from .objective import Batch, select_masked
 from .runtime import Runtime, setup
 from .state import Progress, TrainError, frozen_dtype, has_run, load_run, save_run
@@ -111,7 +110,7 @@ def _log(out: Path, record: dict):
 
 
 def _load_split(path: Path, tok: Tokenizer, rt: Runtime) -> TokenFiles | None:
-    if not path.is_file():
+    if not has_split(path.parent, path.stem):
         return None
     if rt.main:  # one process builds the cache, the others read it
         files = TokenFiles.load(path, tok)
@@ -145,7 +144,7 @@ def train(cfg: TrainConfig, progress_bar: bool = True) -> dict:
 
 def _prepare(cfg: TrainConfig, rt: Runtime, out: Path):
     corpus = Path(cfg.corpus)
-    if not (corpus / "train.jsonl").is_file():
+    if not has_split(corpus, "train"):
         raise TrainError(f"no train.jsonl in corpus folder {corpus}")
     if has_run(out) or cfg.init:
         if has_run(out):  # resuming wins over init: the run already started from it
@@ -185,7 +184,7 @@ def _prepare(cfg: TrainConfig, rt: Runtime, out: Path):
 def _val_batches(cfg: TrainConfig, tok: Tokenizer, rt: Runtime, newline) -> list[tuple[str, list[Batch]]]:
     """The fixed validation batches, by kind (plain, fim, edit); rank 0 evaluates, the others get none."""
     val_path = Path(cfg.corpus) / "val.jsonl"
-    val_files = TokenFiles.load(val_path, tok) if rt.main and val_path.is_file() else None
+    val_files = TokenFiles.load(val_path, tok) if rt.main and has_split(val_path.parent, "val") else None
     if val_files is None or not val_files.n_tokens or not cfg.eval_batches:
         return []
     plain_noise = dataclasses.replace(cfg.objective, block_noise=0.0)  # losses compare across runs
@@ -238,6 +237,40 @@ def _distributed(loss_fn: nn.Module, rt: Runtime) -> nn.Module:
         return loss_fn
     ids = [rt.device.index] if rt.device.type == "cuda" else None
     return nn.parallel.DistributedDataParallel(loss_fn, device_ids=ids)
+
+
+def measure_rate(cfg: TrainConfig, steps: int = 12, skip: int = 4) -> dict:
+    """Training tokens/s of cfg's model on cfg's data and device, from `steps` optimizer steps of a
+    fresh model after `skip` more (kernel set-up, allocator warm-up), data pipeline included;
+    nothing is saved. -> {"tokens_per_s", "params", "step_s", "peak_mem_mb" (CUDA only)}."""
+    rt = setup(cfg.device, cfg.autocast, cfg.threads)
+    try:
+        corpus = Path(cfg.corpus)
+        tok = Tokenizer.from_file(corpus / "tokenizer.json", SpecialTokens())
+        torch.manual_seed(cfg.seed)
+        model = DiffusionTransformer(model_config(cfg, tok)).to(rt.device).train()
+        opt = _optimizer(model, cfg, rt.device)
+        data = Batches(TokenFiles.load(corpus / "train.jsonl", tok), tok, cfg.seq_len, cfg.batch_size, cfg.objective,
+                       cfg.seed, 0, newline_table(tok))
+        loss_fn = MaskedDiffusionLoss(model)
+        cuda = rt.device.type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(rt.device)
+        for i in range(skip + steps):
+            if i == skip:
+                if cuda:
+                    torch.cuda.synchronize(rt.device)
+                t0 = time.perf_counter()
+            loss = _optimizer_step(cfg, rt, model, opt, loss_fn, data.get(i).to(rt.device), cfg.lr)
+        float(loss)  # waits for the last step
+        seconds = time.perf_counter() - t0
+        out = {"tokens_per_s": steps * cfg.batch_size * cfg.seq_len / seconds, "step_s": seconds / steps,
+               "params": sum(p.numel() for p in model.parameters())}
+        if cuda:
+            out["peak_mem_mb"] = torch.cuda.max_memory_allocated(rt.device) / 2**20
+        return out
+    finally:
+        rt.close()
 
 
 def _end(out: Path, rt: Runtime, prog: Progress, train_loss: float, rate: float, run_eval, save) -> dict:
