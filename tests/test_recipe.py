@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from conftest import corpus_texts
-from diffusion_lsp.data.pack import PackError, pack, unpack
-from diffusion_lsp.train.data import TokenFiles, has_split
+from diffusion_lsp.data.pack import pack, unpack
+from diffusion_lsp.train.data import PackError, TokenFiles, has_split
 from diffusion_lsp.train.recipe import TOKENS_PER_PARAM, choose
 
 

@@ -62,7 +62,8 @@ def run_pack(args) -> int:
     from ..engine import model_folder
     from ..model.config import SpecialTokens
     from ..model.tokenizer import Tokenizer
-    from .pack import PackError, pack
+    from ..train.data import PackError
+    from .pack import pack
 
     tok_path = model_folder(args.tokenizer) / "tokenizer.json"
     if not tok_path.is_file():
@@ -78,7 +79,8 @@ def run_pack(args) -> int:
 
 
 def run_unpack(args) -> int:
-    from .pack import PackError, unpack
+    from ..train.data import PackError
+    from .pack import unpack
 
     try:
         meta = unpack(Path(args.pack), Path(args.out))

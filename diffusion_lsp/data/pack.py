@@ -6,7 +6,7 @@ ids concatenated, uint16 for a vocabulary under 65,536, and the file boundaries)
 files in their corpus order until the estimate of the compressed size reaches the budget (validation
 is kept whole), and writes a tar.xz of the tokenizer, the ids, the boundaries and `pack.json`
 (format, version, the tokenizer's sha256, counts). `unpack` writes a corpus folder that `train
---corpus` reads as it reads a tokenized one: no jsonl, the ids already there (TokenFiles.load)."""
+--corpus` reads as it reads a tokenized one: no jsonl, the ids already there (train/data.py reads it)."""
 
 from __future__ import annotations
 
@@ -19,17 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..train.data import PACK_META, PackError, TokenFiles, tokenizer_sha256
+
 PACK_FORMAT, PACK_VERSION = "diffusion-lsp-token-pack", 1
-PACK_META = "pack.json"
 SPLITS = ("train", "val")
-
-
-class PackError(ValueError):
-    """A pack that is not one, is damaged, or does not match the tokenizer asked for."""
-
-
-def tokenizer_sha256(tok) -> str:
-    return hashlib.sha256(tok.hf.to_str().encode()).hexdigest()
 
 
 def _array(arr: np.ndarray) -> bytes:
@@ -46,8 +39,6 @@ def _cut(ids: np.ndarray, offsets: np.ndarray, keep_tokens: int) -> tuple[np.nda
 
 def pack(corpus: Path, tok, out: Path, max_mb: float) -> dict:
     """Write the pack of `corpus` (train.jsonl, val.jsonl) tokenized with `tok` -> pack.json's content."""
-    from ..train.data import TokenFiles
-
     splits = {}
     for split in SPLITS:
         source = corpus / f"{split}.jsonl"
@@ -110,18 +101,3 @@ def unpack(path: Path, out: Path) -> dict:
     for name, data in found.items():
         (out / name).write_bytes(data)
     return meta
-
-
-def packed_split(corpus: Path, split: str):
-    """(ids, offsets) of an unpacked split, memory-mapped, or None when `corpus` holds no such pack."""
-    meta_path, ids_path, off_path = corpus / PACK_META, corpus / f"{split}.ids.npy", corpus / f"{split}.offsets.npy"
-    if not (meta_path.is_file() and ids_path.is_file() and off_path.is_file()):
-        return None
-    return np.load(ids_path, mmap_mode="r"), np.load(off_path)
-
-
-def check_tokenizer(corpus: Path, tok) -> None:
-    """PackError when the unpacked corpus was tokenized with another tokenizer than `tok`."""
-    meta = json.loads((corpus / PACK_META).read_text())
-    if meta.get("tokenizer_sha256") != tokenizer_sha256(tok):
-        raise PackError(f"{corpus}: its token ids are another tokenizer's than the model's")

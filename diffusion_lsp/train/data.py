@@ -27,11 +27,33 @@ from .objective import Batch, ObjectiveConfig, make_batch
 CACHE_VERSION = 1
 
 
+PACK_META = "pack.json"  # in a corpus folder unpacked from a token pack (data/pack.py)
+
+
+class PackError(ValueError):
+    """A token pack that is not one, is damaged, or does not match the tokenizer asked for."""
+
+
+def tokenizer_sha256(tok) -> str:
+    return hashlib.sha256(tok.hf.to_str().encode()).hexdigest()
+
+
+def _packed_split(corpus: Path, split: str, tok):
+    """(ids, offsets) of an unpacked split, memory-mapped, or None when `corpus` holds no such pack;
+    PackError when its ids are another tokenizer's."""
+    meta_path, ids_path, off_path = corpus / PACK_META, corpus / f"{split}.ids.npy", corpus / f"{split}.offsets.npy"
+    if not (meta_path.is_file() and ids_path.is_file() and off_path.is_file()):
+        return None
+    if json.loads(meta_path.read_text()).get("tokenizer_sha256") != tokenizer_sha256(tok):
+        raise PackError(f"{corpus}: its token ids are another tokenizer's than the model's")
+    return np.load(ids_path, mmap_mode="r"), np.load(off_path)
+
+
 def _cache_key(source: Path, tok) -> dict:
     st = source.stat()
     return {
         "cache_version": CACHE_VERSION,
-        "tokenizer_sha256": hashlib.sha256(tok.hf.to_str().encode()).hexdigest(),
+        "tokenizer_sha256": tokenizer_sha256(tok),
         "source_size": st.st_size,
         "source_mtime_ns": st.st_mtime_ns,
     }
@@ -69,7 +91,7 @@ def _tokenize(source: Path, tok, chunk: int = 512) -> tuple[np.ndarray, np.ndarr
 def has_split(corpus: Path, split: str) -> bool:
     """Whether `corpus` holds the split, as jsonl or as an unpacked token pack's ids."""
     return (corpus / f"{split}.jsonl").is_file() or (corpus / f"{split}.ids.npy").is_file() and (
-        corpus / "pack.json").is_file()
+        corpus / PACK_META).is_file()
 
 
 class TokenFiles:
@@ -90,11 +112,8 @@ class TokenFiles:
         """Tokenize `source` (jsonl) or read its cache; only one process should build the cache."""
         source = Path(source)
         if not source.exists():  # an unpacked token pack (data/pack.py): the ids without the jsonl
-            from ..data.pack import check_tokenizer, packed_split
-
-            packed = packed_split(source.parent, source.stem)
+            packed = _packed_split(source.parent, source.stem, tok)
             if packed is not None:
-                check_tokenizer(source.parent, tok)
                 return cls(*packed)
         stem = source.with_suffix("")
         ids_path, off_path = Path(f"{stem}.ids.npy"), Path(f"{stem}.offsets.npy")
