@@ -16,11 +16,12 @@ newline has no masked position before it, and its result is the first line witho
 with `stop_below`, any request is done once a token committed below that confidence has none before
 it (a caller that drops the tail from such a token has its answer). With the context cache
 (Fast-dLLM dual cache) a step after the first full pass recomputes only a window of the canvas, the
-open block and the one before it, and writes the window's keys/values back; the prefix, the suffix
-and the rest of the canvas come from the cache. Only the open block's masked positions go through
-the output head. A result's per-token pieces are made once, in `_result`, by incremental decoding
-minus the healed text (results.py). A request with drafts (FillRequest.candidates) has a step 0
-first: the drafts are scored and what the model believes of them is committed (verify.py).
+open block and the one before it, and each layer writes the window's keys/values into the cache in
+place; the prefix, the suffix and the rest of the canvas come from the cache. Only the open block's
+masked positions go through the output head. A result's per-token pieces are made once, in `_result`,
+by incremental decoding minus the healed text (results.py). A request with drafts
+(FillRequest.candidates) has a step 0 first: the drafts are scored and what the model believes of
+them is committed (verify.py).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class _Batch:
     shift: int = field(default=0, metadata=_FIXED)  # 1 when output i predicts position i + 1
     rows: list[Row] = field(default_factory=list, metadata=_FIXED)  # per request, as built
     plans: list[Plan] | None = field(default=None, metadata=_FIXED)  # per request: first pass from earlier fills
+    dense: bool = field(default=False, metadata=_FIXED)  # no row shorter than S: only junk is left out
 
     @property
     def junk(self) -> int:
@@ -103,7 +105,7 @@ class _Batch:
                    canvas_valid=valid, canvas_idx=torch.where(valid, start[:, None] + at, S), masked=valid.clone(),
                    conf=torch.zeros(B, N, device=device), allowed_first=allowed_first, newline_first=newline_first,
                    one_line=torch.tensor(one_line, dtype=torch.bool, device=device), newline=newline, shift=shift,
-                   rows=rows)
+                   rows=rows, dense=all(len(r.ids) == S for r in rows))
 
     def keep(self, kept: torch.Tensor) -> None:
         """Only batch rows `kept` [B'] stay, in every per-row field."""
@@ -121,10 +123,13 @@ class _Batch:
         parts = [b._padded(S, N, vocab, vocab_nl) for b in (self, other)]
         fields = {f.name: _cat(parts[0][f.name], parts[1][f.name]) for f in dataclasses.fields(self)
                   if not f.metadata.get("fixed")}
+        dense = self.dense and other.dense and self.junk == other.junk
         if self.cache is None or other.cache is None:  # the next step is a full pass for every row
             fields["cache"] = None
+        else:
+            fields["cache"] = dataclasses.replace(fields["cache"], dense=dense)
         return _Batch(**fields, newline=self.newline if self.newline is not None else other.newline,
-                      shift=self.shift, rows=self.rows + other.rows)
+                      shift=self.shift, rows=self.rows + other.rows, dense=dense)
 
     def _padded(self, S: int, N: int, vocab: int, vocab_nl: int) -> dict:
         """Every per-row field, as if the batch had been built with rows of S tokens and canvases of N."""
@@ -184,8 +189,9 @@ def _cat(a, b):
 
 
 def _take(value, kept: torch.Tensor):
-    if isinstance(value, KVCache):
-        return KVCache([k[kept] for k in value.keys], [v[kept] for v in value.values], value.key_mask[kept])
+    if isinstance(value, KVCache):  # fewer rows of a dense batch are dense
+        return KVCache([k[kept] for k in value.keys], [v[kept] for v in value.values], value.key_mask[kept],
+                       value.dense)
     return None if value is None else value[kept]
 
 
@@ -207,12 +213,16 @@ def _constraint(rows, cols, batch: _Batch, tok: Tokenizer, cur: torch.Tensor, tr
 
 
 def _cached_pass(model, batch: _Batch, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Run positions idx [B, W] against the cache, write their keys/values back -> hidden [B, W, D]."""
-    batch.cache.key_mask = batch.key_mask.scatter(1, idx, False)  # these are attended fresh
-    h, fresh = model.hidden(batch.x.gather(1, idx), idx, valid, batch.cache)
-    for cached, new in zip(batch.cache.keys + batch.cache.values, fresh.keys + fresh.values):
-        cached.scatter_(2, idx[:, None, :, None].expand_as(new), new)
+    """Run positions idx [B, W] against the cache -> hidden [B, W, D]. Each layer writes their keys/values
+    into the cache in place (invalid slots at the junk column) and attends to every token of the row."""
+    h, _ = model.hidden(batch.x.gather(1, idx), idx, valid, batch.cache.at(idx))
     return h
+
+
+def _keep_cache(batch: _Batch, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+    """The batch's cache from a pass's keys/values: it attends to the rows' own tokens, unmasked
+    when no row is padded (batch.dense, known on the host)."""
+    batch.cache = KVCache(keys, values, batch.key_mask, batch.dense)
 
 
 def _warm_start(model, batch: _Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -223,7 +233,7 @@ def _warm_start(model, batch: _Batch) -> tuple[torch.Tensor, torch.Tensor]:
     layers = len(plans[0].entry.keys)
     keys, values = ([torch.stack([warm_row(p, i, kind, size, r.start, r.length, theta) for p, r in zip(plans, rows)])
                      for i in range(layers)] for kind in ("keys", "values"))
-    batch.cache = KVCache(keys, values, batch.key_mask)
+    _keep_cache(batch, keys, values)
     todo = [list(range(min(p.prefix, r.start - batch.shift), r.start + r.length))
             + list(range(r.start + r.length + p.suffix, len(r.ids))) for p, r in zip(plans, rows)]
     width = max(len(t) for t in todo)
@@ -236,8 +246,8 @@ def _warm_start(model, batch: _Batch) -> tuple[torch.Tensor, torch.Tensor]:
 def _hidden_at(model, batch: _Batch, cfg: SamplerConfig, step: int, rows, cols, whole: bool) -> torch.Tensor:
     """One forward pass -> hidden states [M, D] of the outputs that predict canvas positions (rows, cols).
 
-    Full pass: every position, and the cache is (re)filled. Cached step: the window only; it sees
-    the cache everywhere else, and its fresh keys/values are written back into the cache."""
+    Full pass: every position, and the cache is (re)filled. Cached step: the window only; its fresh
+    keys/values are written into the cache in place, and it sees the cache everywhere else."""
     at = batch.start[rows] + cols - batch.shift
     if batch.cache is None and batch.plans:
         h, slot = _warm_start(model, batch)
@@ -246,7 +256,7 @@ def _hidden_at(model, batch: _Batch, cfg: SamplerConfig, step: int, rows, cols, 
     if not cfg.use_cache or refresh:
         h, cache = model.hidden(batch.x, batch.positions, batch.key_mask)
         if cfg.use_cache:
-            batch.cache = cache
+            _keep_cache(batch, cache.keys, cache.values)
         return h[rows, at]
     first_col, idx, valid = batch.window(cfg.block_size, whole)
     h = _cached_pass(model, batch, idx, valid)

@@ -4,10 +4,12 @@ No causal mask: every position sees the prefix, the canvas and the suffix. The f
 two modes used by the sampler (Fast-dLLM "dual cache", Wu et al. 2025):
 
 - full: all positions of each row; returns logits and a `KVCache` with every position's keys/values;
-- cached: only the active positions (the canvas) are run; they attend to the cached keys/values
-  of the rest of the row plus their own fresh ones, and the fresh ones come back so the caller
-  can write them into the cache. When nothing changed since the cache was filled, this equals
-  the full pass on those positions.
+- cached (`cache.at(columns)`): only a window of the row (the canvas) is run; each layer writes the
+  window's fresh keys/values into the cache in place, at the window's columns, and its queries
+  attend to the whole cache under the rows' key mask. No layer copies the cache (a torch.cat of
+  it per layer per step was most of a cached step's memory traffic), and nothing is written back
+  afterwards. When nothing changed since the cache was filled, this equals the full pass on those
+  positions.
 """
 
 from __future__ import annotations
@@ -25,10 +27,25 @@ from .config import ModelConfig
 class KVCache:
     keys: list[torch.Tensor]  # per layer [B, Hkv, S, D], RoPE already applied
     values: list[torch.Tensor]  # per layer [B, Hkv, S, D]
-    key_mask: torch.Tensor  # [B, S] bool: which cached positions may be attended to
+    key_mask: torch.Tensor  # [B, S] bool: which positions may be attended to (each row's own tokens)
+    # decided on the host when the rows are built, never read back from the device: key_mask is True
+    # everywhere but the last column (the rows' spare one), so attention reads the first S - 1 columns
+    # with no mask, which lets SDPA take its flash kernel
+    dense: bool = False
 
-    def masked(self, key_mask: torch.Tensor) -> "KVCache":
-        return KVCache(self.keys, self.values, key_mask)
+    def at(self, columns: torch.Tensor) -> CacheWindow:
+        """The cached mode's argument: a window standing at `columns` [B, W] of the rows."""
+        return CacheWindow(self, columns)
+
+
+@dataclass
+class CacheWindow:
+    """A window of each row, run against a cache: its tokens stand at `columns` [B, W] (long) of the
+    cache's rows, where every layer writes their keys/values in place. A slot that is no real token
+    points at a column the key mask leaves out (the sampler's spare `junk` one)."""
+
+    cache: KVCache
+    columns: torch.Tensor
 
 
 class RMSNorm(nn.Module):
@@ -86,7 +103,10 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
 
-    def forward(self, x, cos, sin, key_mask, past: tuple | None):
+    def forward(self, x, cos, sin, mask, past: tuple | None):
+        """mask: [B, 1, 1, K] bool (True = may attend) or None (every key). past (cached mode): this
+        layer's cache keys and values [B, Hkv, S, D], the window's columns expanded to [B, Hkv, W, D],
+        and how many columns to attend to -> (output, keys/values: the fresh ones, or the cache's)."""
         B, S, _ = x.shape
         q = self.q_proj(x).view(B, S, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(B, S, self.n_kv_heads, self.head_dim)
@@ -95,13 +115,13 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, S, D]
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        new_kv = (k, v)
-        if past is not None:  # cached mode: attend to the cached context, then to ourselves
-            k = torch.cat([past[0], k], dim=2)
-            v = torch.cat([past[1], v], dim=2)
-        mask = key_mask[:, None, None, :]  # [B, 1, 1, K] bool, True = may attend
+        if past is not None:  # cached mode: the window's keys/values written in place, the whole cache attended
+            keys, values, at, width = past
+            keys.scatter_(2, at, k)
+            values.scatter_(2, at, v)
+            k, v = keys[:, :, :width], values[:, :, :width]  # a view: no copy of the cache
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv_heads)
-        return self.o_proj(y.transpose(1, 2).reshape(B, S, -1)), new_kv
+        return self.o_proj(y.transpose(1, 2).reshape(B, S, -1)), (k, v)
 
 
 class MLP(nn.Module):
@@ -123,8 +143,8 @@ class Block(nn.Module):
         self.post_attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, key_mask, past):
-        h, kv = self.attn(self.input_norm(x), cos, sin, key_mask, past)
+    def forward(self, x, cos, sin, mask, past):
+        h, kv = self.attn(self.input_norm(x), cos, sin, mask, past)
         x = x + h
         return x + self.mlp(self.post_attn_norm(x)), kv
 
@@ -148,21 +168,29 @@ class DiffusionTransformer(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def hidden(self, tokens, positions, key_mask, cache: KVCache | None = None):
-        """Final hidden states [B, S, dim] and the keys/values of these positions as a KVCache: in
-        full mode the cache of the whole row, in cached mode the fresh entries of the active ones."""
+    def hidden(self, tokens, positions, key_mask, cache: CacheWindow | None = None):
+        """Final hidden states [B, S, dim] and a KVCache. Full mode (no cache): tokens are whole rows,
+        key_mask [B, S] says which are real, and the KVCache is every position's keys/values. Cached
+        mode (`cache.at(columns)`): tokens [B, W] are a window at those columns, key_mask [B, W] says
+        which slots are real (the others point at a column the cache's key mask leaves out, so it is
+        not read), and the KVCache is the cache itself, the window's keys/values written into it."""
+        if cache is not None and not isinstance(cache, CacheWindow):
+            raise ValueError(f"cached mode takes cache.at(columns), where the window is, not {type(cache).__name__}")
         x = self.embed(tokens)
         cos, sin = self.rope(positions)
-        fresh_mask = key_mask
-        if cache is not None:
-            key_mask = torch.cat([cache.key_mask, key_mask], dim=1)
+        if cache is None:
+            mask, out = key_mask[:, None, None, :], None  # [B, 1, 1, S] bool, True = may attend
+        else:
+            out, width = cache.cache, cache.cache.key_mask.shape[1] - int(cache.cache.dense)
+            mask = None if out.dense else out.key_mask[:, None, None, :]  # [B, 1, 1, S]
+            at = cache.columns[:, None, :, None].expand(-1, self.config.n_kv_heads, -1, self.config.head_dim)
         keys, values = [], []
         for i, layer in enumerate(self.layers):
-            past = None if cache is None else (cache.keys[i], cache.values[i])
-            x, (k, v) = layer(x, cos, sin, key_mask, past)
+            past = None if out is None else (out.keys[i], out.values[i], at, width)
+            x, (k, v) = layer(x, cos, sin, mask, past)
             keys.append(k)
             values.append(v)
-        return self.norm(x), KVCache(keys, values, fresh_mask)
+        return self.norm(x), KVCache(keys, values, key_mask) if out is None else out
 
     def head_weight(self) -> torch.Tensor | None:
         """The output head as one [V, D] matrix (what the fused kernels take); None for the int8 head."""
@@ -175,12 +203,12 @@ class DiffusionTransformer(nn.Module):
             return self.int8_head(h)
         return F.linear(h, self.head_weight())
 
-    def forward(self, tokens, positions=None, key_mask=None, cache: KVCache | None = None):
-        """tokens [B, S] -> (logits [B, S, V], KVCache of these positions).
+    def forward(self, tokens, positions=None, key_mask=None, cache: CacheWindow | None = None):
+        """tokens [B, S] -> (logits [B, S, V], KVCache), as `hidden`.
 
         positions: absolute positions [B, S] (default 0..S-1); key_mask: [B, S] bool, False for
-        padding. With `cache`, tokens are the active positions only and the cache's key_mask says
-        which cached positions they may see (the caller masks out the stale active ones)."""
+        padding. With `cache` (a KVCache's `at(columns)`), tokens are a window only, written into
+        the cache at those columns, and the cache's key_mask says what they may see."""
         B, S = tokens.shape
         if positions is None:
             positions = torch.arange(S, device=tokens.device).expand(B, S)

@@ -30,12 +30,47 @@ def test_cached_forward_matches_full_forward_when_nothing_changed(flags):
     full, cache = model(tokens, positions, key_mask)
     starts = torch.tensor([10, 20])
     idx = starts[:, None] + torch.arange(8)  # an active block of 8 per row
-    context = key_mask.clone()
-    for b, s in enumerate(starts.tolist()):
-        context[b, s : s + 8] = False
-    active, _ = model(tokens.gather(1, idx), idx, torch.ones(B, 8, dtype=torch.bool), cache.masked(context))
+    active, _ = model(tokens.gather(1, idx), idx, torch.ones(B, 8, dtype=torch.bool), cache.at(idx))
     expected = full.gather(1, idx[..., None].expand(-1, -1, full.shape[-1]))
     torch.testing.assert_close(active, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("flags", [dict(), dict(n_kv_heads=4), FLAGS[2]])  # grouped-query, multi-head, qk-norm
+@pytest.mark.parametrize("dense", [False, True])
+@torch.inference_mode()
+def test_a_cached_window_is_written_into_the_cache_in_place_and_sees_the_rest(flags, dense):
+    """The window's keys/values land in the cache tensors themselves (same storage: no cache-sized
+    copy), at the window's columns; a slot that is no token writes the spare last column, never
+    attended. With one layer a window whose tokens changed since the cache was filled then sees
+    exactly what a full pass over the changed rows sees (fresh keys in the window, cached ones
+    elsewhere, which a layer 0 computes from the token and its position only), masked or dense."""
+    torch.manual_seed(0)
+    model = DiffusionTransformer(ModelConfig.preset("tiny", n_layers=1, **flags)).eval()
+    B, S = 2, 30  # S + 1 columns: the last one spare
+    tokens = torch.randint(0, 512, (B, S + 1))
+    key_mask = torch.arange(S + 1).expand(B, S + 1) < S
+    positions = torch.arange(S + 1).expand(B, S + 1)
+    _, cache = model.hidden(tokens, positions, key_mask)
+    cache.dense = dense
+    before = [t.clone() for t in cache.keys + cache.values]
+    ptrs = [t.data_ptr() for t in cache.keys + cache.values]
+    changed = tokens.clone()
+    changed[:, 12:18] = torch.randint(0, 512, (B, 6))
+    full, now = model.hidden(changed, positions, key_mask)
+    idx = torch.tensor([[10, 11, 12, 13, 14, 15, 16, 17], [12, 13, 14, 15, 16, 17, S, S]])  # row 1: 2 spare slots
+    valid = idx != S
+    h, out = model.hidden(changed.gather(1, idx), idx, valid, cache.at(idx))
+    assert out is cache and [t.data_ptr() for t in cache.keys + cache.values] == ptrs
+    for b in range(B):
+        cols = idx[b][valid[b]]
+        torch.testing.assert_close(h[b][valid[b]], full[b, cols], atol=1e-5, rtol=1e-5)
+        rest = torch.ones(S + 1, dtype=torch.bool)
+        rest[cols] = rest[S] = False
+        for got, fresh, was in zip(cache.keys + cache.values, now.keys + now.values, before):
+            torch.testing.assert_close(got[b][:, cols], fresh[b][:, cols], atol=1e-5, rtol=1e-5)
+            assert torch.equal(got[b][:, rest], was[b][:, rest])  # everything else as cached
+    with pytest.raises(ValueError, match=r"cache.at\(columns\)"):  # the cache alone does not say where the window is
+        model.hidden(changed.gather(1, idx), idx, valid, cache)
 
 
 def test_padding_does_not_change_a_row():

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from diffusion_lsp.model.config import ModelConfig
-from diffusion_lsp.model.probe import probe
+from diffusion_lsp.model.probe import ScoreRow, probe, score_rows
 from diffusion_lsp.model.transformer import DiffusionTransformer
 
 PREFIX, MIDDLE, SUFFIX = "def f(x):\n", "    return x + 1\n", "\nprint(f(2))\n"
@@ -62,3 +62,23 @@ def test_an_empty_middle_costs_nothing_and_a_middle_too_long_is_refused(tokenize
         probe(model, tokenizer, "", "x = self.foo(bar)\n" * 400, "")
     with pytest.raises(ValueError, match="stride"):
         probe(model, tokenizer, PREFIX, MIDDLE, SUFFIX, 0)
+
+
+@torch.inference_mode()
+def test_later_passes_write_their_own_copies_of_pass_0s_cache(tokenizer):
+    """Passes 1.. write their windows into the cache in place, each into its own copy of pass 0's:
+    the cache that comes back (and that a memo keeps) is pass 0's full pass, left as it was."""
+    torch.manual_seed(1)
+    model = DiffusionTransformer(ModelConfig.preset("tiny", vocab_size=512)).eval()  # two layers: context moves
+    pre, mid = tokenizer.encode(PREFIX), tokenizer.encode(MIDDLE)
+    rows = [ScoreRow(pre + mid + tokenizer.encode(s), len(pre), len(mid)) for s in (SUFFIX, "\n")]  # padded
+    _, _, cache = score_rows(model, tokenizer, rows, 3)
+    S = max(len(r.ids) for r in rows)
+    x = torch.full((2, S + 1), tokenizer.mask_id)
+    for b, r in enumerate(rows):
+        x[b, : len(r.ids)] = torch.tensor(r.ids)
+    key_mask = x != tokenizer.mask_id
+    x[:, [len(pre) + i for i in range(0, len(mid), 3)]] = tokenizer.mask_id  # pass 0 masks every third
+    _, first = model.hidden(x, torch.arange(S + 1).expand(2, S + 1), key_mask)
+    for got, want in zip(cache.keys + cache.values, first.keys + first.values):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)

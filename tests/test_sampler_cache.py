@@ -1,5 +1,6 @@
 """The sampler's context cache on a real (tiny, random) transformer: a cached step recomputes a window
-of the canvas, attends to the cache everywhere else and writes its fresh keys/values back."""
+of the canvas, writes its fresh keys/values into the cache in place and attends to the cache
+everywhere else."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from diffusion_lsp.model.canvas import FillRequest, build_row
 from diffusion_lsp.model.config import ModelConfig
@@ -45,19 +47,38 @@ def test_a_cached_step_equals_the_full_pass_when_nothing_changed(tokenizer, shif
     torch.testing.assert_close(whole, whole_full, atol=1e-4, rtol=1e-4)
 
 
+class _Concatenations(TorchFunctionMode):
+    """Records the shape of everything torch.cat makes while it is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in (torch.cat, torch.concat, torch.concatenate):
+            self.shapes.append(tuple(out.shape))
+        return out
+
+
 @pytest.mark.parametrize("shift", [False, True])
 @torch.inference_mode()
-def test_a_cached_step_writes_its_window_back_and_nothing_else(tokenizer, shift):
+def test_a_cached_step_writes_its_window_into_the_cache_in_place_and_nothing_else(tokenizer, shift):
     model, batch = setup(tokenizer, shift)
     cfg = SamplerConfig(block_size=4)
     step(model, batch, cfg, 0)
+    cache, ptrs = batch.cache, [t.data_ptr() for t in batch.cache.keys + batch.cache.values]
     # commit the first block of each row: the next window is blocks 0 and 1
     written = tokenizer.encode(" a + b + c")[:4]
     assert len(written) == 4
     batch.masked[:, :4] = False
     batch.x.scatter_(1, batch.canvas_idx[:, :4], torch.tensor([written, written]))
     before = [k.clone() for k in batch.cache.keys]
-    rows, cols, _ = step(model, batch, cfg, 1)
+    with _Concatenations() as cats:
+        rows, cols, _ = step(model, batch, cfg, 1)
+    # the same tensors, written in place; no layer concatenated anything as long as a row (RoPE's halves only)
+    assert batch.cache is cache and [t.data_ptr() for t in cache.keys + cache.values] == ptrs
+    assert cats.shapes and all(s[2] < batch.junk for s in cats.shapes if len(s) == 4), cats.shapes
     assert sorted(set(cols.tolist())) == [4, 5, 6, 7]  # only the open block gets logits
     _, fresh = model.hidden(batch.x, batch.positions, batch.key_mask)
     for b, length in enumerate(batch.length.tolist()):
@@ -88,3 +109,21 @@ def test_dropping_a_row_keeps_every_per_row_field_in_step(tokenizer):
                 assert torch.equal(got, was[1:]), f.name
         else:
             assert torch.equal(now, second[f.name][1:]), f.name
+
+
+@torch.inference_mode()
+def test_a_batch_without_padding_attends_unmasked_to_the_same_result(tokenizer):
+    """A row alone has no padding but its junk column: its cache is dense (decided on the host, when
+    the batch is built) and its cached steps attend without a mask, as the same row does beside a
+    shorter one (masked): the same hidden states."""
+    model, pair = setup(tokenizer, False)
+    alone = _Batch.build(pair.rows[:1], [False], tokenizer, model.config.vocab_size, 0, "cpu")
+    assert alone.dense and not pair.dense and alone.junk == pair.junk  # row 0 is the longer one
+    cfg = SamplerConfig(block_size=4)
+    for n in range(3):
+        rows, cols, h = step(model, pair, cfg, n)
+        _, _, h_alone = step(model, alone, cfg, n)
+        torch.testing.assert_close(h_alone, h[rows == 0], atol=1e-5, rtol=1e-5)
+    assert alone.cache.dense and not pair.cache.dense
+    kept = alone.joined(alone)  # two rows of the same length: still dense, and so is their cache
+    assert kept.dense and kept.cache.dense and not pair.joined(alone).cache.dense
