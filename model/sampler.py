@@ -174,7 +174,9 @@ class _Batch:
             block = torch.where(self.masked, at, N).min(-1).values // block_size
             back = torch.where(block > 0, block_size, 0)  # [B] the first block has none before it
             first_col = (block * block_size - back).clamp(min=0)
-            width = min(N, block_size + int(back.max()))
+            # on a GPU every row's window is two blocks wide (a few more positions, and no read of
+            # back.max() to the host each step); on the CPU, where positions cost, as wide as needed
+            width = min(N, 2 * block_size if self.x.is_cuda else block_size + int(back.max()))
             own = block_size + back  # [B] a row's own window: what it recomputes alone, whatever its batch-mates'
         cols = first_col[:, None] + torch.arange(-self.shift, width, device=self.x.device)
         valid = (cols < self.length[:, None]) & (cols < (first_col + own)[:, None])

@@ -120,8 +120,24 @@ class Attention(nn.Module):
             keys.scatter_(2, at, k)
             values.scatter_(2, at, v)
             k, v = keys[:, :, :width], values[:, :, :width]  # a view: no copy of the cache
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv_heads)
+        y = attend(q, k, v, mask, self.n_heads // self.n_kv_heads)
         return self.o_proj(y.transpose(1, 2).reshape(B, S, -1)), (k, v)
+
+
+def attend(q, k, v, mask, groups: int, expand: bool | None = None):
+    """SDPA of q [B, H, Sq, D] on k, v [B, H / groups, Sk, D] under mask [B, 1, 1, Sk] bool or None.
+
+    Grouped-query attention goes to SDPA as it is (enable_gqa), except with a mask on a GPU (expand
+    None: on CUDA): only the flash kernel takes GQA and it takes no mask, so SDPA would fall back to
+    its math kernel, which holds the [B, H, Sq, Sk] scores (a 2,048-token full pass of a 7B shape:
+    470 MB per row and layer); the keys/values are expanded to every head instead, for the
+    memory-efficient kernel, which takes the mask."""
+    if expand is None:
+        expand = q.is_cuda
+    if groups > 1 and mask is not None and expand:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        groups = 1
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=groups > 1)
 
 
 class MLP(nn.Module):

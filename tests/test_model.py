@@ -171,3 +171,18 @@ def test_truncated_safetensors(tiny_checkpoint, tmp_path):
         load_checkpoint(folder)
     with pytest.raises(CheckpointError, match="not found"):
         load_checkpoint(tmp_path / "nowhere")
+
+
+def test_grouped_query_attention_expanded_for_a_mask_is_the_same():
+    """On a GPU a masked GQA attention expands the keys/values to every head (SDPA's memory-efficient
+    kernel takes a mask, its GQA-capable flash kernel does not): the same numbers as SDPA's GQA."""
+    from diffusion_lsp.model.transformer import attend
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 6, 5, 8), torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8)
+    mask = torch.rand(2, 1, 1, 9) < 0.7
+    mask[..., 0] = True
+    grouped = attend(q, k, v, mask, 3, expand=False)
+    torch.testing.assert_close(attend(q, k, v, mask, 3, expand=True), grouped, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(attend(q, k, v, None, 3, expand=True), attend(q, k, v, None, 3, expand=False))
+    assert not torch.allclose(attend(q, k, v, None, 3), grouped)  # the mask matters here
