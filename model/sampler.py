@@ -5,8 +5,9 @@ Each request becomes a row `prefix | N x mask | suffix` (canvas.py). `Decoding` 
 pass predicts the open block's masked positions of every unfinished row, an unmasking policy
 (policies.py) commits some of them, and the step says which rows are done. The loop keeps one record
 per request (`Decoded`) and drops done rows from the batch; its caller drives it step by step (the
-drafts after each step come back to it, and it stops the requests nobody waits for any more);
-`fill` drives it to the end.
+drafts after each step come back to it, it stops the requests nobody waits for any more, and it may
+add requests, which join the batch after their own first pass: continuous batching); `fill` drives
+it to the end. The output head's statistics come from kernels/vocab_stats.py (fused on a GPU).
 
 The model writes real tokens followed by filler tokens; fillers are stripped, so the fill's length
 adapts up to N. As in training, a fill is at least one real token and fillers only ever trail it:
