@@ -17,9 +17,9 @@ import subprocess
 import pytest
 import torch
 
-from diffusion_lsp.kernels import linear_ce, vocab_stats
+from diffusion_lsp.kernels import vocab_stats
 from diffusion_lsp.kernels.vocab_stats import Constraint
-from test_kernels import SHAPES, _clear_top, _inputs
+from test_kernels import SHAPES, _clear_top, _inputs, compare_linear_ce
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="no CUDA device (the GPU tier: DIFFUSION_LSP_TEST_GPU=1 pytest tests/test_gpu.py)")
@@ -49,19 +49,7 @@ def test_head_stats_kernel_on_cuda(M, V, D, dtype):
 
 @pytest.mark.parametrize("M,V,D,dtype,tol", [(300, 1001, 64, torch.float32, 1e-4), (4096, 152064, 3584, torch.bfloat16, 3e-2)])
 def test_fused_linear_cross_entropy_on_cuda(M, V, D, dtype, tol):
-    g = torch.Generator().manual_seed(1)
-    h0, w0 = torch.randn(M, D, generator=g).to(dtype), (torch.randn(V, D, generator=g) * 0.02).to(dtype)
-    targets, weights = torch.randint(0, V, (M,), generator=g), 1 / torch.rand(M, generator=g).clamp(min=0.05)
-    runs = []
-    for fn in (linear_ce.reference, linear_ce.launch):
-        h, w = h0.cuda().requires_grad_(), w0.cuda().requires_grad_()
-        loss = fn(h, w, targets.cuda(), weights.cuda(), M)
-        loss.backward()
-        runs.append((loss.detach().float(), h.grad.float(), w.grad.float()))
-    (want_loss, want_h, want_w), (loss, grad_h, grad_w) = runs
-    torch.testing.assert_close(loss, want_loss, atol=tol, rtol=tol)
-    for got, want in ((grad_h, want_h), (grad_w, want_w)):
-        assert (got - want).abs().max() <= tol * want.abs().max()
+    compare_linear_ce(M, V, D, dtype, tol, device="cuda", weight_scale=0.02)
 
 
 def _engine(device: str, precision: str):

@@ -87,23 +87,29 @@ def test_head_stats_refuses_inputs_that_do_not_multiply():
         vocab_stats.launch(h.bfloat16(), w, Constraint())
 
 
-@pytest.mark.parametrize("M,V,D,dtype,tol", [(1, 257, 40, torch.float32, 1e-5), (300, 1001, 64, torch.float32, 1e-5),
-                                             (77, 3001, 24, torch.bfloat16, 2e-2)])
-def test_fused_linear_cross_entropy_matches_the_reference_forward_and_backward(M, V, D, dtype, tol, monkeypatch):
-    monkeypatch.setattr(linear_ce, "CHUNK_ELEMS", 40_000)  # several chunks, and a last one shorter
+def compare_linear_ce(M, V, D, dtype, tol, device="cpu", weight_scale=0.3):
+    """The fused loss against the reference, forward and backward (an incoming gradient of 3, not 1),
+    on `device`: the loss within tol, each gradient within tol of its largest entry."""
     g = torch.Generator().manual_seed(1)
-    h0, w0 = torch.randn(M, D, generator=g).to(dtype), (torch.randn(V, D, generator=g) * 0.3).to(dtype)
+    h0, w0 = torch.randn(M, D, generator=g).to(dtype), (torch.randn(V, D, generator=g) * weight_scale).to(dtype)
     targets, weights = torch.randint(0, V, (M,), generator=g), 1 / torch.rand(M, generator=g).clamp(min=0.05)
     runs = []
     for fn in (linear_ce.reference, linear_ce.launch):
-        h, w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
-        loss = fn(h, w, targets, weights, M + 5)
-        (loss * 3.0).backward()  # the incoming gradient is not 1
+        h, w = h0.to(device).clone().requires_grad_(), w0.to(device).clone().requires_grad_()
+        loss = fn(h, w, targets.to(device), weights.to(device), M + 5)
+        (loss * 3.0).backward()
         runs.append((loss.detach().float(), h.grad.float(), w.grad.float()))
     (want_loss, want_h, want_w), (loss, grad_h, grad_w) = runs
     torch.testing.assert_close(loss, want_loss, atol=tol, rtol=tol)
     for got, want in ((grad_h, want_h), (grad_w, want_w)):
         assert (got - want).abs().max() <= tol * want.abs().max()
+
+
+@pytest.mark.parametrize("M,V,D,dtype,tol", [(1, 257, 40, torch.float32, 1e-5), (300, 1001, 64, torch.float32, 1e-5),
+                                             (77, 3001, 24, torch.bfloat16, 2e-2)])
+def test_fused_linear_cross_entropy_matches_the_reference_forward_and_backward(M, V, D, dtype, tol, monkeypatch):
+    monkeypatch.setattr(linear_ce, "CHUNK_ELEMS", 40_000)  # several chunks, and a last one shorter
+    compare_linear_ce(M, V, D, dtype, tol)
 
 
 def test_fused_cross_entropy_with_the_weight_frozen():
