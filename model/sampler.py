@@ -251,7 +251,7 @@ def _hidden_at(model, batch: _Batch, cfg: SamplerConfig, step: int, rows, cols, 
 
     Full pass: every position, and the cache is (re)filled. Cached step: the window only; its fresh
     keys/values are written into the cache in place, and it sees the cache everywhere else."""
-    at = batch.start[rows] + cols - batch.shift
+    at = (batch.start[rows] + cols - batch.shift).clamp(max=batch.junk)  # past a row's end: only on a GPU (_positions)
     if batch.cache is None and batch.plans:
         h, slot = _warm_start(model, batch)
         return h[rows, slot[rows, at]]
@@ -266,20 +266,51 @@ def _hidden_at(model, batch: _Batch, cfg: SamplerConfig, step: int, rows, cols, 
     return h[rows, cols - first_col[rows]]
 
 
+STATIC_STEP: bool | None = None  # None: the static step on a GPU only; tests set True to run it on the CPU
+
+
+def _positions(batch: _Batch, eligible: torch.Tensor, block_size: int | None, whole: bool):
+    """The canvas positions a step runs through the output head -> (rows [M], cols [M], valid [M] or
+    None). On the CPU the eligible ones (nonzero, whose count is read back to the host). On a GPU a
+    set of fixed size: every row's open block (the whole canvas without blocks or past the time
+    budget), the eligible ones marked valid. The head there reads its weights once whatever the
+    number of positions, and the step has no shape that depends on the data and no host sync."""
+    if not (batch.x.is_cuda if STATIC_STEP is None else STATIC_STEP):
+        rows, cols = eligible.nonzero(as_tuple=True)
+        return rows, cols, None
+    B, N = eligible.shape
+    at = torch.arange(N, device=eligible.device)
+    if block_size and not whole:
+        first = torch.where(eligible, at, N).min(-1).values  # [B] the open block's first eligible column
+        start, K = first // block_size * block_size, min(block_size, N)
+    else:
+        start, K = torch.zeros(B, dtype=torch.long, device=eligible.device), N
+    cols = start[:, None] + torch.arange(K, device=eligible.device)  # [B, K]
+    inside = cols < N
+    cols = cols.clamp(max=N - 1)
+    valid = inside & eligible.gather(1, cols)
+    rows = torch.arange(B, device=eligible.device)[:, None].expand(B, K)
+    return rows.flatten(), cols.flatten(), valid.flatten()
+
+
 def _predict(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, step: int, cur: torch.Tensor,
              eligible: torch.Tensor, whole: bool):
     """One forward pass -> [B, N] (pred, conf, entropy or None) at the eligible positions (zeros
-    elsewhere); only they need logits."""
-    rows, cols = eligible.nonzero(as_tuple=True)
+    elsewhere); only they need logits (on a GPU, their open blocks: _positions)."""
+    rows, cols, valid = _positions(batch, eligible, cfg.block_size, whole)
     h = _hidden_at(model, batch, cfg, step, rows, cols, whole)
     stats = head_stats(model, h, _constraint(rows, cols, batch, tok, cur, cfg.trailing_fillers),
                        entropy=cfg.policy == "eb")
-    pred_m, p_m, h_m = stats.pred, stats.conf, stats.entropy
-    shape = batch.masked.shape
-    pred = torch.zeros(shape, dtype=torch.long, device=h.device).index_put_((rows, cols), pred_m)
-    conf = torch.zeros(shape, device=h.device).index_put_((rows, cols), p_m)
-    entropy = None if h_m is None else torch.zeros(shape, device=h.device).index_put_((rows, cols), h_m)
-    return pred, conf, entropy
+    B, N = batch.masked.shape
+    if valid is not None:  # the positions that are not eligible go to a spare column, cut off below
+        cols = torch.where(valid, cols, N)
+    out = (rows, cols)
+
+    def spread(values, dtype):
+        return torch.zeros(B, N + 1, dtype=dtype, device=h.device).index_put_(out, values)[:, :N]
+
+    pred, conf = spread(stats.pred, torch.long), spread(stats.conf, torch.float32)
+    return pred, conf, None if stats.entropy is None else spread(stats.entropy, torch.float32)
 
 
 def _commit(batch: _Batch, cur: torch.Tensor, commit: torch.Tensor, pred: torch.Tensor, p: torch.Tensor,

@@ -346,3 +346,36 @@ def test_joining_the_embedded_model_s_batch_changes_no_fill():
         alone = [engine.fill([r], cfg)[0] for r in reqs]
         assert [(r.text, r.forwards) for r in got] == [(r.text, r.forwards) for r in alone]
         assert sorted(order) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("cfg", [SamplerConfig(), SamplerConfig(policy="eb", block_size=4), SamplerConfig(block_size=0),
+                                 SamplerConfig(use_cache=False), SamplerConfig(time_budget_ms=0.0)])
+def test_the_gpus_static_step_gives_the_same_fills(tokenizer, oracle, monkeypatch, cfg):
+    """On a GPU a step runs every row's whole open block through the head (a shape that does not
+    depend on the data: no nonzero, no host sync); the positions that are not eligible are dropped,
+    so every fill is what the CPU's step gives, with the oracle and with the embedded model."""
+    from diffusion_lsp.engine import load_engine
+    from diffusion_lsp.model import sampler
+    from diffusion_lsp.model.settings import LaunchSettings
+
+    requests = [FillRequest(PREFIX, SUFFIX, 8, id="a"), FillRequest("import os\n", "", 3, id="b"),
+                FillRequest("", "x = 1\n", 12, id="c", one_line=True)]
+    table = {q: tokenizer.encode(" value = 42 + total")[q % 5] for q in range(200)}
+    engine = load_engine(LaunchSettings(precision="fp32"))
+    real = [FillRequest("def add(a, b):\n    return ", "\n", 8), FillRequest("import os\nx = [", "]\n", 24)]
+    runs, heads = [], []
+    stats = sampler.head_stats
+
+    def counted(model, h, *args, **kw):  # how many positions each step runs through the head
+        heads[-1].append(h.shape[0])
+        return stats(model, h, *args, **kw)
+
+    monkeypatch.setattr(sampler, "head_stats", counted)
+    for static in (False, True):
+        monkeypatch.setattr(sampler, "STATIC_STEP", static)
+        heads.append([])
+        got = fill(oracle(tokenizer, table), tokenizer, requests, cfg)
+        runs.append([(r.text, r.forwards, r.confidence) for r in got]
+                    + [(r.text, r.forwards) for r in engine.fill(real, cfg)])
+    assert runs[0] == runs[1]
+    assert sum(heads[1]) > sum(heads[0])  # the static step did run more positions through the head
