@@ -323,6 +323,20 @@ def test_a_model_that_fails_to_load_answers_every_fill_with_the_reason():
     assert conn.reply(1)["reason"] == "model"
 
 
+def test_servers_with_other_batching_flags_never_share_a_worker(tmp_path, monkeypatch):
+    """A serve-api with --static-batching beside one without reached the first one's worker (the
+    socket's name came from the model's launch settings alone), and its flag did nothing."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    launch = LaunchSettings(device="cpu")
+    plain = WorkerSpec.of(launch, prefix="api", max_batch=16)
+    assert WorkerSpec.of(launch, prefix="api", max_batch=16).socket == plain.socket  # the same ones share
+    others = [WorkerSpec.of(launch, prefix="api", max_batch=16, continuous=False), WorkerSpec.of(launch, prefix="api",
+                                                                                               max_batch=8)]
+    assert len({plain.socket, *(o.socket for o in others)}) == 3
+    assert "--static-batching" in others[0].command() and "--static-batching" not in plain.command()
+    assert WorkerSpec.of(launch, tmp_path / "mine.sock", continuous=False).socket == tmp_path / "mine.sock"
+
+
 def test_the_socket_is_owner_only_and_one_worker_holds_it(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     folder = wire.private_dir()

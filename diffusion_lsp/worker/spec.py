@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..model.settings import LaunchSettings, add_args, from_args
@@ -33,12 +33,16 @@ class WorkerSpec:
     def of(cls, model: LaunchSettings, socket: str | Path | None = None, prefix: str = "worker", **spec) -> WorkerSpec:
         """The spec for `model`; without a socket, the default one for this install, model and
         launch settings (wire.default_socket: sessions with the same ones share the worker)."""
-        return cls(Path(socket) if socket else default_socket(model, prefix), model, **spec)
+        made = cls(Path(socket or "."), model, **spec)
+        return made if socket else replace(made, socket=default_socket(model, prefix, made.batching_argv()))
+
+    def batching_argv(self) -> tuple[str, ...]:
+        """The flags that decide how the worker batches (part of its default socket's name)."""
+        return ("--max-batch", str(self.max_batch), *(() if self.continuous else ("--static-batching",)))
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "diffusion_lsp.worker", "--socket", str(self.socket),
-                "--idle-exit", str(self.idle_exit_s), "--max-batch", str(self.max_batch),
-                *([] if self.continuous else ["--static-batching"]), *self.model.to_argv()]
+                "--idle-exit", str(self.idle_exit_s), *self.batching_argv(), *self.model.to_argv()]
 
     @staticmethod
     def add_args(p: argparse.ArgumentParser) -> None:

@@ -64,16 +64,18 @@ def ensure_private_dir(folder: Path) -> None:
                            f"(found mode {stat.S_IMODE(info.st_mode):o}, uid {info.st_uid})")
 
 
-def default_socket(launch: LaunchSettings, prefix: str = "worker") -> Path:
-    """One worker per (install, model, launch settings): sessions with the same ones share it, and
-    a new or upgraded install, or changed weights, never reach an older worker (worker_key)."""
-    return private_dir() / f"{prefix}-{worker_key(launch)}.sock"
+def default_socket(launch: LaunchSettings, prefix: str = "worker", batching: tuple[str, ...] = ()) -> Path:
+    """One worker per (install, model, launch settings, batching): sessions with the same ones share
+    it, and a new or upgraded install, changed weights, or other batching flags (a serve-api with
+    --static-batching beside one without) never reach another's worker (worker_key)."""
+    return private_dir() / f"{prefix}-{worker_key(launch, batching)}.sock"
 
 
-def worker_key(launch: LaunchSettings) -> str:
+def worker_key(launch: LaunchSettings, batching: tuple[str, ...] = ()) -> str:
     """What must match for a worker to serve a session: this install's code (build_id), the model
-    folder and its weights (weights_id), and the launch settings that shape the worker."""
-    parts = [build_id(), model_name(launch), weights_id(launch), *launch.to_argv()]
+    folder and its weights (weights_id), the launch settings that shape the worker, and its
+    batching flags (WorkerSpec: --max-batch, --static-batching)."""
+    parts = [build_id(), model_name(launch), weights_id(launch), *launch.to_argv(), *batching]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
