@@ -6,10 +6,10 @@
 #   bash tests/gpu_session.sh check            # ~5 min: the GPU test tier, then `bench gpu`
 #   bash tests/gpu_session.sh train [MINUTES]  # MINUTES + ~1 min: `train-recipe` on the token pack
 #
-# `train` needs the token pack in the tree, ignored by git and named in the call's `carry`:
+# `train` needs the token pack in the tree (gpu-pack/ is git-ignored: name it in the call's `carry`):
 #   diffusion-lsp data build --out /tmp/corpus && \
 #   diffusion-lsp data pack --corpus /tmp/corpus --out gpu-pack/corpus.tar.xz   # ~5 min here, ~25 MiB
-#   echo /gpu-pack/ >> .git/info/exclude      # then run with carry=["gpu-pack"]
+#   then run with carry=["gpu-pack"]
 # What comes back ($OUT, at most 8 files of 16 MiB): logs, the figures as JSON, and the trained
 # checkpoint in bf16 split into parts (join: cat model.safetensors.part* > model.safetensors).
 # The machine has torch, triton, numpy, tokenizers, safetensors, tqdm and httpx (KINDS.md), which is
