@@ -262,7 +262,7 @@ def measure_rate(cfg: TrainConfig, steps: int = 12, skip: int = 4) -> dict:
                     torch.cuda.synchronize(rt.device)
                 t0 = time.perf_counter()
             loss = _optimizer_step(cfg, rt, model, opt, loss_fn, data.get(i).to(rt.device), cfg.lr)
-        float(loss)  # waits for the last step
+        float(loss.detach())  # waits for the last step
         seconds = time.perf_counter() - t0
         out = {"tokens_per_s": steps * cfg.batch_size * cfg.seq_len / seconds, "step_s": seconds / steps,
                "params": sum(p.numel() for p in model.parameters())}
