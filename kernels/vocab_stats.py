@@ -136,7 +136,8 @@ def _kernel():
             for k0 in range(0, D, BK):
                 rk = k0 + tl.arange(0, BK)
                 k_ok = rk < D
-                a = tl.load(h_ptr + rm[:, None] * stride_h + rk[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                a = tl.load(h_ptr + rm[:, None] * stride_h + rk[None, :], mask=row_ok[:, None] & k_ok[None, :],
+                            other=0.0)
                 b = tl.load(w_ptr + rv[None, :].to(tl.int64) * stride_w + rk[:, None],  # V x D may pass 2^31
                             mask=v_ok[None, :] & k_ok[:, None], other=0.0)
                 if UPCAST:  # the interpreter's tl.dot is wrong on bf16 (Triton 3.9: off by 1e10 on 16 x 16)

@@ -46,12 +46,14 @@ DRY_SHAPES = (Shape(32, 1, 2, 1, 64), Shape(64, 2, 2, 1, 128))
 
 
 def register(sub) -> None:
-    p = sub.add_parser("train-recipe", help="train a bigger embedded model on one GPU in a fixed time, from a token pack",
+    p = sub.add_parser("train-recipe",
+                       help="train a bigger embedded model on one GPU in a fixed time, from a token pack",
                        description="Train a bigger embedded model on one GPU in a fixed time, from a token pack "
                        "(`diffusion-lsp data pack`): the throughput of five shapes is measured, the largest that "
                        "fits --max-mb in bf16 and sees 20 tokens per parameter is trained, and saved in bf16.")
     p.add_argument("--pack", required=True, metavar="FILE", help="token pack from `diffusion-lsp data pack`")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for the unpacked corpus, the run, the bf16 checkpoint (its model folder) and recipe.json")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="folder for the unpacked corpus, the run, the bf16 checkpoint (its model folder) and recipe.json")
     p.add_argument("--minutes", type=float, default=8.0, help="the whole budget, measuring included (default 8)")
     p.add_argument("--max-mb", type=float, default=60.0, help="largest bf16 checkpoint to choose (default 60)")
     p.add_argument("--split-mb", type=float, default=0.0, metavar="MB",

@@ -54,8 +54,8 @@ class Worker:
     """`load()` returns an engine (diffusion_lsp.engine: `answer`, `answer_probe`) or raises;
     LoadFailed and ModelMissing carry a message for the user, anything else is shown with its type."""
 
-    def __init__(self, load: Callable[[], object], launch: LaunchSettings = LaunchSettings(), max_batch: int = MAX_BATCH,
-                 continuous: bool = True):
+    def __init__(self, load: Callable[[], object], launch: LaunchSettings = LaunchSettings(),
+                 max_batch: int = MAX_BATCH, continuous: bool = True):
         self._load, self.max_batch, self.continuous = load, max_batch, continuous
         self.model, self.weights = model_name(launch), weights_id(launch)  # said in hello
         self.state, self.error, self.engine = "loading", None, None
@@ -65,7 +65,6 @@ class Worker:
         self.latest: dict[tuple[int, str], Job] = {}  # by (conn, key)
         self.conns: set[Conn] = set()
         self.busy_since: float | None = None  # monotonic start of the batch being decoded
-        self.steps = self.rows = self.joined = 0  # denoising steps, rows decoded over them, fills that joined
 
     def hello(self) -> dict:
         return {**self._state(), "event": "hello", "version": WIRE_VERSION, "pid": os.getpid(), "model": self.model,
@@ -226,9 +225,7 @@ class Worker:
 
         try:
             decoding = self.engine.decode_orders([j.order for j in jobs], [j.key for j in jobs])
-            live = decoding.active()
             for drafts in decoding:  # one denoising step each
-                self.steps, self.rows = self.steps + 1, self.rows + live
                 for i, d in drafts:
                     if not jobs[i].stop.is_set():
                         jobs[i].conn.send(Draft(d.step, d.committed, d.text, d.masked).message(jobs[i].id))
@@ -237,11 +234,10 @@ class Worker:
                 for i, job in enumerate(jobs):
                     if job.stop.is_set() and i not in answered:  # superseded, cancelled or disconnected meanwhile
                         decoding.stop(i)
-                if self.continuous and decoding.joins and (new := self._joiners(sampling, self.max_batch - decoding.active())):
+                room = self.max_batch - decoding.active()
+                if self.continuous and decoding.joins and (new := self._joiners(sampling, room)):
                     self.engine.join(decoding, [j.order for j in new], [j.key for j in new])
                     jobs += new
-                    self.joined += len(new)
-                live = decoding.active()
             self._answer_finished(decoding, jobs, reply)
         except Exception as e:  # a request the checks let through fails its batch, not the worker
             log.exception("fill failed")
