@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cpus import default_threads
-from .model.settings import LaunchSettings
+from .model.settings import FLOAT_DTYPES, LaunchSettings
 
 DEFAULT_MODEL = Path(__file__).parent / "checkpoints" / "default"
 
@@ -161,9 +161,8 @@ def _float_dtype(precision: str, device: str, folder: Path):
     from .model.config import adapter_base
     from .model.pretrained import is_hf_folder
 
-    named = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     if precision != "auto":
-        return named[precision]
+        return getattr(torch, FLOAT_DTYPES[precision])
     if not device.startswith("cuda") or is_hf_folder(adapter_base(folder) or folder):
         return None
     # our own format is stored in float32: on a GPU with native bf16 (compute capability 8.0+; older

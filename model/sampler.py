@@ -526,10 +526,9 @@ class Decoding:
             drafts += [(first + i, d) for i, d in turn or ()]
             self.finished += [first + i for i in joining.take_finished()]
             batch = joining.batch
-            ready = len(batch.index) and (batch.cache is not None or not self.cfg.use_cache)
             if ended or not len(batch.index):
                 continue
-            if not ready:
+            if batch.cache is None and self.cfg.use_cache:  # its drafts were checked: its full pass is next
                 still.append((first, joining, turns))
                 continue
             batch.index = batch.index + first
@@ -562,13 +561,14 @@ class Decoding:
         return drafts
 
     def _drop_stopped(self) -> None:
+        rows = [i for i in self.batch.index.tolist() if i in self.stopped]
+        if not rows:  # stopped earlier, or still joining: nothing to drop (every field, the cache too, is re-indexed)
+            return
         now = time.perf_counter()
-        rows = self.batch.index.tolist()
         for i in rows:
-            if i in self.stopped:
-                self.fills[i].cancelled, self.fills[i].ms = True, (now - self.started[i]) * 1e3
-                self.finished.append(i)
-        self._keep([i not in self.stopped for i in rows])
+            self.fills[i].cancelled, self.fills[i].ms = True, (now - self.started[i]) * 1e3
+            self.finished.append(i)
+        self._keep([i not in self.stopped for i in self.batch.index.tolist()])
 
     def _keep(self, keep: list[bool]) -> None:
         self.batch.keep(torch.tensor([b for b, k in enumerate(keep) if k], dtype=torch.long, device=self.device))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 POLICIES = ("threshold", "topk", "eb", "one")  # model/policies.py implements them
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
+FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # a float precision -> its torch dtype
 BACKENDS = ("local", "openai")  # the model in a worker process, or an OpenAI-compatible FIM API
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")

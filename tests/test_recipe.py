@@ -54,7 +54,8 @@ def test_a_pack_keeps_whole_train_files_under_its_budget(tokenizer, tmp_path):
     # the compressed size is estimated from the ratio of the ids' first 4 M: a part may compress a little
     # worse than that
     assert out.stat().st_size <= budget * 2**20 * 1.1
-    unpacked = TokenFiles.load(unpack(out, tmp_path / "u") and tmp_path / "u" / "train.jsonl", tokenizer)
+    unpack(out, tmp_path / "u")
+    unpacked = TokenFiles.load(tmp_path / "u" / "train.jsonl", tokenizer)
     full = TokenFiles.load(corpus / "train.jsonl", tokenizer)
     assert np.array_equal(unpacked.offsets, full.offsets[: meta["train_files"] + 1])  # the first files, whole
 

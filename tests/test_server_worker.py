@@ -57,7 +57,9 @@ class FakeDecoding:
         first = len(self.orders)
         self.orders += orders
         self.left += [o.max_tokens for o in orders]
-        self.engine.joined.append([o.prefix for o in orders])
+        with self.engine.changed:
+            self.engine.joined.append([o.prefix for o in orders])
+            self.engine.changed.notify_all()
         return list(range(first, len(self.orders)))
 
     def active(self):
@@ -73,7 +75,9 @@ class FakeDecoding:
         while self.live():
             if self.engine.steps.acquire(timeout=0.005) or self.engine.release.is_set():  # else a turn that
                 rows = self.live()  # decodes nothing, for the worker to look at its jobs in between
-                self.engine.events.append(("step", [self.orders[i].prefix for i in rows]))
+                with self.engine.changed:
+                    self.engine.events.append(("step", [self.orders[i].prefix for i in rows]))
+                    self.engine.changed.notify_all()
                 for i in rows:
                     self.left[i] = 0 if self.engine.release.is_set() else self.left[i] - 1
                     if self.left[i] == 0:
@@ -90,6 +94,7 @@ class FakeEngine:
     def __init__(self):
         self.tokenizer, self.batches, self.events, self.joined = CharTok(), [], [], []
         self.started, self.release, self.steps = threading.Event(), threading.Event(), threading.Semaphore(0)
+        self.changed = threading.Condition()  # notified when a step or a join is recorded
 
     def step(self):
         self.steps.release()
@@ -238,11 +243,9 @@ def test_a_bad_sampling_value_is_refused_alone_while_its_neighbours_decode(stati
     assert engine.batches == [["busy"], ["good", "fine"]]
 
 
-def _wait(predicate):
-    deadline = time.monotonic() + WAIT
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.002)
+def _wait(engine, predicate):
+    with engine.changed:
+        assert engine.changed.wait_for(predicate, WAIT), (engine.events, engine.joined)
 
 
 def test_a_fill_joins_a_running_batch_at_the_next_step_and_is_answered_when_it_is_done(running):
@@ -253,9 +256,9 @@ def test_a_fill_joins_a_running_batch_at_the_next_step_and_is_answered_when_it_i
     worker.handle(conn, fill(1, key="a.py", prefix="A", max_tokens=3))
     assert engine.started.wait(WAIT)
     engine.step()
-    _wait(lambda: engine.events == [("step", ["A"])])
+    _wait(engine, lambda: engine.events == [("step", ["A"])])
     worker.handle(conn, fill(2, key="b.py", prefix="B", max_tokens=1))
-    _wait(lambda: engine.joined == [["B"]])
+    _wait(engine, lambda: engine.joined == [["B"]])
     engine.step()
     assert conn.reply(2)["text"] == "B"
     worker.handle(conn, {**fill(3, key="c.py", prefix="C", max_tokens=1), "sampling": {"policy": "one"}})
@@ -274,7 +277,7 @@ def test_a_full_batch_takes_no_more_until_a_row_leaves(running):
     worker.handle(conn, fill(1, key="a.py", prefix="A", max_tokens=2))
     assert engine.started.wait(WAIT)
     worker.handle(conn, fill(2, key="b.py", prefix="B", max_tokens=1))
-    _wait(lambda: engine.joined == [["B"]])
+    _wait(engine, lambda: engine.joined == [["B"]])
     worker.handle(conn, fill(3, key="c.py", prefix="C", max_tokens=1))
     engine.step()  # A and B; B leaves, and C takes its place
     engine.step()

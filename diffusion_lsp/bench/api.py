@@ -333,7 +333,8 @@ async def main(args) -> dict:
         raise ValueError(f"--batching {args.batching!r}: continuous, static or both")
     limits = httpx.Limits(max_connections=max(levels + [GOAL_AT]) + 8, max_keepalive_connections=max(levels) + 8)
     out: dict = {"load": {}}
-    for first, mode in zip([True] + [False] * len(modes), modes):
+    for k, mode in enumerate(modes):
+        first = k == 0  # the soak and the faults run on the first server only
         server = None if args.url else Server(args, static=mode == "static")
         base = args.url.rstrip("/") if args.url else server.base
         if base.endswith("/v1"):

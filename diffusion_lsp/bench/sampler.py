@@ -9,11 +9,10 @@ import time
 
 from ..engine import pick_device
 from ..errors import UserError
-from ..model.settings import SamplerConfig
+from ..model.settings import FLOAT_DTYPES, SamplerConfig
 from ..options import add_launch_args, add_sampler_args, engine_for, launch_settings, sampler_config
 from .workload import SPAN_LENGTHS, make_spans, workload_files
 
-PRECISION_OF = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # a weights dtype -> its --precision
 CONFIGS = [("threshold", True), ("threshold", False), ("one", True), ("one", False)]  # (policy, cache) per row
 # the sampler flags the rows leave to the command line: each row sets its policy and cache, and healing
 # is off (a span starts at a line start: nothing is half-typed)
@@ -39,7 +38,8 @@ def _engines(launch) -> dict:
 
     engine = engine_for(launch)
     dtype = str(next(engine.model.parameters()).dtype).removeprefix("torch.")  # a bf16 engine was called fp32
-    main = "int8" if engine.model.int8_head is not None else PRECISION_OF.get(dtype, dtype)
+    named = {dt: name for name, dt in FLOAT_DTYPES.items()}
+    main = "int8" if engine.model.int8_head is not None else named.get(dtype, dtype)
     engines = {main: engine}
     if main == "int8" and launch.precision != "fp32":
         engines["fp32"] = engine_for(launch.replace(precision="fp32"))
