@@ -19,6 +19,7 @@ COMMANDS = {  # in the order `--help` lists them: using the model first, making 
     "model": "diffusion_lsp.model_check",
     "eval": "diffusion_lsp.evals.command",
     "bench": "diffusion_lsp.bench",
+    "regress": "diffusion_lsp.regress",
     "adapt": "diffusion_lsp.train.adapt_command",
     "data": "diffusion_lsp.data.command",
     "train": "diffusion_lsp.train.command",

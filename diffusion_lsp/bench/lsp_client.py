@@ -105,26 +105,33 @@ class BenchClient:
         while line := await stream.readline():
             self.stderr.append(line.decode(errors="replace").rstrip())
 
-    async def wait_for_model(self) -> dict:
+    async def wait_for_model(self, local: bool = True) -> dict:
         """Start the worker (by opening a document), wait for the model and warm the server up
-        with one completion; the worker's stats entry. UserError when the model does not load."""
+        with one completion; the worker's stats entry. UserError when the model does not load.
+        `local`: a model in a worker, whose load the server reports with $/progress (a remote API
+        has no load to wait for)."""
         uri = "file:///bench/warmup.py"
         self.open(uri, "def f(x):\n    return \n")
         try:
-            await asyncio.wait_for(self.loaded.wait(), LOAD_TIMEOUT_S)
+            if local:
+                await asyncio.wait_for(self.loaded.wait(), LOAD_TIMEOUT_S)
         except asyncio.TimeoutError:
             raise UserError(f"the model did not load in {LOAD_TIMEOUT_S:.0f} s") from None
+        if not local:  # the remote backend starts its client with the first request
+            await self.complete(uri, 1, "    return ")
         worker = (await self.stats())["worker"]
-        if worker["state"] != "ready":
-            raise UserError(f"the model did not load: {worker['error'] or ' | '.join(self.shown)}")
-        await self.complete(uri, 1, "    return ")
+        if worker["state"] != "ready" or worker.get("error"):
+            what = "the model did not load" if local else "the API did not answer"
+            raise UserError(f"{what}: {worker.get('error') or ' | '.join(self.shown) or worker['state']}")
+        if local:
+            await self.complete(uri, 1, "    return ")
         self.close(uri)
         return worker
 
-    def open(self, uri: str, text: str) -> None:
+    def open(self, uri: str, text: str, language_id: str = "python") -> None:
         self.versions[uri] = 1
         self.client.text_document_did_open(types.DidOpenTextDocumentParams(
-            types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+            types.TextDocumentItem(uri=uri, language_id=language_id, version=1, text=text)))
 
     def close(self, uri: str) -> None:
         self.client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))

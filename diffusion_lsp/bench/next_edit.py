@@ -18,8 +18,22 @@ from dataclasses import dataclass
 from ..server.stats import percentile
 
 NAME = re.compile(r"\b[a-z_][a-z0-9_]*\b")
+CAMEL_NAME = re.compile(r"\b[a-z_][a-zA-Z0-9_]*\b")  # the brace languages' locals: camelCase too
 SKIP = set(keyword.kwlist) | {"self", "cls", "print", "len", "range", "str", "int", "list", "dict", "set",
                               "True", "False", "None", "isinstance", "super", "object", "tuple"}
+# the brace languages' keywords and built-in type names: not names a user renames
+BRACE_SKIP = {"if", "else", "for", "while", "do", "switch", "case", "default", "break", "continue", "return", "func",
+              "function", "fn", "var", "let", "const", "mut", "new", "this", "self", "nil", "null", "true", "false",
+              "undefined", "typeof", "instanceof", "void", "int", "float", "double", "char", "long", "short", "bool",
+              "boolean", "string", "byte", "rune", "error", "struct", "enum", "impl", "pub", "use", "mod", "match",
+              "loop", "in", "of", "range", "make", "len", "append", "go", "defer", "chan", "map", "type",
+              "interface", "package", "import", "export", "from", "static", "public", "private", "protected",
+              "final", "class", "extends", "implements", "throw", "throws", "try", "catch", "finally", "await",
+              "async", "yield", "sizeof", "unsigned", "signed", "auto", "namespace", "template", "typename",
+              "delete", "as", "where", "ref", "usize", "isize", "u8", "u16", "u32", "u64", "i8", "i16", "i32",
+              "i64", "f32", "f64", "str", "println", "printf", "fmt", "console", "std"}
+# a function in a brace language: a line with a parameter list that opens a block at its end
+_BRACE_FUNCTION = re.compile(r"\s*[^\s/*].*\(.*\{\s*(//.*)?$")
 MODES = ("refine", "full")
 GOAL_P50_MS = 300.0
 
@@ -29,56 +43,66 @@ class Site:
     name: str
     first: tuple[int, int]  # (line, column) of the use renamed
     expected: str  # the file with the first two uses renamed: what the right next edit gives
+    second: tuple[int, int]  # (line, column) of the next use
 
 
-def _functions(lines: list[str]) -> list[tuple[int, int]]:
-    """(first line, end line) of each `def` and its indented body."""
+def _functions(lines: list[str], language: str = "python") -> list[tuple[int, int]]:
+    """(first line, end line) of each `def` and its indented body; in the brace languages, of each
+    line with a parameter list that opens a block, and the lines indented under it."""
     out = []
     for i, line in enumerate(lines):
-        m = re.match(r"(\s*)(async\s+)?def\b", line)
+        m = re.match(r"(\s*)(async\s+)?def\b", line) if language == "python" else _BRACE_FUNCTION.match(line)
         if not m:
             continue
-        width, end = len(m[1]), i + 1
+        width, end = len(line) - len(line.lstrip()), i + 1
         while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > width):
             end += 1
         out.append((i, end))
     return out
 
 
-def find_sites(text: str, n: int, rng: random.Random) -> list[Site]:
+def find_sites(text: str, n: int, rng: random.Random, language: str = "python") -> list[Site]:
+    """Up to `n` renames, in an order drawn from `rng`: a local name used at least twice in one
+    function, its first use renamed (the next one is the edit to suggest)."""
     lines = text.splitlines(keepends=True)
+    python = language == "python"
+    comment, skip, names = ("#", SKIP, NAME) if python else ("//", BRACE_SKIP, CAMEL_NAME)
+    prose = ("'", '"') if python else ("'", '"', "`", "*", "/*")  # docstrings, strings, block comments
     sites = []
-    for lo, hi in _functions(lines):
+    for lo, hi in _functions(lines, language):
         uses: dict[str, list[tuple[int, int]]] = {}
         for i in range(lo, hi):
-            code = lines[i].split("#", 1)[0]
-            if code.lstrip().startswith(("'", '"')):
+            code = lines[i].split(comment, 1)[0]
+            if code.lstrip().startswith(prose):
                 continue
-            for m in NAME.finditer(code):
-                if m[0] not in SKIP and not code[:m.start()].endswith("."):
+            for m in names.finditer(code):
+                if m[0] not in skip and not code[:m.start()].endswith("."):
                     uses.setdefault(m[0], []).append((i, m.start()))
         for name, at in uses.items():
             if len(at) >= 2 and len(name) > 1:
-                sites.append(_site(lines, name, at[0], at[1]))
+                sites.append(rename_site(lines, name, at[0], at[1]))
     rng.shuffle(sites)
     return sites[:n]
 
 
-def _site(lines: list[str], name: str, first: tuple[int, int], second: tuple[int, int]) -> Site:
+def rename_site(lines: list[str], name: str, first: tuple[int, int], second: tuple[int, int]) -> Site:
+    """The rename of `name` at `first`, whose right next edit renames it at `second` too."""
     out = list(lines)
     for line, col in sorted([first, second], reverse=True):
         out[line] = out[line][:col] + name + "_new" + out[line][col + len(name):]
-    return Site(name, first, "".join(out))
+    return Site(name, first, "".join(out), second)
 
 
-async def replay(lsp, text: str, sites: list[Site], settings: dict) -> dict[str, list[dict]]:
-    """Each site in each mode -> per mode, one record per request (the server's, plus `ms`, `edit`, `right`)."""
-    out: dict[str, list[dict]] = {m: [] for m in MODES}
+async def replay(lsp, text: str, sites: list[Site], settings: dict, modes: tuple[str, ...] = MODES,
+                 name: str = "x.py", language: str = "python") -> dict[str, list[dict]]:
+    """Each site in each mode -> per mode, one record per request (the server's, plus `ms`, `edit`,
+    `right`). The documents are opened as `.../{mode}/{k}/{name}` in `language`."""
+    out: dict[str, list[dict]] = {m: [] for m in modes}
     for k, site in enumerate(sites):
-        for mode in MODES:
+        for mode in modes:
             lsp.configure({"diffusionLsp": {**settings, "nextEdit": {**settings.get("nextEdit", {}), "mode": mode}}})
-            uri = f"file:///bench/next_edit/{mode}/{k}.py"
-            lsp.open(uri, text)
+            uri = f"file:///bench/next_edit/{mode}/{k}/{name}"
+            lsp.open(uri, text, language)
             line, col = site.first
             line_text = text.splitlines(keepends=True)[line]
             lsp.change(uri, (line, line_text[:col]), (line, line_text[:col + len(site.name)]), site.name + "_new")

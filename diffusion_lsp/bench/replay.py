@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from .figures import Sample
 
 _OPENER = re.compile(r"\s*(async\s+)?(def|class|if|elif|else|for|while|with|try|except|finally)\b.*:\s*(#.*)?$")
+# brace languages (Go, TypeScript, Rust, C, Java, ...): a line that opens a block at its end
+_BRACE_OPENER = re.compile(r"\s*[^\s/*].*\{\s*(//.*)?$")
 
 
 @dataclass(frozen=True)
@@ -33,11 +35,14 @@ def _indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip())]
 
 
-def find_sites(lines: list[str]) -> list[Site]:
-    """Block openers (`def`, `if`, `for`, ... ending with ":") followed by an indented body."""
+def find_sites(lines: list[str], language: str = "python") -> list[Site]:
+    """Block openers followed by an indented body: in Python `def`, `if`, `for`, ... ending with
+    ":"; in the brace languages a line ending with "{" (the closing brace, back at the opener's
+    indentation, stays)."""
+    opener = _OPENER if language == "python" else _BRACE_OPENER
     sites = []
     for i, line in enumerate(lines):
-        if not _OPENER.match(line):
+        if not opener.match(line):
             continue
         width, last = len(_indent(line).expandtabs(4)), None
         for j in range(i + 1, len(lines)):
@@ -91,12 +96,20 @@ class Crowd:
 
 async def replay(lsp, uri: str, text: str, requests: int, chars: int, rng: random.Random,
                  crowd: Crowd | None = None) -> list[Sample]:
-    """Type at block openers of `text` until `requests` requests were answered (see the module
-    doc); with a crowd, one of its documents is edited before each site."""
-    lines = text.split("\n")
-    sites = find_sites(lines)
+    """Type at block openers of `text`, in an order drawn from `rng`, until `requests` requests were
+    answered (see the module doc); with a crowd, one of its documents is edited before each site."""
+    sites = find_sites(text.split("\n"))
     rng.shuffle(sites)
-    lsp.open(uri, text)
+    return await type_at(lsp, uri, text, sites, requests, chars, crowd)
+
+
+async def type_at(lsp, uri: str, text: str, sites: list[Site], requests: int, chars: int,
+                  crowd: Crowd | None = None, language: str = "python") -> list[Sample]:
+    """Type at `sites` of `text`, in order, until `requests` requests were answered: at each, one
+    request after Enter (the sample's `typed` is "") and one after each of the first `chars`
+    characters of the body's first line."""
+    lines = text.split("\n")
+    lsp.open(uri, text, language)
     samples: list[Sample] = []
     seq = (await lsp.stats())["counts"]["requests"]  # the server numbers requests: ours are seq + 1, ...
     for site in sites:

@@ -1,0 +1,138 @@
+"""A run against its baseline: each figure's verdict, and the run's.
+
+A latency is compared as its ratio to the calibration measured beside it (unless `normalize` is
+off): the report shows it as milliseconds "at the baseline's speed" (the ratio times the baseline's
+calibration), beside the milliseconds measured. It regresses past
+
+    allowed = max(base * (1 + tolerance), base + floor_ms),  tolerance = max(the figure's, noise_factor * noise)
+
+where noise is the larger relative spread (max - min over the median) of the figure's repetitions in
+the two runs: the tolerance is never tighter than the noise measured. A p95 gets twice the p50's
+tolerance (the tail moves most between runs).
+
+A quality figure is compared directly. Both runs replay the same requests, so a difference is a
+change in what was answered at those requests (a paired comparison: no sampling error from picking
+positions), or run-to-run variation, which the repetitions measure. A share or a mean regresses when
+it falls more than max(quality * base, share_floor, noise_factor * spread) below the base (or rises by
+as much, for a figure where lower is better); forwards per token when it rises more than
+max(quality * base, noise_factor * spread). A figure of fewer than MIN_REQUESTS requests is shown,
+not judged."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from .figures import SPECS, Spec
+
+MIN_REQUESTS = 5
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    latency: float = 0.4  # a p50 may be this much slower (relative), a p95 twice as much
+    quality: float = 0.25  # a quality figure may lose this share of its value
+    floor_ms: float = 2.0  # ... and a latency these many milliseconds whatever its size
+    share_floor: float = 0.02  # ... and a share or mean this much, whatever its size
+    noise_factor: float = 2.0
+
+    def __post_init__(self):
+        for name in ("latency", "quality", "floor_ms", "share_floor", "noise_factor"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"tolerance {name} must be at least 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    key: str
+    row: str
+    figure: str
+    spec: Spec
+    base: float | None  # in the figure's unit (ms at the baseline's speed for a latency)
+    now: float | None  # the same, for this run
+    measured: float | None  # a latency as measured in this run (ms), else None
+    allowed: float | None  # the worst value that passes
+    status: str  # ok | regressed | improved | not judged | info | missing | new
+    why: str = ""
+    tolerance: float | None = None  # the relative tolerance applied (latency, per-token)
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("regressed", "missing")
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def _spread(xs: list[float]) -> float:
+    """(max - min) / median: the relative noise of a repeated figure (0 for one repetition)."""
+    m = _median(xs)
+    return (max(xs) - min(xs)) / abs(m) if m else 0.0
+
+
+def _abs_spread(xs: list[float]) -> float:
+    return max(xs) - min(xs)
+
+
+def judge(base: dict, now: dict, tol: Tolerances, normalize: bool) -> list[Verdict]:
+    """Every figure of the baseline, and those only this run has, in the baseline's order."""
+    cal_base = {k: _median(v) for k, v in base["calibration"].items()}
+    out = []
+    for key, b in base["figures"].items():
+        spec = SPECS[b["figure"]]
+        n = now["figures"].get(key)
+        if n is None:
+            out.append(Verdict(key, b["row"], b["figure"], spec, _shown(b, spec, cal_base, normalize), None, None,
+                               None, "missing", "no such requests in this run (the baseline had "
+                               f"{b['n']}): they now go elsewhere, e.g. to no model at all"))
+            continue
+        out.append(_judge_one(key, spec, b, n, tol, normalize, cal_base))
+    for key, n in now["figures"].items():
+        if key not in base["figures"]:
+            spec = SPECS[n["figure"]]
+            out.append(Verdict(key, n["row"], n["figure"], spec, None, _median(n["values"]), None, None, "new",
+                               "not in the baseline"))
+    return out
+
+
+def _shown(fig: dict, spec: Spec, cal_base: dict, normalize: bool) -> float:
+    if normalize and fig.get("scaled") and spec.calibrate:
+        return _median(fig["scaled"]) * cal_base[f"{spec.calibrate}_ms"]
+    return _median(fig["values"])
+
+
+def _judge_one(key: str, spec: Spec, b: dict, n: dict, tol: Tolerances, normalize: bool,
+               cal_base: dict) -> Verdict:
+    scaled = normalize and spec.calibrate is not None and b.get("scaled") and n.get("scaled")
+    series_b, series_n = (b["scaled"], n["scaled"]) if scaled else (b["values"], n["values"])
+    unit = cal_base[f"{spec.calibrate}_ms"] if scaled else 1.0  # back to ms at the baseline's speed
+    vb, vn = _median(series_b) * unit, _median(series_n) * unit
+    measured = _median(n["values"]) if spec.calibrate else None
+    common = dict(key=key, row=b["row"], figure=b["figure"], spec=spec, base=vb, now=vn, measured=measured)
+    if spec.better is None:
+        return Verdict(**common, allowed=None, status="info")
+    if min(b["n"], n["n"]) < MIN_REQUESTS:
+        return Verdict(**common, allowed=None, status="not judged",
+                       why=f"too few requests to judge ({min(b['n'], n['n'])} < {MIN_REQUESTS})")
+    if spec.kind in ("latency", "tail", "per-token"):
+        base_tol = {"latency": tol.latency, "tail": 2 * tol.latency, "per-token": tol.quality}[spec.kind]
+        noise = max(_spread(series_b), _spread(series_n))
+        t = max(base_tol, tol.noise_factor * noise)
+        floor = tol.floor_ms if spec.kind != "per-token" else 0.0
+        allowed = max(vb * (1 + t), vb + floor)
+        worse, better = vn > allowed, vn < vb / (1 + t) and vn < vb - floor
+        why = f"tolerance {t:.0%}" + (f" (noise {noise:.0%} x {tol.noise_factor:g})" if t > base_tol else "")
+        return Verdict(**common, allowed=allowed, status=_status(worse, better), why=why, tolerance=t)
+    # a share or a mean, compared directly
+    noise = max(_abs_spread(series_b), _abs_spread(series_n))
+    margin = max(tol.quality * vb, tol.share_floor, tol.noise_factor * noise)
+    if spec.better == "higher":
+        allowed, worse, better = max(0.0, vb - margin), vn < vb - margin, vn > vb + margin
+    else:
+        allowed, worse, better = vb + margin, vn > vb + margin, vn < vb - margin
+    return Verdict(**common, allowed=allowed, status=_status(worse, better), why=f"margin {margin * 100:.1f} points")
+
+
+def _status(worse: bool, better: bool) -> str:
+    return "regressed" if worse else "improved" if better else "ok"

@@ -1,0 +1,85 @@
+"""The figures `regress` records and compares, made from its repetitions (measure.py).
+
+Per row (a language and what the user did: "python single-line" is a request after a typed character,
+"python multi-line" one after Enter in an empty body, "python next edit" a rename asking for the next
+edit), per repetition:
+- latencies (ms, lower is better): end-to-end p50 and p95 as the client saw them, the model's p50 (the
+  worker's own time, requests that called it) and the server's own overhead p50 (tree-sitter, context,
+  post-processing); each also divided by the calibration measured beside it (the model's by the matmul,
+  the server's by the parse);
+- quality (higher is better): the share of requests with a suggestion shown (one minus the
+  empty-answer rate), and the line similarity of what accepting it gives; for next edits the share of
+  requests answered with the right edit and, lower is better, with a wrong one.
+Per language: forwards per token written (lower is better) and the share of requests the server failed.
+
+A figure keeps its value in every repetition; the compare (compare.py) takes their median, and their
+spread as the run's noise."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from ..server.stats import percentile
+from .measure import Repetition, RowRaw
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    kind: str  # latency | tail (a p95) | share | mean | per-token | failures | info
+    better: str | None  # lower | higher | None: shown, not judged
+    calibrate: str | None = None  # the calibration a latency is divided by: matmul | parse
+
+
+TYPING = (Spec("e2e p50", "latency", "lower", "matmul"), Spec("e2e p95", "tail", "lower", "matmul"),
+          Spec("model p50", "latency", "lower", "matmul"), Spec("overhead p50", "latency", "lower", "parse"),
+          Spec("shown", "share", "higher"), Spec("similarity", "mean", "higher"))
+NEXT_EDIT = (Spec("e2e p50", "latency", "lower", "matmul"), Spec("right edit", "share", "higher"),
+             Spec("wrong edit", "share", "lower"))
+LANGUAGE = (Spec("forwards per token", "per-token", "lower"), Spec("failed", "failures", "lower"))
+SPECS = {s.name: s for s in TYPING + NEXT_EDIT + LANGUAGE}
+
+
+def _value(spec: Spec, raw: RowRaw) -> tuple[float | None, int]:
+    """(the figure in one repetition, how many requests it is of)."""
+    series = {"e2e p50": (raw.e2e_ms, 50), "e2e p95": (raw.e2e_ms, 95), "model p50": (raw.model_ms, 50),
+              "overhead p50": (raw.overhead_ms, 50)}
+    if spec.name in series:
+        values, q = series[spec.name]
+        return percentile(values, q), len(values)
+    values = {"shown": raw.shown, "similarity": raw.similarity, "right edit": raw.right, "wrong edit": raw.wrong}
+    values = values[spec.name]
+    return (statistics.fmean(values) if values else None), len(values)
+
+
+def figures(reps: list[Repetition]) -> dict[str, dict]:
+    """"row | figure" -> {row, figure, values (per repetition), scaled (each over its calibration, or
+    None), n (requests, the fewest of any repetition)}."""
+    out: dict[str, dict] = {}
+
+    def put(row: str, spec: Spec, per_rep: list[tuple[float | None, int]]) -> None:
+        if any(v is None for v, _ in per_rep):
+            return  # the row had no such requests in some repetition
+        values = [v for v, _ in per_rep]
+        scaled = None
+        if spec.calibrate is not None:
+            cals = [getattr(r.calibration, f"{spec.calibrate}_ms") for r in reps]
+            scaled = [v / c for v, c in zip(values, cals)] if all(c > 0 for c in cals) else None
+        out[f"{row} | {spec.name}"] = {"row": row, "figure": spec.name, "values": values, "scaled": scaled,
+                                       "n": min(n for _, n in per_rep)}
+
+    rows = sorted(set.intersection(*(set(r.rows) for r in reps))) if reps else []
+    for row in rows:
+        for spec in NEXT_EDIT if row.endswith(" next edit") else TYPING:
+            put(row, spec, [_value(spec, r.rows[row]) for r in reps])
+    languages = sorted(set.intersection(*(set(r.failed) for r in reps))) if reps else []
+    for language in languages:
+        put(language, SPECS["forwards per token"],
+            [(f / t if t else None, t) for f, t in (r.forwards.get(language, (0, 0)) for r in reps)])
+        put(language, SPECS["failed"], [(e / n if n else 0.0, n) for e, n in (r.failed[language] for r in reps)])
+    return out
+
+
+def calibration_summary(reps: list[Repetition]) -> dict:
+    return {"matmul_ms": [r.calibration.matmul_ms for r in reps], "parse_ms": [r.calibration.parse_ms for r in reps]}
