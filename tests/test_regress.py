@@ -127,13 +127,12 @@ def test_a_stored_workload_edited_by_hand_is_refused():
 
 def run_record(e2e=(50.0, 52.0, 51.0), matmul=(20.0, 20.0, 20.0), shown=(0.5, 0.5, 0.5), n=30,
                overhead=(2.0, 2.0, 2.0)) -> dict:
-    def fig(row, name, values, cal=None):
-        scaled = [v / c for v, c in zip(values, cal)] if cal else None
-        return {"row": row, "figure": name, "values": list(values), "scaled": scaled, "n": n}
+    """A run as figures.py records it; each figure's pooled value is the median of its repetitions'."""
+    def fig(row, name, values):
+        return {"row": row, "figure": name, "value": sorted(values)[1], "values": list(values), "n": n}
 
     row = "python single-line"
-    figs = {f"{row} | e2e p50": fig(row, "e2e p50", e2e, matmul),
-            f"{row} | overhead p50": fig(row, "overhead p50", overhead, (10.0, 10.0, 10.0)),
+    figs = {f"{row} | e2e p50": fig(row, "e2e p50", e2e), f"{row} | overhead p50": fig(row, "overhead p50", overhead),
             f"{row} | shown": fig(row, "shown", shown)}
     return {"calibration": {"matmul_ms": list(matmul), "parse_ms": [10.0] * 3}, "figures": figs}
 
@@ -157,8 +156,8 @@ def test_the_same_figures_pass_and_a_slower_or_worse_run_fails():
 
 def test_latencies_are_read_against_the_calibration_and_small_ones_have_a_floor():
     base = run_record()
-    slower_machine = verdicts_of(base, run_record(e2e=(80.0, 82.0, 81.0), matmul=(32.0, 32.0, 32.0)))
-    v = slower_machine["e2e p50"]
+    slower_machine = verdicts_of(base, run_record(e2e=(80.0, 82.0, 81.0), matmul=(32.0, 40.0, 64.0)))
+    v = slower_machine["e2e p50"]  # read against the fastest calibration: a burst only ever slows one down
     assert v.status == "ok" and v.now == pytest.approx(81.0 / 32 * 20) and v.measured == 81.0
     plain = {v.figure: v for v in judge(base, run_record(e2e=(80.0, 82.0, 81.0), matmul=(32.0,) * 3),
                                         Tolerances(), normalize=False)}
@@ -222,6 +221,9 @@ def regress(*flags: str, cwd: Path) -> subprocess.CompletedProcess:
 
 # 7 sites in turn over a Go and two Python files: 5 Enter and 10 typed requests in Python (the
 # embedded model claims no Go: its requests are answered without it), 6 renames
+# wide tolerances where a test wants a pass: two tiny runs on a loaded test machine differ by more than
+# noise the real defaults allow for (their false-failure rate is measured by hand: README)
+LOOSE = ("--latency-tolerance", "10", "--quality-tolerance", "1", "--floor-ms", "1000")
 TINY = ("--requests", "21", "--chars", "2", "--next-edits", "6", "--files", "3", "--repeat", "2", "--threads", "1")
 
 
@@ -238,7 +240,7 @@ def repo(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def baseline(repo) -> Path:
-    done = regress("--repo", str(repo), "--save", "base.json", *TINY, cwd=repo)
+    done = regress("--repo", str(repo), "--save", "base.json", "--summary", "saved.md", *TINY, cwd=repo)
     assert done.returncode == 0, done.stdout + done.stderr
     return repo / "base.json"
 
@@ -249,7 +251,10 @@ def test_a_saved_baseline_compares_clean_and_writes_the_reports(baseline, repo):
     assert saved["format"] == command.FORMAT and saved["model"]["backend"] == "local"
     assert sorted(f["language"] for f in saved["workload"]["files"]) == ["go", "python", "python"]
     assert len(saved["calibration"]["matmul_ms"]) == 2 and all(x > 0 for x in saved["calibration"]["matmul_ms"])
-    done = regress("--compare", str(baseline), "--junit", "r.xml", "--summary", "s.md", "--threads", "1", cwd=repo)
+    summary = (repo / "saved.md").read_text()
+    assert "**regress: saved a baseline of" in summary and "| python single-line | e2e p50 |" in summary
+    done = regress("--compare", str(baseline), "--junit", "r.xml", "--summary", "s.md", "--threads", "1", *LOOSE,
+                   cwd=repo)
     assert done.returncode == command.PASSED, done.stdout + done.stderr
     assert "regress: PASSED" in done.stdout and "python single-line" in done.stdout
     assert ET.parse(repo / "r.xml").getroot().find("testsuite").get("failures") == "0"
@@ -261,9 +266,9 @@ def test_a_baseline_better_than_the_code_fails_with_the_figures_named(baseline, 
     better = json.loads(baseline.read_text())  # every suggestion right, with a third of the forwards
     for fig in better["figures"].values():
         if fig["figure"] in ("shown", "similarity"):
-            fig["values"] = [1.0 for _ in fig["values"]]
+            fig["value"], fig["values"] = 1.0, [1.0 for _ in fig["values"]]
         if fig["figure"] == "forwards per token":
-            fig["values"] = [v / 3 for v in fig["values"]]
+            fig["value"], fig["values"] = fig["value"] / 3, [v / 3 for v in fig["values"]]
     (repo / "better.json").write_text(json.dumps(better))
     done = regress("--compare", "better.json", "--junit", "f.xml", "--threads", "1", cwd=repo)
     assert done.returncode == command.REGRESSED, done.stdout + done.stderr
@@ -308,7 +313,7 @@ def test_a_remote_api_is_measured_through_the_language_server(tmp_path):
         assert done.returncode == 0, done.stdout + done.stderr
         saved = json.loads((tmp_path / "remote.json").read_text())
         assert saved["model"]["backend"] == "openai" and api.base in saved["model"]["name"]
-        done = regress("--compare", "remote.json", *flags, "--repeat", "1", cwd=tmp_path)
+        done = regress("--compare", "remote.json", *flags, "--repeat", "1", *LOOSE, cwd=tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "they include the network" in done.stdout
     finally:

@@ -21,8 +21,8 @@ from ..engine import model_folder
 from ..errors import UserError
 from ..model.settings import LaunchSettings
 from ..options import add_launch_args, launch_settings
-from .compare import Tolerances, judge
-from .report import exists_parent, junit, markdown, table, verdict_line, write
+from .compare import Tolerances, judge, run_calibration
+from .report import exists_parent, junit, markdown, saved_markdown, table, verdict_line, write
 
 FORMAT = "diffusion-lsp-regress/1"
 PASSED, REGRESSED, COULD_NOT_RUN, INCOMPATIBLE = 0, 1, 2, 3
@@ -149,6 +149,8 @@ def _run(args, t0: float) -> int:
         write(args.save, json.dumps(record, indent=1) + "\n")
         print(f"regress: saved the baseline to {args.save} ({len(record['figures'])} figures)")
     if base is None:
+        line = f"regress: saved a baseline of {len(record['figures'])} figures ({model['name']})"
+        write(args.summary, saved_markdown("diffusion-lsp regress", line, record["figures"]), append=True)
         return PASSED
     normalize = args.normalize == "calibration" or (args.normalize == "auto" and launch.backend == "local")
     verdicts = judge(base, record, tol, normalize)
@@ -292,8 +294,6 @@ def machine(threads: int) -> dict:
 
 
 def _header(base: dict, now: dict, normalize: bool) -> list[str]:
-    from statistics import median
-
     bm, nm = base["machine"], now["machine"]
     out = [f"baseline: {base['created']}, diffusion-lsp {base.get('version')}, {bm.get('cpu')} "
            f"({bm.get('threads')} threads), model {base['model']['name']}",
@@ -302,13 +302,12 @@ def _header(base: dict, now: dict, normalize: bool) -> list[str]:
     if base["model"]["fingerprint"] != now["model"]["fingerprint"]:
         out.append(f"the model changed ({base['model']['fingerprint']} -> {now['model']['fingerprint']}): "
                    "--allow-model-change")
-    cb, cn = base["calibration"], now["calibration"]
-    speed = median(cn["matmul_ms"]) / median(cb["matmul_ms"]) if median(cb["matmul_ms"]) else 1.0
-    parse = median(cn["parse_ms"]) / median(cb["parse_ms"]) if median(cb["parse_ms"]) else 1.0
+    cb, cn = run_calibration(base), run_calibration(now)
     if normalize:
-        out.append(f"calibration: matmul {median(cn['matmul_ms']):.1f} ms (baseline {median(cb['matmul_ms']):.1f}: "
-                   f"{speed:.2f}x), parse {median(cn['parse_ms']):.1f} ms (baseline {median(cb['parse_ms']):.1f}: "
-                   f"{parse:.2f}x); latencies are compared as ratios to them, shown in ms at the baseline's speed")
+        out.append(f"calibration: matmul {cn['matmul_ms']:.1f} ms (baseline {cb['matmul_ms']:.1f}: "
+                   f"{cn['matmul_ms'] / cb['matmul_ms']:.2f}x), parse {cn['parse_ms']:.1f} ms (baseline "
+                   f"{cb['parse_ms']:.1f}: {cn['parse_ms'] / max(cb['parse_ms'], 1e-9):.2f}x); latencies are compared "
+                   "as ratios to them, shown in ms at the baseline's speed")
     else:
         out.append("latencies are compared in ms as measured (--normalize none"
                    + (", the default for a remote API: they include the network and the API's own queue, which "

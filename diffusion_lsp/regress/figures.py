@@ -12,8 +12,8 @@ edit), per repetition:
   requests answered with the right edit and, lower is better, with a wrong one.
 Per language: forwards per token written (lower is better) and the share of requests the server failed.
 
-A figure keeps its value in every repetition; the compare (compare.py) takes their median, and their
-spread as the run's noise."""
+A figure is taken over every repetition's requests pooled, and also kept per repetition: the compare
+(compare.py) reads the spread of those as the run's noise."""
 
 from __future__ import annotations
 
@@ -41,43 +41,49 @@ LANGUAGE = (Spec("forwards per token", "per-token", "lower"), Spec("failed", "fa
 SPECS = {s.name: s for s in TYPING + NEXT_EDIT + LANGUAGE}
 
 
-def _value(spec: Spec, raw: RowRaw) -> tuple[float | None, int]:
-    """(the figure in one repetition, how many requests it is of)."""
-    series = {"e2e p50": (raw.e2e_ms, 50), "e2e p95": (raw.e2e_ms, 95), "model p50": (raw.model_ms, 50),
-              "overhead p50": (raw.overhead_ms, 50)}
+def _value(spec: Spec, raws: list[RowRaw]) -> tuple[float | None, int]:
+    """(the figure over these repetitions' requests pooled, how many requests that is)."""
+    def pooled(name: str) -> list:
+        return [x for raw in raws for x in getattr(raw, name)]
+
+    series = {"e2e p50": ("e2e_ms", 50), "e2e p95": ("e2e_ms", 95), "model p50": ("model_ms", 50),
+              "overhead p50": ("overhead_ms", 50)}
     if spec.name in series:
-        values, q = series[spec.name]
+        name, q = series[spec.name]
+        values = pooled(name)
         return percentile(values, q), len(values)
-    values = {"shown": raw.shown, "similarity": raw.similarity, "right edit": raw.right, "wrong edit": raw.wrong}
-    values = values[spec.name]
+    names = {"shown": "shown", "similarity": "similarity", "right edit": "right", "wrong edit": "wrong"}
+    values = pooled(names[spec.name])
     return (statistics.fmean(values) if values else None), len(values)
 
 
 def figures(reps: list[Repetition]) -> dict[str, dict]:
-    """"row | figure" -> {row, figure, values (per repetition), scaled (each over its calibration, or
-    None), n (requests, the fewest of any repetition)}."""
+    """"row | figure" -> {row, figure, value (over every repetition's requests pooled: a p50 of 12
+    requests a repetition moves more than one of 36), values (each repetition's own: their spread is
+    the noise), n (requests of one repetition, the fewest)}."""
     out: dict[str, dict] = {}
 
-    def put(row: str, spec: Spec, per_rep: list[tuple[float | None, int]]) -> None:
-        if any(v is None for v, _ in per_rep):
+    def put(row: str, spec: Spec, pooled: tuple[float | None, int], per_rep: list[tuple[float | None, int]]) -> None:
+        if pooled[0] is None or any(v is None for v, _ in per_rep):
             return  # the row had no such requests in some repetition
-        values = [v for v, _ in per_rep]
-        scaled = None
-        if spec.calibrate is not None:
-            cals = [getattr(r.calibration, f"{spec.calibrate}_ms") for r in reps]
-            scaled = [v / c for v, c in zip(values, cals)] if all(c > 0 for c in cals) else None
-        out[f"{row} | {spec.name}"] = {"row": row, "figure": spec.name, "values": values, "scaled": scaled,
-                                       "n": min(n for _, n in per_rep)}
+        out[f"{row} | {spec.name}"] = {"row": row, "figure": spec.name, "value": pooled[0],
+                                       "values": [v for v, _ in per_rep], "n": min(n for _, n in per_rep)}
 
     rows = sorted(set.intersection(*(set(r.rows) for r in reps))) if reps else []
     for row in rows:
         for spec in NEXT_EDIT if row.endswith(" next edit") else TYPING:
-            put(row, spec, [_value(spec, r.rows[row]) for r in reps])
+            raws = [r.rows[row] for r in reps]
+            put(row, spec, _value(spec, raws), [_value(spec, [raw]) for raw in raws])
     languages = sorted(set.intersection(*(set(r.failed) for r in reps))) if reps else []
     for language in languages:
-        put(language, SPECS["forwards per token"],
-            [(f / t if t else None, t) for f, t in (r.forwards.get(language, (0, 0)) for r in reps)])
-        put(language, SPECS["failed"], [(e / n if n else 0.0, n) for e, n in (r.failed[language] for r in reps)])
+        fw = [r.forwards.get(language, (0, 0)) for r in reps]
+        total = (sum(f for f, _ in fw), sum(t for _, t in fw))
+        put(language, SPECS["forwards per token"], (total[0] / total[1] if total[1] else None, total[1]),
+            [(f / t if t else None, t) for f, t in fw])
+        fails = [r.failed[language] for r in reps]
+        asked = sum(n for _, n in fails)
+        put(language, SPECS["failed"], (sum(e for e, _ in fails) / asked if asked else 0.0, asked),
+            [(e / n if n else 0.0, n) for e, n in fails])
     return out
 
 

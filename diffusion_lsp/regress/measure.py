@@ -4,9 +4,9 @@ in a fresh server (and worker, so no cache carries over), with this machine's sp
 Calibration: before each repetition, in this process and before its server starts, a fixed matmul loop
 (the model's kind of work, on as many threads as the worker) and a tree-sitter parse of a fixed
 2,000-line file (the server's kind of work) are timed, each the best of CALIBRATION_TRIES. A latency
-divided by the calibration measured beside it is a figure that holds across machines of one kind
-better than milliseconds do: the model's latencies are read against the matmul, the server's own
-overhead against the parse.
+divided by the calibration measured beside it (the median of the run's) is a figure that holds
+across machines of one kind better than milliseconds do: the model's latencies are read against the
+matmul, the server's own overhead against the parse.
 
 A repetition yields per row (a language, and what the user did: pressed Enter in an empty body, or
 typed a character of a line) the raw figures of its requests; figures.py turns repetitions into the

@@ -73,6 +73,19 @@ def markdown(title: str, line: str, verdicts: list[Verdict], header: list[str], 
     return "\n".join(out) + "\n"
 
 
+def saved_markdown(title: str, line: str, figures: dict) -> str:
+    """The summary of a run saved as a baseline (no compare): each figure's median and requests."""
+    from .figures import SPECS
+
+    out = [f"### {title}", "", f"**{line}**", "", "| row | figure | value | requests |", "|---|---|---:|---:|"]
+    for fig in figures.values():
+        spec, value = SPECS[fig["figure"]], fig["value"]
+        shown = (f"{value:.1f} ms" if spec.kind in ("latency", "tail") else f"{value:.2f}" if spec.kind == "per-token"
+                 else f"{value * 100:.1f}%")
+        out.append(f"| {fig['row']} | {fig['figure']} | {shown} | {fig['n']} |")
+    return "\n".join(out) + "\n"
+
+
 def junit(verdicts: list[Verdict], seconds: float, error: str | None = None) -> str:
     """One <testcase> per figure: a <failure> when it regressed, <skipped> when not judged; with
     `error` (could not run, incompatible baseline) one <testcase> with an <error>."""
