@@ -250,7 +250,8 @@ def test_a_saved_baseline_compares_clean_and_writes_the_reports(baseline, repo):
     saved = json.loads(baseline.read_text())
     assert saved["format"] == command.FORMAT and saved["model"]["backend"] == "local"
     assert sorted(f["language"] for f in saved["workload"]["files"]) == ["go", "python", "python"]
-    assert len(saved["calibration"]["matmul_ms"]) == 2 and all(x > 0 for x in saved["calibration"]["matmul_ms"])
+    calibrations = saved["calibration"]["matmul_ms"]  # per repetition: before its server, and after each file
+    assert len(calibrations) == 2 * (1 + len(saved["workload"]["files"])) and all(x > 0 for x in calibrations)
     summary = (repo / "saved.md").read_text()
     assert "**regress: saved a baseline of" in summary and "| python single-line | e2e p50 |" in summary
     done = regress("--compare", str(baseline), "--junit", "r.xml", "--summary", "s.md", "--threads", "1", *LOOSE,

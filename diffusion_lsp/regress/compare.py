@@ -1,9 +1,9 @@
 """A run against its baseline: each figure's verdict, and the run's.
 
 A latency is compared as its ratio to the run's calibration (unless `normalize` is off): the fastest
-of the calibrations measured before its repetitions, since another tenant's burst only ever slows a
-calibration down (on these shared machines one in three can read twice as slow: matmul 50 ms beside
-24 and 27, parse 33 ms beside 17). The report shows it as milliseconds "at the baseline's speed" (the
+of the calibrations measured during the run (measure.py), since another tenant's burst only ever
+slows a calibration down (on these shared machines one in three can read nearly twice as slow:
+matmul 50 ms beside 24 and 27, parse 31 ms beside 17). The report shows it as milliseconds "at the baseline's speed" (the
 ratio times the baseline's calibration), beside the milliseconds measured. It regresses past
 
     allowed = max(base * (1 + tolerance), base + floor_ms),  tolerance = max(the figure's, noise_factor * noise)
