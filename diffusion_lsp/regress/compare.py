@@ -64,13 +64,9 @@ class Verdict:
         return self.status in ("regressed", "missing")
 
 
-def _median(xs: list[float]) -> float:
-    return statistics.median(xs)
-
-
 def _spread(xs: list[float]) -> float:
     """(max - min) / median: the relative noise of a repeated figure (0 for one repetition)."""
-    m = _median(xs)
+    m = statistics.median(xs)
     return (max(xs) - min(xs)) / abs(m) if m else 0.0
 
 

@@ -50,8 +50,8 @@ def settle(threads: int, most_s: float = 5.0) -> None:
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     deadline = time.monotonic() + most_s
-    while idle_cores(cores) < min(threads, cores) and time.monotonic() < deadline:
-        pass  # idle_cores samples /proc/stat for 0.2 s
+    while idle_cores(cores) < min(threads, cores) and time.monotonic() < deadline:  # each check samples 0.2 s
+        continue
 
 
 def calibrate(threads: int) -> Calibration:
@@ -103,7 +103,6 @@ class Repetition:
     rows: dict[str, RowRaw]  # "python single-line", "python multi-line", "python next edit"
     forwards: dict[str, tuple[int, int]]  # language -> (forwards, tokens written) of its completions' fills
     failed: dict[str, tuple[int, int]]  # language -> (requests the server failed, requests)
-    worker: dict  # the server's stats entry of the backend
 
 
 def _row(sample: Sample) -> str:
@@ -150,8 +149,7 @@ async def repetition(launch: LaunchSettings, settings: dict, workload: Workload,
                        after["fill_tokens"] - before["fill_tokens"])
                 _tally(failed, f.language, after["errors"] - before["errors"], after["requests"] - before["requests"])
                 cals.append(calibrate(threads))  # the server idles between files
-            worker = (await lsp.stats())["worker"]
-    return Repetition(cals, rows, forwards, failed, worker)
+    return Repetition(cals, rows, forwards, failed)
 
 
 def _tally(into: dict, language: str, a: int, b: int) -> None:
@@ -170,14 +168,13 @@ async def _next_edits(lsp, f: WorkFile, settings: dict, raw: RowRaw) -> None:
         raw.wrong.append(bool(r["edit"]) and not r["right"])
 
 
-def run(launch: LaunchSettings, settings: dict, workload: Workload, repeat: int, threads: int,
-        say=print) -> list[Repetition]:
+def run(launch: LaunchSettings, settings: dict, workload: Workload, repeat: int, threads: int) -> list[Repetition]:
     out = []
     for i in range(repeat):
         t0 = time.perf_counter()
         rep = asyncio.run(repetition(launch, settings, workload, threads))
         e2e = [x for r in rep.rows.values() for x in r.e2e_ms]
-        say(f"  repetition {i + 1}/{repeat}: {len(e2e)} requests in {time.perf_counter() - t0:.1f} s, e2e p50 "
+        print(f"  repetition {i + 1}/{repeat}: {len(e2e)} requests in {time.perf_counter() - t0:.1f} s, e2e p50 "
             f"{percentile(e2e, 50) or 0:.1f} ms; calibration (fastest of {len(rep.calibrations)}) matmul "
             f"{min(c.matmul_ms for c in rep.calibrations):.1f} ms, parse {min(c.parse_ms for c in rep.calibrations):.1f} ms")
         out.append(rep)

@@ -115,7 +115,7 @@ def sample(files: list[SourceFile], source: str, requests: int, chars: int, rena
     by_language: dict[str, list[SourceFile]] = {}
     for f in sorted(files, key=lambda f: f.path):
         by_language.setdefault(f.language, []).append(f)
-    candidates = {}  # language -> [(file, its typing sites, its renames)], in a drawn order
+    candidates = {}  # language -> its files, in a drawn order
     for language, group in sorted(by_language.items()):
         rng.shuffle(group)
         candidates[language] = group
@@ -135,30 +135,27 @@ def sample(files: list[SourceFile], source: str, requests: int, chars: int, rena
     if not picked:
         raise UserError(f"no file in {source} has a block to type into (a Python block opener, or a line "
                         "ending with '{' in a brace language, with an indented body)")
-    chosen: list[list[replay.Site]] = [[] for _ in picked]
-    asked, progress = 0, True
-    while asked < requests and progress:  # one site per file in turn, until the requests are dealt
-        progress = False
-        for i, (_, sites, _) in enumerate(picked):
-            if asked >= requests or len(chosen[i]) >= len(sites):
-                continue
-            s = sites[len(chosen[i])]
-            chosen[i].append(s)
-            asked += 1 + min(chars, len(s.first))
-            progress = True
-    kept_renames: list[list[next_edit.Site]] = [[] for _ in picked]
-    dealt, progress = 0, True
-    while dealt < renames and progress:
-        progress = False
-        for i, (_, _, found) in enumerate(picked):
-            if dealt < renames and len(kept_renames[i]) < len(found):
-                kept_renames[i].append(found[len(kept_renames[i])])
-                dealt += 1
-                progress = True
+    chosen = _deal([sites for _, sites, _ in picked], requests, lambda s: 1 + min(chars, len(s.first)))
+    kept_renames = _deal([found for _, _, found in picked], renames, lambda _: 1)
     out = tuple(WorkFile(f.path, f.language, f.text, tuple(chosen[i]),
                          tuple((r.name, r.first, r.second) for r in kept_renames[i]))
                 for i, (f, _, _) in enumerate(picked) if chosen[i] or kept_renames[i])
     return Workload(source, seed, chars, out)
+
+
+def _deal(pools: list[list], budget: int, cost) -> list[list]:
+    """The first items of each pool, taken one pool after the other in turn until their summed
+    `cost` reaches `budget` (the last item taken may pass it) or the pools are used up."""
+    taken: list[list] = [[] for _ in pools]
+    spent, progress = 0, True
+    while spent < budget and progress:
+        progress = False
+        for pool, mine in zip(pools, taken):
+            if spent < budget and len(mine) < len(pool):
+                mine.append(pool[len(mine)])
+                spent += cost(mine[-1])
+                progress = True
+    return taken
 
 
 def repository_files(root: str) -> list[SourceFile]:
