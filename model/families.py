@@ -127,6 +127,9 @@ def _llada_config(c: dict) -> dict[str, tuple[str, object]]:
     )
 
 
+PROMPTS = ("infill", "fim", "chat")  # Family.prompt
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -146,6 +149,17 @@ class Family:
     # `end` names the end-of-text token that, committed inside the span, deletes a position
     expand: tuple[str, ...] = ()
     end: tuple[str, ...] = ()
+    # how a fill is put to the model (model/prompting.py): "infill" puts the suffix on the row after the canvas
+    # (prefix | canvas | suffix, attention both ways); a prefix-only model (block diffusion, an encoder over the
+    # prompt) sees nothing after its canvas, so "fim" writes prefix and suffix into the prompt between the
+    # family's FIM tokens (`fim`: prefix, suffix, middle candidates) and "chat" asks for the code at the cursor
+    # in a user turn of the checkpoint's chat template; the answer is the canvas after the prompt
+    prompt: str = "infill"
+    fim: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] = ()
+
+    def __post_init__(self):
+        if self.prompt not in PROMPTS or (self.prompt == "fim") != bool(self.fim):
+            raise ValueError(f"family {self.name}: prompt {self.prompt!r} with fim tokens {self.fim!r}")
 
 
 # bos: the sampler bans the bos id from every prediction, so it must differ from the filler. Dream's vocab has
