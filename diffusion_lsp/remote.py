@@ -2,7 +2,8 @@
 Mercury (base https://api.inceptionlabs.ai/v1, models mercury-edit / mercury-coder).
 
 One async core, `FimClient.complete` (and `edit`), behind the remote Backend (backend/remote.py)
-that the language server, the command line and the evaluations use. A fill is `POST {base}/fim/completions` with
+that the language server, the command line and the evaluations use. What a request holds depends on
+the server (`--server`, backend/profiles.py); the generic one: a fill is `POST {base}/fim/completions` with
 model, prompt, suffix, max_tokens, stop and temperature, the answer in `choices[0].text`; an API
 that answers 404 there is asked `POST {base}/completions` with `suffix`, and the client remembers
 which one answered. 429 and 5xx are retried with exponential backoff (Retry-After honoured) a
@@ -26,11 +27,10 @@ from dataclasses import dataclass
 
 import httpx
 
+from .backend.profiles import Asking, fenced_code, profile_for
 from .context.tokens import valid_text
 from .model.settings import LaunchSettings
 
-ROUTES = ("/fim/completions", "/completions")  # asked in this order; the first that is not a 404 is kept
-EDIT_ROUTE = "/edit/completions"  # Inception's next-edit endpoint (mercury-edit): nextedit/mercury.py
 MAX_BODY = 4 * 1024 * 1024  # bytes read from an answer: a 4096-token fill is well under 100 KB
 MAX_MESSAGE = 200  # characters of the API's own error message kept in ours
 
@@ -152,9 +152,11 @@ class FimClient:
     def __init__(self, base_url: str, model: str, api_key_env: str | None = None, *, connect_s: float = 5.0,
                  read_s: float = 30.0, tries: int = 4, backoff_s: float = 0.5, max_wait_s: float = 20.0,
                  temperature: float = 0.0, max_body: int = MAX_BODY,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, route: str | None = None):
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, route: str | None = None,
+                 server: str = "generic", fim_template: str | None = None, remote_format: str = "completions"):
         if tries < 1:
             raise ValueError(f"tries must be at least 1, got {tries}")
+        self.asking = Asking(profile_for(server), model, fim_template, remote_format == "chat", temperature)
         self.base_url, self.model, self.api_key_env = base_url.rstrip("/"), model, api_key_env
         self.tries, self.backoff_s, self.max_wait_s = tries, backoff_s, max_wait_s
         self.temperature, self.max_body, self.sleep = temperature, max_body, sleep
@@ -168,7 +170,8 @@ class FimClient:
     def from_launch(cls, launch: LaunchSettings, **options) -> FimClient:
         if launch.base_url is None or launch.remote_model is None:
             raise ValueError("backend openai needs base_url and remote_model")
-        return cls(launch.base_url, launch.remote_model, launch.api_key_env, **options)
+        return cls(launch.base_url, launch.remote_model, launch.api_key_env, server=launch.server,
+                   fim_template=launch.fim_template, remote_format=launch.remote_format, **options)
 
     def __repr__(self) -> str:
         return f"FimClient({self.base_url!r}, {self.model!r}, api_key_env={self.api_key_env!r})"
@@ -182,41 +185,45 @@ class FimClient:
 
     async def complete(self, prefix: str, suffix: str, max_tokens: int, one_line: bool = False) -> Completion:
         """The API's fill between prefix and suffix: at most max_tokens tokens, the first line only
-        when one_line (stop at a newline)."""
-        body = {"model": self.model, "prompt": prefix, "suffix": suffix, "max_tokens": max_tokens,
-                "temperature": self.temperature}
-        if one_line:
-            body["stop"] = ["\n"]
+        when one_line (stop at a newline; in a chat answer, its code's first line)."""
+        request = self.asking.fill_request(prefix, suffix, max_tokens, one_line)
         t0, said = time.perf_counter(), ""
-        paths = (self.route,) if self.route else ROUTES
+        paths = (self.route,) if self.route else request.routes
         for path in paths:
-            raw, said = await self._post(path, body)
+            raw, said = await self._post(path, request.body)
             if raw is None:  # 404: no such endpoint here (or no such model: the API's message says)
                 continue
             try:
                 text, tokens = parse_answer(raw)
-            except RequestFailed as e:
-                raise self._fail(RequestFailed, str(e), e.kind) from None
+                text = fenced_code(text) if request.fenced else text
+            except ValueError as e:  # RequestFailed, or a chat answer without its code fence
+                raise self._fail(RequestFailed, str(e), "answer") from None
+            if one_line and request.fenced:
+                text = text.split("\n", 1)[0]
             self.route = path
             return Completion(text, tokens, (time.perf_counter() - t0) * 1e3, path)
         raise self._fail(RemoteError, f"{self.base_url} answered 404 (not found) at {' and '.join(paths)}"
                                       f"{said}; check the base URL and the model name", "endpoint", 404)
 
     async def edit(self, content: str, max_tokens: int) -> Completion:
-        """A next edit from the API's edit endpoint: one user message in its tagged format
-        (nextedit/mercury.py); the answer, chat-shaped, is the rewritten code_to_edit section."""
-        body = {"model": self.model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
-                "temperature": self.temperature}
+        """A next edit from the API's edit endpoint (or, for a server without one, through chat): one
+        user message in Inception's tagged format (nextedit/mercury.py); the answer, chat-shaped, is the
+        rewritten code_to_edit section."""
+        request = self.asking.edit_request(content, max_tokens)
+        if request is None:
+            raise self._fail(RemoteError, f"server {self.asking.profile.name} has no next-edit endpoint "
+                                          "(remote_format chat asks an instruct model instead)", "endpoint")
+        (route,) = request.routes
         t0 = time.perf_counter()
-        raw, said = await self._post(EDIT_ROUTE, body)
+        raw, said = await self._post(route, request.body)
         if raw is None:
-            raise self._fail(RemoteError, f"{self.base_url} answered 404 (not found) at {EDIT_ROUTE}{said}: "
+            raise self._fail(RemoteError, f"{self.base_url} answered 404 (not found) at {route}{said}: "
                                           "the API has no next-edit endpoint", "endpoint", 404)
         try:
             text, tokens = parse_answer(raw)
         except RequestFailed as e:
             raise self._fail(RequestFailed, str(e), e.kind) from None
-        return Completion(text, tokens, (time.perf_counter() - t0) * 1e3, EDIT_ROUTE)
+        return Completion(text, tokens, (time.perf_counter() - t0) * 1e3, route)
 
     async def _post(self, path: str, body: dict) -> tuple[bytes | None, str]:
         """(the answer's body, "") or, for a 404, (None, what the API said); retries 429 and 5xx;
@@ -284,7 +291,7 @@ class FimClient:
 
     def describe(self) -> dict:
         return {"base_url": self.base_url, "model": self.model, "api_key_env": self.api_key_env,
-                "route": self.route, **self.counts}
+                "route": self.route, **self.asking.describe(), **self.counts}
 
     async def aclose(self) -> None:
         await self._http.aclose()

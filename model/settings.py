@@ -23,6 +23,20 @@ POLICIES = ("threshold", "topk", "eb", "one")  # model/policies.py implements th
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # a float precision -> its torch dtype
 BACKENDS = ("local", "openai")  # the model in a worker process, or an OpenAI-compatible FIM API
+SERVERS = ("generic", "vllm", "sglang", "mercury")  # what speaks that API: backend/profiles.py has each one's requests
+REMOTE_FORMATS = ("completions", "chat")  # a fill as a completion (FIM), or asked of an instruct model in a chat turn
+# a fill-in-the-middle prompt template by name -> the template ({prefix} and {suffix} where they go), each the
+# model family's own order: Qwen2.5-Coder / CodeGemma, StarCoder(2), DeepSeek-Coder (SGLang's
+# code_completion_parser.py registers these three alike), CodeLlama and Codestral (as api/bodies.py reads
+# them), Seed-Coder (suffix first: its tech report trains SPM, <[fim-suffix]>SUFFIX<[fim-prefix]>PREFIX<[fim-middle]>)
+FIM_TEMPLATES = {
+    "qwen": "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>",
+    "starcoder": "<fim_prefix>{prefix}<fim_suffix>{suffix}<fim_middle>",
+    "deepseek": "<｜fim▁begin｜>{prefix}<｜fim▁hole｜>{suffix}<｜fim▁end｜>",
+    "codellama": "<PRE> {prefix} <SUF>{suffix} <MID>",
+    "seed-coder": "<[fim-suffix]>{suffix}<[fim-prefix]>{prefix}<[fim-middle]>",
+    "codestral": "[SUFFIX]{suffix}[PREFIX]{prefix}",
+}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
@@ -260,11 +274,30 @@ class LaunchSettings:
     api_key_env: str | None = field(default=None, metadata=check(
         lambda v: bool(_ENV_NAME.fullmatch(v)), "an environment variable name",
         help="the environment variable that holds the API key (the key itself is never a setting)"))
+    server: str = field(default="generic", metadata=one_of(
+        SERVERS, help="what serves the API (backend openai): generic asks /fim/completions, then /completions with "
+                      "suffix; vllm gets the FIM template in the prompt (vLLM refuses suffix); sglang gets suffix "
+                      "(applied by its --completion-template) or the FIM template; mercury is Inception's API"))
+    fim_template: str | None = field(default=None, metadata=check(
+        lambda v: v in FIM_TEMPLATES or ("{prefix}" in v and "{suffix}" in v),
+        f"{', '.join(FIM_TEMPLATES)} or a template holding {{prefix}} and {{suffix}}",
+        help=f"the model's fill-in-the-middle prompt ({', '.join(FIM_TEMPLATES)} or a template holding {{prefix}} "
+             "and {suffix}) for a server that takes no suffix (backend openai)"))
+    remote_format: str = field(default="completions", metadata=one_of(
+        REMOTE_FORMATS, help="completions: a fill-in-the-middle completion; chat: an instruct model asked for the "
+                             "code at the cursor in /chat/completions (backend openai)"))
 
     def __post_init__(self):
         _validate(self)
         if self.backend == "openai" and (self.base_url is None or self.remote_model is None):
             raise ValueError("backend openai needs base_url and remote_model")
+        if self.backend == "openai" and self.remote_format == "completions":
+            if self.server == "vllm" and self.fim_template is None:
+                raise ValueError("server vllm needs fim_template (vLLM's /completions refuses suffix): "
+                                 f"{', '.join(FIM_TEMPLATES)} or a template holding {{prefix}} and {{suffix}}; "
+                                 "or remote_format chat for an instruct model")
+            if self.server == "mercury" and self.fim_template is not None:
+                raise ValueError("server mercury fills at /fim/completions with suffix: it takes no fim_template")
 
     def to_argv(self) -> list[str]:
         """The flags `add_args` reads back into these settings."""

@@ -1,6 +1,7 @@
 """An OpenAI-compatible FIM API as a Backend (base.py; `model.backend: "openai"`): fills through
-remote.FimClient instead of a worker process, and next edits through the API's edit endpoint
-(`rewrite`); an API returns text, not the model's probabilities, so it cannot probe.
+remote.FimClient instead of a worker process, and next edits through the API's edit endpoint or, for
+an instruct model, its chat (`rewrite`); an API returns text, not the model's probabilities, so it
+cannot probe. What each request holds depends on model.server (backend/profiles.py).
 
 The client is made on demand from the model.* settings (its key read from the environment variable
 model.apiKeyEnv names) and made again when they change. Every fill has the worker's deadline,
@@ -19,13 +20,15 @@ from ..remote import FimClient, RemoteError
 from .base import FILL_TIMEOUT_S, Capabilities, Reporter
 from .failure import BackendError, Failure
 from .orders import Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
+from .profiles import rewrites
 
 ClientFactory = Callable[..., FimClient]
 
 
 def remote_settings(settings: LaunchSettings) -> tuple:
     """What a client is made from: another value means another client."""
-    return settings.base_url, settings.remote_model, settings.api_key_env
+    return (settings.base_url, settings.remote_model, settings.api_key_env, settings.server, settings.fim_template,
+            settings.remote_format)
 
 
 # how a remote failure is reported (once per RemoteError.kind) -> what it is to the Backend's callers
@@ -33,8 +36,6 @@ KINDS = {"timeout": Failure.TIMEOUT, "busy": Failure.BUSY, "rejected": Failure.R
 
 
 class RemoteBackend:
-    capabilities = Capabilities(rewrite=True)
-
     def __init__(self, ui: Reporter, settings: LaunchSettings, client_factory: ClientFactory = FimClient.from_launch,
                  fill_timeout_s: float = FILL_TIMEOUT_S):
         self.ui, self.settings, self._new_client = ui, settings, client_factory
@@ -55,6 +56,11 @@ class RemoteBackend:
             self._shown.clear()
             asyncio.ensure_future(client.aclose())
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """Next edits where the server has an edit endpoint, or through chat (backend/profiles.py)."""
+        return Capabilities(rewrite=rewrites(self.settings.server, self.settings.remote_format))
+
     async def ensure(self) -> FimClient | None:
         """The client; None when completions are off or it cannot be made (reported)."""
         if not self.enabled:
@@ -66,7 +72,8 @@ class RemoteBackend:
                 kind = e.kind if isinstance(e, RemoteError) else "settings"
                 self._report_failure(kind, f"cannot use the remote API: {e}")
                 return None
-            self.ui.log("info", f"remote FIM API {self.client.base_url}, model {self.client.model}")
+            self.ui.log("info", f"remote FIM API {self.client.base_url} (server {self.settings.server}, "
+                                f"{self.settings.remote_format}), model {self.client.model}")
         return self.client
 
     async def start(self) -> None:
@@ -97,7 +104,7 @@ class RemoteBackend:
         return list(await asyncio.gather(*map(one, orders)))
 
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
-        """A next edit from the API's edit endpoint (nextedit/mercury.py: Mercury's format)."""
+        """A next edit from the API's edit endpoint, or through chat (nextedit/mercury.py: Mercury's format)."""
         return await self._call("next edit", lambda c: c.edit(order.content, order.max_tokens))
 
     async def probe(self, key: str, order: ProbeOrder) -> Probed:
@@ -145,5 +152,6 @@ class RemoteBackend:
         s = self.settings
         counts = self.client.counts if self.client else {}
         return {"backend": "openai", "base_url": s.base_url, "model": s.remote_model, "api_key_env": s.api_key_env,
-                "route": self.client.route if self.client else None,
+                "server": s.server, "format": s.remote_format, "fim_template": s.fim_template,
+                "rewrite": self.capabilities.rewrite, "route": self.client.route if self.client else None,
                 "state": "ready" if self.client else "stopped", "error": self.error, **counts}
