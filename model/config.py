@@ -61,6 +61,20 @@ class ModelConfig:
     qk_norm: bool = False  # Qwen3 (CoDA): RMSNorm on each head's q and k before RoPE
     tie_embeddings: bool = True  # False: separate output head (Dream-7B, LLaDA, CoDA)
     shift_logits: bool = False  # True: logits at i predict token i+1 (Dream, CoDA); False: in place (LLaDA, ours)
+    o_bias: bool = False  # a bias on the attention output projection (LLaDA2's use_bias)
+    rope_dim: int | None = None  # dims of each head RoPE rotates, the first ones; None: all (LLaDA2: half)
+    # block-causal attention (block diffusion: Stable-DiffCoder, LLaDA2): a position sees its own block of
+    # block_size positions and the blocks before it; None: every position sees every other
+    block_size: int | None = None
+    # mixture of experts (LLaDA2): 0 experts is a dense model; layers from n_dense_layers on are sparse
+    n_experts: int = 0
+    n_experts_per_tok: int = 1
+    n_shared_experts: int = 0
+    moe_hidden_dim: int = 0  # each expert's SwiGLU width (a shared expert's too)
+    n_dense_layers: int = 0
+    n_expert_groups: int = 1
+    n_topk_groups: int = 1
+    routed_scaling: float = 1.0
 
     def __post_init__(self):
         # the sizes given first (dim % n_heads below must not divide by zero), the derived ones once derived
@@ -77,6 +91,33 @@ class ModelConfig:
         self._check(OPTIONAL)
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
+        if self.rope_dim is None:
+            self.rope_dim = self.head_dim
+        if type(self.rope_dim) is not int or not 2 <= self.rope_dim <= self.head_dim or self.rope_dim % 2:
+            raise ValueError(f"rope_dim should be an even integer from 2 to head_dim={self.head_dim}, "
+                             f"got {reprlib.repr(self.rope_dim)}")
+        if self.block_size is not None and (type(self.block_size) is not int or not 1 <= self.block_size):
+            raise ValueError(f"block_size should be a positive integer or None, got {reprlib.repr(self.block_size)}")
+        if self.n_experts:
+            self._check_moe()
+
+    def _check_moe(self) -> None:
+        ints = dict(n_experts=(1, LIMITS["n_layers"]), n_experts_per_tok=(1, self.n_experts),
+                    n_shared_experts=(0, self.n_experts), moe_hidden_dim=(1, LIMITS["hidden_dim"]),
+                    n_dense_layers=(0, self.n_layers), n_expert_groups=(1, self.n_experts),
+                    n_topk_groups=(1, self.n_expert_groups))
+        for name, (lo, hi) in ints.items():
+            value = getattr(self, name)
+            if type(value) is not int or not lo <= value <= hi:
+                raise ValueError(f"{name} should be an integer from {lo} to {hi}, got {reprlib.repr(value)}")
+        if self.n_experts % self.n_expert_groups or self.n_experts // self.n_expert_groups < 2:
+            raise ValueError(f"n_experts={self.n_experts} does not split into n_expert_groups="
+                             f"{self.n_expert_groups} groups of two or more")
+        if self.n_topk_groups * (self.n_experts // self.n_expert_groups) < self.n_experts_per_tok:
+            raise ValueError(f"n_topk_groups={self.n_topk_groups} groups hold fewer than n_experts_per_tok="
+                             f"{self.n_experts_per_tok} experts")
+        if type(self.routed_scaling) not in (int, float) or not 0 < self.routed_scaling < math.inf:
+            raise ValueError(f"routed_scaling should be a positive number, got {reprlib.repr(self.routed_scaling)}")
 
     def _check(self, names) -> None:
         for name in names:
@@ -100,10 +141,13 @@ class ModelConfig:
     def num_params(self) -> int:
         d, h, kv, hd = self.dim, self.n_heads, self.n_kv_heads, self.head_dim
         attn = d * hd * (h + 2 * kv) + h * hd * d + (hd * (h + 2 * kv) if self.qkv_bias else 0)
-        mlp = 3 * d * self.hidden_dim
-        per_layer = attn + mlp + 2 * d + (2 * hd if self.qk_norm else 0)
+        attn += d if self.o_bias else 0
+        per_layer = attn + 3 * d * self.hidden_dim + 2 * d + (2 * hd if self.qk_norm else 0)
+        sparse = self.n_layers - self.n_dense_layers if self.n_experts else 0
+        moe = self.n_experts * d + 3 * d * self.moe_hidden_dim * (self.n_experts + self.n_shared_experts)
         head = 0 if self.tie_embeddings else self.vocab_size * d
-        return self.vocab_size * d + self.n_layers * per_layer + d + head
+        return (self.vocab_size * d + self.n_layers * per_layer + sparse * (moe - 3 * d * self.hidden_dim)
+                + d + head)
 
 
 # Shapes of the open checkpoints are taken from their published config.json files.

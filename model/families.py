@@ -10,6 +10,12 @@ Families (each read from the published config.json and modeling files; nothing f
   autoregressive Qwen2.5 like Dream, so shifted as Dream is (an assumption: their card says AR-initialised).
 - coda: CoDA-v0 (Salesforce), Qwen3 layout (per-head q/k RMSNorm, explicit head_dim), shifted.
 - llada: LLaDA-8B-Base/Instruct (`model_type: "llada"`, OLMo-style names), logits in place.
+- stable-diffcoder: Stable-DiffCoder-8B-Base/Instruct (ByteDance Seed): Seed-Coder's Llama layout under
+  `model_type: "llama"`, told apart by architectures / auto_map (StableDiffcoderForCausalLM, earlier
+  SeedDiffcoderForCausalLM); block diffusion, blocks of 4 (generate_block's default), logits in place.
+- llada2: LLaDA2.0 / LLaDA2.1 mini and flash (`model_type: "llada2_moe"`, modeling_llada2_moe.py): a
+  BailingMoeV2 layout, fused query_key_value split at load time, q/k RMSNorm, half-width RoPE, dense
+  first layers then sigmoid-routed experts with shared experts; block diffusion in blocks of 32.
 
 Structural flags (q/k/v bias, q/k norm, tied head) are read from which tensors the checkpoint has,
 not from config keys, so a checkpoint cannot say one thing and hold another.
@@ -49,6 +55,36 @@ LLADA_TENSORS = {
     "layers.{i}.mlp.gate_proj.weight": "model.transformer.blocks.{i}.ff_proj.weight",
     "layers.{i}.mlp.up_proj.weight": "model.transformer.blocks.{i}.up_proj.weight",
     "layers.{i}.mlp.down_proj.weight": "model.transformer.blocks.{i}.ff_out.weight",
+}
+
+
+# Stable-DiffCoder (modeling_stable_diffcoder.py: StableDiffcoderForCausalLM(LlamaForCausalLM)) keeps
+# transformers' Llama names, which are Qwen2's without the q/k/v biases
+LLAMA_TENSORS = {k: v for k, v in QWEN_TENSORS.items()
+                 if not k.endswith(("_proj.bias", "attn.q_norm.weight", "attn.k_norm.weight"))}
+
+# LLaDA2 (modeling_llada2_moe.py): LLaDA2MoeAttention's fused query_key_value holds q | k | v by rows (our
+# three projections read it, Family.fused_qkv), `dense` is the output projection; LLaDA2MoeSparseMoeBlock
+# has `gate` (the router, with its expert_bias buffer), experts.{e} and shared_experts
+LLADA2_TENSORS = {
+    "embed.weight": "model.word_embeddings.weight",
+    "norm.weight": "model.norm.weight",
+    "lm_head.weight": "lm_head.weight",
+    "layers.{i}.input_norm.weight": "model.layers.{i}.input_layernorm.weight",
+    "layers.{i}.post_attn_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+    **{f"layers.{{i}}.attn.{p}_proj.{w}": f"model.layers.{{i}}.attention.query_key_value.{w}"
+       for p in "qkv" for w in ("weight", "bias")},
+    "layers.{i}.attn.o_proj.weight": "model.layers.{i}.attention.dense.weight",
+    "layers.{i}.attn.o_proj.bias": "model.layers.{i}.attention.dense.bias",
+    "layers.{i}.attn.q_norm.weight": "model.layers.{i}.attention.query_layernorm.weight",
+    "layers.{i}.attn.k_norm.weight": "model.layers.{i}.attention.key_layernorm.weight",
+    **{f"layers.{{i}}.mlp.{p}_proj.weight": f"model.layers.{{i}}.mlp.{p}_proj.weight" for p in ("gate", "up", "down")},
+    "layers.{i}.mlp.router.weight": "model.layers.{i}.mlp.gate.weight",
+    "layers.{i}.mlp.expert_bias": "model.layers.{i}.mlp.gate.expert_bias",
+    **{f"layers.{{i}}.mlp.experts.{{e}}.{p}_proj.weight": f"model.layers.{{i}}.mlp.experts.{{e}}.{p}_proj.weight"
+       for p in ("gate", "up", "down")},
+    **{f"layers.{{i}}.mlp.shared.{p}_proj.weight": f"model.layers.{{i}}.mlp.shared_experts.{p}_proj.weight"
+       for p in ("gate", "up", "down")},
 }
 
 
@@ -127,6 +163,59 @@ def _llada_config(c: dict) -> dict[str, tuple[str, object]]:
     )
 
 
+def _stable_diffcoder_unsupported(c: dict) -> list[str]:
+    out = _qwen_unsupported(c)
+    out += [f"{k}={c[k]!r}" for k in ("attention_bias", "mlp_bias") if c.get(k)]
+    if c.get("pretraining_tp", 1) != 1:
+        out.append(f"pretraining_tp={c['pretraining_tp']!r}")
+    return out
+
+
+def _stable_diffcoder_config(c: dict) -> dict[str, tuple[str, object]]:
+    # no config.json key holds the block size: generate_block(block_length=4) is the published default
+    return {**_qwen_config(c), "block_size": ("generate_block's block_length", 4)}
+
+
+def _llada2_unsupported(c: dict) -> list[str]:
+    """Besides Qwen's checks (use_sliding_window among them: no window is applied here), the keys whose
+    published value is the only one modeling_llada2_moe.py computes (it ignores them: a sigmoid router,
+    renormalised top-k weights, a plain head), so a config.json saying otherwise describes other code."""
+    out = _qwen_unsupported(c)
+    if c.get("score_function", "sigmoid") != "sigmoid":
+        out.append(f"score_function {c['score_function']!r}")
+    if c.get("norm_head"):
+        out.append("norm_head")
+    if c.get("norm_topk_prob") is False and c.get("num_experts_per_tok", 1) != 1:
+        out.append("norm_topk_prob=false")
+    dim, heads, factor = c.get("hidden_size"), c.get("num_attention_heads"), c.get("partial_rotary_factor", 1.0)
+    head_dim = c.get("head_dim") or (dim // heads if type(dim) is int and type(heads) is int and heads > 0 else None)
+    sized = type(head_dim) is int and type(factor) in (int, float)
+    if c.get("rotary_dim") is not None and sized and c["rotary_dim"] != int(head_dim * factor):
+        out.append(f"rotary_dim {c['rotary_dim']!r} that is not head_dim × partial_rotary_factor")
+    return out
+
+
+def _llada2_config(c: dict) -> dict[str, tuple[str, object]]:
+    read = _qwen_config(c)
+    read["hidden_dim"] = _read(c, "intermediate_size", default=None)  # the dense layers' width
+    read["norm_eps"] = _read(c, "rms_norm_eps", default=1e-5)
+    heads, head_dim = read["n_heads"][1], _read(c, "head_dim", default=None)[1]
+    factor = _read(c, "partial_rotary_factor", default=1.0)
+    if head_dim is None and all(type(v) is int and v > 0 for v in (read["dim"][1], heads)):
+        head_dim = read["dim"][1] // heads
+    sized = type(head_dim) is int and type(factor[1]) in (int, float)
+    rope = ("head_dim × partial_rotary_factor", int(head_dim * factor[1])) if sized else factor
+    experts = _read(c, "num_experts", default=0)
+    moe = dict(n_experts=experts, n_experts_per_tok=_read(c, "num_experts_per_tok", default=1),
+               n_shared_experts=_read(c, "num_shared_experts", default=0),
+               moe_hidden_dim=_read(c, "moe_intermediate_size", default=0),
+               n_dense_layers=_read(c, "first_k_dense_replace", default=0),
+               n_expert_groups=_read(c, "n_group", default=1), n_topk_groups=_read(c, "topk_group", default=1),
+               routed_scaling=_read(c, "routed_scaling_factor", default=1.0))
+    # generate(block_length=32) in modeling_llada2_moe.py; no config.json key holds it
+    return {**read, "rope_dim": rope, **(moe if experts[1] else {}), "block_size": ("generate's block_length", 32)}
+
+
 PROMPTS = ("infill", "fim", "chat")  # Family.prompt
 
 
@@ -156,9 +245,12 @@ class Family:
     # in a user turn of the checkpoint's chat template; the answer is the canvas after the prompt
     prompt: str = "infill"
     fim: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] = ()
+    fim_order: str = "psm"  # "psm": prefix, suffix, middle (Qwen2.5-Coder); "spm": suffix first (Seed-Coder)
+    # our q_proj/k_proj/v_proj names map to one checkpoint tensor holding q | k | v by rows (LLaDA2)
+    fused_qkv: bool = False
 
     def __post_init__(self):
-        if self.prompt not in PROMPTS or (self.prompt == "fim") != bool(self.fim):
+        if self.prompt not in PROMPTS or (self.prompt == "fim") != bool(self.fim) or self.fim_order not in ("psm", "spm"):
             raise ValueError(f"family {self.name}: prompt {self.prompt!r} with fim tokens {self.fim!r}")
 
 
@@ -177,13 +269,27 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            _qwen_config, _qwen_unsupported, QWEN_TENSORS, "tie_word_embeddings"),
     Family("llada", ("llada",), ("LLaDAModelLM",), False, ("<|mdm_mask|>",), ("<|endoftext|>", "<|eot_id|>"),
            ("<|startoftext|>",), _llada_config, _llada_unsupported, LLADA_TENSORS, "weight_tying"),
+    # Seed-Coder's tokenizer: <[MASK_TOKEN]> is id 5 (generate_block's mask_id=5), eos <[end▁of▁sentence]>
+    # (what generate_block fills after the end), bos <[begin▁of▁sentence]>; its FIM tokens are Seed-Coder's
+    # (trained suffix-first: <[fim-suffix]>S<[fim-prefix]>P<[fim-middle]>, the Seed-Coder report)
+    Family("stable-diffcoder", (), ("StableDiffcoderForCausalLM", "SeedDiffcoderForCausalLM"), False,
+           ("<[MASK_TOKEN]>",), ("<[end▁of▁sentence]>",), ("<[begin▁of▁sentence]>",), _stable_diffcoder_config,
+           _stable_diffcoder_unsupported, LLAMA_TENSORS, "tie_word_embeddings", prompt="fim",
+           fim=(("<[fim-prefix]>",), ("<[fim-suffix]>",), ("<[fim-middle]>",)), fim_order="spm"),
+    # LLaDA2 (Ling's vocab): generate(mask_id=156895 "<|mask|>", eos_id=156892 "<|endoftext|>", also the
+    # pad_token_id); instruction-tuned, prompted with its chat template (<role>HUMAN</role> ... <|role_end|>)
+    Family("llada2", ("llada2_moe",), ("LLaDA2MoeModelLM",), False, ("<|mask|>",), ("<|endoftext|>",),
+           ("<|startoftext|>",), _llada2_config, _llada2_unsupported, LLADA2_TENSORS, "tie_word_embeddings",
+           prompt="chat", fused_qkv=True),
 )}
 
 
 def detect_family(config: dict) -> Family | None:
-    """The family config.json describes: model_type first, then architectures; None when unknown."""
+    """The family config.json describes: model_type first, then architectures and the class names its
+    auto_map gives (read as names, never imported); None when unknown."""
     model_type = str(config.get("model_type", "")).lower()
     archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
+    archs = archs + [str(v).rsplit(".", 1)[-1] for v in _object(config, "auto_map").values() if isinstance(v, str)]
     for fam in FAMILIES.values():
         if model_type in fam.model_types:
             return fam
@@ -191,6 +297,16 @@ def detect_family(config: dict) -> Family | None:
         if any(a in fam.architectures for a in archs):
             return fam
     return None
+
+
+def prompt_description(family: Family | None, has_token: Callable[[str], bool]) -> str:
+    """One line saying how a fill is put to the family (None: our own format, infill); has_token says
+    which of the family's FIM token candidates the vocab holds."""
+    if family is None or family.prompt == "infill":
+        return "infill (prefix | canvas | suffix)"
+    if family.prompt == "fim":
+        return "fim (" + " ".join(next((n for n in names if has_token(n)), names[0]) for names in family.fim) + ")"
+    return "chat (the checkpoint's chat template)"
 
 
 def supported() -> str:

@@ -1,6 +1,6 @@
-"""Hugging Face model folders as published (Dream, DiffuCoder, Open-dCoder, CoDA, LLaDA): config.json,
-model.safetensors or shards listed in model.safetensors.index.json, tokenizer.json. The family table
-is families.py; this module reads the folder into our DiffusionTransformer.
+"""Hugging Face model folders as published (Dream, DiffuCoder, Open-dCoder, CoDA, LLaDA, Stable-DiffCoder,
+LLaDA2): config.json, model.safetensors or shards listed in model.safetensors.index.json, tokenizer.json.
+The family table is families.py; this module reads the folder into our DiffusionTransformer.
 
 Nothing from the folder is run (no auto_map code) and nothing is unpickled: safetensors only. Weights
 are read one tensor at a time (plain reads at the offsets the safetensors header gives) into a model
@@ -33,7 +33,8 @@ IGNORED = re.compile(r".*rotary_emb\.inv_freq$")  # buffers some old saves carry
 
 class PretrainedLM(nn.Module):
     """The public face of a loaded checkpoint: model(ids [B, L]) -> raw logits [B, L, V] in the
-    checkpoint's own convention, as its modeling code gives them under full bidirectional attention
+    checkpoint's own convention, as its modeling code gives them under full bidirectional attention, or
+    block-causal for the block-diffusion families (config.block_size), as their generate() masks them
     (shifted families: output i predicts token i + 1). The sampler uses `.transformer` directly."""
 
     def __init__(self, transformer: DiffusionTransformer):
@@ -160,10 +161,27 @@ def special_tokens(hf: HFTokenizer, family: Family, config: dict, folder: Path) 
 
 
 def _theirs(family: Family, ours: str) -> str | None:
-    """The checkpoint's name for one of our state_dict names (None: the family has no such tensor)."""
-    m = re.match(r"layers\.(\d+)\.(.*)", ours)
-    template = family.tensors.get(f"layers.{{i}}.{m[2]}" if m else ours)
-    return template and template.format(i=m[1] if m else "")
+    """The checkpoint's name for one of our state_dict names (None: the family has no such tensor).
+    Numbers in the name are the layer ({i}) and, in a mixture of experts, the expert ({e})."""
+    parts = ours.split(".")
+    numbers = dict(zip("ie", (p for p in parts if p.isdigit())))
+    slots = iter(("{i}", "{e}"))
+    template = family.tensors.get(".".join(next(slots) if p.isdigit() else p for p in parts))
+    return template and template.format(**numbers)
+
+
+_QKV = re.compile(r"layers\.\d+\.attn\.([qkv])_proj\.(weight|bias)$")
+
+
+def _fused_rows(family: Family, cfg: ModelConfig, ours: str) -> tuple[int, int, int] | None:
+    """(first row, rows, the fused tensor's rows) of our q/k/v projection in the checkpoint's fused
+    query_key_value tensor, whose rows are q heads | k heads | v heads (LLaDA2MoeAttention's split);
+    None for any other tensor."""
+    m = _QKV.match(ours) if family.fused_qkv else None
+    if m is None:
+        return None
+    q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    return {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}[m[1]] + (q + 2 * kv,)
 
 
 def model_config(config: dict, family: Family, shapes: dict[str, list[int]], folder: Path) -> ModelConfig:
@@ -178,6 +196,7 @@ def model_config(config: dict, family: Family, shapes: dict[str, list[int]], fol
     flags = dict(
         qkv_bias=_theirs(family, "layers.0.attn.q_proj.bias") in shapes,
         qk_norm=_theirs(family, "layers.0.attn.q_norm.weight") in shapes,
+        o_bias=_theirs(family, "layers.0.attn.o_proj.bias") in shapes,
         tie_embeddings=bool(config.get(family.tie_key)) or family.tensors["lm_head.weight"] not in shapes,
         shift_logits=family.shift_logits,
     )
@@ -185,7 +204,10 @@ def model_config(config: dict, family: Family, shapes: dict[str, list[int]], fol
         cfg = ModelConfig(**{k: v for k, (_, v) in read.items() if v is not None}, **flags)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"checkpoint {folder}: bad config.json ({e})") from None
-    check_sizes(cfg, shapes, lambda ours: _theirs(family, ours), lambda field: read.get(field, (field,))[0], folder)
+    def sized(ours: str) -> str | None:  # a fused q | k | v tensor is sized in _read_weights, by its parts
+        return None if family.fused_qkv and _QKV.match(ours) else _theirs(family, ours)
+
+    check_sizes(cfg, shapes, sized, lambda field: read.get(field, (field,))[0], folder)
     return cfg
 
 
@@ -211,10 +233,14 @@ def _read_weights(model: DiffusionTransformer, family: Family, where: dict[str, 
         raise CheckpointError(f"checkpoint {folder}: tensors do not match the {family.name} layout "
                               f"({'; '.join(parts)})")
     params = model.state_dict()
+    rows = {ours: _fused_rows(family, model.config, ours) for ours in expected}
     for ours, theirs in expected.items():  # every shape, from the headers, before a byte of data is read
-        if list(where[theirs][1]) != list(params[ours].shape):
+        want = list(params[ours].shape)
+        if rows[ours]:
+            want[0] = rows[ours][2]
+        if list(where[theirs][1]) != want:
             raise CheckpointError(f"checkpoint {folder}: config.json and the weights do not match ({theirs} is "
-                                  f"{list(where[theirs][1])}, config.json gives {list(params[ours].shape)})")
+                                  f"{list(where[theirs][1])}, config.json gives {want})")
     state = {}
     by_file: dict[Path, list[str]] = {}
     for ours, theirs in expected.items():
@@ -225,7 +251,10 @@ def _read_weights(model: DiffusionTransformer, family: Family, where: dict[str, 
                 header, base = _header(f)
                 for ours in ours_names:
                     # one tensor at a time: read, cast, move; the read buffer is freed before the next
-                    state[ours] = _read_tensor(f, header[expected[ours]], base).to(device=device, dtype=dtype)
+                    tensor = _read_tensor(f, header[expected[ours]], base)
+                    if rows[ours]:  # our part of a fused q | k | v tensor (read once per part)
+                        tensor = tensor[rows[ours][0]:rows[ours][0] + rows[ours][1]].clone()
+                    state[ours] = tensor.to(device=device, dtype=dtype)
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             raise CheckpointError(f"checkpoint {folder}: {path.name} is corrupt ({e})") from None
     return state

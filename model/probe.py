@@ -81,7 +81,8 @@ def score_rows(model, tok: Tokenizer, rows: list[ScoreRow], stride: int) -> tupl
                                       toks[:, shift:])
         # each pass row its own copy of pass 0's cache (.repeat copies): its window is written into it in place
         ctx = KVCache([k.repeat(P, 1, 1, 1) for k in cache.keys], [v.repeat(P, 1, 1, 1) for v in cache.values],
-                      key_mask.repeat(P, 1), dense=all(len(r.ids) == S for r in rows))
+                      key_mask.repeat(P, 1), dense=all(len(r.ids) == S for r in rows),
+                      positions=None if cache.positions is None else cache.positions.repeat(P, 1))
         h, _ = model.hidden(toks, idx, idx != S, ctx.at(idx))  # [P * R, W, D]: output w predicts middle token w
         h = h[:, :n].reshape(P, R, n, -1)
         pick = (at % stride)[None, :].expand(R, n)  # [R, n] the pass that masked each middle token

@@ -20,6 +20,8 @@ import warnings
 import torch
 from torch import nn
 
+from .transformer import MoE
+
 WIDENED = (torch.bfloat16, torch.float16)  # loaded as stored, widened to float32 here one tensor at a time
 
 
@@ -62,7 +64,9 @@ def quantize_int8(model) -> None:
         raise RuntimeError("this PyTorch build has no int8 CPU kernels (quantized engine x86 or fbgemm)")
     for block in model.layers:
         # (parent, name) pairs, not the Linears: a list of them would keep every float matrix alive
-        targets = [(p, name) for p in block.modules() for name, c in p.named_children() if type(c) is nn.Linear]
+        # a mixture of experts' router stays float: it scores experts in float32, as LLaDA2's gate does
+        targets = [(p, name) for p in block.modules() for name, c in p.named_children()
+                   if type(c) is nn.Linear and not (isinstance(p, MoE) and c is p.router)]
         for parent, name in targets:
             linear = getattr(parent, name)
             setattr(parent, name, int8_linear(linear.weight, linear.bias))

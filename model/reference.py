@@ -6,7 +6,10 @@ The reference is built from the folder's own config.json and tensor files, not f
 them (families.py), so a wrong key or tensor name on our side shows up as a difference: Dream and
 Qwen2-layout checkpoints as Qwen2ForCausalLM, CoDA as Qwen3ForCausalLM, LLaDA as LlamaForCausalLM with
 LLaDA's tensor names renamed (OLMo-style blocks: ff_proj is the gate, up_proj the up, ff_out the down
-projection). The non-causal switch is a 4D additive float mask (0 where attended, finfo.min on
+projection), Stable-DiffCoder as LlamaForCausalLM (its modeling file subclasses it and changes only
+generate) under its generate_block's block-causal mask. LLaDA2 has no transformers class (its modeling
+file is remote code, never run here): tests/family_references.py re-implements it for the tests. The
+non-causal switch is a 4D additive float mask (0 where attended, finfo.min on
 padding) with explicit position_ids: it works in transformers 4.5x and 5.x, while is_causal=False is
 ignored by eager attention in 4.57 and a 4D bool mask with padding is wrong in eager."""
 
@@ -34,6 +37,8 @@ _LLADA_TO_LLAMA = [  # LLaDA name pattern -> Llama name
     (r"model\.transformer\.blocks\.(\d+)\.up_proj\.weight", r"model.layers.\1.mlp.up_proj.weight"),
     (r"model\.transformer\.blocks\.(\d+)\.ff_out\.weight", r"model.layers.\1.mlp.down_proj.weight"),
 ]
+CLASSES = {"dream": "Qwen2ForCausalLM", "qwen2": "Qwen2ForCausalLM", "coda": "Qwen3ForCausalLM",
+            "llada": "LlamaForCausalLM", "stable-diffcoder": "LlamaForCausalLM"}  # family -> transformers class
 _DROP = ("model_type", "architectures", "auto_map", "torch_dtype", "dtype", "transformers_version")
 
 
@@ -47,6 +52,9 @@ def _llama_name(name: str) -> str:
 def _reference_config(config: dict, family: Family, qkv_bias: bool):
     import transformers
 
+    if family.name == "stable-diffcoder":  # diffusion_block_size: read by reference_logits
+        return transformers.LlamaConfig(**{k: v for k, v in config.items() if k not in _DROP},
+                                        diffusion_block_size=family.config(config)["block_size"][1])
     if family.name == "llada":
         c = config
         return transformers.LlamaConfig(
@@ -68,8 +76,9 @@ def reference_model(folder: str | Path):
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text())
     family = detect_family(config)
-    if family is None:
-        raise ValueError(f"{folder}: no reference for model_type {config.get('model_type')!r}")
+    if family is None or family.name not in CLASSES:
+        raise ValueError(f"{folder}: transformers has no class for model_type {config.get('model_type')!r} "
+                         f"(family {family and family.name}); pass --no-reference")
     state = {}
     for path in sorted(set(weight_files(folder).values())):
         with safe_open(str(path), framework="pt") as f:
@@ -78,9 +87,7 @@ def reference_model(folder: str | Path):
                 state[key] = f.get_tensor(name).float()
     cfg = _reference_config(config, family, any(k.endswith("self_attn.q_proj.bias") for k in state))
     cfg._attn_implementation = "eager"
-    cls = {"coda": transformers.Qwen3ForCausalLM, "llada": transformers.LlamaForCausalLM}.get(
-        family.name, transformers.Qwen2ForCausalLM)
-    model = cls(cfg).float().eval()
+    model = getattr(transformers, CLASSES[family.name])(cfg).float().eval()
     missing, unexpected = model.load_state_dict(state, strict=False)
     allowed = {"lm_head.weight"} if cfg.tie_word_embeddings else set()
     if set(missing) - allowed or [k for k in unexpected if not k.endswith("rotary_emb.inv_freq")]:
@@ -94,10 +101,15 @@ def reference_model(folder: str | Path):
 @torch.inference_mode()
 def reference_logits(model, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """ids [B, L] (padding where attention_mask is 0) -> logits [B, L, V], every token attending to
-    every non-padding token."""
+    every non-padding token, or for a block-diffusion reference to those of its own block and the ones
+    before it (blocks counted from position 0, as Stable-DiffCoder's _make_block_causal_mask)."""
     keep = torch.ones_like(ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     dtype = next(model.parameters()).dtype
-    mask = torch.zeros(ids.shape[0], 1, ids.shape[1], ids.shape[1], dtype=dtype)
-    mask = mask.masked_fill(~keep[:, None, None, :], torch.finfo(dtype).min)  # [B, 1, L, L]
     positions = (keep.long().cumsum(-1) - 1).clamp(min=0)
+    seen = keep[:, None, None, :]  # [B, 1, 1, L]
+    block = model.config.to_dict().get("diffusion_block_size")
+    if block:
+        seen = seen & ((positions // block)[:, None, None, :] <= (positions // block)[:, None, :, None])
+    mask = torch.zeros(ids.shape[0], 1, ids.shape[1], ids.shape[1], dtype=dtype)
+    mask = mask.masked_fill(~seen, torch.finfo(dtype).min)  # [B, 1, L, L]
     return model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()

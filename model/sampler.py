@@ -152,7 +152,8 @@ class _Batch:
             def keys(t):  # [B, H, junk + 1, D] -> [B, H, S + 1, D]
                 return cols(t.transpose(1, 2)).transpose(1, 2)
             cache = KVCache([keys(k) for k in self.cache.keys], [keys(v) for v in self.cache.values],
-                            cols(self.cache.key_mask))
+                            cols(self.cache.key_mask), positions=None if self.cache.positions is None
+                            else torch.arange(S + 1, device=self.x.device).expand(B, S + 1))
         return dict(index=self.index, x=cols(self.x), key_mask=cols(self.key_mask),
                     positions=torch.arange(S + 1, device=self.x.device).expand(B, S + 1), start=self.start,
                     length=self.length, canvas_valid=canvas(self.canvas_valid, False),
@@ -187,14 +188,14 @@ class _Batch:
 def _cat(a, b):
     if isinstance(a, KVCache):
         return KVCache([torch.cat(p) for p in zip(a.keys, b.keys)], [torch.cat(p) for p in zip(a.values, b.values)],
-                       torch.cat([a.key_mask, b.key_mask]))
+                       torch.cat([a.key_mask, b.key_mask]), positions=_cat(a.positions, b.positions))
     return None if a is None or b is None else torch.cat([a, b])
 
 
 def _take(value, kept: torch.Tensor):
     if isinstance(value, KVCache):  # fewer rows of a dense batch are dense
         return KVCache([k[kept] for k in value.keys], [v[kept] for v in value.values], value.key_mask[kept],
-                       value.dense)
+                       value.dense, _take(value.positions, kept))
     return None if value is None else value[kept]
 
 
@@ -225,7 +226,7 @@ def _cached_pass(model, batch: _Batch, idx: torch.Tensor, valid: torch.Tensor) -
 def _keep_cache(batch: _Batch, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
     """The batch's cache from a pass's keys/values: it attends to the rows' own tokens, unmasked
     when no row is padded (batch.dense, known on the host)."""
-    batch.cache = KVCache(keys, values, batch.key_mask, batch.dense)
+    batch.cache = KVCache(keys, values, batch.key_mask, batch.dense, positions=batch.positions)  # block-causal models
 
 
 def _warm_start(model, batch: _Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -372,7 +373,7 @@ def _step(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, step: int,
 def _check_drafts(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, fills: list[Decoded]) -> torch.Tensor:
     """Verify the requests' drafts (verify.py) and commit each kept prefix into its row, as if decoded
     -> [B] bool, the rows that are done (a one-line draft kept through the filler that ends it)."""
-    verdicts = verify(model, tok, batch.rows, [f.req.candidates for f in fills], [f.req.one_line for f in fills],
+    verdicts = verify(model, tok, batch.rows, [f.req.candidates for f in fills], [f.req.stops_at_line for f in fills],
                       cfg.draft_stride, cfg.draft_keep, cfg.draft_accept)
     cur = batch.x.gather(1, batch.canvas_idx)  # [B, N]
     commit = torch.zeros_like(batch.masked)
@@ -413,7 +414,7 @@ def _canvas(batch: _Batch, b: int, f: Decoded, tok: Tokenizer) -> list[int]:
     one-line row so does everything after the first newline token."""
     ids = [tok.filler_id if t == tok.mask_id else t
            for t in batch.x[b].gather(0, batch.canvas_idx[b, : f.row.length]).tolist()]
-    if not f.req.one_line:
+    if not f.req.stops_at_line:
         return ids
     newline = set(tok.newline_ids)
     k = 0 if batch.newline_first[b, ids[0]] else next((j for j, t in enumerate(ids) if j and t in newline), len(ids))
@@ -454,7 +455,7 @@ class Decoding:
         self.device = next(model.parameters()).device
         self.fills = [Decoded(r, build_row(r, tok, model.config.max_seq_len, self.cfg.heal)) for r in requests]
         self.started = [self.t0] * len(requests)
-        self.batch = _Batch.build([f.row for f in self.fills], [r.one_line for r in requests], tok,
+        self.batch = _Batch.build([f.row for f in self.fills], [r.stops_at_line for r in requests], tok,
                                   model.config.vocab_size, shift, self.device)
         self.reuse = memo is not None and self.cfg.use_cache and self.cfg.reuse_context
         plans = [memo.plan(f.req.doc, f.row.ids, f.row.start, f.row.length) for f in self.fills] if self.reuse else []

@@ -1,6 +1,8 @@
 """Bidirectional transformer for masked diffusion: RoPE, RMSNorm, SwiGLU, grouped-query attention.
 
-No causal mask: every position sees the prefix, the canvas and the suffix. The forward pass has
+No causal mask: every position sees the prefix, the canvas and the suffix. Block-diffusion checkpoints
+(`block_size`: Stable-DiffCoder, LLaDA2) see their own block and the ones before it, as their published
+generate() masks them; LLaDA2's layers past the first few are mixtures of experts (`MoE`). The forward pass has
 two modes used by the sampler (Fast-dLLM "dual cache", Wu et al. 2025):
 
 - full: all positions of each row; returns logits and a `KVCache` with every position's keys/values;
@@ -32,6 +34,9 @@ class KVCache:
     # everywhere but the last column (the rows' spare one), so attention reads the first S - 1 columns
     # with no mask, which lets SDPA take its flash kernel
     dense: bool = False
+    # block-causal models (config.block_size): each column's position, from which its block is known; a
+    # cached pass needs it to keep later blocks from the window's queries
+    positions: torch.Tensor | None = None
 
     def at(self, columns: torch.Tensor) -> CacheWindow:
         """The cached mode's argument: a window standing at `columns` [B, W] of the rows."""
@@ -87,6 +92,11 @@ class RopeTable:
 
 
 def apply_rope(x, cos, sin):
+    """x [..., D] rotated by cos/sin [..., R]: all of it when R == D, else only its first R dims, the
+    rest passed through (partial rotary, LLaDA2's partial_rotary_factor; HF apply_rotary_pos_emb)."""
+    if cos.shape[-1] != x.shape[-1]:
+        r = cos.shape[-1]
+        return torch.cat([apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1)
     x1, x2 = x.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
     return (x * cos + rotated * sin).to(x.dtype)
@@ -99,12 +109,12 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=cfg.o_bias)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
 
     def forward(self, x, cos, sin, mask, past: tuple | None):
-        """mask: [B, 1, 1, K] bool (True = may attend) or None (every key). past (cached mode): this
+        """mask: [B, 1, 1 or Q, K] bool (True = may attend) or None (every key). past (cached mode): this
         layer's cache keys and values [B, Hkv, S, D], the window's columns expanded to [B, Hkv, W, D],
         and how many columns to attend to -> (output, keys/values: the fresh ones, or the cache's)."""
         B, S, _ = x.shape
@@ -141,23 +151,69 @@ def attend(q, k, v, mask, groups: int, expand: bool | None = None):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, dim: int, hidden_dim: int):
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.dim, cfg.hidden_dim, bias=False)
-        self.up_proj = nn.Linear(cfg.dim, cfg.hidden_dim, bias=False)
-        self.down_proj = nn.Linear(cfg.hidden_dim, cfg.dim, bias=False)
+        self.gate_proj = nn.Linear(dim, hidden_dim, bias=False)
+        self.up_proj = nn.Linear(dim, hidden_dim, bias=False)
+        self.down_proj = nn.Linear(hidden_dim, dim, bias=False)
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class Block(nn.Module):
+class MoE(nn.Module):
+    """LLaDA2's sparse MLP (BailingMoeV2; modeling_llada2_moe.py LLaDA2MoeGate / LLaDA2MoeSparseMoeBlock):
+    a sigmoid router in float32 whose scores, plus a learned per-expert bias, pick `n_experts_per_tok`
+    experts among the best `n_topk_groups` of `n_expert_groups` groups (a group scores the sum of its two
+    best); the picked experts' unbiased scores, normalised to sum to one and scaled by `routed_scaling`,
+    weight their SwiGLU outputs, and the shared experts' output is added. Experts run one after another
+    on the tokens routed to them: a reference path, not a grouped-GEMM kernel."""
+
     def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.k, self.groups, self.top_groups, self.scaling = (
+            cfg.n_experts_per_tok, cfg.n_expert_groups, cfg.n_topk_groups, cfg.routed_scaling)
+        self.router = nn.Linear(cfg.dim, cfg.n_experts, bias=False)
+        self.register_buffer("expert_bias", torch.zeros(cfg.n_experts))  # routing only, not the weights
+        self.experts = nn.ModuleList(MLP(cfg.dim, cfg.moe_hidden_dim) for _ in range(cfg.n_experts))
+        shared = cfg.moe_hidden_dim * cfg.n_shared_experts
+        self.shared = MLP(cfg.dim, shared) if shared else None
+
+    def route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """h [T, D] -> (expert ids [T, k], their weights [T, k] float32)."""
+        scores = F.linear(h.float(), self.router.weight.float()).sigmoid()  # [T, E]
+        biased = scores + self.expert_bias.float()
+        T, E = biased.shape
+        group_scores = biased.view(T, self.groups, -1).topk(2, dim=-1)[0].sum(-1)  # [T, G]
+        best = group_scores.topk(self.top_groups, dim=-1, sorted=False)[1]
+        allowed = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, best, True)
+        allowed = allowed[:, :, None].expand(T, self.groups, E // self.groups).reshape(T, E)
+        ids = biased.masked_fill(~allowed, float("-inf")).topk(self.k, dim=-1)[1]  # [T, k]
+        weights = scores.gather(1, ids)
+        if self.k > 1:
+            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+        return ids, weights * self.scaling
+
+    def forward(self, x):
+        B, S, D = x.shape
+        h = x.reshape(-1, D)  # [T, D]
+        ids, weights = self.route(h)
+        out = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
+        for e in ids.unique().tolist():  # the experts some token picked
+            token, slot = (ids == e).nonzero(as_tuple=True)
+            out.index_add_(0, token, self.experts[e](h[token]).float() * weights[token, slot, None])
+        out = out.to(x.dtype).view(B, S, D)
+        return out if self.shared is None else out + self.shared(x)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, index: int = 0):
         super().__init__()
         self.input_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.attn = Attention(cfg)
         self.post_attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.mlp = MLP(cfg)
+        sparse = cfg.n_experts > 0 and index >= cfg.n_dense_layers
+        self.mlp = MoE(cfg) if sparse else MLP(cfg.dim, cfg.hidden_dim)
 
     def forward(self, x, cos, sin, mask, past):
         h, kv = self.attn(self.input_norm(x), cos, sin, mask, past)
@@ -170,10 +226,10 @@ class DiffusionTransformer(nn.Module):
         super().__init__()
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
-        self.rope = RopeTable(cfg.head_dim, cfg.rope_theta, cfg.max_seq_len + 1)
+        self.rope = RopeTable(cfg.rope_dim, cfg.rope_theta, cfg.max_seq_len + 1)
         self.int8_head = None  # quantize.py: the output head as an int8 Linear (CPU inference)
         self.apply(self._init)
 
@@ -196,9 +252,17 @@ class DiffusionTransformer(nn.Module):
         cos, sin = self.rope(positions)
         if cache is None:
             mask, out = key_mask[:, None, None, :], None  # [B, 1, 1, S] bool, True = may attend
+            if self.config.block_size:
+                mask = mask & self._earlier_blocks(positions, positions)  # [B, 1, S, S]
         else:
             out, width = cache.cache, cache.cache.key_mask.shape[1] - int(cache.cache.dense)
             mask = None if out.dense else out.key_mask[:, None, None, :]  # [B, 1, 1, S]
+            if self.config.block_size:
+                if out.positions is None:
+                    raise ValueError(f"block-causal attention (block_size {self.config.block_size}) needs the "
+                                     "cache's positions (KVCache.positions) for a cached pass")
+                mask = out.key_mask[:, None, None, :] & self._earlier_blocks(positions, out.positions)
+                mask = mask[..., :width]
             at = cache.columns[:, None, :, None].expand(-1, self.config.n_kv_heads, -1, self.config.head_dim)
         keys, values = [], []
         for i, layer in enumerate(self.layers):
@@ -206,7 +270,15 @@ class DiffusionTransformer(nn.Module):
             x, (k, v) = layer(x, cos, sin, mask, past)
             keys.append(k)
             values.append(v)
-        return self.norm(x), KVCache(keys, values, key_mask) if out is None else out
+        kept = positions if self.config.block_size else None  # the cache's columns' blocks, for a cached pass
+        return self.norm(x), KVCache(keys, values, key_mask, positions=kept) if out is None else out
+
+    def _earlier_blocks(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """Block-causal attention (Stable-DiffCoder's _make_block_causal_mask, LLaDA2's generate): a query
+        sees every key of its own block and of the blocks before it, blocks counted from position 0.
+        queries [B, Q], keys [B, K] positions -> [B, 1, Q, K] bool."""
+        size = self.config.block_size
+        return (keys // size)[:, None, None, :] <= (queries // size)[:, None, :, None]
 
     def head_weight(self) -> torch.Tensor | None:
         """The output head as one [V, D] matrix (what the fused kernels take); None for the int8 head."""
