@@ -25,6 +25,17 @@ class Engine:
     meta: dict  # the checkpoint's config.json
     memo: object = field(default_factory=lambda: _context_memo())  # model/reuse.py: a `doc`'s last
     # fill (or probe) seeds its next fill
+    # a prefix-only model's (model/prompting.py Prompter: families.py `prompt` "fim" or "chat"): a fill's
+    # suffix goes into its prompt; None: infill, the suffix on the row after the canvas
+    prompter: object = None
+
+    @property
+    def capabilities(self) -> dict:
+        """backend/base.py Capabilities, as the worker says them. A probe scores given tokens between
+        prefix and suffix on the row, which only an infill model has (no drafts from the user's code,
+        no remask-and-refine otherwise); a model asked in chat rewrites a region from an edit prompt."""
+        convention = "infill" if self.prompter is None else self.prompter.convention
+        return {"probe": convention == "infill", "rewrite": convention == "chat", "drafts": True}
 
     def decoding(self, requests, cfg=None):
         """A decoding of `requests` (model/canvas.py FillRequest) for its caller to drive step by step
@@ -47,12 +58,48 @@ class Engine:
     def decode_orders(self, orders, keys):
         """A decoding of the Backend's orders (backend/orders.py FillOrder, one sampling config for all)
         as one batch; keys[i] names order i's document (its context is remembered for its next fill)."""
-        return self.decoding(_requests(orders, keys, 0), orders[0].sampling)
+        return self.decoding(self._requests(orders, keys, 0), orders[0].sampling)
 
-    @staticmethod
-    def join(decoding, orders, keys) -> list[int]:
+    def join(self, decoding, orders, keys) -> list[int]:
         """Orders that join a running decoding (`decoding.joins`; the same sampling) -> their indices."""
-        return decoding.add(_requests(orders, keys, len(decoding.fills)))
+        return decoding.add(self._requests(orders, keys, len(decoding.fills)))
+
+    def _requests(self, orders, keys, first: int) -> list:
+        from .model.canvas import FillRequest
+
+        return [FillRequest(o.prefix, o.suffix, o.max_tokens, id=first + i, one_line=o.one_line, drafts=o.drafts,
+                            **{"doc": k or None, "candidates": o.candidates,
+                               **self._prompted(o.prefix, o.suffix, o.max_tokens)})
+                for i, (o, k) in enumerate(zip(orders, keys))]
+
+    def _prompted(self, prefix: str, suffix: str, n: int, content: str | None = None) -> dict:
+        """A prefix-only model's FillRequest fields: the prompt before a canvas of n (a fill's, or with
+        `content` a rewrite's), in the positions the canvas leaves; none for an infill model."""
+        if self.prompter is None:
+            return {}
+        room = self.prompt_room(n)
+        ids = self.prompter.fill(prefix, suffix, room) if content is None else self.prompter.rewrite(content, room)
+        return {"prompt_ids": ids, "chat": self.prompter.convention == "chat", "doc": None, "candidates": ()}
+
+    def prompt_room(self, n: int) -> int:
+        """Positions a prompt may take beside a canvas of n: all but the canvas and a fixed first token."""
+        from .model.canvas import canvas_room
+
+        return canvas_room(self.tokenizer, self.model.config.max_seq_len) - n
+
+    def answer_rewrite(self, order):
+        """backend/orders.py RewriteOrder -> Fill: the tagged region (nextedit/mercury.py) in a chat model's
+        prompt (prompting.py), the answer on the canvas; ValueError for a model not asked in chat (ours
+        rewrite a region by re-masking it: nextedit/suggest.py)."""
+        if not self.capabilities["rewrite"]:
+            raise ValueError("this model rewrites a region by re-masking it, not from an edit prompt")
+        from .model.canvas import FillRequest
+
+        n = min(order.max_tokens, self.max_tokens())
+        decoding = self.decoding([FillRequest("", "", n, id=0, **self._prompted("", "", n, order.content))])
+        for _ in decoding:
+            pass
+        return self.answer_of(decoding, 0)
 
     @staticmethod
     def answer_of(decoding, i: int):
@@ -82,9 +129,12 @@ class Engine:
         return self.answers(decoding)
 
     def answer_probe(self, order, key: str | None = None):
-        """backend/orders.py ProbeOrder -> Probed (model/probe.py)."""
+        """backend/orders.py ProbeOrder -> Probed (model/probe.py); ValueError for a prefix-only model."""
         from .backend.orders import Probed
 
+        if not self.capabilities["probe"]:
+            raise ValueError(f"a {self.meta.get('family')} model sees no suffix on its row: it cannot score "
+                             "given tokens where they stand (no probe)")
         r = self.probe(order.prefix, order.middle, order.suffix, order.stride, doc=key or None)
         return Probed(r.pieces, r.prob, r.best, r.forwards, r.ms)
 
@@ -105,11 +155,33 @@ class Engine:
         return probe(self.model, self.tokenizer, prefix, middle, suffix, stride, self.memo, doc)
 
 
-def _requests(orders, keys, first: int) -> list:
-    from .model.canvas import FillRequest
+@dataclass
+class NativeEngine(Engine):
+    """A model transformers runs (model/native.py: DiffusionGemma): its own generation a step at a
+    time, a fill's suffix in its prompt. It cannot probe (scoring given tokens where they stand needs
+    a mask to put beside them, and its canvas has none), so no drafts from the user's code; a region
+    is rewritten from an edit prompt (`answer_rewrite`) when it is asked in chat. No request joins a
+    running decoding."""
 
-    return [FillRequest(o.prefix, o.suffix, o.max_tokens, id=first + i, one_line=o.one_line, doc=k or None,
-                        drafts=o.drafts, candidates=o.candidates) for i, (o, k) in enumerate(zip(orders, keys))]
+    def decoding(self, requests, cfg=None):
+        from .model.native import NativeDecoding
+
+        return NativeDecoding(self.model, self.tokenizer, requests, cfg)
+
+    @staticmethod
+    def join(decoding, orders, keys) -> list[int]:
+        raise ValueError("a native model's decoding cannot be joined")
+
+    def prompt_room(self, n: int) -> int:
+        from .model.native import prompt_room
+
+        return prompt_room(self.model, n)
+
+    def max_tokens(self) -> int:
+        from .model.native import largest_fill
+
+        return largest_fill(self.model)
+
 
 
 def _context_memo():
@@ -194,6 +266,16 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
         raise CheckpointError(f"the embedded default model is missing ({folder}); pass --model DIR")
     if precision == "int8" and device != "cpu":
         raise ValueError(f"int8 weights are for CPU inference, not {device}")
+    from .model.native import is_native_folder
+
+    if is_native_folder(folder):  # a family only transformers runs (model/native.py): its own dtypes, no int8
+        from .model.native import load_native
+
+        if precision == "int8":
+            raise ValueError("int8 weights are for our own models; a model transformers runs loads as stored")
+        model, tokenizer, meta, prompter = load_native(
+            folder, device, None if precision == "auto" else getattr(torch, FLOAT_DTYPES[precision]))
+        return NativeEngine(model, tokenizer, meta, prompter=prompter)
     from .model.quantize import int8_available, quantize_int8
 
     int8 = precision == "int8" or (precision == "auto" and device == "cpu" and int8_available())
@@ -205,4 +287,18 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
     model, tokenizer, meta = load_folder(folder, device, dtype)
     if int8:
         quantize_int8(model)
-    return Engine(model, tokenizer, meta)
+    return Engine(model, tokenizer, meta, prompter=_prompter(folder, meta, tokenizer))
+
+
+def _prompter(folder: Path, meta: dict, tokenizer):
+    """A prefix-only family's Prompter (model/prompting.py; an adapter's is its base model's); None
+    for an infill one and for our own format. CheckpointError when the folder lacks what it needs."""
+    from .model.checkpoint import CheckpointError
+    from .model.config import adapter_base
+    from .model.families import FAMILIES
+    from .model.prompting import prompter_for
+
+    try:
+        return prompter_for(FAMILIES.get(meta.get("family")), tokenizer, adapter_base(folder) or folder)
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {folder}: {e}") from None

@@ -24,6 +24,11 @@ SAMPLE = '''def mean(values):
 '''
 
 
+PROMPTS = {"infill": "infill (prefix | canvas | suffix on one row)",
+           "fim": "fim (prefix and suffix between its FIM tokens, the canvas after them)",
+           "chat": "chat (the code and the cursor in a user turn of its chat template, the answer on the canvas)"}
+
+
 def register(sub):
     p = sub.add_parser("model", help="inspect a checkpoint folder")
     model = p.add_subparsers(dest="model_command", required=True, metavar="COMMAND")
@@ -38,9 +43,72 @@ def register(sub):
     c.set_defaults(run=run)
 
 
+def check_native(path: Path, reference: bool = True) -> dict:
+    """`check` for a family transformers runs (model/native.py): its forward is transformers' own, so
+    the reference is its generation: a fill of SAMPLE through our engine beside `generate` from the
+    same seed and prompt, token for token."""
+    import torch
+
+    from .backend.orders import FillOrder
+    from .engine import NativeEngine
+    from .model.native import SEED, end_ids, load_native, prompt_room
+
+    t0 = time.perf_counter()
+    model, tok, meta, prompter = load_native(path, "cpu")
+    engine, ends = NativeEngine(model, tok, meta, prompter=prompter), end_ids(model, tok)
+    load_ms = (time.perf_counter() - t0) * 1e3
+    params = list(model.parameters())
+    out = {
+        "path": str(path), "format": "huggingface (transformers' own modeling code)", "family": engine.meta["family"],
+        "parameters": sum(p.numel() for p in params), "dtype_on_disk": engine.meta.get("dtype") or "float32",
+        "dtype_loaded": str(params[0].dtype).replace("torch.", ""), "shift_logits": None,
+        "vocab_size": tok.vocab_size, "prompt": engine.prompter.convention, "capabilities": engine.capabilities,
+        "canvas_length": model.config.canvas_length,
+        "special_tokens": {"eos": sorted(ends), "bos": tok.bos_id},
+        "memory_mb": {"weights": round(sum(p.numel() * p.element_size() for p in params) / 2**20, 1),
+                      "peak_rss": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)},
+        "load_ms": round(load_ms, 1), "reference": {"skipped": "--no-reference"},
+    }
+    if reference:
+        n = min(32, engine.max_tokens())
+        prefix, suffix = SAMPLE[:SAMPLE.index("total")], SAMPLE[SAMPLE.index("total"):]
+        t0 = time.perf_counter()
+        decoding = engine.decode_orders([FillOrder(prefix, suffix, n)], [""])
+        for _ in decoding:
+            pass
+        ours = decoding.result(0)
+        ms = (time.perf_counter() - t0) * 1e3
+        prompt = prompter.fill(prefix, suffix, prompt_room(model, n))
+        with torch.random.fork_rng(), torch.inference_mode():
+            torch.manual_seed(SEED)
+            theirs = model.generate(torch.tensor([prompt]), max_new_tokens=n).sequences[0, len(prompt):].tolist()
+        theirs = theirs[: next((k for k, t in enumerate(theirs) if t in ends), len(theirs))][:n]
+        mine = ours.token_ids
+        out["reference"] = {"tokens": len(theirs), "equal": mine == theirs, "forwards": ours.forwards,
+                            "fill_ms": round(ms, 1),
+                            "first_difference": next((k for k, (a, b) in enumerate(zip(mine, theirs)) if a != b),
+                                                     None if len(mine) == len(theirs) else min(len(mine), len(theirs)))}
+    return out
+
+
+def _prompt(family_name: str | None, tok) -> dict:
+    """How a fill is put to the checkpoint: its family's convention ("infill", "fim", "chat") and the line
+    that says it (a DreamOn checkpoint and our own format infill)."""
+    from .model.families import FAMILIES, prompt_description
+
+    family = FAMILIES.get(family_name)
+    return {"prompt": family.prompt if family else "infill",
+            "prompt_description": prompt_description(family, lambda name: tok.hf.token_to_id(name) is not None)}
+
+
 def check(path: Path, reference: bool = True) -> dict:
     """The figures `model check` prints. CheckpointError when the folder does not load."""
     import torch
+
+    from .model.native import is_native_folder
+
+    if is_native_folder(path):
+        return check_native(path, reference)
 
     from .model.pretrained import PretrainedLM, is_hf_folder, load_folder  # raises CheckpointError
 
@@ -62,11 +130,22 @@ def check(path: Path, reference: bool = True) -> dict:
                       "peak_rss": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)},
         "load_ms": round(load_ms, 1), "reference": None,
     }
+    out.update(_prompt(meta.get("family"), tok))
     if not reference:
         out["reference"] = {"skipped": "--no-reference"}
     elif not hf:
         out["reference"] = {"skipped": "our own format has no transformers reference"}
     else:
+        from .model.families import detect_family
+        from .model.pretrained import read_hf_config
+        from .model.reference import CLASSES
+
+        family = detect_family(read_hf_config(path)[0])
+        if family.name not in CLASSES:
+            out["reference"] = {"skipped": f"transformers has no class for {family.name} (its modeling file is "
+                                           "remote code, never run here; the tests compare our forward with one "
+                                           "written from it)"}
+            return out
         try:
             from .model.reference import reference_logits, reference_model
 
@@ -102,13 +181,27 @@ def run(args) -> int:
     ref = report["reference"]
     lines = [f"{report['path']}: {report['format']} checkpoint, family {report['family']}",
              f"  {report['parameters']:,} parameters, {report['dtype_on_disk']} on disk, loaded as "
-             f"{report['dtype_loaded']}; logits {'shifted' if report['shift_logits'] else 'in place'}",
+             f"{report['dtype_loaded']}; " + ("runs through transformers' modeling and generation code"
+                                              if report["shift_logits"] is None else
+                                              f"logits {'shifted' if report['shift_logits'] else 'in place'}"),
              f"  vocab {report['vocab_size']:,}; "
              + ", ".join(f"{role} {i}" for role, i in report["special_tokens"].items()),
              f"  weights {report['memory_mb']['weights']:,} MB, peak RSS {report['memory_mb']['peak_rss']:,} MB, "
              f"loaded in {report['load_ms']:,.0f} ms"]
+    if "prompt_description" in report:
+        lines.append(f"  prompt: {report['prompt_description']}")
+    if "canvas_length" in report:
+        can = report["capabilities"]
+        lines.append(f"  prompt: {PROMPTS[report['prompt']]}; canvas {report['canvas_length']} tokens; "
+                     f"next edits by {'a rewrite prompt' if can['rewrite'] else 'a full re-mask'}"
+                     f"{', no probe (no drafts from your code)' if not can['probe'] else ''}")
     if "skipped" in ref:
         lines.append(f"  transformers reference: skipped ({ref['skipped']})")
+    elif "equal" in ref:
+        where = "" if ref["equal"] else f", first difference at token {ref['first_difference']}"
+        lines.append(f"  a {ref['tokens']}-token fill beside transformers' generate from the same seed: "
+                     f"{'equal token for token' if ref['equal'] else 'DIFFERENT'}{where} "
+                     f"({ref['forwards']} denoising steps, {ref['fill_ms']:,.0f} ms)")
     else:
         lines.append(f"  beside transformers on {ref['tokens']} tokens: max |diff| {ref['max_abs_diff']:.3g} "
                      f"(logit std {ref['logit_std']:.3g}), argmax agrees on {ref['argmax_agreement']:.1%}")

@@ -27,6 +27,14 @@ class FillRequest:
     doc: str | None = None  # the document: its next fill may reuse this one's context (reuse.py)
     drafts: bool = False  # the draft after every denoising step (what sampler.Decoding yields)
     candidates: tuple[str, ...] = ()  # guesses at the fill, verified before decoding (verify.py)
+    prompt_ids: list[int] | None = None  # a prefix-only model's whole prompt, made already (prompting.py)
+    chat: bool = False  # the canvas is an instruct model's answer: results.answer_of keeps its code
+
+    @property
+    def stops_at_line(self) -> bool:
+        """The decoding is done once the first line is written: a one-line fill, but not an instruct
+        model's answer, whose code may start after a fence's line (results.answer_of cuts it)."""
+        return self.one_line and not self.chat
 
 
 @dataclass
@@ -81,13 +89,22 @@ def build_row(req: FillRequest, tok: Tokenizer, max_seq_len: int, heal: bool) ->
     """Encode one request; the prefix is cut on the left and the suffix on the right to fit."""
     if req.max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {req.max_tokens}")
+    bos = [] if tok.bos_id is None else [tok.bos_id]
+    if req.prompt_ids is not None:  # a prefix-only model: its prompt, then the canvas (prompting.py fits it)
+        bos = [] if req.prompt_ids[:1] == bos else bos  # a chat template's own bos_token
+        room = max_seq_len - req.max_tokens - len(bos)
+        if room < 0:
+            raise DoesNotFit(f"max_tokens={req.max_tokens} does not fit the model's {max_seq_len} positions "
+                             f"(at most {canvas_room(tok, max_seq_len)})")
+        prompt = req.prompt_ids[len(req.prompt_ids) - room:] if len(req.prompt_ids) > room else req.prompt_ids
+        ids = bos + prompt + [tok.mask_id] * req.max_tokens
+        return Row(ids=ids, start=len(bos) + len(prompt), length=req.max_tokens)
     prefix = tok.encode(req.prefix)
     suffix = tok.encode(req.suffix)
     healed, allowed = "", []
     if heal:
         prefix, healed, allowed = _heal(prefix, tok)
     n = req.max_tokens
-    bos = [] if tok.bos_id is None else [tok.bos_id]
     room = max_seq_len - n - len(bos)
     if room < 0:
         raise DoesNotFit(f"max_tokens={req.max_tokens} does not fit the model's {max_seq_len} positions "

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass, field
 
 from .canvas import FillRequest, Row
+from .prompting import answer_text
 from .reuse import Plan
 from .tokenizer import Tokenizer, decode_pieces
 from .verify import Verdict
@@ -111,11 +112,27 @@ def first_line(text: str, pieces: list[str]) -> tuple[str, list[str]]:
     return text[:nl], pieces[:-1] + ([last] if last else [])
 
 
+def answer_of(text: str, pieces: list[str], chat: bool, one_line: bool) -> tuple[str, list[str]]:
+    """(text, pieces) of a prefix-only model's canvas (prompting.py): an instruct model's answer
+    (`chat`) without its code fence (the answer then one piece), then for a one-line fill the line
+    up to its first break, cut at the token that writes it (the decoding did not stop there)."""
+    if chat and (answer := answer_text(text, "chat")) != text:
+        text, pieces = answer, ([answer] + [""] * (len(pieces) - 1)) if pieces else []
+    if one_line and "\n" in text:
+        nl, end = text.index("\n"), 0
+        k = next(k for k, piece in enumerate(pieces) if (end := end + len(piece)) > nl)
+        text, pieces = first_line("".join(pieces[: k + 1]), pieces[: k + 1])
+    return text, pieces
+
+
 def result_of(f: Decoded, tok: Tokenizer) -> FillResult:
     kept = [(t, c) for t, c in zip(f.canvas, f.conf) if t != tok.filler_id]
     ids = [t for t, _ in kept]
     text, pieces = text_of(tok, ids, f.row.healed)
-    if f.req.one_line:
+    if f.req.chat:
+        text, pieces = answer_of(text, pieces, True, f.req.one_line)
+        kept = kept[: len(pieces)]
+    elif f.req.one_line:
         text, pieces = first_line(text, pieces)
         kept = kept[: len(pieces)]
     return FillResult(id=f.req.id, text=text, token_ids=[t for t, _ in kept], pieces=pieces,

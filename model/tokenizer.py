@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import re
 from functools import cached_property
 from pathlib import Path
 
@@ -44,7 +45,29 @@ class Tokenizer:
         return self.hf.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
-        return self.hf.encode(valid_text(text), add_special_tokens=False).ids
+        """The ids of `text` as text: a special token's name in it (code that spells "<|mask|>" or
+        "<end_of_turn>") is encoded as the characters it is made of, never as that token, so a file
+        cannot put a mask, an end of turn or a FIM token on the model's row."""
+        text = valid_text(text)
+        if self._specials is None or not self._specials.search(text):
+            return self.hf.encode(text, add_special_tokens=False).ids
+        ids, at = [], 0
+        for m in self._specials.finditer(text):
+            ids += self.encode_markup(text[at:m.start()]) + self.encode_markup(m[0][:1]) + self.encode(m[0][1:])
+            at = m.end()
+        return ids + self.encode_markup(text[at:])
+
+    def encode_markup(self, text: str) -> list[int]:
+        """The ids of `text` with special tokens' names read as those tokens: a prompt's own markup (a
+        chat template's turns, model/prompting.py), never a user's text."""
+        return self.hf.encode(valid_text(text), add_special_tokens=False).ids if text else []
+
+    @cached_property
+    def _specials(self) -> re.Pattern | None:
+        """The names of the tokenizer's special added tokens, longest first; None when it has none."""
+        names = sorted((t.content for t in self.hf.get_added_tokens_decoder().values() if t.special and t.content),
+                       key=len, reverse=True)
+        return re.compile("|".join(map(re.escape, names))) if names else None
 
     def decode(self, ids: list[int]) -> str:
         return self.hf.decode([i for i in ids if i not in self.special_ids], skip_special_tokens=False)

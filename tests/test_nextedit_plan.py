@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import replace
 
 import pytest
 
@@ -263,6 +262,7 @@ class Recording:
 
     def __init__(self, engine):
         self.engine, self.probes, self.fills, self.orders = engine, [], [], []
+        self.capabilities = engine.capabilities
 
     def answer_probe(self, order, key=None):
         r = self.engine.answer_probe(order, key)
@@ -277,10 +277,9 @@ class Recording:
 
 
 def backend_for(engine, can_probe=True):
-    backend = LocalBackend(engine)
-    if not can_probe:
-        backend.capabilities = replace(backend.capabilities, probe=False)
-    return backend
+    if not can_probe:  # the backend says what its engine says it can do
+        engine.capabilities = {**engine.capabilities, "probe": False}
+    return LocalBackend(engine)
 
 
 def predict(engine, tokenizer, *args, can_probe=True):

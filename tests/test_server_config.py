@@ -111,8 +111,8 @@ def test_settings_have_upper_bounds(section, key, value):
 
 @pytest.mark.slow  # starts a process
 def test_the_server_never_imports_torch():
-    code = "import sys, diffusion_lsp.server.server, diffusion_lsp.server.session; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+    code = "import sys, diffusion_lsp.server.server, diffusion_lsp.server.session; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False False\n"
 
 
 def test_the_session_shows_each_bad_setting_and_keeps_serving_flags():

@@ -26,6 +26,7 @@ class FakeClient:
 
     made: list[FakeClient] = []
     max_tokens = None  # the loaded model's largest canvas: not said by this fake
+    capabilities = None  # nor what the model can do: the link takes our own models'
 
     def __init__(self, launch, answer=None, pong=0.0, fail_start=None):
         self.launch, self.events = launch, asyncio.Queue()

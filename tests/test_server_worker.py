@@ -99,6 +99,8 @@ class FakeEngine:
     def step(self):
         self.steps.release()
 
+    capabilities = {"probe": True, "rewrite": False, "drafts": True}  # diffusion_lsp.engine.Engine's
+
     def max_tokens(self) -> int:
         return 16  # the largest canvas this fake model takes
 

@@ -36,8 +36,16 @@ FILL_TIMEOUT_S = 10.0  # every backend's default deadline for an order (worker.f
 @dataclass(frozen=True)
 class Capabilities:
     probe: bool = False  # scores given tokens (next edit's remask-and-refine needs it)
-    rewrite: bool = False  # an edit endpoint that rewrites a region (next edit through a remote API)
+    rewrite: bool = False  # rewrites a region from an edit prompt (an API's edit endpoint, a model asked in chat)
     drafts: bool = False  # streams the draft after every denoising step
+
+    @classmethod
+    def from_message(cls, raw) -> Capabilities | None:
+        """What a worker's state event says its model can do (an engine's `capabilities`); None when
+        it says nothing valid (still loading, an older worker)."""
+        if not isinstance(raw, dict) or not all(isinstance(raw.get(k), bool) for k in ("probe", "rewrite", "drafts")):
+            return None
+        return cls(raw["probe"], raw["rewrite"], raw["drafts"])
 
 
 class Backend(Protocol):

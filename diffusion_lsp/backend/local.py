@@ -21,7 +21,11 @@ from .orders import Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
 
 
 class LocalBackend:
-    capabilities = Capabilities(probe=True)
+    @property
+    def capabilities(self) -> Capabilities:
+        """The engine's (no drafts: `stream` gives the fill alone)."""
+        said = Capabilities.from_message(self.engine.capabilities)
+        return Capabilities(probe=said.probe, rewrite=said.rewrite)
 
     def __init__(self, engine):
         self.engine = engine  # diffusion_lsp.engine.Engine
@@ -73,7 +77,13 @@ class LocalBackend:
             self._forget(key, stop)
 
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
-        raise BackendError(Failure.INVALID, "a local model has no edit endpoint (capabilities.rewrite)")
+        """A region rewritten from an edit prompt (a model asked in chat: model/native.py); INVALID for
+        our own models, which re-mask a region instead (capabilities.rewrite)."""
+        stop = self._supersede(key)
+        try:
+            return await self._run(stop, self.engine.answer_rewrite, order)
+        finally:
+            self._forget(key, stop)
 
     async def fill_many(self, orders: list[FillOrder]) -> list[Fill | BackendError]:
         """One batch (one forward pass per step for all); when the batch as a whole is refused, each

@@ -213,3 +213,17 @@ class RewriteOrder:
 
     content: str  # the user message, in the endpoint's tagged format
     max_tokens: int
+
+    def message(self, rid: int, key: str) -> dict:
+        """The worker's form (a model asked through its prompt: model/native.py answer_rewrite)."""
+        return {"op": "rewrite", "id": rid, "key": key, "content": self.content, "max_tokens": self.max_tokens}
+
+    @classmethod
+    def from_message(cls, msg: dict) -> RewriteOrder:
+        """ValueError naming what is wrong with a rewrite message."""
+        content, n = msg.get("content"), msg.get("max_tokens")
+        if not isinstance(content, str):
+            raise ValueError("content must be a string")
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 4096:
+            raise ValueError(f"max_tokens must be an integer between 1 and 4096, got {n!r}")
+        return cls(content, n)

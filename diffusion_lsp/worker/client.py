@@ -12,7 +12,8 @@ import signal
 from collections.abc import AsyncIterator
 
 from ..backend.failure import BackendError, Failure
-from ..backend.orders import Draft, Fill, FillOrder, Probed, ProbeOrder
+from ..backend.base import Capabilities
+from ..backend.orders import Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
 from ..model.settings import LaunchSettings
 from .spec import WorkerSpec
 from .wire import (MAX_LINE, WIRE_VERSION, build_id, check_socket_path, decode, encode, model_name,
@@ -48,6 +49,7 @@ class WorkerClient:
         self.state = "stopped"  # stopped | loading | ready | failed
         self.error: str | None = None
         self.max_tokens: int | None = None  # the largest canvas the loaded model takes (its state event)
+        self.capabilities: Capabilities | None = None  # what the loaded model can do (its state event)
         self.events: asyncio.Queue[dict] = asyncio.Queue()  # hello, state, and {"event": "lost", "reason"}
         self._changed = asyncio.Event()  # set (and replaced) at every change of state
         self._writer: asyncio.StreamWriter | None = None
@@ -96,13 +98,20 @@ class WorkerClient:
 
     async def probe(self, key: str, order: ProbeOrder) -> Probed:
         """The worker's probe (model/probe.py); raises like `fill`."""
-        stream = self._order(key, order, Probed)
+        return await self._answer(key, order, Probed)
+
+    async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
+        """A region rewritten by a model asked through its prompt (model/native.py); raises like `fill`."""
+        return await self._answer(key, order, Fill)
+
+    async def _answer(self, key: str, order, answer):
+        stream = self._order(key, order, answer)
         try:
             async for item in stream:
                 return item
         finally:
             await stream.aclose()
-        raise AssertionError("a probe has an answer")
+        raise AssertionError("an order has an answer")
 
     async def _order(self, key: str, order, answer) -> AsyncIterator:
         if not self.connected or self.state != "ready":
@@ -240,6 +249,7 @@ class WorkerClient:
         self.state, self.error = message.get("state", self.state), message.get("error")
         limit = message.get("max_tokens")
         self.max_tokens = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+        self.capabilities = Capabilities.from_message(message.get("capabilities"))
         self.events.put_nowait(message)
         self._changed.set()
         self._changed = asyncio.Event()

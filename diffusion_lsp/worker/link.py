@@ -54,7 +54,14 @@ class _Progress:
 
 
 class WorkerLink:
-    capabilities = Capabilities(probe=True, drafts=True)
+    OWN_MODEL = Capabilities(probe=True, drafts=True)  # our own models' (engine.Engine), until the worker says
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the worker's model can do, as its state event says once it is loaded; until then our
+        own models' (a model transformers runs cannot probe, and rewrites instead: model/native.py)."""
+        said = self.client.capabilities if self.client is not None else None
+        return said or self.OWN_MODEL
 
     def __init__(self, ui: Reporter, spec: WorkerSpec, client_factory: Callable[[WorkerSpec], WorkerClient] = WorkerClient,
                  fill_timeout_s: float = FILL_TIMEOUT_S):
@@ -133,7 +140,11 @@ class WorkerLink:
         return await self._call("probe", lambda c: c.probe(key, order))
 
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
-        raise BackendError(Failure.INVALID, "the model worker has no edit endpoint (capabilities.rewrite)")
+        """A region rewritten from an edit prompt, where the worker's model is asked so (capabilities.rewrite)."""
+        if not self.capabilities.rewrite:
+            raise BackendError(Failure.INVALID, "the model worker's model rewrites no region from a prompt "
+                                                "(capabilities.rewrite)")
+        return await self._call("rewrite", lambda c: c.rewrite(key, order))
 
     async def stream(self, key: str, order: FillOrder) -> AsyncIterator[Draft | Fill]:
         """The fill's drafts after each denoising step, then the fill; the deadline is the whole stream's."""
@@ -259,4 +270,4 @@ class WorkerLink:
         c = self.client
         return {"pid": c.pid if c else None, "state": c.state if c else "stopped",
                 "error": (c.error if c else None) or self._shown_failure, "socket": str(self.spec.socket),
-                "max_tokens": c.max_tokens if c else None}
+                "max_tokens": c.max_tokens if c else None, "capabilities": vars(self.capabilities)}

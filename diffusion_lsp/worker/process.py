@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..backend.orders import Draft, FillOrder, ProbeOrder
+from ..backend.orders import Draft, FillOrder, ProbeOrder, RewriteOrder
 from ..model.canvas import DoesNotFit
 from ..model.settings import LaunchSettings
 from .listener import Conn, bind, serve
@@ -30,6 +30,7 @@ from .wire import WIRE_VERSION, build_id, model_name, refusal_message, weights_i
 
 log = logging.getLogger("diffusion-lsp.worker")
 WARM_UP = FillOrder("def f(x):\n", "\n", 4)  # first-call kernel set-up, before the worker says ready
+ORDERS = {"fill": FillOrder, "probe": ProbeOrder, "rewrite": RewriteOrder}  # by their op
 
 
 class ModelMissing(Exception):
@@ -45,7 +46,7 @@ class Job:
     conn: Conn
     id: object
     key: str
-    order: FillOrder | ProbeOrder
+    order: FillOrder | ProbeOrder | RewriteOrder
     stop: threading.Event = field(default_factory=threading.Event)
     reason: str = "cancelled"
 
@@ -87,7 +88,7 @@ class Worker:
 
     def handle(self, conn: Conn, msg: dict) -> None:
         op, rid = msg.get("op"), msg.get("id")
-        if op in ("fill", "probe"):
+        if op in ORDERS:
             self._submit(conn, msg)
         elif op == "cancel":
             with self.cond:
@@ -102,7 +103,7 @@ class Worker:
 
     def _submit(self, conn: Conn, msg: dict) -> None:
         rid, key = msg.get("id"), str(msg.get("key", ""))
-        kind = FillOrder if msg.get("op") == "fill" else ProbeOrder
+        kind = ORDERS[msg.get("op")]
         try:
             order = kind.from_message(msg)
         except ValueError as e:
@@ -136,7 +137,8 @@ class Worker:
 
     def _state(self) -> dict:
         """The state event; once loaded, with the largest canvas a fill may ask for (max_tokens)."""
-        more = {"max_tokens": self.engine.max_tokens()} if self.state == "ready" else {}
+        more = ({"max_tokens": self.engine.max_tokens(), "capabilities": self.engine.capabilities}
+                if self.state == "ready" else {})
         return {"event": "state", "state": self.state, "error": self.error, **more}
 
     def _set_state(self, state: str, error: str | None = None) -> None:
@@ -166,7 +168,7 @@ class Worker:
                 while not self.queue:
                     self.cond.wait()
                 first = self.queue[0].order
-                if isinstance(first, ProbeOrder):  # one probe: a single batched forward of its own
+                if not isinstance(first, FillOrder):  # one probe or rewrite, alone
                     batch, sampling = [self.queue[0]], None
                 else:  # frozen settings: equal ones decode together
                     sampling = first.sampling
@@ -177,7 +179,7 @@ class Worker:
                 self.busy_since = time.monotonic()
             try:
                 if sampling is None:
-                    self._probe(batch[0])
+                    self._single(batch[0])
                 else:
                     self._decode(batch)
             finally:
@@ -251,14 +253,20 @@ class Worker:
             job = jobs[i]
             reply(i, refusal_message(job.id, job.reason) if fill is None or job.stop.is_set() else fill.message(job.id))
 
-    def _probe(self, job: Job) -> None:
+    def _single(self, job: Job) -> None:
+        """A probe (model/probe.py) or a rewrite (a model asked through its prompt: model/native.py)."""
         try:
-            probed = self.engine.answer_probe(job.order, job.key)
-            reply = probed.message(job.id) if not job.stop.is_set() else refusal_message(job.id, job.reason)
+            if isinstance(job.order, ProbeOrder):
+                answer = self.engine.answer_probe(job.order, job.key)
+            else:
+                answer = self.engine.answer_rewrite(job.order)
+            reply = answer.message(job.id) if not job.stop.is_set() else refusal_message(job.id, job.reason)
         except DoesNotFit as e:  # the same on every try
             reply = refusal_message(job.id, "invalid", str(e), "middle")
+        except ValueError as e:  # an order this model cannot answer (no probe, no rewrite): the same on every try
+            reply = refusal_message(job.id, "invalid", str(e))
         except Exception as e:
-            log.exception("probe failed")
+            log.exception("%s failed", type(job.order).__name__)
             reply = refusal_message(job.id, "error", f"{type(e).__name__}: {e}")
         with self.cond:
             self._forget(job)
