@@ -266,13 +266,13 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
         raise CheckpointError(f"the embedded default model is missing ({folder}); pass --model DIR")
     if precision == "int8" and device != "cpu":
         raise ValueError(f"int8 weights are for CPU inference, not {device}")
-    from .model.native import is_native_folder
+    from .model.families import NATIVE_INT8, is_native_folder
 
     if is_native_folder(folder):  # a family only transformers runs (model/native.py): its own dtypes, no int8
         from .model.native import load_native
 
         if precision == "int8":
-            raise ValueError("int8 weights are for our own models; a model transformers runs loads as stored")
+            raise ValueError(NATIVE_INT8)
         model, tokenizer, meta, prompter = load_native(
             folder, device, None if precision == "auto" else getattr(torch, FLOAT_DTYPES[precision]))
         return NativeEngine(model, tokenizer, meta, prompter=prompter)

@@ -36,7 +36,8 @@ def register(sub):
                          description="Is a checkpoint loaded right? Loads the folder as every command does and "
                                      "prints its family, parameters, dtype, special tokens, memory and load time; "
                                      "for a Hugging Face folder, where transformers is installed, also how far "
-                                     "our logits are from transformers' own on a sample of code.")
+                                     "our logits are from transformers' own on a sample of code (for a model "
+                                     "transformers runs, DiffusionGemma: a fill beside its own generate).")
     c.add_argument("path", metavar="PATH", help="checkpoint folder (ours or a Hugging Face one)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.add_argument("--no-reference", action="store_true", help="skip the comparison with transformers")
@@ -105,7 +106,7 @@ def check(path: Path, reference: bool = True) -> dict:
     """The figures `model check` prints. CheckpointError when the folder does not load."""
     import torch
 
-    from .model.native import is_native_folder
+    from .model.families import is_native_folder
 
     if is_native_folder(path):
         return check_native(path, reference)
@@ -192,9 +193,10 @@ def run(args) -> int:
         lines.append(f"  prompt: {report['prompt_description']}")
     if "canvas_length" in report:
         can = report["capabilities"]
+        unscored = "; it cannot score given tokens (no guesses from your own code are checked)"
         lines.append(f"  prompt: {PROMPTS[report['prompt']]}; canvas {report['canvas_length']} tokens; "
                      f"next edits by {'a rewrite prompt' if can['rewrite'] else 'a full re-mask'}"
-                     f"{', no probe (no drafts from your code)' if not can['probe'] else ''}")
+                     f"{unscored if not can['probe'] else ''}")
     if "skipped" in ref:
         lines.append(f"  transformers reference: skipped ({ref['skipped']})")
     elif "equal" in ref:

@@ -250,7 +250,8 @@ class Family:
     fused_qkv: bool = False
 
     def __post_init__(self):
-        if self.prompt not in PROMPTS or (self.prompt == "fim") != bool(self.fim) or self.fim_order not in ("psm", "spm"):
+        if (self.prompt not in PROMPTS or (self.prompt == "fim") != bool(self.fim)
+                or self.fim_order not in ("psm", "spm")):
             raise ValueError(f"family {self.name}: prompt {self.prompt!r} with fim tokens {self.fim!r}")
 
 
@@ -282,6 +283,44 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            ("<|startoftext|>",), _llada2_config, _llada2_unsupported, LLADA2_TENSORS, "tie_word_embeddings",
            prompt="chat", fused_qkv=True),
 )}
+
+
+# Families that only transformers runs (model/native.py: its own modeling and generation code, an extra):
+# how to recognise one, the class that runs it, and how a fill is put to it (PROMPTS)
+@dataclass(frozen=True)
+class NativeFamily:
+    name: str
+    model_types: tuple[str, ...]  # config.json model_type
+    model_class: str  # the transformers class that runs it
+    prompt: str  # families.PROMPTS: how a fill is put to it
+
+
+NATIVE = {f.name: f for f in (
+    NativeFamily("diffusiongemma", ("diffusion_gemma",), "DiffusionGemmaForBlockDiffusion", "chat"),
+)}
+
+
+NATIVE_INT8 = "int8 weights are for our own models; a model transformers runs loads as stored, or in fp32, bf16 or fp16"
+
+
+def native_family(config: dict) -> NativeFamily | None:
+    """The native family config.json names (model_type, then architectures); None: not one."""
+    model_type = str(config.get("model_type", "")).lower()
+    archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
+    return next((f for f in NATIVE.values() if model_type in f.model_types or f.model_class in archs), None)
+
+
+def is_native_folder(folder) -> bool:
+    """config.json names a family that only transformers runs (model/native.py), read without torch."""
+    from pathlib import Path
+
+    from .config import read_json
+
+    try:
+        config = read_json(Path(folder) / "config.json")
+    except ValueError:
+        return False
+    return isinstance(config, dict) and native_family(config) is not None
 
 
 def detect_family(config: dict) -> Family | None:

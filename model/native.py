@@ -29,44 +29,15 @@ import torch
 
 from .checkpoint import CheckpointError
 from .config import SpecialTokens, read_json
+from .families import native_family
 from .hf_tokenizer import load_tokenizer_files
-from .prompting import Prompter, chat_template
+from .prompting import Prompter, answer_text, chat_template
 from .results import Draft, FillResult, answer_of, text_of
 from .settings import SamplerConfig
 from .tokenizer import Tokenizer
 
 SEED = 0  # every fill starts from this torch seed: the same request gets the same fill
 INSTALL = "pip install 'diffusion-lsp[transformers]'"
-
-
-@dataclass(frozen=True)
-class NativeFamily:
-    name: str
-    model_types: tuple[str, ...]  # config.json model_type
-    model_class: str  # the transformers class that runs it
-    prompt: str  # families.PROMPTS: how a fill is put to it
-    text_config: str | None  # config.json's sub-config with the text model's sizes (None: top level)
-
-
-NATIVE = {f.name: f for f in (
-    NativeFamily("diffusiongemma", ("diffusion_gemma",), "DiffusionGemmaForBlockDiffusion", "chat", "text_config"),
-)}
-
-
-def native_family(config: dict) -> NativeFamily | None:
-    """The native family config.json names (model_type, then architectures); None: not one."""
-    model_type = str(config.get("model_type", "")).lower()
-    archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
-    return next((f for f in NATIVE.values() if model_type in f.model_types or f.model_class in archs), None)
-
-
-def is_native_folder(folder: Path) -> bool:
-    """config.json names a family that only transformers runs (read without importing it)."""
-    try:
-        config = read_json(Path(folder) / "config.json")
-    except ValueError:
-        return False
-    return isinstance(config, dict) and native_family(config) is not None
 
 
 def _tokens(hf, folder: Path) -> SpecialTokens:
@@ -223,7 +194,8 @@ class NativeDecoding:
                             and (time.perf_counter() - t0) * 1e3 > self.cfg.time_budget_ms)
                     if bool(done.all()) or f.stopped or late:
                         break
-                    yield self._draft(input_ids[0, initial:].tolist() + argmax[0].tolist(), gc.max_denoising_steps - step + 1)
+                    yield self._draft(input_ids[0, initial:].tolist() + argmax[0].tolist(),
+                                      gc.max_denoising_steps - step + 1)
                 if f.stopped:
                     return
                 budget_hit |= late
@@ -233,14 +205,24 @@ class NativeDecoding:
                 input_ids, finished = model._finalize_canvas(input_ids=input_ids, finished_sequences=finished,
                                                              generation_config=gc, stopping_criteria=ar_stop,
                                                              canvas_length=C, eos_tensor=eos)
-                if bool(finished.all()) or late:
+                if bool(finished.all()) or late or (req.one_line and self._line_written(req, input_ids[0, initial:])):
                     break
                 cur_len, dec_attention, attention, enc_pos, dec_pos = model._prepare_kwargs_for_next_canvas(
                     attention_mask=attention, decoder_attention_mask=dec_attention, decoder_position_ids=dec_pos,
                     canvas_length=C, cur_len=cur_len)
-        f.result = self._result(req, input_ids[0, initial:].tolist(), conf, gc.eos_token_id, forwards,
+        f.result = self._result(req, input_ids[0, initial:].tolist(), conf, forwards,
                                 (time.perf_counter() - t0) * 1e3, budget_hit)
         yield None
+
+    def _line_written(self, req, ids: torch.Tensor) -> bool:
+        """A one-line fill's first line is in the canvases generated so far, so later ones cannot change
+        it (each canvas is final once generated): a line break in the text, and for a chat answer in the
+        body of its code fence (prose before a fence would be cut in the end: decoding goes on)."""
+        text = self.tok.decode(self._kept(ids.tolist(), self.ends))
+        if req.chat:
+            fenced = text.find("```")
+            return fenced >= 0 and "\n" in text[fenced:] and "\n" in answer_text(text, "chat").strip("\n")
+        return "\n" in text
 
     def _draft(self, ids: list[int], step: int) -> Draft:
         text = self.tok.decode(self._kept(ids, self.ends))
@@ -251,7 +233,7 @@ class NativeDecoding:
         """The generated ids before the first end-of-sequence one."""
         return next((ids[:k] for k, t in enumerate(ids) if t in ends), ids)
 
-    def _result(self, req, ids: list[int], conf: list[float], eos, forwards: int, ms: float,
+    def _result(self, req, ids: list[int], conf: list[float], forwards: int, ms: float,
                 budget_hit: bool) -> FillResult:
         ids = self._kept(ids, self.ends)[: req.max_tokens]
         text, pieces = answer_of(*text_of(self.tok, ids, ""), req.chat, req.one_line)

@@ -291,8 +291,8 @@ def test_model_check_compares_stable_diffcoder_with_transformers_llama(folders, 
     assert main(["model", "check", str(folders["stable-diffcoder"][0]), "--json"]) == 0
     ref = json.loads(capsys.readouterr().out)["reference"]
     assert ref["tokens"] > 10 and ref["max_abs_diff"] < 1e-3 and ref["argmax_agreement"] == 1.0
-    assert main(["model", "check", str(folders["llada2"][0])]) == 2  # no transformers class: one clear line
-    assert "transformers has no class for model_type 'llada2_moe'" in capsys.readouterr().err
+    assert main(["model", "check", str(folders["llada2"][0])]) == 0  # no transformers class: said, not failed
+    assert "transformers reference: skipped (transformers has no class for llada2" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name, use_cache", [("stable-diffcoder", True), ("stable-diffcoder", False),

@@ -72,6 +72,27 @@ def test_a_fill_equals_transformers_generation_token_for_token(engine, n):
     assert len(ours.confidence) == len(ours.pieces) == len(theirs) and all(0 < c <= 1 for c in ours.confidence)
 
 
+def test_every_denoising_forward_gives_the_logits_of_transformers_generation(engine):
+    model, seen = engine.model, []
+    forward = model.forward
+
+    def recording(*args, **kwargs):  # both loops call model.forward for each denoising step
+        out = forward(*args, **kwargs)
+        seen.append(out.logits.detach().clone())
+        return out
+
+    model.forward = recording
+    try:
+        decoded(engine, [FillOrder(*CODE, 40)])
+        ours, seen[:] = list(seen), []
+        generated(engine, engine.prompter.fill(*CODE, room(engine, 40)), 40)
+        theirs = list(seen)
+    finally:
+        del model.forward
+    assert len(ours) == len(theirs) > 3  # three canvases' steps
+    assert max(float((a - b).abs().max()) for a, b in zip(ours, theirs)) <= 1e-3
+
+
 def test_a_fill_differs_from_a_generation_with_another_seed_so_the_comparison_can_fail(engine):
     prompt = engine.prompter.fill(*CODE, room(engine, 16))
     decoding, _ = decoded(engine, [FillOrder(*CODE, 16)])
@@ -134,7 +155,8 @@ def test_a_long_file_is_cut_to_the_prompts_room_around_the_cursor(engine):
     prefix, suffix = "x = 1\n" * 400 + "def f():\n    return ", "\n" + "y = 2\n" * 400
     ids = engine.prompter.fill(prefix, suffix, 200)
     text = engine.tokenizer.decode(ids)
-    assert len(ids) <= 200 and "def f():\n    return " + CURSOR in text and text.count("y = 2") >= 3  # a quarter of the room is the suffix's
+    assert len(ids) <= 200 and "def f():\n    return " + CURSOR in text
+    assert text.count("y = 2") >= 3  # a quarter of the room is the suffix's
 
 
 def test_fim_tokens_go_in_as_ids_and_code_that_spells_one_stays_text(engine):
@@ -213,7 +235,8 @@ def test_the_server_completes_and_asks_next_edits_through_a_rewrite_prompt(folde
 
     caps = types.ClientCapabilities(
         window=types.WindowClientCapabilities(work_done_progress=True),
-        text_document=types.TextDocumentClientCapabilities(inline_completion=types.InlineCompletionClientCapabilities()))
+        text_document=types.TextDocumentClientCapabilities(
+            inline_completion=types.InlineCompletionClientCapabilities()))
     options = {"completion": {"confidenceCut": 0.0, "debounceMs": 0}, "worker": {"idleExitS": 0},
                "model": {"threads": 1}, "nextEdit": {"enable": True, "minConfidence": 0.0}}
 
@@ -235,3 +258,8 @@ def test_the_server_completes_and_asks_next_edits_through_a_rewrite_prompt(folde
     assert report.worker.capabilities.probe is False and report.worker.capabilities.rewrite is True
     assert [r.mode for r in report.next_edit.recent] == ["api"]  # the rewrite prompt, not a probe
     assert not [m for m in logs if "failed" in m]
+
+
+def test_serve_api_refuses_int8_for_a_native_model_before_it_starts(folder, capsys):
+    assert main(["serve-api", "--model", str(folder), "--precision", "int8", "--port", "9"]) == 2
+    assert "--precision int8: int8 weights are for our own models" in capsys.readouterr().err

@@ -112,6 +112,10 @@ def run(args) -> int:
         sampling = from_args(SamplerConfig, args)
     except ValueError as e:
         raise UserError(str(e)) from None
+    from ..model.families import NATIVE_INT8, is_native_folder  # torch-free
+
+    if launch.precision == "int8" and launch.path and is_native_folder(launch.path):
+        raise UserError(f"--precision int8: {NATIVE_INT8}")  # the worker would fail to load it, after the start
     for name, value, low in (("--timeout", args.timeout, 0.1), ("--receive-timeout", args.receive_timeout, 0.1),
                              ("--max-in-flight", args.max_in_flight, 1),
                              ("--max-batch", args.max_batch, 1), ("--max-tokens", args.max_tokens, 1),

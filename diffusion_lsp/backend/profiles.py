@@ -45,7 +45,8 @@ EDIT_ROUTE = "/edit/completions"  # Inception's next-edit endpoint (mercury-edit
 @dataclass(frozen=True)
 class Profile:
     name: str
-    routes: tuple[str, ...]  # a completions fill with `suffix`, asked in this order: the first that is not a 404 is kept
+    # a completions fill with `suffix`, asked in this order: the first that is not a 404 is kept
+    routes: tuple[str, ...]
     template: str  # model.fimTemplate: "refused" | "optional" | "required"
     # the `suffix` sent beside a prompt holding the template: None sends none (vLLM refuses any, even ""), ""
     # keeps SGLang's own --completion-template off the prompt (a missing suffix would be written in as "None")

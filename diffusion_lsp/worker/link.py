@@ -270,4 +270,5 @@ class WorkerLink:
         c = self.client
         return {"pid": c.pid if c else None, "state": c.state if c else "stopped",
                 "error": (c.error if c else None) or self._shown_failure, "socket": str(self.spec.socket),
-                "max_tokens": c.max_tokens if c else None, "capabilities": vars(self.capabilities)}
+                "max_tokens": c.max_tokens if c else None,
+                "capabilities": vars(c.capabilities) if c and c.capabilities else None}  # once the model says
