@@ -79,6 +79,8 @@ class Engine:
             return {}
         room = self.prompt_room(n)
         ids = self.prompter.fill(prefix, suffix, room) if content is None else self.prompter.rewrite(content, room)
+        # no doc: reuse.py lines a row up with the document's last fill by its prefix and suffix tokens, which a
+        # prompt row does not hold where they stand; no candidates: drafts are verified by scoring (a probe)
         return {"prompt_ids": ids, "chat": self.prompter.convention == "chat", "doc": None, "candidates": ()}
 
     def prompt_room(self, n: int) -> int:

@@ -28,7 +28,7 @@ from .tokenizer import Tokenizer
 MAX_TEMPLATE = 1 << 20  # bytes of a chat template: the largest published ones are ~20 KB
 CURSOR = "<|cursor|>"
 _STAND_IN = "\x00diffusion-lsp: the user's text\x00"  # in a template's rendering, where the text goes
-_FENCE = re.compile(r"```[^\n]*\n(.*?)(?:\n?```|$)", re.S)
+_FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:\n?```|\Z)", re.S)  # the first fence; unclosed: cut by the token limit
 
 
 def instruction(name: str) -> str:
@@ -147,11 +147,16 @@ def _token_name(value) -> str | None:
     return value.get("content") if isinstance(value, dict) else value if isinstance(value, str) else None
 
 
+def fenced(answer: str) -> str | None:
+    """The body of the first ``` code fence of an instruct model's answer; None when it wrote none
+    (also the remote backend's chat answers: backend/profiles.py)."""
+    m = _FENCE.search(answer)
+    return None if m is None else m.group(1)
+
+
 def answer_text(text: str, convention: str) -> str:
     """The code in a model's answer: a chat model's first code fence's body when it wrote one, and
     never the cursor mark the prompt showed it."""
-    if convention == "chat":
-        m = _FENCE.search(text)
-        if m:
-            text = m.group(1)
+    if convention == "chat" and (body := fenced(text)) is not None:
+        text = body
     return text.replace(CURSOR, "")

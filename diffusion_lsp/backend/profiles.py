@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..model.prompting import fenced
 from ..model.settings import FIM_TEMPLATES, LaunchSettings
 from ..nextedit.mercury import CURSOR
 
@@ -82,7 +83,6 @@ EDIT_SYSTEM = ("You predict the user's next edit. The user message shows recentl
 
 FENCE_TOKENS = 8  # what a chat answer's ```lang ... ``` costs beside the fill (~2 tokens each side, with slack)
 _PLACE = re.compile(r"\{prefix\}|\{suffix\}")
-_CODE = re.compile(r"```[^\n`]*\n(.*?)(?:\n?```|\Z)", re.S)  # the first fence; unclosed: cut by the token limit
 
 
 @dataclass(frozen=True)
@@ -112,10 +112,10 @@ def fim_prompt(template: str, prefix: str, suffix: str) -> str:
 
 def fenced_code(answer: str) -> str:
     """The code in the first ``` fence of a chat answer; ValueError when it has none (prose is no fill)."""
-    m = _CODE.search(answer)
-    if m is None:
+    body = fenced(answer)
+    if body is None:
         raise ValueError("the chat answer has no ``` code fence")
-    return m.group(1)
+    return body
 
 
 @dataclass(frozen=True)
