@@ -310,7 +310,12 @@ def test_a_remote_api_is_measured_through_the_language_server(tmp_path):
     api = Api(DEFAULT_MODEL, tmp_path / "api")
     try:
         flags = ("--backend", "openai", "--base-url", api.base + "/v1", "--remote-model", "diffusion-lsp")
-        done = regress("--save", "remote.json", *flags, *TINY[:-4], "--repeat", "1", cwd=tmp_path)
+        # no next edits: a remote API batches what arrives together (the typing's superseded fills beside a
+        # next edit's), and int8 kernels give a padded batch slightly different logits, so which of 6 next
+        # edits is shown changed between two runs of the same server (one in CI: 0 -> 2 wrong); a figure
+        # that moves by a request's outcome cannot be compared here. Local next edits: the tests above.
+        workload = (*TINY[:4], "--next-edits", "0", *TINY[6:-4])
+        done = regress("--save", "remote.json", *flags, *workload, "--repeat", "1", cwd=tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
         saved = json.loads((tmp_path / "remote.json").read_text())
         assert saved["model"]["backend"] == "openai" and api.base in saved["model"]["name"]
