@@ -28,6 +28,10 @@ class Engine:
     # a prefix-only model's (model/prompting.py Prompter: families.py `prompt` "fim" or "chat"): a fill's
     # suffix goes into its prompt; None: infill, the suffix on the row after the canvas
     prompter: object = None
+    # model/chat.py ChatFormat: the chat template a conversation is put in (the checkpoint's, or the one
+    # given at launch); None: the model answers no conversation
+    chat_format: object = None
+    structured = True  # our sampler decodes JSON under constraints (model/structured.py)
 
     @property
     def capabilities(self) -> dict:
@@ -35,7 +39,9 @@ class Engine:
         prefix and suffix on the row, which only an infill model has (no drafts from the user's code,
         no remask-and-refine otherwise); a model asked in chat rewrites a region from an edit prompt."""
         convention = "infill" if self.prompter is None else self.prompter.convention
-        return {"probe": convention == "infill", "rewrite": convention == "chat", "drafts": True}
+        chat = self.chat_format is not None
+        return {"probe": convention == "infill", "rewrite": convention == "chat", "drafts": True, "chat": chat,
+                "structured": chat and self.structured, "chat_stops": list(self.chat_format.stops) if chat else []}
 
     def decoding(self, requests, cfg=None):
         """A decoding of `requests` (model/canvas.py FillRequest) for its caller to drive step by step
@@ -69,8 +75,79 @@ class Engine:
 
         return [FillRequest(o.prefix, o.suffix, o.max_tokens, id=first + i, one_line=o.one_line, drafts=o.drafts,
                             **{"doc": k or None, "candidates": o.candidates,
-                               **self._prompted(o.prefix, o.suffix, o.max_tokens)})
+                               **(self._conversation(o.chat, o.max_tokens) if o.chat
+                                  else self._prompted(o.prefix, o.suffix, o.max_tokens))})
                 for i, (o, k) in enumerate(zip(orders, keys))]
+
+    def chat_prompt(self, chat: str, n: int) -> list[int]:
+        """The ids of a conversation (FillOrder.chat's JSON text) before a canvas of n; ValueError when the
+        model has no chat template or the conversation is malformed, DoesNotFit when it is too long."""
+        import json
+
+        from .model.canvas import DoesNotFit
+        from .model.chat import conversation
+
+        if self.chat_format is None:
+            raise ValueError("the model has no chat template (give one with --chat-template FILE)")
+        raw = json.loads(chat)
+        messages, tools = conversation(raw.get("messages"), raw.get("tools"))
+        ids = self.chat_format.prompt(messages, tools)
+        room = self.prompt_room(n)
+        if len(ids) > room:
+            raise DoesNotFit(f"the conversation is {len(ids)} tokens: with an answer of {n} the model has room "
+                             f"for {room}")
+        return ids
+
+    def _conversation(self, chat: str, n: int) -> dict:
+        """A conversation's FillRequest fields: its prompt; no doc, no candidates (as `_prompted`)."""
+        return {"prompt_ids": self.chat_prompt(chat, n), "doc": None, "candidates": ()}
+
+    def answer_structured(self, order):
+        """backend/orders.py StructuredOrder -> Answered: JSON under a schema (model/jsonschema.py) decoded
+        with its skeleton on the canvas (model/structured.py), or tool calls; ValueError for a request
+        the model cannot answer (jsonschema.Unsupported: a schema it cannot express)."""
+        import json
+
+        from .backend.orders import Answered, FillOrder
+        from .model.jsonschema import Choice, Obj, compile_schema, for_object, tool_call
+        from .model.structured import decode_json, opens_with
+
+        if not self.capabilities["structured"]:
+            raise ValueError("this model does not decode JSON under constraints" if self.chat_format is not None
+                             else "the model has no chat template (give one with --chat-template FILE)")
+        output = json.loads(order.output)
+        prompt, cfg = self.chat_prompt(order.chat, order.max_tokens), order.sampling
+        model, tok, fmt = self.model, self.tokenizer, self.chat_format
+
+        def decode(node, lead="", trail=""):
+            return decode_json(model, tok, prompt, node, cfg.threshold, lead, trail)
+
+        if "tools" not in output:
+            node = compile_schema(output["schema"]) if "schema" in output else for_object()
+            r = decode(node)
+            return Answered("json", r.text, tokens=r.canvas, decoded=r.decoded, forwards=r.forwards, ms=r.ms)
+        tools, choice = output["tools"], output.get("choice", "auto")
+        functions = {t["function"]["name"]: t["function"].get("parameters") for t in tools}
+        lead, trail = fmt.tool_tags
+        forwards, ms = 0, 0.0
+        if choice == "auto":  # does the model open a call (the template's tag or a JSON object) or answer?
+            call, forwards, ms = opens_with(model, tok, prompt, tok.encode_markup(lead or "{")[:1], order.max_tokens)
+            if not call:
+                fill = self.answer([FillOrder("", "", order.max_tokens, sampling=cfg, chat=order.chat)], [""])[0]
+                return Answered("text", fill.text, tokens=fill.tokens, decoded=fill.tokens,
+                                forwards=forwards + fill.forwards, ms=ms + fill.ms)
+        name = choice if choice in functions else None
+        if name is None:
+            if len(functions) == 1:
+                name = next(iter(functions))
+            else:  # the function first, chosen whole; then its arguments under its parameters
+                names = list(functions)
+                r = decode(Obj((("name", Choice(tuple(json.dumps(n, ensure_ascii=False) for n in names))),)), lead)
+                name, forwards, ms = r.value["name"], forwards + r.forwards, ms + r.ms
+        r = decode(tool_call(name, functions[name]), lead, trail)
+        call = {"name": name, "arguments": json.dumps(r.value["arguments"], ensure_ascii=False)}
+        return Answered("tool_calls", "", [call], tokens=r.canvas, decoded=r.decoded, forwards=forwards + r.forwards,
+                        ms=ms + r.ms)
 
     def _prompted(self, prefix: str, suffix: str, n: int, content: str | None = None) -> dict:
         """A prefix-only model's FillRequest fields: the prompt before a canvas of n (a fill's, or with
@@ -164,6 +241,8 @@ class NativeEngine(Engine):
     a mask to put beside them, and its canvas has none), so no drafts from the user's code; a region
     is rewritten from an edit prompt (`answer_rewrite`) when it is asked in chat. No request joins a
     running decoding."""
+
+    structured = False  # transformers' own decoding runs its canvas: no constraints on it
 
     def decoding(self, requests, cfg=None):
         from .model.native import NativeDecoding
@@ -277,7 +356,8 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
             raise ValueError(NATIVE_INT8)
         model, tokenizer, meta, prompter = load_native(
             folder, device, None if precision == "auto" else getattr(torch, FLOAT_DTYPES[precision]))
-        return NativeEngine(model, tokenizer, meta, prompter=prompter)
+        return NativeEngine(model, tokenizer, meta, prompter=prompter,
+                            chat_format=_chat_format(folder, tokenizer, launch.chat_template))
     from .model.quantize import int8_available, quantize_int8
 
     int8 = precision == "int8" or (precision == "auto" and device == "cpu" and int8_available())
@@ -289,7 +369,21 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
     model, tokenizer, meta = load_folder(folder, device, dtype)
     if int8:
         quantize_int8(model)
-    return Engine(model, tokenizer, meta, prompter=_prompter(folder, meta, tokenizer))
+    return Engine(model, tokenizer, meta, prompter=_prompter(folder, meta, tokenizer),
+                  chat_format=_chat_format(folder, tokenizer, launch.chat_template))
+
+
+def _chat_format(folder: Path, tokenizer, given: str | None):
+    """model/chat.py ChatFormat: the template given at launch, else the checkpoint's (an adapter's is its
+    base model's); None without either. CheckpointError when a template cannot be read."""
+    from .model.checkpoint import CheckpointError
+    from .model.config import adapter_base
+    from .model.chat import chat_format
+
+    try:
+        return chat_format(tokenizer, adapter_base(folder) or folder, given)
+    except ValueError as e:
+        raise CheckpointError(f"chat template: {e}") from None
 
 
 def _prompter(folder: Path, meta: dict, tokenizer):

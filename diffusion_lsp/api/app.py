@@ -37,8 +37,9 @@ from starlette.routing import Route
 
 from ..lifecycle import Stopped, first
 from .bodies import Edit, Fim, cut_at_stop, parse_edit, parse_fim, stream_safe
+from .chat import Chat, message_of, parse_chat
 from .gate import ApiError, Gate, unless_gone, until_disconnect
-from .service import Answer, Failed, Service
+from .service import Answer, ChatAnswer, Failed, Service
 
 
 def usage(answer: Answer) -> dict:
@@ -132,6 +133,87 @@ class Routes:
             if not items.ag_running:
                 await items.aclose()
 
+    async def chat(self, request: Request) -> Response:
+        chat: Chat = self.gate.parsed(parse_chat, await self.gate.read_json(request))
+        model = self.gate.check_model(chat.model)
+        rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        if chat.stream:
+            release = self.service.reserve()
+            events = self.chat_events(request, chat, model, rid, release)
+            weakref.finalize(events, release)
+            return StreamingResponse(events, media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        async with self.service.admit():
+            answer = await unless_gone(request, self.service.chat(chat))
+        return JSONResponse({
+            "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": message_of(answer.text, answer.calls, rid),
+                         "finish_reason": answer.finish_reason, "logprobs": None}],
+            "usage": usage(answer)})
+
+    async def chat_events(self, request: Request, chat: Chat, model: str, rid: str, release):
+        """`chat.completion.chunk`s: the role, then content deltas as the committed text grows (with
+        `diffusing`, the whole draft after every step), then the finish; tool calls come whole."""
+        def chunk(delta: dict, finish: str | None = None) -> str:
+            body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+            return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+        items = self.service.chat_stream(chat)
+        gone = asyncio.ensure_future(until_disconnect(request))
+        t0, sent = time.monotonic(), ""
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            while True:
+                try:
+                    item = await first(items.__anext__(), gone)
+                except Stopped:
+                    self.metrics.disconnects.inc()
+                    return
+                except StopAsyncIteration:
+                    return
+                except Failed as e:
+                    yield f"data: {json.dumps({'error': {'message': str(e), 'type': e.kind, 'param': e.param}})}\n\n"
+                    return
+                if isinstance(item, ChatAnswer):
+                    break
+                draft, stops = item
+                if chat.diffusing:
+                    yield chunk({"content": cut_at_stop(draft.text, stops)[0]})
+                    continue
+                text, stopped = cut_at_stop(draft.committed, stops)
+                safe = text if stopped else stream_safe(text, stops)
+                if len(safe) > len(sent) and safe.startswith(sent):
+                    yield chunk({"content": safe[len(sent):]})
+                    sent = safe
+                if stopped:
+                    yield chunk({}, "stop")
+                    yield "data: [DONE]\n\n"
+                    return
+            answer = item
+            if answer.calls:
+                calls = message_of(None, answer.calls, rid)["tool_calls"]
+                yield chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
+            elif chat.diffusing:
+                yield chunk({"content": answer.text})
+            elif answer.text[len(sent):]:
+                yield chunk({"content": answer.text[len(sent):] if answer.text.startswith(sent) else answer.text})
+            yield chunk({}, answer.finish_reason)
+            if chat.include_usage:
+                body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                        "choices": [], "usage": usage(answer)}
+                yield f"data: {json.dumps(body)}\n\n"
+            yield "data: [DONE]\n\n"
+        except asyncio.CancelledError:
+            self.metrics.disconnects.inc()
+            raise
+        finally:
+            gone.cancel()
+            self.metrics.latency.labels("/v1/chat/completions").observe(time.monotonic() - t0)
+            release()
+            if not items.ag_running:
+                await items.aclose()
+
     async def edit(self, request: Request) -> Response:
         edit: Edit = self.gate.parsed(parse_edit, await self.gate.read_json(request))
         model = self.gate.check_model(edit.model)
@@ -178,6 +260,7 @@ def create_app(service: Service, *, models: list[str], api_key: str | None = Non
         *(Route(path, gate.handler(path, functools.partial(r.fim, route=path)), methods=["POST"])
           for path in ("/v1/completions", "/v1/fim/completions")),
         Route("/v1/edit/completions", gate.handler("/v1/edit/completions", r.edit), methods=["POST"]),
+        Route("/v1/chat/completions", gate.handler("/v1/chat/completions", r.chat), methods=["POST"]),
         Route("/v1/models", gate.handler("/v1/models", r.models), methods=["GET"]),
         Route("/health", r.health, methods=["GET"]),
         Route("/metrics", gate.handler("/metrics", r.prometheus), methods=["GET"]),

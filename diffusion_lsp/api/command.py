@@ -23,7 +23,7 @@ def register(sub) -> None:
                                    "denoising steps (continuous batching).")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    add_args(p, LaunchSettings, only=("path", "device", "threads", "precision"))
+    add_args(p, LaunchSettings, only=("path", "device", "threads", "precision", "chat_template"))
     add_args(p, SamplerConfig)  # how every fill is decoded
     p.add_argument("--api-key-env", metavar="VAR",
                    help="environment variable holding the API key that clients must send as a bearer token")

@@ -5,6 +5,7 @@ and the evaluations (none of them imports torch through it):
     async for item in backend.stream(...) -> Draft*, Fill   the same, with the draft after each step
     await backend.probe(key, order)       -> Probed     how sure the model is of given tokens
     await backend.rewrite(key, order)     -> Fill       a region rewritten by an API's edit endpoint
+    await backend.structured(key, order)  -> Answered   JSON or tool calls under constraints (StructuredOrder)
     await backend.fill_many(orders)       -> [Fill | BackendError]   many at once (batched where it can)
     await backend.start()                 start loading the model, without waiting for it
     await backend.ready()                 the model is loaded (raises when it cannot be)
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .failure import BackendError
-from .orders import Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
+from .orders import Answered, Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
 
 
 FILL_TIMEOUT_S = 10.0  # every backend's default deadline for an order (worker.fillTimeoutS)
@@ -38,6 +39,9 @@ class Capabilities:
     probe: bool = False  # scores given tokens (next edit's remask-and-refine needs it)
     rewrite: bool = False  # rewrites a region from an edit prompt (an API's edit endpoint, a model asked in chat)
     drafts: bool = False  # streams the draft after every denoising step
+    chat: bool = False  # answers a conversation: it has a chat template (its own, or one given at launch)
+    structured: bool = False  # decodes JSON under a schema's constraints (model/structured.py): our own sampler
+    chat_stops: tuple[str, ...] = ()  # the chat template's end-of-turn tokens as text: an answer ends at one
 
     @classmethod
     def from_message(cls, raw) -> Capabilities | None:
@@ -45,7 +49,10 @@ class Capabilities:
         it says nothing valid (still loading, an older worker)."""
         if not isinstance(raw, dict) or not all(isinstance(raw.get(k), bool) for k in ("probe", "rewrite", "drafts")):
             return None
-        return cls(raw["probe"], raw["rewrite"], raw["drafts"])
+        stops = raw.get("chat_stops", [])
+        stops = tuple(s for s in stops if isinstance(s, str) and s) if isinstance(stops, list) else ()
+        return cls(raw["probe"], raw["rewrite"], raw["drafts"], raw.get("chat") is True,
+                   raw.get("structured") is True, stops)
 
 
 class Backend(Protocol):
@@ -55,6 +62,7 @@ class Backend(Protocol):
     def stream(self, key: str, order: FillOrder) -> AsyncIterator[Draft | Fill]: ...
     async def probe(self, key: str, order: ProbeOrder) -> Probed: ...
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill: ...
+    async def structured(self, key: str, order: StructuredOrder) -> Answered: ...
     async def fill_many(self, orders: list[FillOrder]) -> list[Fill | BackendError]: ...
     async def start(self) -> None: ...
     async def ready(self) -> None: ...

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .base import Capabilities
 from .failure import BackendError, Failure
-from .orders import Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
+from .orders import Answered, Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
 
 
 class LocalBackend:
@@ -82,6 +82,15 @@ class LocalBackend:
         stop = self._supersede(key)
         try:
             return await self._run(stop, self.engine.answer_rewrite, order)
+        finally:
+            self._forget(key, stop)
+
+    async def structured(self, key: str, order: StructuredOrder) -> Answered:
+        """JSON or tool calls under constraints (model/structured.py); INVALID for a model without a chat
+        template or whose decoding is transformers' (capabilities.structured)."""
+        stop = self._supersede(key)
+        try:
+            return await self._run(stop, self.engine.answer_structured, order)
         finally:
             self._forget(key, stop)
 

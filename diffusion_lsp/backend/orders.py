@@ -25,6 +25,9 @@ class FillOrder:
     # guesses at the fill from the user's own code (context/drafts.py), for the model to verify
     # (model/verify.py) before it decodes; a backend that cannot probe is never given any
     candidates: tuple[str, ...] = ()
+    # a conversation instead of prefix and suffix (serve-api's chat): {"messages": [...], "tools": [...]}
+    # as JSON text (model/chat.py), the answer on the canvas after the chat template's generation prompt
+    chat: str = ""
 
     def message(self, rid: int, key: str) -> dict:
         msg = {"op": "fill", "id": rid, "key": key, "prefix": self.prefix, "suffix": self.suffix,
@@ -33,6 +36,8 @@ class FillOrder:
             msg["drafts"] = True
         if self.candidates:
             msg["candidates"] = list(self.candidates)
+        if self.chat:
+            msg["chat"] = self.chat
         return msg
 
     @classmethod
@@ -52,8 +57,11 @@ class FillOrder:
                 and all(isinstance(c, str) and 0 < len(c) <= MAX_CANDIDATE_CHARS for c in candidates)):
             raise ValueError(f"candidates must be a list of at most {MAX_CANDIDATES} non-empty strings of at most "
                              f"{MAX_CANDIDATE_CHARS} characters")
+        chat = msg.get("chat", "")
+        if not isinstance(chat, str):
+            raise ValueError("chat must be a conversation as JSON text")
         return cls(prefix, suffix, n, one_line, SamplerConfig.from_wire(msg.get("sampling", {})), drafts,
-                   tuple(candidates))
+                   tuple(candidates), chat)
 
 
 class Kept(str, Enum):
@@ -227,3 +235,59 @@ class RewriteOrder:
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 4096:
             raise ValueError(f"max_tokens must be an integer between 1 and 4096, got {n!r}")
         return cls(content, n)
+
+
+@dataclass(frozen=True)
+class StructuredOrder:
+    """A conversation answered in JSON under constraints (model/structured.py): `output` says what JSON,
+    as JSON text: {"schema": {...}} (response_format json_schema), {"object": true} (json_object), or
+    {"tools": [...], "choice": "auto" | "required" | NAME, "parallel": bool} (tool calls)."""
+
+    chat: str  # {"messages": [...], "tools": [...]} as JSON text (FillOrder.chat)
+    output: str
+    max_tokens: int
+    sampling: SamplerConfig = field(default_factory=SamplerConfig)
+
+    def message(self, rid: int, key: str) -> dict:
+        return {"op": "structured", "id": rid, "key": key, "chat": self.chat, "output": self.output,
+                "max_tokens": self.max_tokens, "sampling": self.sampling.to_wire()}
+
+    @classmethod
+    def from_message(cls, msg: dict) -> StructuredOrder:
+        """ValueError naming what is wrong with a structured message."""
+        chat, output, n = msg.get("chat"), msg.get("output"), msg.get("max_tokens")
+        if not isinstance(chat, str) or not isinstance(output, str):
+            raise ValueError("chat and output must be JSON text")
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 4096:
+            raise ValueError(f"max_tokens must be an integer between 1 and 4096, got {n!r}")
+        return cls(chat, output, n, SamplerConfig.from_wire(msg.get("sampling", {})))
+
+
+@dataclass
+class Answered:
+    """The answer to a StructuredOrder: the JSON text (a tool call's arguments in `calls`), or plain
+    text when the model chose to answer rather than call (tool choice auto)."""
+
+    kind: str  # "json" | "tool_calls" | "text"
+    text: str  # the JSON (kind json), or the answer (kind text); "" for tool calls
+    calls: list[dict] = field(default_factory=list)  # [{"name": ..., "arguments": JSON text}]
+    tokens: int = 0  # tokens of the answer as written on the canvas (the skeleton's and the model's)
+    decoded: int = 0  # of them, positions the model decoded
+    forwards: int = 0
+    ms: float = 0.0
+
+    def message(self, rid) -> dict:
+        return {"id": rid, "ok": True, "kind": self.kind, "text": self.text, "calls": self.calls,
+                "tokens": self.tokens, "decoded": self.decoded, "forwards": self.forwards, "ms": self.ms}
+
+    @classmethod
+    def from_message(cls, msg: dict) -> Answered:
+        kind, text, calls = msg.get("kind"), msg.get("text"), msg.get("calls")
+        if not (kind in ("json", "tool_calls", "text") and isinstance(text, str) and isinstance(calls, list)
+                and all(isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("arguments"), str)
+                        for c in calls)):
+            raise ValueError("a structured reply whose kind, text and calls do not line up")
+        numbers = [msg.get(k, 0) for k in ("tokens", "decoded", "forwards")]
+        numbers = [int(v) if isinstance(v, int) and not isinstance(v, bool) else 0 for v in numbers]
+        ms = msg.get("ms", 0.0)
+        return cls(kind, text, calls, *numbers, float(ms) if isinstance(ms, (int, float)) else 0.0)

@@ -19,7 +19,7 @@ from ..model.settings import LaunchSettings
 from ..remote import FimClient, RemoteError
 from .base import FILL_TIMEOUT_S, Capabilities, Reporter
 from .failure import BackendError, Failure
-from .orders import Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
+from .orders import Answered, Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
 from .profiles import rewrites
 
 ClientFactory = Callable[..., FimClient]
@@ -106,6 +106,11 @@ class RemoteBackend:
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
         """A next edit from the API's edit endpoint, or through chat (nextedit/mercury.py: Mercury's format)."""
         return await self._call("next edit", lambda c: c.edit(order.content, order.max_tokens))
+
+    async def structured(self, key: str, order: StructuredOrder) -> Answered:
+        """A remote API's own chat endpoint answers JSON its own way: not through this backend
+        (capabilities.structured)."""
+        raise BackendError(Failure.INVALID, "a remote API's output is not constrained here (capabilities.structured)")
 
     async def probe(self, key: str, order: ProbeOrder) -> Probed:
         """Completion APIs return text, not the model's probabilities of given tokens: next edits

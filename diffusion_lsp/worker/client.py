@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 from ..backend.failure import BackendError, Failure
 from ..backend.base import Capabilities
-from ..backend.orders import Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
+from ..backend.orders import Answered, Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
 from ..model.settings import LaunchSettings
 from .spec import WorkerSpec
 from .wire import (MAX_LINE, WIRE_VERSION, build_id, check_socket_path, decode, encode, model_name,
@@ -103,6 +103,10 @@ class WorkerClient:
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
         """A region rewritten by a model asked through its prompt (model/native.py); raises like `fill`."""
         return await self._answer(key, order, Fill)
+
+    async def structured(self, key: str, order: StructuredOrder) -> Answered:
+        """JSON or tool calls under constraints (model/structured.py); raises like `fill`."""
+        return await self._answer(key, order, Answered)
 
     async def _answer(self, key: str, order, answer):
         stream = self._order(key, order, answer)

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 
 from ..backend.base import Capabilities, Reporter
 from ..backend.failure import BackendError, Failure
-from ..backend.orders import Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
+from ..backend.orders import Answered, Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
 from .client import WorkerClient, WorkerUnavailable
 from ..backend.base import FILL_TIMEOUT_S
 from .spec import WorkerSpec
@@ -145,6 +145,14 @@ class WorkerLink:
             raise BackendError(Failure.INVALID, "the model worker's model rewrites no region from a prompt "
                                                 "(capabilities.rewrite)")
         return await self._call("rewrite", lambda c: c.rewrite(key, order))
+
+    async def structured(self, key: str, order: StructuredOrder) -> Answered:
+        """A conversation answered in JSON under constraints, where the worker's model decodes so
+        (capabilities.structured)."""
+        if not self.capabilities.structured:
+            raise BackendError(Failure.INVALID, "the model worker's model decodes no JSON under constraints "
+                                                "(capabilities.structured)")
+        return await self._call("structured", lambda c: c.structured(key, order))
 
     async def stream(self, key: str, order: FillOrder) -> AsyncIterator[Draft | Fill]:
         """The fill's drafts after each denoising step, then the fill; the deadline is the whole stream's."""

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..backend.orders import Draft, FillOrder, ProbeOrder, RewriteOrder
+from ..backend.orders import Draft, FillOrder, ProbeOrder, RewriteOrder, StructuredOrder
 from ..model.canvas import DoesNotFit
 from ..model.settings import LaunchSettings
 from .listener import Conn, bind, serve
@@ -30,7 +30,7 @@ from .wire import WIRE_VERSION, build_id, model_name, refusal_message, weights_i
 
 log = logging.getLogger("diffusion-lsp.worker")
 WARM_UP = FillOrder("def f(x):\n", "\n", 4)  # first-call kernel set-up, before the worker says ready
-ORDERS = {"fill": FillOrder, "probe": ProbeOrder, "rewrite": RewriteOrder}  # by their op
+ORDERS = {"fill": FillOrder, "probe": ProbeOrder, "rewrite": RewriteOrder, "structured": StructuredOrder}  # by op
 
 
 class ModelMissing(Exception):
@@ -168,7 +168,7 @@ class Worker:
                 while not self.queue:
                     self.cond.wait()
                 first = self.queue[0].order
-                if not isinstance(first, FillOrder):  # one probe or rewrite, alone
+                if not isinstance(first, FillOrder):  # one probe, rewrite or structured answer, alone
                     batch, sampling = [self.queue[0]], None
                 else:  # frozen settings: equal ones decode together
                     sampling = first.sampling
@@ -188,13 +188,19 @@ class Worker:
     def _admit(self, jobs: list[Job]) -> list[Job]:
         """The jobs whose canvas fits the model; the others are answered "invalid" (the same on every try)."""
         limit = self.engine.max_tokens()
-        refused = [j for j in jobs if j.order.max_tokens > limit]
+        refused = [(j, f"max_tokens {j.order.max_tokens} does not fit the model: at most {limit}", "max_tokens")
+                   for j in jobs if j.order.max_tokens > limit]
+        for job in jobs:
+            if job.order.chat and not any(j is job for j, _, _ in refused):
+                try:  # a conversation the template fails on, or too long, fails alone, not its batch
+                    self.engine.chat_prompt(job.order.chat, job.order.max_tokens)
+                except ValueError as e:
+                    refused.append((job, str(e), "messages"))
         with self.cond:
-            for job in refused:
+            for job, why, param in refused:
                 self._forget(job)
-                job.conn.send(refusal_message(job.id, "invalid", f"max_tokens {job.order.max_tokens} does not "
-                                                                 f"fit the model: at most {limit}", "max_tokens"))
-        return [j for j in jobs if j not in refused]
+                job.conn.send(refusal_message(job.id, "invalid", why, param))
+        return [j for j in jobs if not any(j is r for r, _, _ in refused)]
 
     def _joiners(self, sampling, room: int) -> list[Job]:
         """Queued fills that may join the running batch (continuous batching): the same sampling, up
@@ -254,15 +260,19 @@ class Worker:
             reply(i, refusal_message(job.id, job.reason) if fill is None or job.stop.is_set() else fill.message(job.id))
 
     def _single(self, job: Job) -> None:
-        """A probe (model/probe.py) or a rewrite (a model asked through its prompt: model/native.py)."""
+        """A probe (model/probe.py), a structured answer (model/structured.py) or a rewrite (a model asked
+        through its prompt: model/native.py)."""
         try:
             if isinstance(job.order, ProbeOrder):
                 answer = self.engine.answer_probe(job.order, job.key)
+            elif isinstance(job.order, StructuredOrder):
+                answer = self.engine.answer_structured(job.order)
             else:
                 answer = self.engine.answer_rewrite(job.order)
             reply = answer.message(job.id) if not job.stop.is_set() else refusal_message(job.id, job.reason)
         except DoesNotFit as e:  # the same on every try
-            reply = refusal_message(job.id, "invalid", str(e), "middle")
+            reply = refusal_message(job.id, "invalid", str(e),
+                                    "middle" if isinstance(job.order, ProbeOrder) else "messages")
         except ValueError as e:  # an order this model cannot answer (no probe, no rewrite): the same on every try
             reply = refusal_message(job.id, "invalid", str(e))
         except Exception as e:

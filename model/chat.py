@@ -1,0 +1,142 @@
+"""A conversation as the ids before the canvas (serve-api's /v1/chat/completions): the checkpoint's
+own chat template (tokenizer_config.json or chat_template.jinja), or one given at launch
+(`--chat-template FILE`) for a model that has none, rendered as transformers renders it
+(prompting.py render_chat: a sandbox, no code from the folder runs).
+
+The template's markup is read as its special tokens and every message's content as text: the
+template is rendered around a stand-in for each content, so a user who writes "<|im_end|>" in a
+message writes those characters, not an end of turn. Tool definitions go to the template
+(`tools`); a template that does not show them gets them in a system message instead, so the model
+sees what it may call either way."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import read_json, read_text
+from .prompting import MAX_TEMPLATE, _token_name, chat_template, render_chat
+from .tokenizer import Tokenizer
+
+_STAND_IN = "\x00diffusion-lsp message {}\x00"
+_STAND_INS = re.compile("\x00diffusion-lsp message (\\d+)\x00")
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    tok: Tokenizer
+    template: str
+    special: tuple[tuple[str, str | None], ...] = ()  # bos_token, eos_token, ... for the template
+    source: str = "checkpoint"  # where the template came from: "checkpoint" or the file given at launch
+
+    @property
+    def shows_tools(self) -> bool:
+        return "tools" in self.template
+
+    @property
+    def tool_tags(self) -> tuple[str, str]:
+        """What the template's tool calls are wrapped in (Qwen2.5 / Hermes: <tool_call> tags), laid on the
+        canvas around a call's JSON; none: the JSON alone."""
+        return ("<tool_call>\n", "\n</tool_call>") if "<tool_call>" in self.template else ("", "")
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """Text that ends an answer: the tokenizer's special tokens other than the ones the canvas uses
+        (an instruct model writes its end of turn, then its end of text)."""
+        tok = self.tok
+        names = [t.content for i, t in tok.hf.get_added_tokens_decoder().items()
+                 if t.special and t.content and i not in tok.special_ids]
+        eos = dict(self.special).get("eos_token")
+        return tuple(dict.fromkeys([*([eos] if eos else []), *names]))
+
+    def prompt(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """The ids of the conversation with the template's generation prompt after it. ValueError (one
+        line) when the template fails on it."""
+        messages = [dict(m) for m in messages]
+        if tools and not self.shows_tools:
+            listing = "You can call these functions (answer with a JSON call):\n" + "\n".join(
+                json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
+            if messages and messages[0].get("role") in ("system", "developer"):
+                messages[0]["content"] = f"{listing}\n\n{messages[0].get('content') or ''}"
+            else:
+                messages.insert(0, {"role": "system", "content": listing})
+        texts = []
+        for m in messages:
+            if isinstance(m.get("content"), str):
+                texts.append(m["content"])
+                m["content"] = _STAND_IN.format(len(texts) - 1)
+        rendered = render_chat(self.template, messages, dict(self.special), True, tools or None)
+        ids, at, seen = [], 0, set()
+        for match in _STAND_INS.finditer(rendered):
+            k = int(match[1])
+            if k in seen or k >= len(texts):
+                raise ValueError("the chat template shows a message's content more than once")
+            seen.add(k)
+            ids += self.tok.encode_markup(rendered[at:match.start()]) + self.tok.encode(texts[k])
+            at = match.end()
+        return ids + self.tok.encode_markup(rendered[at:])
+
+
+def chat_format(tok: Tokenizer, folder: Path, given: str | None = None) -> ChatFormat | None:
+    """The ChatFormat of a checkpoint folder: the template file `given` at launch, else the folder's own;
+    None when there is neither. ValueError naming an unreadable file."""
+    config = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").exists() else {}
+    special = tuple((f"{role}_token", _token_name(config.get(f"{role}_token")) if isinstance(config, dict) else None)
+                    for role in ("bos", "eos", "pad", "unk"))
+    if given:
+        return ChatFormat(tok, read_text(Path(given), MAX_TEMPLATE), special, given)
+    template = chat_template(folder)
+    return None if template is None else ChatFormat(tok, template, special)
+
+
+def conversation(messages, tools=None) -> tuple[list[dict], list[dict] | None]:
+    """OpenAI-shaped messages (and tools) as a template takes them: content parts joined into their
+    text, a tool call's `arguments` JSON string as the object templates write with tojson (as vLLM
+    passes them). ValueError naming what is malformed."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise ValueError(f"messages[{i}] must be an object with a role ({', '.join(ROLES)})")
+        content = m.get("content")
+        if isinstance(content, list):
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content):
+                raise ValueError(f"messages[{i}].content: only text parts are supported")
+            content = "".join(p["text"] for p in content)
+        if content is not None and not isinstance(content, str):
+            raise ValueError(f"messages[{i}].content must be a string, a list of text parts or null")
+        msg = {"role": m["role"], "content": content if content is not None else ""}
+        if m.get("name") is not None:
+            msg["name"] = str(m["name"])
+        if m["role"] == "tool":
+            msg["tool_call_id"] = str(m.get("tool_call_id", ""))
+        calls = m.get("tool_calls")
+        if calls is not None:
+            if not isinstance(calls, list):
+                raise ValueError(f"messages[{i}].tool_calls must be a list")
+            msg["tool_calls"] = [_call(c, f"messages[{i}].tool_calls[{j}]") for j, c in enumerate(calls)]
+        out.append(msg)
+    if tools is not None:
+        if not (isinstance(tools, list) and all(
+                isinstance(t, dict) and t.get("type", "function") == "function" and isinstance(t.get("function"), dict)
+                and isinstance(t["function"].get("name"), str) and t["function"]["name"] for t in tools)):
+            raise ValueError('tools must be a list of {"type": "function", "function": {"name": ...}}')
+    return out, tools or None
+
+
+def _call(c, where: str) -> dict:
+    f = c.get("function") if isinstance(c, dict) else None
+    if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+        raise ValueError(f"{where} must be {{'type': 'function', 'function': {{'name', 'arguments'}}}}")
+    args = f.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            pass  # kept as the client wrote it
+    return {"id": str(c.get("id", "")), "type": "function", "function": {"name": f["name"], "arguments": args}}
