@@ -180,6 +180,25 @@ class Engine:
             pass
         return self.answer_of(decoding, 0)
 
+    def answer_instruct(self, order):
+        """backend/orders.py InstructOrder -> Fill, the region as the instruction says (nextedit/instruct.py):
+        a model asked in chat gets the instruction and the tagged region in a user turn; any other re-masks
+        the region between the code around it, the instruction a comment above it."""
+        from .model.canvas import FillRequest
+        from .nextedit.instruct import chat_content, commented
+
+        n = min(order.max_tokens, self.max_tokens())
+        if self.capabilities["rewrite"]:  # prefix-only, asked in chat
+            ids = self.prompter.ask(chat_content(order), self.prompt_room(n))
+            decoding = self.decoding([FillRequest("", "", n, id=0, prompt_ids=ids, chat=True)])
+        else:
+            prefix = commented(order)
+            decoding = self.decoding([FillRequest(prefix, order.suffix, n, id=0,
+                                                  **self._prompted(prefix, order.suffix, n))])
+        for _ in decoding:
+            pass
+        return self.answer_of(decoding, 0)
+
     @staticmethod
     def answer_of(decoding, i: int):
         """Order i's answer once it has finished: a Fill, or None when it was stopped."""

@@ -225,6 +225,23 @@ class FimClient:
             raise self._fail(RequestFailed, str(e), e.kind) from None
         return Completion(text, tokens, (time.perf_counter() - t0) * 1e3, route)
 
+    async def instruct(self, content: str, max_tokens: int) -> Completion:
+        """An edit from an instruction, through the API's chat endpoint (profiles.py instruct_request):
+        the code in the answer's fence."""
+        request = self.asking.instruct_request(content, max_tokens)
+        (route,) = request.routes
+        t0 = time.perf_counter()
+        raw, said = await self._post(route, request.body)
+        if raw is None:
+            raise self._fail(RemoteError, f"{self.base_url} answered 404 (not found) at {route}{said}: an edit from "
+                                          "an instruction needs the API's chat endpoint", "endpoint", 404)
+        try:
+            text, tokens = parse_answer(raw)
+            text = fenced_code(text)
+        except ValueError as e:
+            raise self._fail(RequestFailed, str(e), "answer") from None
+        return Completion(text, tokens, (time.perf_counter() - t0) * 1e3, route)
+
     async def _post(self, path: str, body: dict) -> tuple[bytes | None, str]:
         """(the answer's body, "") or, for a 404, (None, what the API said); retries 429 and 5xx;
         RemoteError otherwise."""

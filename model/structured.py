@@ -31,13 +31,15 @@ from .jsonschema import Arr, Choice, Const, Num, Obj, Str
 from .tokenizer import Tokenizer
 
 
+STRING, DIGITS, SIGNED = range(3)  # the kinds of slot position: rows of Tables.allowed
+
+
 @dataclass(frozen=True)
 class Tables:
-    """Per token id [V] bool: what each kind of slot position may hold."""
+    """allowed [3, V] bool: what a string position, a digit position and an integer's first position
+    where negatives are allowed ("-", "-12", or digits) may hold, fillers aside."""
 
-    string: torch.Tensor
-    digits: torch.Tensor
-    signed: torch.Tensor  # "-", "-12": an integer's first position where negatives are allowed
+    allowed: torch.Tensor
 
 
 @functools.lru_cache(maxsize=4)
@@ -55,14 +57,14 @@ def tables(tok: Tokenizer, vocab: int) -> Tables:
             digits[i] = True
         elif re.fullmatch(r"-[0-9]*", t):
             signed[i] = True
-    return Tables(string, digits, signed)
+    return Tables(torch.stack([string, digits, digits | signed]))
 
 
 @dataclass(eq=False)
 class Unit:
     kind: str  # "slot" | "choice"
     cells: list[int]  # canvas indices
-    allowed: list[torch.Tensor] = field(default_factory=list)  # slot: per position [V] bool, fillers aside
+    allowed: list[int] = field(default_factory=list)  # slot: per position its kind (STRING, DIGITS, SIGNED)
     min_real: int = 0  # slot: leading positions that may not be the filler
     options: list[list[int]] = field(default_factory=list)  # choice: ids per option, filler-padded to len(cells)
     texts: list[str] = field(default_factory=list)  # choice: each option's JSON text
@@ -118,7 +120,7 @@ class Layout:
         self.ids += [self.tok.mask_id] * n
         return list(range(start, start + n))
 
-    def _slot(self, n: int, allowed: list[torch.Tensor], min_real: int) -> Unit:
+    def _slot(self, n: int, allowed: list[int], min_real: int) -> Unit:
         unit = Unit("slot", self._cells(n), allowed, min_real)
         self.units.append(unit)
         return unit
@@ -132,7 +134,6 @@ class Layout:
         return unit
 
     def _node(self, node):
-        t = self.t
         if isinstance(node, Const):
             self._text(node.text)
             return lambda: node.text
@@ -141,17 +142,17 @@ class Layout:
             return lambda: unit.texts[unit.picked]
         if isinstance(node, Str):
             self._text('"')
-            unit = self._slot(node.tokens, [t.string] * node.tokens, node.min_len)
+            unit = self._slot(node.tokens, [STRING] * node.tokens, node.min_len)
             self._text('"')
             return lambda: json.dumps(self._value_text(unit)[: node.max_len], ensure_ascii=False)
         if isinstance(node, Num):
             from .jsonschema import FRACTION_TOKENS, INTEGER_TOKENS
-            first = t.digits | t.signed if node.negative else t.digits
-            whole = self._slot(INTEGER_TOKENS, [first] + [t.digits] * (INTEGER_TOKENS - 1), 1)
+            first = SIGNED if node.negative else DIGITS
+            whole = self._slot(INTEGER_TOKENS, [first] + [DIGITS] * (INTEGER_TOKENS - 1), 1)
             frac = None
             if not node.integer:
                 self._text(".")
-                frac = self._slot(FRACTION_TOKENS, [t.digits] * FRACTION_TOKENS, 0)
+                frac = self._slot(FRACTION_TOKENS, [DIGITS] * FRACTION_TOKENS, 0)
             return lambda: _number(node, self._value_text(whole), self._value_text(frac) if frac else "")
         if isinstance(node, Obj):
             self._text("{")
@@ -229,7 +230,8 @@ class Layout:
                 logp = torch.log_softmax(model.logits(h[0, out]).float(), dim=-1)
                 logp[:, [i for i in (mask, tok.bos_id) if i is not None]] = -math.inf
                 at = {c: j for j, c in enumerate(cells)}
-                moves = [m for u in live for m in self._moves(u, canvas, logp, at, filler, mask)]
+                moves = self._slot_moves([u for u in live if u.kind == "slot"], canvas, logp, at, filler, mask)
+                moves += [self._choice_move(u, logp, at) for u in live if u.kind == "choice"]
                 best = max(m[0] for m in moves)
                 for conf, unit, action in moves:
                     if conf >= threshold or conf == best:
@@ -242,28 +244,36 @@ class Layout:
         return Structured(text, json.loads(text), forwards, (time.perf_counter() - t0) * 1e3, len(self.ids),
                           decoded)
 
-    def _moves(self, u: Unit, canvas, logp, at: dict, filler: int, mask: int) -> list:
-        """(confidence, unit, action) for what `u` could commit now: a choice's best option, or each
-        open position of a slot with its best allowed token."""
-        if u.kind == "choice":
-            scores = [sum(logp[at[c], o].item() for c, o in zip(u.cells, opt)) / len(u.cells) for opt in u.options]
-            k = max(range(len(scores)), key=scores.__getitem__)
-            return [(math.exp(scores[k]), u, k)]
-        moves = []
-        real_after = -1  # the last position holding a committed real token: no filler before it
-        for j, c in enumerate(u.cells):
-            if canvas[c] != mask and canvas[c] != filler:
-                real_after = j
-        for j, c in enumerate(u.cells):
-            if canvas[c] != mask:
-                continue
-            allowed = u.allowed[j].to(logp.device).clone()
-            if j >= u.min_real and j > real_after:
-                allowed[filler] = True
-            scores = logp[at[c]].masked_fill(~allowed, -math.inf)
-            p, tok_id = scores.max(dim=-1)
-            moves.append((p.exp().item(), u, (j, int(tok_id))))
-        return moves
+    @staticmethod
+    def _choice_move(u: Unit, logp, at: dict) -> tuple:
+        """(confidence, unit, option): the option whose tokens are likeliest where they would stand, by
+        the geometric mean of their probabilities."""
+        rows = torch.tensor([at[c] for c in u.cells], device=logp.device)
+        options = torch.tensor(u.options, device=logp.device)  # [O, n]
+        scores = logp[rows[None, :].expand_as(options), options].mean(-1)  # [O]
+        k = int(scores.argmax())
+        return math.exp(scores[k].item()), u, k
+
+    def _slot_moves(self, units: list[Unit], canvas, logp, at: dict, filler: int, mask: int) -> list:
+        """(confidence, unit, (position, token)) for every open position of the slots: its best allowed
+        token, the filler allowed past the slot's minimum and after its last committed real token."""
+        open_, kinds, filler_ok = [], [], []
+        for u in units:
+            last_real = max((j for j, c in enumerate(u.cells) if canvas[c] != mask and canvas[c] != filler),
+                            default=-1)
+            for j, c in enumerate(u.cells):
+                if canvas[c] == mask:
+                    open_.append((u, j, c))
+                    kinds.append(u.allowed[j])
+                    filler_ok.append(j >= u.min_real and j > last_real)
+        if not open_:
+            return []
+        device = logp.device
+        allowed = self.t.allowed.to(device)[torch.tensor(kinds, device=device)]  # [C, V]
+        allowed[:, filler] = torch.tensor(filler_ok, device=device)
+        rows = torch.tensor([at[c] for _, _, c in open_], device=device)
+        p, ids = logp[rows].masked_fill(~allowed, -math.inf).max(dim=-1)
+        return [(conf, u, (j, t)) for (u, j, _), conf, t in zip(open_, p.exp().tolist(), ids.tolist())]
 
     def _commit(self, u: Unit, action, canvas, filler: int, mask: int) -> None:
         if u.kind == "choice":
@@ -322,5 +332,5 @@ def opens_with(model, tok: Tokenizer, prompt: list[int], first: list[int], n: in
         h, _ = model.hidden(row[None], torch.arange(len(row), device=device)[None],
                             torch.ones(1, len(row), dtype=torch.bool, device=device))
         logits = model.logits(h[0, len(head) - int(model.config.shift_logits)][None]).float()[0]
-    logits[[i for i in (tok.mask_id, tok.bos_id, tok.filler_id) if i is not None]] = -math.inf
-    return int(logits.argmax()) in set(first), 1, (time.perf_counter() - t0) * 1e3
+        logits[[i for i in (tok.mask_id, tok.bos_id, tok.filler_id) if i is not None]] = -math.inf
+        return int(logits.argmax()) in set(first), 1, (time.perf_counter() - t0) * 1e3

@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..lifecycle import Stopped, first
-from .bodies import Edit, Fim, cut_at_stop, parse_edit, parse_fim, stream_safe
+from .bodies import Edit, Fim, cut_at_stop, parse_edit, parse_fim, parse_instruct, stream_safe
 from .chat import Chat, message_of, parse_chat
 from .gate import ApiError, Gate, unless_gone, until_disconnect
 from .service import Answer, ChatAnswer, Failed, Service
@@ -215,10 +215,13 @@ class Routes:
                 await items.aclose()
 
     async def edit(self, request: Request) -> Response:
-        edit: Edit = self.gate.parsed(parse_edit, await self.gate.read_json(request))
+        """Mercury's next edit (`messages`), or an edit from an `instruction` (the code in `input`)."""
+        body = await self.gate.read_json(request)
+        instructed = isinstance(body, dict) and "instruction" in body
+        edit = self.gate.parsed(parse_instruct if instructed else parse_edit, body)
         model = self.gate.check_model(edit.model)
         async with self.service.admit():
-            answer = await unless_gone(request, self.service.edit(edit))
+            answer = await unless_gone(request, (self.service.instruct if instructed else self.service.edit)(edit))
         return JSONResponse({
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
             "model": model,

@@ -179,6 +179,41 @@ def parse_edit(body, cap: int) -> Edit:
     return Edit(model, parsed, max_tokens, ignored)
 
 
+@dataclass
+class Instruct:
+    """An edit from an instruction at /v1/edit/completions: `input` (the code to rewrite, OpenAI's
+    legacy /v1/edits shape) between an optional `prefix` and `suffix` of its file."""
+
+    model: str | None
+    prefix: str
+    input: str
+    suffix: str
+    instruction: str
+    max_tokens: int | None
+    language: str | None = None
+    ignored: list[str] = field(default_factory=list)
+
+
+def parse_instruct(body, cap: int) -> Instruct:
+    """/v1/edit/completions with `instruction` (nextedit/instruct.py)."""
+    known = {"model", "input", "instruction", "prefix", "suffix", "language", "max_tokens", "max_completion_tokens",
+             "temperature", "stream", "n", "best_of", "logprobs", "echo"}
+    model, max_tokens, ignored = _common(body, known, cap)
+    if body.get("stream") not in (None, False):
+        raise BadRequest("stream is not supported on /v1/edit/completions: the answer is one region", "stream")
+    texts = {}
+    for name in ("input", "instruction", "prefix", "suffix", "language"):
+        v = body.get(name, "" if name != "language" else None)
+        if v is not None and not isinstance(v, str):
+            raise BadRequest(f"{name} must be a string", name)
+        texts[name] = valid_text(v) if isinstance(v, str) else v
+    if not texts["instruction"].strip():
+        raise BadRequest("instruction must say what to change", "instruction")
+    asked = body.get("max_tokens", body.get("max_completion_tokens"))
+    return Instruct(model, texts["prefix"], texts["input"], texts["suffix"], texts["instruction"],
+                    max_tokens if asked is not None else None, texts["language"], ignored)
+
+
 def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
     """(text up to the first stop sequence, whether one was found)."""
     cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)

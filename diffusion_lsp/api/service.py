@@ -26,11 +26,12 @@ from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..model.settings import SamplerConfig
 from ..nextedit import mercury
+from ..nextedit.instruct import order_for
 from ..nextedit.suggest import EditRequest, NextEditSettings, suggest
 from ..worker.spec import WorkerSpec
 from ..worker.link import WorkerLink
 from .metrics import Metrics
-from .bodies import Edit, Fim, cut_at_stop
+from .bodies import Edit, Fim, Instruct, cut_at_stop
 from .chat import Chat
 
 log = logging.getLogger("diffusion-lsp.api")
@@ -221,6 +222,24 @@ class Service:
             region = new[start:len(new) - len(e.after)]
         forwards = out.forwards
         answer = Answer(mercury.fenced(region), "stop", approx_tokens(region), approx_tokens(text), forwards, 1,
+                        (time.monotonic() - t0) * 1e3)
+        self.metrics.observe_fill(answer)
+        return answer
+
+    async def instruct(self, req: Instruct) -> Answer:
+        """`input` rewritten as the instruction says, between the file's prefix and suffix (nextedit/instruct.py)."""
+        t0 = time.monotonic()
+        text = req.prefix + req.input + req.suffix
+        spec = language_for(req.language, None) if req.language else None
+        try:
+            order = order_for(text, len(req.prefix), len(req.prefix) + len(req.input), req.instruction,
+                              spec.comment if spec else "#", req.max_tokens)
+        except ValueError as e:
+            raise Failed(str(e), 400, param="instruction") from None
+        fill = await self._ask(functools.partial(self.backend.instruct, f"api-instruct:{next(self._ids)}", order),
+                               t0 + self.timeout_s, param="input")
+        answer = Answer(fill.text, "stop" if fill.tokens < order.max_tokens else "length", fill.tokens,
+                        approx_tokens(text) + approx_tokens(req.instruction), fill.forwards, fill.batch,
                         (time.monotonic() - t0) * 1e3)
         self.metrics.observe_fill(answer)
         return answer

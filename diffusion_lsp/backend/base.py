@@ -6,6 +6,7 @@ and the evaluations (none of them imports torch through it):
     await backend.probe(key, order)       -> Probed     how sure the model is of given tokens
     await backend.rewrite(key, order)     -> Fill       a region rewritten by an API's edit endpoint
     await backend.structured(key, order)  -> Answered   JSON or tool calls under constraints (StructuredOrder)
+    await backend.instruct(key, order)    -> Fill       a region rewritten as an instruction says (InstructOrder)
     await backend.fill_many(orders)       -> [Fill | BackendError]   many at once (batched where it can)
     await backend.start()                 start loading the model, without waiting for it
     await backend.ready()                 the model is loaded (raises when it cannot be)
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .failure import BackendError
-from .orders import Answered, Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
+from .orders import Answered, Draft, Fill, FillOrder, InstructOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
 
 
 FILL_TIMEOUT_S = 10.0  # every backend's default deadline for an order (worker.fillTimeoutS)
@@ -63,6 +64,7 @@ class Backend(Protocol):
     async def probe(self, key: str, order: ProbeOrder) -> Probed: ...
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill: ...
     async def structured(self, key: str, order: StructuredOrder) -> Answered: ...
+    async def instruct(self, key: str, order: InstructOrder) -> Fill: ...
     async def fill_many(self, orders: list[FillOrder]) -> list[Fill | BackendError]: ...
     async def start(self) -> None: ...
     async def ready(self) -> None: ...

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .base import Capabilities
 from .failure import BackendError, Failure
-from .orders import Answered, Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
+from .orders import Answered, Draft, Fill, FillOrder, InstructOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
 
 
 class LocalBackend:
@@ -82,6 +82,14 @@ class LocalBackend:
         stop = self._supersede(key)
         try:
             return await self._run(stop, self.engine.answer_rewrite, order)
+        finally:
+            self._forget(key, stop)
+
+    async def instruct(self, key: str, order: InstructOrder) -> Fill:
+        """A region rewritten as an instruction says (nextedit/instruct.py)."""
+        stop = self._supersede(key)
+        try:
+            return await self._run(stop, self.engine.answer_instruct, order)
         finally:
             self._forget(key, stop)
 

@@ -291,3 +291,32 @@ class Answered:
         numbers = [int(v) if isinstance(v, int) and not isinstance(v, bool) else 0 for v in numbers]
         ms = msg.get("ms", 0.0)
         return cls(kind, text, calls, *numbers, float(ms) if isinstance(ms, (int, float)) else 0.0)
+
+
+@dataclass(frozen=True)
+class InstructOrder:
+    """A region rewritten as an instruction says (nextedit/instruct.py): `region` between `prefix` and
+    `suffix`, the answer the region as it should read."""
+
+    prefix: str
+    region: str
+    suffix: str
+    instruction: str
+    max_tokens: int
+    comment: str = "#"  # the language's line comment: an infill model reads the instruction as one
+
+    def message(self, rid: int, key: str) -> dict:
+        return {"op": "instruct", "id": rid, "key": key, "prefix": self.prefix, "region": self.region,
+                "suffix": self.suffix, "instruction": self.instruction, "max_tokens": self.max_tokens,
+                "comment": self.comment}
+
+    @classmethod
+    def from_message(cls, msg: dict) -> InstructOrder:
+        """ValueError naming what is wrong with an instruct message."""
+        texts = [msg.get(k) for k in ("prefix", "region", "suffix", "instruction")]
+        n, comment = msg.get("max_tokens"), msg.get("comment", "#")
+        if not all(isinstance(t, str) for t in texts) or not isinstance(comment, str):
+            raise ValueError("prefix, region, suffix, instruction and comment must be strings")
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 4096:
+            raise ValueError(f"max_tokens must be an integer between 1 and 4096, got {n!r}")
+        return cls(*texts, n, comment)

@@ -81,6 +81,9 @@ EDIT_SYSTEM = ("You predict the user's next edit. The user message shows recentl
                "the cursor) and the edit history as unified diffs. Answer with the region as it should read "
                "next, in one ``` code fence, nothing else.")
 
+INSTRUCT_SYSTEM = ("You edit code as the user instructs. Answer with only the rewritten section, in one ``` code "
+                   "fence, nothing else.")
+
 FENCE_TOKENS = 8  # what a chat answer's ```lang ... ``` costs beside the fill (~2 tokens each side, with slack)
 _PLACE = re.compile(r"\{prefix\}|\{suffix\}")
 
@@ -174,6 +177,13 @@ class Asking:
             return self._chat([{"role": "system", "content": EDIT_SYSTEM}, {"role": "user", "content": content}],
                               max_tokens)
         return None
+
+    def instruct_request(self, content: str, max_tokens: int) -> Request:
+        """An edit from an instruction (nextedit/instruct.py chat_content): every server is asked through
+        its chat endpoint (Mercury 2's, vLLM's, SGLang's), whatever remote_format its fills use; the
+        region is the code in the answer's fence."""
+        return self._chat([{"role": "system", "content": INSTRUCT_SYSTEM}, {"role": "user", "content": content}],
+                          max_tokens + FENCE_TOKENS, fenced=True)
 
     def _chat(self, messages: list[dict], max_tokens: int, fenced: bool = False) -> Request:
         return Request((CHAT_ROUTE,), {"model": self.model, "messages": messages, self.profile.chat_limit: max_tokens,

@@ -19,7 +19,7 @@ from ..model.settings import LaunchSettings
 from ..remote import FimClient, RemoteError
 from .base import FILL_TIMEOUT_S, Capabilities, Reporter
 from .failure import BackendError, Failure
-from .orders import Answered, Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
+from .orders import Answered, Draft, Fill, FillOrder, InstructOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
 from .profiles import rewrites
 
 ClientFactory = Callable[..., FimClient]
@@ -106,6 +106,12 @@ class RemoteBackend:
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
         """A next edit from the API's edit endpoint, or through chat (nextedit/mercury.py: Mercury's format)."""
         return await self._call("next edit", lambda c: c.edit(order.content, order.max_tokens))
+
+    async def instruct(self, key: str, order: InstructOrder) -> Fill:
+        """An edit from an instruction, asked of the API's chat endpoint (nextedit/instruct.py)."""
+        from ..nextedit.instruct import chat_content
+
+        return await self._call("edit", lambda c: c.instruct(chat_content(order), order.max_tokens))
 
     async def structured(self, key: str, order: StructuredOrder) -> Answered:
         """A remote API's own chat endpoint answers JSON its own way: not through this backend

@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator
 
 from ..backend.failure import BackendError, Failure
 from ..backend.base import Capabilities
-from ..backend.orders import Answered, Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
+from ..backend.orders import (Answered, Draft, Fill, FillOrder, InstructOrder, Probed, ProbeOrder, RewriteOrder,
+                              StructuredOrder)
 from ..model.settings import LaunchSettings
 from .spec import WorkerSpec
 from .wire import (MAX_LINE, WIRE_VERSION, build_id, check_socket_path, decode, encode, model_name,
@@ -102,6 +103,10 @@ class WorkerClient:
 
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
         """A region rewritten by a model asked through its prompt (model/native.py); raises like `fill`."""
+        return await self._answer(key, order, Fill)
+
+    async def instruct(self, key: str, order: InstructOrder) -> Fill:
+        """A region rewritten as an instruction says (nextedit/instruct.py); raises like `fill`."""
         return await self._answer(key, order, Fill)
 
     async def structured(self, key: str, order: StructuredOrder) -> Answered:

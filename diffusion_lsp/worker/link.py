@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator, Callable
 
 from ..backend.base import Capabilities, Reporter
 from ..backend.failure import BackendError, Failure
-from ..backend.orders import Answered, Draft, Fill, FillOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
+from ..backend.orders import (Answered, Draft, Fill, FillOrder, InstructOrder, Probed, ProbeOrder, RewriteOrder,
+                              StructuredOrder)
 from .client import WorkerClient, WorkerUnavailable
 from ..backend.base import FILL_TIMEOUT_S
 from .spec import WorkerSpec
@@ -145,6 +146,10 @@ class WorkerLink:
             raise BackendError(Failure.INVALID, "the model worker's model rewrites no region from a prompt "
                                                 "(capabilities.rewrite)")
         return await self._call("rewrite", lambda c: c.rewrite(key, order))
+
+    async def instruct(self, key: str, order: InstructOrder) -> Fill:
+        """A region rewritten as an instruction says: every model answers one (nextedit/instruct.py)."""
+        return await self._call("instruct", lambda c: c.instruct(key, order))
 
     async def structured(self, key: str, order: StructuredOrder) -> Answered:
         """A conversation answered in JSON under constraints, where the worker's model decodes so

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..backend.orders import Draft, FillOrder, ProbeOrder, RewriteOrder, StructuredOrder
+from ..backend.orders import Draft, FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
 from ..model.canvas import DoesNotFit
 from ..model.settings import LaunchSettings
 from .listener import Conn, bind, serve
@@ -30,7 +30,8 @@ from .wire import WIRE_VERSION, build_id, model_name, refusal_message, weights_i
 
 log = logging.getLogger("diffusion-lsp.worker")
 WARM_UP = FillOrder("def f(x):\n", "\n", 4)  # first-call kernel set-up, before the worker says ready
-ORDERS = {"fill": FillOrder, "probe": ProbeOrder, "rewrite": RewriteOrder, "structured": StructuredOrder}  # by op
+ORDERS = {"fill": FillOrder, "probe": ProbeOrder, "rewrite": RewriteOrder, "structured": StructuredOrder,
+          "instruct": InstructOrder}  # by their op
 
 
 class ModelMissing(Exception):
@@ -168,7 +169,7 @@ class Worker:
                 while not self.queue:
                     self.cond.wait()
                 first = self.queue[0].order
-                if not isinstance(first, FillOrder):  # one probe, rewrite or structured answer, alone
+                if not isinstance(first, FillOrder):  # one probe, rewrite, instruct or structured order, alone
                     batch, sampling = [self.queue[0]], None
                 else:  # frozen settings: equal ones decode together
                     sampling = first.sampling
@@ -260,13 +261,15 @@ class Worker:
             reply(i, refusal_message(job.id, job.reason) if fill is None or job.stop.is_set() else fill.message(job.id))
 
     def _single(self, job: Job) -> None:
-        """A probe (model/probe.py), a structured answer (model/structured.py) or a rewrite (a model asked
-        through its prompt: model/native.py)."""
+        """A probe (model/probe.py), a structured answer (model/structured.py), an edit from an instruction
+        (nextedit/instruct.py) or a rewrite (a model asked through its prompt: model/native.py)."""
         try:
             if isinstance(job.order, ProbeOrder):
                 answer = self.engine.answer_probe(job.order, job.key)
             elif isinstance(job.order, StructuredOrder):
                 answer = self.engine.answer_structured(job.order)
+            elif isinstance(job.order, InstructOrder):
+                answer = self.engine.answer_instruct(job.order)
             else:
                 answer = self.engine.answer_rewrite(job.order)
             reply = answer.message(job.id) if not job.stop.is_set() else refusal_message(job.id, job.reason)
