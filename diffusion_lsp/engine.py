@@ -100,7 +100,7 @@ class Engine:
 
     def _conversation(self, chat: str, n: int) -> dict:
         """A conversation's FillRequest fields: its prompt; no doc, no candidates (as `_prompted`)."""
-        return {"prompt_ids": self.chat_prompt(chat, n), "doc": None, "candidates": ()}
+        return {"prompt_ids": self.chat_prompt(chat, n), "doc": None, "candidates": (), "ends": self.chat_format.ends}
 
     def answer_structured(self, order):
         """backend/orders.py StructuredOrder -> Answered: JSON under a schema (model/jsonschema.py) decoded

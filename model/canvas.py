@@ -29,6 +29,7 @@ class FillRequest:
     candidates: tuple[str, ...] = ()  # guesses at the fill, verified before decoding (verify.py)
     prompt_ids: list[int] | None = None  # a prefix-only model's whole prompt, made already (prompting.py)
     chat: bool = False  # the canvas is an instruct model's answer: results.answer_of keeps its code
+    ends: frozenset[int] = frozenset()  # a conversation's answer ends at the first of these (its end of turn)
 
     @property
     def stops_at_line(self) -> bool:

@@ -52,6 +52,14 @@ class ChatFormat:
         eos = dict(self.special).get("eos_token")
         return tuple(dict.fromkeys([*([eos] if eos else []), *names]))
 
+    @property
+    def ends(self) -> frozenset[int]:
+        """The ids an answer ends at: every special token but the mask and the bos (an end of turn, an
+        end of text, the start of another turn)."""
+        tok = self.tok
+        return frozenset(i for i, t in tok.hf.get_added_tokens_decoder().items()
+                         if t.special and i not in (tok.mask_id, tok.bos_id, tok.filler_id))
+
     def prompt(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The ids of the conversation with the template's generation prompt after it. ValueError (one
         line) when the template fails on it."""

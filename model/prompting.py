@@ -55,13 +55,120 @@ def chat_template(folder: Path) -> str | None:
 
 
 def render_chat(template: str, messages: list[dict], special: dict[str, str | None],
-                add_generation_prompt: bool = True) -> str:
-    """The template rendered as transformers' apply_chat_template renders it (tokenize=False): jinja2's
-    ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks and loop controls, `raise_exception`
-    and a `tojson` that does not escape HTML; `special`: bos_token, eos_token, ... by name.
-    ValueError (one line) when the template fails or raises."""
+                add_generation_prompt: bool = True, tools: list[dict] | None = None,
+                documents: list[dict] | None = None) -> str:
+    """The template rendered as transformers' apply_chat_template renders it (tokenize=False, the
+    5.x chat_template_utils): jinja2's ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks,
+    loop controls and a `{% generation %}` block that renders its body; `raise_exception`,
+    `strftime_now`, a `dict` that only builds dicts, a `namespace` that refuses underscore names, and
+    a `tojson` that does not escape HTML. What the template sees: `messages` with their None-valued
+    keys dropped and a reasoning under `reasoning_content`, `thinking` or `reasoning` under all
+    three; `tools` (OpenAI-shaped definitions, {"type": "function", "function": {...}}) and
+    `documents` as given, None when absent (defined, as there); `add_generation_prompt`;
+    `special`'s bos_token, eos_token, ... by name (a None one: not defined). All of it is rebuilt
+    from plain data first (strings, numbers, dicts, lists; anything else an inert "<TypeName>").
+    ValueError (one line) when the template fails or raises, or an input is not of that shape."""
+    if tools is not None and not all(isinstance(t, dict) for t in tools):
+        raise ValueError("the chat template's tools must be JSON schemas (dicts)")
+    if documents is not None and not all(isinstance(d, dict) for d in documents):
+        raise ValueError("the chat template's documents must be dicts (with 'title' and 'text')")
+    chat = []
+    for message in _plain_template_data(list(messages)):
+        if not isinstance(message, dict):
+            raise ValueError(f"a chat message must be a dict, not {message!r}")
+        message = {k: v for k, v in message.items() if v is not None}
+        reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        chat.append(message)
     import jinja2
+
+    try:
+        return _compiled_chat_template(template).render(
+            messages=chat, tools=_plain_template_data(tools), documents=_plain_template_data(documents),
+            add_generation_prompt=add_generation_prompt,
+            **_plain_template_data({k: v for k, v in special.items() if v is not None}))
+    except jinja2.exceptions.TemplateError as e:
+        raise ValueError(f"the chat template failed: {' '.join(str(e).split())}") from None
+    except (ArithmeticError, AttributeError, LookupError, RecursionError, TypeError, ValueError) as e:
+        raise ValueError(f"the chat template failed: {type(e).__name__}: {' '.join(str(e).split())}") from None
+
+
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")  # the names transformers aliases
+
+
+def _plain_template_data(value):
+    """`value` rebuilt of plain JSON-like data, as transformers' `_plain_template_data` rebuilds what a
+    template sees: exact scalars as they are, str/int/float subclasses as the base type, mappings,
+    lists, tuples, dataclasses and pydantic models (`model_dump`) walked, a numpy scalar as its
+    `item()`, anything else an inert "<TypeName>" (a template only asks whether such a key is there)."""
+    import dataclasses
+    from collections.abc import Mapping
+
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, Mapping):
+        return {_plain_template_data(k): _plain_template_data(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_template_data(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_plain_template_data(v) for v in value)
+    if any(c.__name__ == "generic" and c.__module__ == "numpy" for c in type(value).__mro__):
+        return _plain_template_data(value.item())  # np.generic, without importing numpy
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain_template_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if callable(getattr(value, "model_dump", None)):
+        return _plain_template_data(value.model_dump())
+    return f"<{type(value).__name__}>"
+
+
+def _compiled_chat_template(template: str):
+    """The template compiled in transformers' chat-template environment (its
+    `_cached_compile_jinja_template`), kept for the last few template texts. jinja2.TemplateError
+    when it does not compile."""
+    compiled = _COMPILED.get(template)
+    if compiled is None:
+        compiled = _chat_environment().from_string(template)
+        if len(_COMPILED) >= 16:
+            _COMPILED.clear()
+        _COMPILED[template] = compiled
+    return compiled
+
+
+_COMPILED: dict = {}  # _compiled_chat_template's, by template text
+
+
+def _chat_environment():
+    """transformers' chat-template environment, built once: ImmutableSandboxedEnvironment(trim_blocks,
+    lstrip_blocks, loop controls, the `{% generation %}` tag), its `tojson` filter and its
+    `raise_exception`, `strftime_now`, `dict` and `namespace` globals."""
+    global _CHAT_ENV
+    if _CHAT_ENV is not None:
+        return _CHAT_ENV
+    from datetime import datetime
+
+    import jinja2
+    import jinja2.ext
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(jinja2.ext.Extension):
+        # transformers' AssistantTracker: `{% generation %}...{% endgeneration %}` marks the assistant's
+        # tokens for return_assistant_tokens_mask; rendering a prompt, the block is its body
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller):
+            return caller()
 
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
@@ -69,14 +176,44 @@ def render_chat(template: str, messages: list[dict], special: dict[str, str | No
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    def strftime_now(format):
+        return datetime.now().strftime(format)
+
+    class TemplateDict:  # `dict(...)` builds a dict; no attribute of the type itself is reachable
+        def __call__(self, *args, **kwargs):
+            return dict(*args, **kwargs)
+
+        def fromkeys(self, *args, **kwargs):
+            return dict.fromkeys(*args, **kwargs)
+
+    def check(name):
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(
+                f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}. "
+                "Please rename the attribute.")
+
+    class TemplateNamespace(jinja2.utils.Namespace):  # a namespace that takes no underscore-prefixed name
+        def __init__(*args, **kwargs):
+            self, args = args[0], args[1:]
+            attrs = dict(*args, **kwargs)
+            for name in attrs:
+                check(name)
+            jinja2.utils.Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name, value):
+            check(name)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[Generation, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    try:
-        return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                                **{k: v for k, v in special.items() if v is not None})
-    except jinja2.exceptions.TemplateError as e:
-        raise ValueError(f"the chat template failed: {e}") from None
+    env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now, dict=TemplateDict(),
+                       namespace=TemplateNamespace)
+    _CHAT_ENV = env
+    return env
+
+
+_CHAT_ENV = None  # _chat_environment's, once built
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,10 @@ def answer_of(text: str, pieces: list[str], chat: bool, one_line: bool) -> tuple
 
 
 def result_of(f: Decoded, tok: Tokenizer) -> FillResult:
-    kept = [(t, c) for t, c in zip(f.canvas, f.conf) if t != tok.filler_id]
+    canvas = f.canvas
+    if f.req.ends:  # a chat answer ends at its end of turn (the tokens after it are the model's next turns)
+        canvas = next((canvas[:k] for k, t in enumerate(canvas) if t in f.req.ends), canvas)
+    kept = [(t, c) for t, c in zip(canvas, f.conf) if t != tok.filler_id]
     ids = [t for t, _ in kept]
     text, pieces = text_of(tok, ids, f.row.healed)
     if f.req.chat:

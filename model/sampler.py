@@ -391,6 +391,8 @@ def _check_drafts(model, tok: Tokenizer, batch: _Batch, cfg: SamplerConfig, fill
 
 def _draft(batch: _Batch, b: int, f: Decoded, tok: Tokenizer, step: int) -> Draft:
     ids = batch.x[b].gather(0, batch.canvas_idx[b, : f.row.length]).tolist()
+    if f.req.ends:  # a chat answer ends at its end of turn
+        ids = next((ids[:k] for k, t in enumerate(ids) if t in f.req.ends), ids)
     first = next((j for j, t in enumerate(ids) if t == tok.mask_id), len(ids))
     # one decode (not results.text_of's per-token pieces, quadratic in the canvas); a character whose last
     # bytes are still masked is not committed yet, so the committed text stays a prefix of the final

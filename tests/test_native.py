@@ -174,7 +174,9 @@ def test_an_instruct_answer_keeps_the_code_of_its_fence():
 def test_load_engine_picks_transformers_for_a_native_folder_and_refuses_int8(folder):
     engine = load_engine(LaunchSettings(path=str(folder)))
     assert isinstance(engine, NativeEngine) and engine.meta["family"] == "diffusiongemma"
-    assert Capabilities.from_message(engine.capabilities) == Capabilities(probe=False, rewrite=True, drafts=True)
+    caps = Capabilities.from_message(engine.capabilities)
+    assert (caps.probe, caps.rewrite, caps.drafts, caps.chat, caps.structured) == (False, True, True, True, False)
+    assert "<end_of_turn>" in caps.chat_stops  # its template's end of turn ends a chat answer
     with pytest.raises(ValueError, match="int8"):
         load_engine(LaunchSettings(path=str(folder), precision="int8"))
 
@@ -218,7 +220,7 @@ def test_fim_and_model_check_on_the_command_line(folder, tmp_path, capsys, engin
 def test_a_rewrite_puts_the_tagged_region_in_the_prompt_and_a_probe_is_refused(engine):
     content = mercury.edit_request("a.py", "x = 1\n", "y = x\n", 0, "print(y)\n", [], lambda s: len(s.split()), 200)
     backend = LocalBackend(engine)
-    assert backend.capabilities == Capabilities(probe=False, rewrite=True)
+    assert (backend.capabilities.probe, backend.capabilities.rewrite) == (False, True)
     fill = asyncio.run(backend.rewrite("a", RewriteOrder(content, 12)))
     prompt = engine.prompter.rewrite(content, room(engine, 12))
     assert fill.text == answer_text(engine.tokenizer.decode(generated(engine, prompt, 12)), "chat")
