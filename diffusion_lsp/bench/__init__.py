@@ -3,6 +3,7 @@
     bench sampler   forward passes and ms per span of the sampler alone (sampler.py)
     bench lsp       inline-completion latency through the real server over stdio (lsp.py)
     bench pretrained  load time, peak RSS, fill time: a 0.5 B checkpoint vs the embedded model, fp32 vs int8
+    bench structured  JSON answers with and without constraints: validity, forwards, tokens/s (structured.py)
     bench api       serve-api under load and faults: requests/s, tokens/s, latency, 429s, RSS (api.py)
     bench gpu       a Dream-7B shaped model and the embedded one on a CUDA GPU: fills per policy, continuous vs
                     static batching, the kernels vs their references, memory, goals; --dry-run on CPU (gpu.py)
@@ -10,7 +11,7 @@
 
 from __future__ import annotations
 
-from . import api, gpu, lsp, pretrained, sampler
+from . import api, gpu, lsp, pretrained, sampler, structured
 
 
 def register(sub) -> None:
@@ -21,3 +22,4 @@ def register(sub) -> None:
     pretrained.register(bench)
     api.register(bench)
     gpu.register(bench)
+    structured.register(bench)
