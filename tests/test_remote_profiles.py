@@ -348,3 +348,50 @@ def test_fim_with_server_vllm_as_a_user_runs_it(api, tmp_path, capsys):
     assert engine.prompts == [QWEN]
     assert main(["fim", str(path), "--at", "2:12", *flags]) == 2
     assert "server vllm needs fim_template" in capsys.readouterr().err and len(api.got) == 1
+
+
+# ---- edits from an instruction: every server through its chat endpoint ----
+
+@pytest.mark.parametrize("server, routes, limit", [("vllm", VLLM, "max_completion_tokens"),
+                                                   ("sglang", SGLANG, "max_completion_tokens"),
+                                                   ("mercury", MERCURY, "max_tokens"),
+                                                   ("generic", MERCURY, "max_tokens")])
+def test_an_instruction_edit_asks_the_chat_endpoint_and_takes_the_code_out_of_its_fence(api, server, routes, limit):
+    from diffusion_lsp.backend.orders import InstructOrder
+    from diffusion_lsp.backend.profiles import FENCE_TOKENS, INSTRUCT_SYSTEM
+    from diffusion_lsp.nextedit.instruct import chat_content
+
+    Engine(api, routes, output="Sure:\n```python\nreturn sum(xs)\n```\nDone.")
+    # the completions format (vLLM's with its FIM template): the edit still goes through chat
+    b = backend(api, server=server, **({"fim_template": "qwen"} if server == "vllm" else {}))
+    order = InstructOrder("def total(xs):\n", "    s = 0\n    return s\n", "\nprint(1)\n", "use sum()", 30)
+
+    async def go():
+        try:
+            return await b.instruct("k", order)
+        finally:
+            await b.close()
+    done = asyncio.run(go())
+    assert done.text == "return sum(xs)"
+    ((path, body),) = asked(api)
+    assert path == "/v1/chat/completions" and body[limit] == 30 + FENCE_TOKENS
+    assert body["messages"] == [{"role": "system", "content": INSTRUCT_SYSTEM},
+                                {"role": "user", "content": chat_content(order)}]
+    assert "use sum()" in chat_content(order) and "<|code_to_edit|>\n    s = 0\n    return s\n\n<|/code_to_edit|>" \
+        in chat_content(order)
+
+
+def test_an_instruction_edit_answered_without_a_fence_is_a_clear_failure(api):
+    from diffusion_lsp.backend.failure import BackendError
+    from diffusion_lsp.backend.orders import InstructOrder
+
+    Engine(api, VLLM, output="I would use sum here.")
+    b = backend(api, server="vllm", remote_format="chat")
+
+    async def go():
+        try:
+            return await b.instruct("k", InstructOrder("", "x = 1\n", "", "rename x", 10))
+        finally:
+            await b.close()
+    with pytest.raises(BackendError, match="no ``` code fence"):
+        asyncio.run(go())
