@@ -11,6 +11,7 @@ from .cpus import default_threads
 from .model.settings import FLOAT_DTYPES, LaunchSettings
 
 DEFAULT_MODEL = Path(__file__).parent / "checkpoints" / "default"
+MAX_PARALLEL_CALLS = 4  # tool calls in one answer
 
 
 def model_folder(path: str | Path | None) -> Path:
@@ -136,18 +137,29 @@ class Engine:
                 fill = self.answer([FillOrder("", "", order.max_tokens, sampling=cfg, chat=order.chat)], [""])[0]
                 return Answered("text", fill.text, tokens=fill.tokens, decoded=fill.tokens,
                                 forwards=forwards + fill.forwards, ms=ms + fill.ms)
-        name = choice if choice in functions else None
-        if name is None:
-            if len(functions) == 1:
-                name = next(iter(functions))
-            else:  # the function first, chosen whole; then its arguments under its parameters
-                names = list(functions)
-                r = decode(Obj((("name", Choice(tuple(json.dumps(n, ensure_ascii=False) for n in names))),)), lead)
-                name, forwards, ms = r.value["name"], forwards + r.forwards, ms + r.ms
-        r = decode(tool_call(name, functions[name]), lead, trail)
-        call = {"name": name, "arguments": json.dumps(r.value["arguments"], ensure_ascii=False)}
-        return Answered("tool_calls", "", [call], tokens=r.canvas, decoded=r.decoded, forwards=forwards + r.forwards,
-                        ms=ms + r.ms)
+        calls, tokens, decoded = [], 0, 0
+        while True:
+            name = choice if choice in functions else None
+            if name is None:
+                if len(functions) == 1:
+                    name = next(iter(functions))
+                else:  # the function first, chosen whole; then its arguments under its parameters
+                    names = tuple(json.dumps(n, ensure_ascii=False) for n in functions)
+                    r = decode(Obj((("name", Choice(names)),)), lead)
+                    name, forwards, ms = r.value["name"], forwards + r.forwards, ms + r.ms
+            r = decode(tool_call(name, functions[name]), lead, trail)
+            calls.append({"name": name, "arguments": json.dumps(r.value["arguments"], ensure_ascii=False)})
+            tokens, decoded, forwards, ms = tokens + r.canvas, decoded + r.decoded, forwards + r.forwards, ms + r.ms
+            # parallel calls where the template writes calls in tags (one after another): another one when the
+            # model's first choice after this call is another opening tag
+            if not (output.get("parallel") and lead and len(calls) < MAX_PARALLEL_CALLS):
+                break
+            prompt = prompt + tok.encode_markup(lead) + tok.encode(r.text) + tok.encode_markup(trail + "\n")
+            again, f, t = opens_with(model, tok, prompt, tok.encode_markup(lead)[:1], order.max_tokens)
+            forwards, ms = forwards + f, ms + t
+            if not again:
+                break
+        return Answered("tool_calls", "", calls, tokens=tokens, decoded=decoded, forwards=forwards, ms=ms)
 
     def _prompted(self, prefix: str, suffix: str, n: int, content: str | None = None) -> dict:
         """A prefix-only model's FillRequest fields: the prompt before a canvas of n (a fill's, or with

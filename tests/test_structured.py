@@ -170,3 +170,29 @@ def test_the_choice_is_the_models_own(tiny):
         finally:
             del model.logits
     assert r.value is False
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_parallel_calls_where_the_template_writes_them_in_tags(tiny, parallel):
+    """A model whose first choice is always the opening tag calls again after each call, up to the
+    limit; without parallel_tool_calls (or tags) one call."""
+    from diffusion_lsp.engine import MAX_PARALLEL_CALLS
+
+    model, tok = tiny
+    tagged = TEMPLATE + "{% if tools %}<tool_call>{% endif %}"
+    engine = Engine(model, tok, {}, chat_format=ChatFormat(tok, tagged))
+    opener = tok.encode_markup("<tool_call>\n")[0]
+    bias = torch.zeros(model.config.vocab_size)
+    bias[opener] = 50.0
+    original = model.logits
+    model.logits = lambda h: original(h) + bias
+    try:
+        chat = json.dumps({"messages": [{"role": "user", "content": "Add things"}], "tools": TOOLS})
+        output = json.dumps({"tools": TOOLS, "choice": "add", "parallel": parallel})
+        answer = engine.answer_structured(StructuredOrder(chat, output, 64))
+    finally:
+        del model.logits
+    assert len(answer.calls) == (MAX_PARALLEL_CALLS if parallel else 1)
+    for call in answer.calls:
+        assert call["name"] == "add"
+        jsonschema.validate(json.loads(call["arguments"]), TOOLS[1]["function"]["parameters"])

@@ -10,8 +10,10 @@ OpenAI's shapes (`chat.completion`, `chat.completion.chunk`).
   (model/structured.py): a schema is compiled here first (model/jsonschema.py), and one the layout
   cannot express is a 400 naming its keywords before the model is asked anything.
 - `tool_choice`: "none" (text), "auto" (the model's first token says whether it calls), "required",
-  or {"type": "function", "function": {"name": ...}}. One call per answer (`parallel_tool_calls` is
-  accepted; the calls come one turn at a time)."""
+  or {"type": "function", "function": {"name": ...}}. More than one call per answer
+  (`parallel_tool_calls`, on by default as in OpenAI's API) where the template writes calls in
+  tags one after another (Qwen's <tool_call>): after each, the model's first choice says whether
+  another follows."""
 
 from __future__ import annotations
 
@@ -107,7 +109,8 @@ def _output(body: dict, tools) -> str | None:
                 tool_call(t["function"]["name"], t["function"].get("parameters"))
             except Unsupported as e:
                 raise BadRequest(f"tools: function {t['function']['name']}: {e}", "tools") from None
-        return json.dumps({"tools": tools, "choice": pick}, ensure_ascii=False)
+        parallel = body.get("parallel_tool_calls")
+        return json.dumps({"tools": tools, "choice": pick, "parallel": parallel is not False}, ensure_ascii=False)
     if choice is not None and choice != "none" and not tools:
         raise BadRequest("tool_choice without tools", "tool_choice")
     if fmt is None:
