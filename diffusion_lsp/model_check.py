@@ -64,7 +64,7 @@ def check_native(path: Path, reference: bool = True) -> dict:
         "parameters": sum(p.numel() for p in params), "dtype_on_disk": engine.meta.get("dtype") or "float32",
         "dtype_loaded": str(params[0].dtype).replace("torch.", ""), "shift_logits": None,
         "vocab_size": tok.vocab_size, "prompt": engine.prompter.convention, "capabilities": engine.capabilities,
-        "canvas_length": model.config.canvas_length,
+        "canvas_length": model.config.canvas_length, "chat": _chat(path, tok),
         "special_tokens": {"eos": sorted(ends), "bos": tok.bos_id},
         "memory_mb": {"weights": round(sum(p.numel() * p.element_size() for p in params) / 2**20, 1),
                       "peak_rss": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)},
@@ -90,6 +90,21 @@ def check_native(path: Path, reference: bool = True) -> dict:
                             "first_difference": next((k for k, (a, b) in enumerate(zip(mine, theirs)) if a != b),
                                                      None if len(mine) == len(theirs) else min(len(mine), len(theirs)))}
     return out
+
+
+def _chat(path: Path, tok) -> str:
+    """What serve-api's /v1/chat/completions puts a conversation in, for `model check`."""
+    from .model.chat import chat_format
+
+    try:
+        found = chat_format(tok, path)
+    except ValueError as e:
+        return f"its chat template cannot be read ({e})"
+    if found is None:
+        return "no chat template: /v1/chat/completions answers 400 unless serve-api is given --chat-template FILE"
+    return (f"its own chat template ({len(found.template):,} characters"
+            f"{', tools shown' if found.shows_tools else ''}"
+            f"{', calls in ' + found.tool_tags[0].strip() + ' tags' if found.tool_tags[0] else ''})")
 
 
 def _prompt(family_name: str | None, tok) -> dict:
@@ -131,7 +146,7 @@ def check(path: Path, reference: bool = True) -> dict:
                       "peak_rss": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)},
         "load_ms": round(load_ms, 1), "reference": None,
     }
-    out.update(_prompt(meta.get("family"), tok))
+    out.update(_prompt(meta.get("family"), tok), chat=_chat(path, tok))
     if not reference:
         out["reference"] = {"skipped": "--no-reference"}
     elif not hf:
@@ -191,6 +206,8 @@ def run(args) -> int:
              f"loaded in {report['load_ms']:,.0f} ms"]
     if "prompt_description" in report:
         lines.append(f"  prompt: {report['prompt_description']}")
+    if "chat" in report:
+        lines.append(f"  chat: {report['chat']}")
     if "canvas_length" in report:
         can = report["capabilities"]
         unscored = "; it cannot score given tokens (no guesses from your own code are checked)"
