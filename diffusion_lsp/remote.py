@@ -213,32 +213,28 @@ class FimClient:
         if request is None:
             raise self._fail(RemoteError, f"server {self.asking.profile.name} has no next-edit endpoint "
                                           "(remote_format chat asks an instruct model instead)", "endpoint")
-        (route,) = request.routes
-        t0 = time.perf_counter()
-        raw, said = await self._post(route, request.body)
-        if raw is None:
-            raise self._fail(RemoteError, f"{self.base_url} answered 404 (not found) at {route}{said}: "
-                                          "the API has no next-edit endpoint", "endpoint", 404)
-        try:
-            text, tokens = parse_answer(raw)
-        except RequestFailed as e:
-            raise self._fail(RequestFailed, str(e), e.kind) from None
-        return Completion(text, tokens, (time.perf_counter() - t0) * 1e3, route)
+        return await self._one(request, "the API has no next-edit endpoint")
 
     async def instruct(self, content: str, max_tokens: int) -> Completion:
         """An edit from an instruction, through the API's chat endpoint (profiles.py instruct_request):
         the code in the answer's fence."""
-        request = self.asking.instruct_request(content, max_tokens)
+        return await self._one(self.asking.instruct_request(content, max_tokens),
+                               "an edit from an instruction needs the API's chat endpoint")
+
+    async def _one(self, request, missing: str) -> Completion:
+        """The answer of a request with one route; a 404 says `missing`."""
         (route,) = request.routes
         t0 = time.perf_counter()
         raw, said = await self._post(route, request.body)
         if raw is None:
-            raise self._fail(RemoteError, f"{self.base_url} answered 404 (not found) at {route}{said}: an edit from "
-                                          "an instruction needs the API's chat endpoint", "endpoint", 404)
+            raise self._fail(RemoteError, f"{self.base_url} answered 404 (not found) at {route}{said}: {missing}",
+                             "endpoint", 404)
         try:
             text, tokens = parse_answer(raw)
-            text = fenced_code(text)
-        except ValueError as e:
+            text = fenced_code(text) if request.fenced else text
+        except RequestFailed as e:
+            raise self._fail(RequestFailed, str(e), e.kind) from None
+        except ValueError as e:  # a chat answer without its code fence
             raise self._fail(RequestFailed, str(e), "answer") from None
         return Completion(text, tokens, (time.perf_counter() - t0) * 1e3, route)
 

@@ -284,7 +284,7 @@ class LaunchSettings:
         help=f"the model's fill-in-the-middle prompt ({', '.join(FIM_TEMPLATES)} or a template holding {{prefix}} "
              "and {suffix}) for a server that takes no suffix (backend openai)"))
     chat_template: str | None = field(default=None, metadata=check(
-        lambda v: 0 < len(v) <= 4096, "a file path",
+        lambda v: 0 < len(v) <= 4096, "a file path", editor=False,
         help="a jinja chat template file for a model that has none (serve-api's /v1/chat/completions); a "
              "checkpoint's own template is used without it"))
     remote_format: str = field(default="completions", metadata=one_of(

@@ -59,6 +59,13 @@ def event(rid: str, model: str, text: str, finish: str | None) -> str:
     return f"data: {json.dumps(chunk)}\n\n"
 
 
+def from_usage(include: bool, kind: str, rid: str, model: str, answer: Answer) -> str:
+    """A stream's last events: the usage chunk (stream_options.include_usage), then [DONE]."""
+    chunk = {"id": rid, "object": kind, "created": int(time.time()), "model": model, "choices": [],
+             "usage": usage(answer)}
+    return (f"data: {json.dumps(chunk)}\n\n" if include else "") + "data: [DONE]\n\n"
+
+
 class Routes:
     """Each route's own work, over the Service; what they share is the Gate's."""
 
@@ -115,23 +122,23 @@ class Routes:
                 yield event(rid, model, answer.text, answer.finish_reason)
             else:  # a draft's committed text is a prefix of the final text (model/sampler.py _draft)
                 yield event(rid, model, answer.text[len(sent):], answer.finish_reason)
-            if fim.include_usage:
-                chunk = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-                         "choices": [], "usage": usage(answer)}
-                yield f"data: {json.dumps(chunk)}\n\n"
-            yield "data: [DONE]\n\n"
+            yield from_usage(fim.include_usage, "text_completion", rid, model, answer)
         except asyncio.CancelledError:
             self.metrics.disconnects.inc()
             raise
         finally:
-            gone.cancel()
-            self.metrics.latency.labels(route).observe(time.monotonic() - t0)
-            release()
-            # the server cancels this generator when the client leaves, and may cancel every await
-            # here again: a fill step still unwinding is closed by its own cancellation (its
-            # generator cancels the fill in the worker), a suspended one is closed now
-            if not items.ag_running:
-                await items.aclose()
+            await self._ended(items, gone, route, t0, release)
+
+    async def _ended(self, items, gone, route: str, t0: float, release) -> None:
+        """A stream's end, however it ended: counted, its place released, its fill closed."""
+        gone.cancel()
+        self.metrics.latency.labels(route).observe(time.monotonic() - t0)
+        release()
+        # the server cancels the stream's generator when the client leaves, and may cancel every await
+        # there again: a fill step still unwinding is closed by its own cancellation (its generator
+        # cancels the fill in the worker), a suspended one is closed now
+        if not items.ag_running:
+            await items.aclose()
 
     async def chat(self, request: Request) -> Response:
         chat: Chat = self.gate.parsed(parse_chat, await self.gate.read_json(request))
@@ -199,20 +206,12 @@ class Routes:
             elif answer.text[len(sent):]:
                 yield chunk({"content": answer.text[len(sent):] if answer.text.startswith(sent) else answer.text})
             yield chunk({}, answer.finish_reason)
-            if chat.include_usage:
-                body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
-                        "choices": [], "usage": usage(answer)}
-                yield f"data: {json.dumps(body)}\n\n"
-            yield "data: [DONE]\n\n"
+            yield from_usage(chat.include_usage, "chat.completion.chunk", rid, model, answer)
         except asyncio.CancelledError:
             self.metrics.disconnects.inc()
             raise
         finally:
-            gone.cancel()
-            self.metrics.latency.labels("/v1/chat/completions").observe(time.monotonic() - t0)
-            release()
-            if not items.ag_running:
-                await items.aclose()
+            await self._ended(items, gone, "/v1/chat/completions", t0, release)
 
     async def edit(self, request: Request) -> Response:
         """Mercury's next edit (`messages`), or an edit from an `instruction` (the code in `input`)."""

@@ -134,12 +134,7 @@ def parse_fim(body, cap: int, needs_suffix_field: bool = False) -> Fim:
     if not suffix:
         prompt, suffix = split_fim(prompt)
     prompt, suffix = valid_text(prompt), valid_text(suffix or "")  # lone surrogates: U+FFFD, as the model reads them
-    stop = body.get("stop")
-    stop = [stop] if isinstance(stop, str) else [] if stop is None else stop
-    if not (isinstance(stop, list) and len(stop) <= MAX_STOPS
-            and all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stop)):
-        raise BadRequest(f"stop must be a string or at most {MAX_STOPS} non-empty strings of at most "
-                         f"{MAX_STOP_CHARS} characters", "stop")
+    stop = stops_of(body)
     flags = {}
     for name in ("stream", "diffusing"):
         v = body.get(name, False)
@@ -154,6 +149,17 @@ def parse_fim(body, cap: int, needs_suffix_field: bool = False) -> Fim:
     include_usage = bool((options or {}).get("include_usage", False))
     return Fim(model, prompt, suffix or "", max_tokens, stop, flags["stream"], flags["diffusing"], include_usage,
                ignored)
+
+
+def stops_of(body: dict) -> list[str]:
+    """The body's `stop`: a string or a list of at most MAX_STOPS short ones."""
+    stop = body.get("stop")
+    stop = [stop] if isinstance(stop, str) else [] if stop is None else stop
+    if not (isinstance(stop, list) and len(stop) <= MAX_STOPS
+            and all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stop)):
+        raise BadRequest(f"stop must be a string or at most {MAX_STOPS} non-empty strings of at most "
+                         f"{MAX_STOP_CHARS} characters", "stop")
+    return stop
 
 
 def parse_edit(body, cap: int) -> Edit:

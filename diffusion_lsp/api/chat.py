@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from ..model.chat import conversation
 from ..model.jsonschema import Unsupported, compile_schema, tool_call
 from ..model.text import valid_text
-from .bodies import BadRequest, MAX_STOP_CHARS, MAX_STOPS, _common
+from .bodies import BadRequest, _common, stops_of
 
 # reasoning_effort -> the threshold policy's threshold (SamplerConfig.threshold): a step commits every
 # position at least this sure (and the surest one); the default is the server's own sampling
@@ -54,12 +54,7 @@ def parse_chat(body, cap: int) -> Chat:
     except ValueError as e:
         param = "tools" if str(e).startswith("tools") else "messages"
         raise BadRequest(str(e), param) from None
-    stop = body.get("stop")
-    stop = [stop] if isinstance(stop, str) else [] if stop is None else stop
-    if not (isinstance(stop, list) and len(stop) <= MAX_STOPS
-            and all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stop)):
-        raise BadRequest(f"stop must be a string or at most {MAX_STOPS} non-empty strings of at most "
-                         f"{MAX_STOP_CHARS} characters", "stop")
+    stop = stops_of(body)
     flags = {}
     for name in ("stream", "diffusing", "parallel_tool_calls"):
         v = body.get(name)
