@@ -265,3 +265,20 @@ def test_the_server_completes_and_asks_next_edits_through_a_rewrite_prompt(folde
 def test_serve_api_refuses_int8_for_a_native_model_before_it_starts(folder, capsys):
     assert main(["serve-api", "--model", str(folder), "--precision", "int8", "--port", "9"]) == 2
     assert "--precision int8: int8 weights are for our own models" in capsys.readouterr().err
+
+
+def test_a_conversation_is_answered_by_its_own_generation_and_json_is_refused(engine):
+    """Chat through a model transformers runs: the conversation in its own template (model/chat.py),
+    the answer transformers' own generation of it; constrained output is not offered (its canvas is
+    transformers' own decoding)."""
+    from diffusion_lsp.backend.orders import StructuredOrder
+
+    chat = json.dumps({"messages": [{"role": "system", "content": "Be brief."},
+                                    {"role": "user", "content": "Add two numbers in Python."}]})
+    (fill,) = engine.answer([FillOrder("", "", 12, chat=chat)], [""])
+    prompt = engine.chat_prompt(chat, 12)
+    rendered = render_chat(GEMMA_TEMPLATE, json.loads(chat)["messages"], {"bos_token": "<bos>"})
+    assert engine.tokenizer.hf.decode(prompt, skip_special_tokens=False) == rendered
+    assert fill.text == engine.tokenizer.decode(generated(engine, prompt, 12))
+    with pytest.raises(ValueError, match="under constraints"):
+        engine.answer_structured(StructuredOrder(chat, json.dumps({"object": True}), 12))
