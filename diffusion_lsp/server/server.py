@@ -19,6 +19,7 @@ from ..context.languages import prepare
 from ..context.records import Document
 from . import positions
 from .completion import Answer
+from .instruct import METHOD as EDIT_WITH_INSTRUCTION, edit_with_instruction, parse as parse_instruct_params
 from .jsonrpc import Protocol, serve_stdio, serve_tcp
 from .session import ServeOptions, Session
 
@@ -97,6 +98,11 @@ class DiffusionServer(LanguageServer):
         (Copilot's request, whose type pygls does not know, and a command this server does not have)."""
         if method == NEXT_EDIT:
             return next_edit_problem(params)
+        if method == EDIT_WITH_INSTRUCTION:
+            try:
+                parse_instruct_params(params)
+            except ValueError as e:
+                return str(e)
         if method == types.WORKSPACE_EXECUTE_COMMAND:
             name = params.get("command") if isinstance(params, dict) else None
             if name not in (ACCEPTED, ACCEPTED_EDIT):
@@ -312,6 +318,7 @@ def create_server(options: ServeOptions) -> DiffusionServer:
         (types.TEXT_DOCUMENT_DID_CLOSE, did_close), (NEXT_EDIT, next_edit),
         (DID_SHOW_INLINE_EDIT, did_show_inline_edit), (DID_FOCUS, did_focus),
         (DID_SHOW, did_show), (DID_PARTIALLY_ACCEPT, did_partially_accept), (STATS, stats),
+        (EDIT_WITH_INSTRUCTION, edit_with_instruction),
         (types.SHUTDOWN, shutdown),
     ]:
         ls.feature(method)(handler)

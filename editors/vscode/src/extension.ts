@@ -8,6 +8,7 @@ import {
   DidChangeConfigurationNotification, LanguageClient, type LanguageClientOptions, type ServerOptions, State,
 } from 'vscode-languageclient/node';
 
+import { InstructEdits } from './instruct';
 import { NextEditView, VISIBLE_KEY } from './nextEditView';
 import { noNextEditMessage, STATS, type Stats } from './protocol';
 import {
@@ -271,9 +272,11 @@ export interface Api {
 
 export async function activate(context: vscode.ExtensionContext): Promise<Api> {
   const ext = (extension = new Extension(serverKeys(context.extension.packageJSON)));
+  const instruct = new InstructEdits(() => ext.client, () => ext.settings().languages, ext.log);
   void vscode.commands.executeCommand('setContext', VISIBLE_KEY, false);
   context.subscriptions.push(
     ext,
+    instruct,
     vscode.workspace.onDidChangeConfiguration((e) => void ext.onConfiguration(e)),
     vscode.commands.registerCommand('diffusionLsp.toggle', () => ext.toggle()),
     vscode.commands.registerCommand('diffusionLsp.restartServer', () => ext.restart()),
@@ -283,6 +286,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<Api> {
     vscode.commands.registerCommand('diffusionLsp.acceptNextEdit', () => ext.nextEdits.accept()),
     vscode.commands.registerCommand('diffusionLsp.dismissNextEdit', () => ext.nextEdits.clear()),
     vscode.commands.registerCommand('diffusionLsp.adapt', () => ext.adapt()),
+    // an instruction as the argument skips the input box (a keybinding's args); the context menu passes a uri
+    vscode.commands.registerCommand('diffusionLsp.editWithInstruction',
+      (instruction?: unknown) => instruct.edit(undefined, typeof instruction === 'string' ? instruction : undefined)),
+    vscode.commands.registerCommand('diffusionLsp.acceptProposal', () => instruct.decide(true)),
+    vscode.commands.registerCommand('diffusionLsp.rejectProposal', () => instruct.decide(false)),
   );
   await ext.start();
   return { client: () => ext.client, stats: () => ext.refresh() };

@@ -87,3 +87,39 @@ export function noNextEditMessage(stats: Stats | null): string {
   }
   return 'Diffusion LSP: no next edit here.';
 }
+
+export const EDIT_WITH_INSTRUCTION = 'diffusionLsp/editWithInstruction';
+
+/** The parameters of diffusionLsp/editWithInstruction: rewrite `range` of the document at `version` as
+ * `instruction` says. */
+export function instructParams(uri: string, version: number, range: Range, instruction: string) {
+  return { textDocument: { uri, version }, range, instruction };
+}
+
+/** A proposal from diffusionLsp/editWithInstruction: `newText` for `range`, and the server's
+ * WorkspaceEdit (applied as it is on accept). */
+export interface Proposal {
+  range: Range;
+  newText: string;
+  edit: unknown;
+}
+
+/** The result as a Proposal, or null when it is malformed or its edit is for another document or
+ * version (a versioned edit says which). */
+export function parseProposal(result: unknown, uri: string, version: number): Proposal | null {
+  const r = result as { range?: unknown; newText?: unknown; edit?: { documentChanges?: unknown; changes?: unknown } };
+  if (typeof r?.newText !== 'string' || !isRange(r.range) || typeof r.edit !== 'object' || r.edit === null) {
+    return null;
+  }
+  const changes = r.edit.documentChanges;
+  if (Array.isArray(changes)) {
+    const doc = (changes as { textDocument?: { uri?: unknown; version?: unknown } }[]).map((c) => c?.textDocument);
+    if (doc.length !== 1 || doc[0]?.uri !== uri || (doc[0]?.version != null && doc[0].version !== version)) {
+      return null;
+    }
+  } else if (typeof r.edit.changes !== 'object' || r.edit.changes === null
+      || Object.keys(r.edit.changes).join() !== uri) {
+    return null;
+  }
+  return { range: r.range, newText: r.newText, edit: r.edit };
+}

@@ -9,7 +9,8 @@ import * as path from 'node:path';
 import { describe, it } from 'node:test';
 
 import { acceptAction, applyEdit, preview, textIn } from '../src/nextEdit';
-import { noNextEditMessage, parseNextEdit, type NextEdit } from '../src/protocol';
+import { instructParams, noNextEditMessage, parseNextEdit, parseProposal, type NextEdit } from '../src/protocol';
+import { instructionProblem, linesLabel, proposalTitle, withReplacement } from '../src/proposal';
 import {
   adaptCommand, clientSettings, findExecutable, minutesProblem, missingServerMessage, serverKeys, userSettings,
 } from '../src/settings';
@@ -153,6 +154,47 @@ describe('next edit', () => {
   });
 });
 
+describe('edit with instruction', () => {
+  const uri = 'file:///a.py';
+  const range = { start: { line: 1, character: 0 }, end: { line: 3, character: 0 } };
+  const versioned = (u: string, version: number | null) => ({ range, newText: 'y\n',
+    edit: { documentChanges: [{ textDocument: { uri: u, version }, edits: [{ range, newText: 'y\n' }] }] } });
+
+  it('asks with the document, its version, the range and the instruction', () => {
+    assert.deepEqual(instructParams(uri, 4, range, 'make it async'),
+      { textDocument: { uri, version: 4 }, range, instruction: 'make it async' });
+  });
+
+  it('keeps a proposal for this document and version only', () => {
+    assert.deepEqual(parseProposal(versioned(uri, 4), uri, 4), { ...versioned(uri, 4) });
+    assert.equal(parseProposal(versioned(uri, 4), uri, 5), null, 'made for another version');
+    assert.equal(parseProposal(versioned('file:///b.py', 4), uri, 4), null, 'for another document');
+    assert.ok(parseProposal(versioned(uri, null), uri, 4), 'an unversioned document edit');
+    const plain = { range, newText: 'y\n', edit: { changes: { [uri]: [{ range, newText: 'y\n' }] } } };
+    assert.ok(parseProposal(plain, uri, 4));
+    assert.equal(parseProposal({ ...plain, edit: { changes: { 'file:///b.py': [] } } }, uri, 4), null);
+    assert.equal(parseProposal({ ...plain, newText: 3 }, uri, 4), null);
+    assert.equal(parseProposal({ ...plain, range: { start: range.end, end: range.start } }, uri, 4), null);
+    assert.equal(parseProposal({ range, newText: 'y' }, uri, 4), null, 'no edit');
+    assert.equal(parseProposal(null, uri, 4), null);
+  });
+
+  it('refuses an empty instruction in the input box, names the lines and titles the diff', () => {
+    assert.match(instructionProblem('  ') ?? '', /Say what to change/);
+    assert.equal(instructionProblem('use a list comprehension'), null);
+    assert.equal(linesLabel(2, 2), 'line 3');
+    assert.equal(linesLabel(2, 5), 'lines 3–6');
+    assert.equal(proposalTitle('a.py', '  use a\n list   comprehension '), 'a.py: as it is ↔ proposed ("use a list comprehension")');
+    assert.equal(proposalTitle('a.py', 'x'.repeat(100)).length, 'a.py: as it is ↔ proposed ("")'.length + 60);
+  });
+
+  it('shows the file as the proposal would make it', () => {
+    const text = 'def f(xs):\n    out = []\n    return out\n';
+    assert.equal(withReplacement(text, 11, text.length, '    return list(xs)\n'), 'def f(xs):\n    return list(xs)\n');
+    assert.equal(withReplacement('ab', 1, 1, 'X'), 'aXb');
+  });
+});
+
 describe('status bar', () => {
   const ready = { worker: { pid: 42, state: 'ready' }, counts: { requests: 3, answered: 2, accepted: 1 },
     latency_ms: { p50: 51.2 }, next_edit: { counts: { requests: 1, answered: 1, accepted: 0 } } };
@@ -187,6 +229,13 @@ describe('manifest', () => {
     for (const k of manifest.contributes.keybindings) {
       assert.ok(commands.includes(k.command), `${k.command} has a key but is not contributed`);
     }
+    const instruct = manifest.contributes.keybindings.find((k: { command: string }) => k.command === 'diffusionLsp.editWithInstruction');
+    assert.match(instruct.when, /editorHasSelection/);
+    const menus = Object.values(manifest.contributes.menus).flat() as { command: string }[];
+    for (const m of menus) {
+      assert.ok(commands.includes(m.command), `${m.command} is in a menu but is not contributed`);
+    }
+    assert.ok(manifest.contributes.menus['editor/context'].some((m: { command: string }) => m.command === 'diffusionLsp.editWithInstruction'));
     const accept = manifest.contributes.keybindings.find((k: { command: string }) => k.command === 'diffusionLsp.acceptNextEdit');
     assert.match(accept.when, /diffusionLsp\.nextEditVisible/);
     assert.match(accept.when, /!inlineSuggestionVisible/);
