@@ -184,8 +184,7 @@ class Layout:
                 key = self._node(node.key)
                 self._text(": ")
             items.append((key, self._node(node.item)))
-        if not decisions or node.max_items > 0:
-            self._text(closing)
+        self._text(closing)
         self._flush()
         for _, d in decisions:
             d.region_end = len(self.ids)
@@ -212,7 +211,6 @@ class Layout:
         device = next(model.parameters()).device
         row = torch.tensor(head + self.ids, device=device)
         offset, shift = len(head), int(model.config.shift_logits)
-        self.x = self.ids  # what rendering reads: the canvas, updated in place below
         canvas = row[offset:]
         positions = torch.arange(len(row), device=device)[None]
         key_mask = torch.ones(1, len(row), dtype=torch.bool, device=device)
@@ -238,7 +236,7 @@ class Layout:
                         self._commit(unit, action, canvas, filler, mask)
                         if conf == best:
                             best = math.inf  # one surest move, not every tie
-        self.x = canvas.tolist()
+        self.x = canvas.tolist()  # what rendering reads
         text = render()
         decoded = sum(len(u.cells) for u in self.units if not u.dead)
         return Structured(text, json.loads(text), forwards, (time.perf_counter() - t0) * 1e3, len(self.ids),
