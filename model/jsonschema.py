@@ -10,6 +10,8 @@ given output the schema does not describe):
   string (`minLength`, `maxLength`, `enum`), integer and number (`minimum`, `maximum`,
   `exclusiveMinimum`, `exclusiveMaximum`), boolean, null;
 - `enum` and `const` of any JSON values; `$ref` to `#/$defs/...` or `#/definitions/...` (not recursive);
+- a value or null: `anyOf` / `oneOf` of one schema and `{"type": "null"}` (Pydantic's Optional), or
+  `type: [T, "null"]`; the model chooses null or the value (other unions are refused);
 - annotations (`title`, `description`, `default`, `examples`, ...) are ignored.
 Bounds: a string slot is at most MAX_STRING_TOKENS tokens (DEFAULT_STRING_TOKENS without a
 maxLength), an array without `maxItems` has at most max(minItems, DEFAULT_MAX_ITEMS) items and at
@@ -36,6 +38,7 @@ MAX_DEPTH = 24
 ANNOTATIONS = {"title", "description", "$comment", "examples", "default", "$schema", "$id", "deprecated",
                "readOnly", "writeOnly", "$anchor"}
 KNOWN = {"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
+         "anyOf", "oneOf",
          "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$defs",
          "definitions", "$ref", "strict"}
 TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
@@ -86,6 +89,13 @@ class Num:
 
 
 @dataclass(frozen=True)
+class Nullable:
+    """null, or `value`: the model chooses."""
+
+    value: object
+
+
+@dataclass(frozen=True)
 class Obj:
     entries: tuple[tuple[str, object], ...]
 
@@ -100,7 +110,7 @@ class Arr:
     key: Str | None = None
 
 
-Node = Const | Choice | Str | Num | Obj | Arr
+Node = Const | Choice | Str | Num | Nullable | Obj | Arr
 
 
 def compile_schema(schema) -> Node:
@@ -143,6 +153,21 @@ def _compile(s, path: str, defs: dict, problems: list[str], refs: tuple[str, ...
             problems.append(f"{path}: $ref {ref!r} is recursive (not supported)")
             return Const("null")
         return _compile(defs[name], ref, defs, problems, (*refs, ref), counter)
+    for union in ("anyOf", "oneOf"):
+        if union in s:
+            branches = s[union]
+            nulls = [b for b in branches if _is_null(b)] if isinstance(branches, list) else []
+            if not (isinstance(branches, list) and len(branches) == 2 and len(nulls) == 1):
+                problems.append(f"{path}: {union} is supported only as one schema or null")
+                return Const("null")
+            other = next(b for b in branches if b is not nulls[0])
+            rest = {k: v for k, v in s.items() if k != union}  # sibling keywords hold for the value too
+            merged = {**rest, **other} if isinstance(other, dict) else other
+            return Nullable(_compile(merged, f"{path}/{union}", defs, problems, refs, counter))
+    if isinstance(s.get("type"), list) and len(s["type"]) == 2 and "null" in s["type"] and "enum" not in s \
+            and "const" not in s:
+        other = next(t for t in s["type"] if t != "null")
+        return Nullable(_compile({**s, "type": other}, path, defs, problems, refs, counter))
     if "const" in s:
         return Const(_dumps(s["const"]))
     if "enum" in s:
@@ -199,9 +224,16 @@ def _compile(s, path: str, defs: dict, problems: list[str], refs: tuple[str, ...
                      for k, v in props.items()))
 
 
+def _is_null(s) -> bool:
+    return isinstance(s, dict) and (s.get("type") == "null" or ("const" in s and s["const"] is None)) and not (
+        set(s) - ANNOTATIONS - {"type", "const"})
+
+
 def _fits_type(value, kind) -> bool:
     if kind is None:
         return True
+    if isinstance(kind, list):
+        return any(_fits_type(value, k) for k in kind)
     return (kind == "string" and isinstance(value, str)
             or kind == "integer" and isinstance(value, int) and not isinstance(value, bool)
             or kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -7,10 +7,11 @@ A unit is what is committed at once:
   of an integer's digits (the first may carry a minus sign) or of a number's fraction; a slot's
   positions past its minimum may be the filler token, and a filler fills the rest of its slot (a
   value's length adapts, as a fill's does: sampler.py);
-- a choice (an enum, a boolean, whether an array goes on or closes): its options scored whole, each
-  by the geometric mean of its tokens' probabilities where they would stand, and the best placed at
-  once. An array's "close" also turns its later items into fillers; the decision after an item
-  waits for the one before it.
+- a choice (an enum, a boolean, whether an array goes on or closes, null or a value): its options
+  scored whole, each by the geometric mean of its tokens' probabilities where they would stand, and
+  the best placed at once. An array's "close" also turns its later items into fillers (the decision
+  after an item waits for the one before it); a null turns its value's positions into fillers, and
+  the value's option is fillers where the null would be.
 Every unit at least `threshold` sure is committed in a step, and at least the surest one (the
 threshold policy, policies.py). The answer is rendered from the units (a string through json.dumps),
 so it parses and validates whatever the model chose."""
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .canvas import DoesNotFit
-from .jsonschema import Arr, Choice, Const, Num, Obj, Str
+from .jsonschema import Arr, Choice, Const, Nullable, Num, Obj, Str
 from .tokenizer import Tokenizer
 
 
@@ -68,8 +69,8 @@ class Unit:
     min_real: int = 0  # slot: leading positions that may not be the filler
     options: list[list[int]] = field(default_factory=list)  # choice: ids per option, filler-padded to len(cells)
     texts: list[str] = field(default_factory=list)  # choice: each option's JSON text
-    close: int | None = None  # a decision: the option that closes the array
-    region_end: int = 0  # a decision: the canvas index where the array's cells end
+    close: int | None = None  # a decision: the option that ends what follows (an array's close, a null)
+    region_end: int = 0  # a decision: the canvas index where what it ends stops
     after: Unit | None = None  # a decision: eligible once this one chose to go on
     picked: int | None = None
     dead: bool = False  # behind an array's close: filler, never decoded
@@ -154,6 +155,13 @@ class Layout:
                 self._text(".")
                 frac = self._slot(FRACTION_TOKENS, [DIGITS] * FRACTION_TOKENS, 0)
             return lambda: _number(node, self._value_text(whole), self._value_text(frac) if frac else "")
+        if isinstance(node, Nullable):
+            self._flush()
+            d = self._choice(["null", ""])  # "": fillers, and the value after them
+            value = self._node(node.value)
+            self._flush()
+            d.close, d.region_end = 0, len(self.ids)
+            return lambda: "null" if d.picked == 0 else value()
         if isinstance(node, Obj):
             self._text("{")
             parts = []
@@ -280,7 +288,7 @@ class Layout:
             u.picked = action
             for c, t in zip(u.cells, u.options[action]):
                 canvas[c] = t
-            if action == u.close:  # the array ends here: everything after, to its end, is filler
+            if action == u.close:  # the array ends here, or the value is null: what follows, to its end, is filler
                 end = u.cells[-1] + 1
                 for v in self.units:
                     if v.cells[0] >= end and v.cells[-1] < u.region_end:

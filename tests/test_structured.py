@@ -15,7 +15,8 @@ from diffusion_lsp.model.canvas import DoesNotFit
 from diffusion_lsp.model.checkpoint import load_checkpoint
 from diffusion_lsp.model.chat import ChatFormat
 from diffusion_lsp.model.config import ModelConfig
-from diffusion_lsp.model.jsonschema import Arr, Choice, Const, Num, Obj, Str, Unsupported, compile_schema, for_object
+from diffusion_lsp.model.jsonschema import (Arr, Choice, Const, Nullable, Num, Obj, Str, Unsupported, compile_schema,
+                                            for_object)
 from diffusion_lsp.model.structured import decode_json
 from diffusion_lsp.model.transformer import DiffusionTransformer
 
@@ -88,8 +89,9 @@ def test_the_layout_fixes_the_skeleton_and_leaves_the_values():
 @pytest.mark.parametrize("schema, named", [
     ({"type": "string", "pattern": "^a+$"}, "pattern"),
     ({"type": "string", "format": "date-time"}, "format"),
-    ({"anyOf": [{"type": "string"}, {"type": "null"}]}, "anyOf"),
-    ({"type": ["string", "null"]}, "type as a list"),
+    ({"anyOf": [{"type": "string"}, {"type": "integer"}]}, "anyOf is supported only as one schema or null"),
+    ({"oneOf": [{"type": "string"}, {"type": "null"}, {"type": "integer"}]}, "oneOf"),
+    ({"type": ["string", "integer"]}, "type as a list"),
     ({"type": "object", "properties": {"a": True}}, "true/false schemas"),
     ({"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"},
      "recursive"),
@@ -103,6 +105,27 @@ def test_the_layout_fixes_the_skeleton_and_leaves_the_values():
 def test_what_the_layout_cannot_express_is_refused_by_name(schema, named):
     with pytest.raises(Unsupported, match=named):
         compile_schema(schema)
+
+
+def test_a_value_or_null_is_the_models_choice(tiny):
+    """Pydantic's Optional (anyOf with null) and type [T, "null"]: null when the model prefers it,
+    else the value, valid either way."""
+    assert compile_schema({"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]}) == Nullable(Str(0, 3, 3))
+    assert compile_schema({"type": ["integer", "null"], "minimum": 0, "maximum": 2}) == Nullable(Choice(("0", "1", "2")))
+    model, tok = tiny
+    schema = {"type": "object", "properties": {"a": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+                                               "b": {"type": ["string", "null"], "maxLength": 4}}}
+    r = decode_json(model, tok, [], compile_schema(schema))
+    jsonschema.validate(r.value, schema)
+    bias = torch.zeros(model.config.vocab_size)
+    bias[tok.encode("null")[0]] = 50.0
+    original = model.logits
+    model.logits = lambda h: original(h) + bias
+    try:
+        r = decode_json(model, tok, [], compile_schema(schema))
+    finally:
+        del model.logits
+    assert r.value == {"a": None, "b": None}
 
 
 def test_every_unsupported_keyword_is_named_at_once():

@@ -16,6 +16,10 @@ def random_schema(rng: random.Random, depth: int = 0) -> dict:
     if depth < 3:
         kinds += ["object", "object", "array"]
     kind = rng.choice(kinds)
+    if rng.random() < 0.1:  # a value or null, as Pydantic writes Optional
+        inner = random_schema(rng, depth + 1)
+        return inner if inner.get("type") == "null" or ("const" in inner and inner["const"] is None) \
+            else {"anyOf": [inner, {"type": "null"}]}
     if kind == "object":
         keys = rng.sample(KEYS, rng.randint(1, 4))
         props = {k: random_schema(rng, depth + 1) for k in keys}

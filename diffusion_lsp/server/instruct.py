@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified, JsonRpcException, JsonRpcInvalidParams, JsonRpcRequestCancelled
@@ -31,9 +30,6 @@ from ..nextedit.edits import LineEnds
 from ..nextedit.instruct import CONTEXT_CHARS, order_for
 from . import positions
 from .failures import log_level
-
-if TYPE_CHECKING:
-    from .server import DiffusionServer
 
 METHOD = "diffusionLsp/editWithInstruction"
 KEY = "instruct:"  # + the document's uri: a newer request for the document supersedes the older one
@@ -171,8 +167,9 @@ def _refusal(error: BackendError) -> JsonRpcException:
                             code=types.LSPErrorCodes.RequestFailed.value)
 
 
-async def edit_with_instruction(ls: DiffusionServer, params) -> dict:
-    """diffusionLsp/editWithInstruction (the module's docstring has its params, result and errors)."""
+async def edit_with_instruction(ls, params) -> dict:
+    """diffusionLsp/editWithInstruction (the module's docstring has its params, result and errors); `ls`
+    is the server.py DiffusionServer (not imported: server.py imports this module)."""
     try:
         asked = parse(params)
     except ValueError as e:
