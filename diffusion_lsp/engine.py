@@ -42,7 +42,7 @@ class Engine:
         convention = "infill" if self.prompter is None else self.prompter.convention
         chat = self.chat_format is not None
         return {"probe": convention == "infill", "rewrite": convention == "chat", "drafts": True, "chat": chat,
-                "structured": chat and self.structured, "chat_stops": list(self.chat_format.stops) if chat else []}
+                "structured": chat and self.structured}
 
     def decoding(self, requests, cfg=None):
         """A decoding of `requests` (model/canvas.py FillRequest) for its caller to drive step by step
@@ -113,9 +113,8 @@ class Engine:
         from .model.jsonschema import Choice, Obj, compile_schema, for_object, tool_call
         from .model.structured import decode_json, opens_with
 
-        if not self.capabilities["structured"]:
-            raise ValueError("this model does not decode JSON under constraints" if self.chat_format is not None
-                             else "the model has no chat template (give one with --chat-template FILE)")
+        if self.chat_format is not None and not self.structured:
+            raise ValueError("this model does not decode JSON under constraints")
         output = json.loads(order.output)
         prompt, cfg = self.chat_prompt(order.chat, order.max_tokens), order.sampling
         model, tok, fmt = self.model, self.tokenizer, self.chat_format
@@ -187,10 +186,7 @@ class Engine:
         from .model.canvas import FillRequest
 
         n = min(order.max_tokens, self.max_tokens())
-        decoding = self.decoding([FillRequest("", "", n, id=0, **self._prompted("", "", n, order.content))])
-        for _ in decoding:
-            pass
-        return self.answer_of(decoding, 0)
+        return self._answer_one(FillRequest("", "", n, id=0, **self._prompted("", "", n, order.content)))
 
     def answer_instruct(self, order):
         """backend/orders.py InstructOrder -> Fill, the region as the instruction says (nextedit/instruct.py):
@@ -202,11 +198,13 @@ class Engine:
         n = min(order.max_tokens, self.max_tokens())
         if self.capabilities["rewrite"]:  # prefix-only, asked in chat
             ids = self.prompter.ask(chat_content(order), self.prompt_room(n))
-            decoding = self.decoding([FillRequest("", "", n, id=0, prompt_ids=ids, chat=True)])
-        else:
-            prefix = commented(order)
-            decoding = self.decoding([FillRequest(prefix, order.suffix, n, id=0,
-                                                  **self._prompted(prefix, order.suffix, n))])
+            return self._answer_one(FillRequest("", "", n, id=0, prompt_ids=ids, chat=True))
+        prefix = commented(order)
+        return self._answer_one(FillRequest(prefix, order.suffix, n, id=0, **self._prompted(prefix, order.suffix, n)))
+
+    def _answer_one(self, request):
+        """One canvas.FillRequest decoded to its end -> its Fill."""
+        decoding = self.decoding([request])
         for _ in decoding:
             pass
         return self.answer_of(decoding, 0)

@@ -43,16 +43,6 @@ class ChatFormat:
         return ("<tool_call>\n", "\n</tool_call>") if "<tool_call>" in self.template else ("", "")
 
     @property
-    def stops(self) -> tuple[str, ...]:
-        """Text that ends an answer: the tokenizer's special tokens other than the ones the canvas uses
-        (an instruct model writes its end of turn, then its end of text)."""
-        tok = self.tok
-        names = [t.content for i, t in tok.hf.get_added_tokens_decoder().items()
-                 if t.special and t.content and i not in tok.special_ids]
-        eos = dict(self.special).get("eos_token")
-        return tuple(dict.fromkeys([*([eos] if eos else []), *names]))
-
-    @property
     def ends(self) -> frozenset[int]:
         """The ids an answer ends at: every special token but the mask and the bos (an end of turn, an
         end of text, the start of another turn)."""

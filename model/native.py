@@ -194,7 +194,7 @@ class NativeDecoding:
                             and (time.perf_counter() - t0) * 1e3 > self.cfg.time_budget_ms)
                     if bool(done.all()) or f.stopped or late:
                         break
-                    yield self._draft(input_ids[0, initial:].tolist() + argmax[0].tolist(),
+                    yield self._draft(req, input_ids[0, initial:].tolist() + argmax[0].tolist(),
                                       gc.max_denoising_steps - step + 1)
                 if f.stopped:
                     return
@@ -218,24 +218,24 @@ class NativeDecoding:
         """A one-line fill's first line is in the canvases generated so far, so later ones cannot change
         it (each canvas is final once generated): a line break in the text, and for a chat answer in the
         body of its code fence (prose before a fence would be cut in the end: decoding goes on)."""
-        text = self.tok.decode(self._kept(ids.tolist(), self.ends))
+        text = self.tok.decode(self._kept(ids.tolist(), self.ends | req.ends))
         if req.chat:
             fenced = text.find("```")
             return fenced >= 0 and "\n" in text[fenced:] and "\n" in answer_text(text, "chat").strip("\n")
         return "\n" in text
 
-    def _draft(self, ids: list[int], step: int) -> Draft:
-        text = self.tok.decode(self._kept(ids, self.ends))
+    def _draft(self, req, ids: list[int], step: int) -> Draft:
+        text = self.tok.decode(self._kept(ids, self.ends | req.ends))
         return Draft(step, "", text, 0)
 
     @staticmethod
     def _kept(ids: list[int], ends: frozenset[int]) -> list[int]:
-        """The generated ids before the first end-of-sequence one."""
+        """The generated ids before the first end-of-sequence one (a conversation's: FillRequest.ends too)."""
         return next((ids[:k] for k, t in enumerate(ids) if t in ends), ids)
 
     def _result(self, req, ids: list[int], conf: list[float], forwards: int, ms: float,
                 budget_hit: bool) -> FillResult:
-        ids = self._kept(ids, self.ends)[: req.max_tokens]
+        ids = self._kept(ids, self.ends | req.ends)[: req.max_tokens]
         text, pieces = answer_of(*text_of(self.tok, ids, ""), req.chat, req.one_line)
         ids = ids[: len(pieces)]
         return FillResult(req.id, text, ids, pieces, conf[: len(ids)], forwards, ms, budget_hit=budget_hit,

@@ -208,11 +208,10 @@ class Layout:
 
     # --- decoding ------------------------------------------------------------------------------
 
-    def decode(self, model, prompt: list[int], render, threshold: float, max_seq_len: int) -> Structured:
+    def decode(self, model, prompt: list[int], render, threshold: float) -> Structured:
         tok = self.tok
         t0 = time.perf_counter()
-        bos = [] if tok.bos_id is None or prompt[:1] == [tok.bos_id] else [tok.bos_id]
-        head = bos + list(prompt)
+        head, max_seq_len = _head(tok, prompt), model.config.max_seq_len
         if len(head) + len(self.ids) > max_seq_len:
             raise DoesNotFit(f"the prompt ({len(head)} tokens) and the answer's layout ({len(self.ids)} positions) "
                              f"do not fit the model's {max_seq_len} positions")
@@ -322,15 +321,20 @@ def decode_json(model, tok: Tokenizer, prompt: list[int], node, threshold: float
     vocab = model.config.vocab_size
     layout = Layout(tok, vocab, tok.encode_markup(lead), tok.encode_markup(trail))
     render = layout.build(node)
-    return layout.decode(model, prompt, render, threshold, model.config.max_seq_len)
+    return layout.decode(model, prompt, render, threshold)
+
+
+def _head(tok: Tokenizer, prompt: list[int]) -> list[int]:
+    """The row before the canvas: the fixed first token (unless the prompt, a chat template's, starts
+    with it), then the prompt (canvas.build_row's rule)."""
+    return ([] if tok.bos_id is None or prompt[:1] == [tok.bos_id] else [tok.bos_id]) + list(prompt)
 
 
 def opens_with(model, tok: Tokenizer, prompt: list[int], first: list[int], n: int) -> tuple[bool, int, float]:
     """Whether the model's first choice at the start of a masked canvas of n after `prompt` is one of
     `first` (a tool call's opening token: tool choice "auto") -> (it is, forwards, ms)."""
     t0 = time.perf_counter()
-    bos = [] if tok.bos_id is None or prompt[:1] == [tok.bos_id] else [tok.bos_id]
-    head = bos + list(prompt)
+    head = _head(tok, prompt)
     n = max(1, min(n, model.config.max_seq_len - len(head)))
     device = next(model.parameters()).device
     row = torch.tensor(head + [tok.mask_id] * n, device=device)

@@ -176,7 +176,7 @@ def test_load_engine_picks_transformers_for_a_native_folder_and_refuses_int8(fol
     assert isinstance(engine, NativeEngine) and engine.meta["family"] == "diffusiongemma"
     caps = Capabilities.from_message(engine.capabilities)
     assert (caps.probe, caps.rewrite, caps.drafts, caps.chat, caps.structured) == (False, True, True, True, False)
-    assert "<end_of_turn>" in caps.chat_stops  # its template's end of turn ends a chat answer
+    assert engine.tokenizer.hf.token_to_id("<end_of_turn>") in engine.chat_format.ends  # ends a chat answer
     with pytest.raises(ValueError, match="int8"):
         load_engine(LaunchSettings(path=str(folder), precision="int8"))
 

@@ -59,6 +59,11 @@ def event(rid: str, model: str, text: str, finish: str | None) -> str:
     return f"data: {json.dumps(chunk)}\n\n"
 
 
+def error_event(e: Failed) -> str:
+    """A stream's failure once it has started (the model was still loading when it was admitted)."""
+    return f"data: {json.dumps({'error': {'message': str(e), 'type': e.kind, 'param': e.param}})}\n\n"
+
+
 def from_usage(include: bool, kind: str, rid: str, model: str, answer: Answer) -> str:
     """A stream's last events: the usage chunk (stream_options.include_usage), then [DONE]."""
     chunk = {"id": rid, "object": kind, "created": int(time.time()), "model": model, "choices": [],
@@ -101,7 +106,7 @@ class Routes:
                     self.metrics.disconnects.inc()
                     return
                 except Failed as e:  # a 400 the model found once the stream had started (it was still loading)
-                    yield f"data: {json.dumps({'error': {'message': str(e), 'type': e.kind, 'param': e.param}})}\n\n"
+                    yield error_event(e)
                     return
                 if isinstance(item, Answer):
                     break
@@ -180,11 +185,11 @@ class Routes:
                 except StopAsyncIteration:
                     return
                 except Failed as e:
-                    yield f"data: {json.dumps({'error': {'message': str(e), 'type': e.kind, 'param': e.param}})}\n\n"
+                    yield error_event(e)
                     return
                 if isinstance(item, ChatAnswer):
                     break
-                draft, stops = item
+                draft, stops = item, chat.stop
                 if chat.diffusing:
                     yield chunk({"content": cut_at_stop(draft.text, stops)[0]})
                     continue

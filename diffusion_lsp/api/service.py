@@ -244,9 +244,9 @@ class Service:
         self.metrics.observe_fill(answer)
         return answer
 
-    def _chat_ready(self, req: Chat) -> tuple[list[str], object]:
-        """(the stops a chat answer ends at, the sampling) once the model is ready; a 400 for a model
-        that cannot answer the request (no chat template; no constraints for response_format / tools)."""
+    def _chat_sampling(self, req: Chat) -> SamplerConfig:
+        """The request's sampling once the model is ready; a 400 for a model that cannot answer the
+        request (no chat template; no constraints for response_format / tools)."""
         caps = self.backend.capabilities
         if not caps.chat:
             raise Failed("the model has no chat template, so it cannot answer a conversation: serve an instruct "
@@ -255,7 +255,7 @@ class Service:
             raise Failed("this model's decoding cannot be constrained (its canvas is transformers' own): no "
                          "response_format or tools", 400, param="tools" if '"tools"' in req.output else "response_format")
         sampling = self.sampling if req.threshold is None else dataclasses.replace(self.sampling, threshold=req.threshold)
-        return req.stop + list(caps.chat_stops), sampling
+        return sampling
 
     async def chat(self, req: Chat) -> ChatAnswer:
         """A conversation's answer: free text on the canvas after the chat template's generation prompt, or
@@ -263,16 +263,16 @@ class Service:
         t0 = time.monotonic()
         deadline = t0 + self.timeout_s
         await self._ask(self.backend.ready, deadline, wait_ready=False)
-        stops, sampling = self._chat_ready(req)
+        sampling = self._chat_sampling(req)
         key = f"api-chat:{next(self._ids)}"
         prompt_tokens = approx_tokens(req.chat)
         if req.output is None:
             fill = await self._ask(functools.partial(self.backend.fill, key, FillOrder(
                 "", "", req.max_tokens, sampling=sampling, chat=req.chat)), deadline, param="messages")
-            return self.chat_answer(req, fill, stops, t0)
+            return self.chat_answer(req, fill, t0)
         order = StructuredOrder(req.chat, req.output, req.max_tokens, sampling)
         got = await self._ask(functools.partial(self.backend.structured, key, order), deadline, param="messages")
-        text, stopped = cut_at_stop(got.text, stops) if got.kind == "text" else (got.text, False)
+        text, stopped = cut_at_stop(got.text, req.stop) if got.kind == "text" else (got.text, False)
         finish = "tool_calls" if got.calls else "stop" if got.kind != "text" or stopped or got.tokens < req.max_tokens \
             else "length"
         answer = ChatAnswer(text, finish, got.tokens, prompt_tokens, got.forwards, 1.0, (time.monotonic() - t0) * 1e3,
@@ -280,24 +280,24 @@ class Service:
         self.metrics.observe_fill(answer)
         return answer
 
-    def chat_answer(self, req: Chat, fill: Fill, stops: list[str], t0: float) -> ChatAnswer:
-        text, stopped = cut_at_stop(fill.text, stops)
+    def chat_answer(self, req: Chat, fill: Fill, t0: float) -> ChatAnswer:
+        text, stopped = cut_at_stop(fill.text, req.stop)
         finish = "stop" if stopped or fill.tokens < req.max_tokens else "length"
         answer = ChatAnswer(text, finish, fill.tokens, approx_tokens(req.chat), fill.forwards, fill.batch,
                             (time.monotonic() - t0) * 1e3)
         self.metrics.observe_fill(answer)
         return answer
 
-    async def chat_stream(self, req: Chat) -> AsyncIterator[tuple[Draft, list[str]] | ChatAnswer]:
-        """A free-text answer's drafts after every denoising step (with the stops they end at), then the
-        answer; a constrained one (response_format, tools) is the answer alone."""
-        t0 = time.monotonic()
-        deadline = t0 + self.timeout_s
-        await self._ask(self.backend.ready, deadline, wait_ready=False)
-        stops, sampling = self._chat_ready(req)
+    async def chat_stream(self, req: Chat) -> AsyncIterator[Draft | ChatAnswer]:
+        """A free-text answer's drafts after every denoising step, then the answer; a constrained one
+        (response_format, tools) is the answer alone."""
         if req.output is not None:
             yield await self.chat(req)
             return
+        t0 = time.monotonic()
+        deadline = t0 + self.timeout_s
+        await self._ask(self.backend.ready, deadline, wait_ready=False)
+        sampling = self._chat_sampling(req)
         order = FillOrder("", "", req.max_tokens, sampling=sampling, drafts=True, chat=req.chat)
         items = self.backend.stream(f"api-chat:{next(self._ids)}", order)
         try:
@@ -307,7 +307,7 @@ class Service:
                                            param="messages")
                 except StopAsyncIteration:
                     return
-                yield self.chat_answer(req, item, stops, t0) if isinstance(item, Fill) else (item, stops)
+                yield self.chat_answer(req, item, t0) if isinstance(item, Fill) else item
         finally:
             await items.aclose()
 

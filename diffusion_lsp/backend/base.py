@@ -42,7 +42,6 @@ class Capabilities:
     drafts: bool = False  # streams the draft after every denoising step
     chat: bool = False  # answers a conversation: it has a chat template (its own, or one given at launch)
     structured: bool = False  # decodes JSON under a schema's constraints (model/structured.py): our own sampler
-    chat_stops: tuple[str, ...] = ()  # the chat template's end-of-turn tokens as text: an answer ends at one
 
     @classmethod
     def from_message(cls, raw) -> Capabilities | None:
@@ -50,10 +49,8 @@ class Capabilities:
         it says nothing valid (still loading, an older worker)."""
         if not isinstance(raw, dict) or not all(isinstance(raw.get(k), bool) for k in ("probe", "rewrite", "drafts")):
             return None
-        stops = raw.get("chat_stops", [])
-        stops = tuple(s for s in stops if isinstance(s, str) and s) if isinstance(stops, list) else ()
         return cls(raw["probe"], raw["rewrite"], raw["drafts"], raw.get("chat") is True,
-                   raw.get("structured") is True, stops)
+                   raw.get("structured") is True)
 
 
 class Backend(Protocol):

@@ -63,7 +63,7 @@ def run(args) -> int:
         render = layout.build(compile_schema(schema))
         try:
             t0 = time.perf_counter()
-            r = layout.decode(model, prompt, render, args.threshold, model.config.max_seq_len)
+            r = layout.decode(model, prompt, render, args.threshold)
             ms = (time.perf_counter() - t0) * 1e3
         except DoesNotFit:
             skipped += 1
