@@ -16,6 +16,7 @@ from conftest import RecordingUi
 from diffusion_lsp.cli import main
 from diffusion_lsp.data.git_history import edit_steps, file_pairs
 from diffusion_lsp.data.repo import ADAPTED_DIR, is_held_out
+from diffusion_lsp.local_state import trust
 from diffusion_lsp.model.quick_check import problem
 from diffusion_lsp.model.settings import LaunchSettings
 from diffusion_lsp.server.session import ServeOptions, Session
@@ -92,12 +93,14 @@ def test_quick_check_refuses_what_would_not_load_without_torch(tiny_checkpoint, 
 
 
 def _adapted(tiny_checkpoint, root: Path) -> Path:
-    """A copy of the tiny checkpoint where the server looks in `root`, marked adapted."""
+    """A copy of the tiny checkpoint where the server looks in `root`, marked adapted and recorded
+    as `adapt` records what it wrote on this machine."""
     folder = root / ADAPTED_DIR
     shutil.copytree(tiny_checkpoint, folder)
     config = json.loads((folder / "config.json").read_text())
     config["adapted"] = {"repo": str(root), "base": str(tiny_checkpoint), "minutes": 2, "steps": 7}
     (folder / "config.json").write_text(json.dumps(config))
+    assert trust(folder, root)
     return folder
 
 
@@ -112,6 +115,7 @@ def test_the_workspace_model_is_chosen_unless_the_settings_name_one(tiny_checkpo
     assert not changed(got, str(tmp_path))
     (folder / "config.json").write_text((folder / "config.json").read_text() + " ")
     assert changed(got, str(tmp_path))
+    assert trust(folder, tmp_path) and choose(LaunchSettings(), str(tmp_path)).source == "workspace"
 
 
 def _session(monkeypatch, tmp_path, root: Path) -> tuple[Session, RecordingUi]:
@@ -145,6 +149,7 @@ def test_the_server_answers_with_the_adapted_model_and_falls_back_when_it_is_cor
     data = (folder / "model.safetensors").read_bytes()
     (folder / "model.safetensors").write_bytes(data[: len(data) // 2])  # a copy cut short
     (folder / "config.json").write_text((folder / "config.json").read_text() + "\n")  # and newly written
+    assert trust(folder, root)  # by adapt on this machine: trusted, and still it would not load
 
     async def no_worker():  # the worker is not what this test is about
         pass

@@ -120,7 +120,8 @@ def test_the_embedded_model_answers_nothing_in_go_and_no_next_edit_without_askin
     assert session.stats.bad_input == 1 and session.stats.next_edit.requests == 0
     report = session.report()["model"]
     assert report == {"claims": PYTHON_DEMO.to_dict(), "languages": ["python"], "next_edits": False, "path": None,
-                      "source": "embedded", "answers": "the embedded model", "adapted": None, "refused": None}
+                      "source": "embedded", "answers": "the embedded model", "adapted": None, "refused": None,
+                      "untrusted": None}
 
 
 def test_the_demo_notice_is_said_once_per_install_with_the_way_to_a_real_model(monkeypatch, tmp_path):

@@ -1,17 +1,26 @@
-"""A user's repository as training and measuring material (`adapt`, `eval repo`): its source files
-as git sees them, and a fixed share of them held out.
+"""A user's repository as training and measuring material (`adapt`, `eval repo`, `regress --repo`):
+its source files as git sees them, and a fixed share of them held out.
 
 Files: in a git work tree, the tracked files and the untracked ones .gitignore does not exclude
 (`git ls-files --cached --others --exclude-standard`); elsewhere, every file under the folder but
-hidden, vendored and build folders. Either way only languages the server knows
-(context/languages.py), and no binary, generated, minified or huge file. Held out: a file is held
-out when a hash of its path says so (HELD_OUT_SHARE of them), so a repository splits the same way
-on every run and on every machine, and a file never moves between the two sides as others are added.
+hidden, vendored and build folders (a linked folder is not entered). Either way only languages the
+server knows (context/languages.py), and no binary, generated, minified or huge file. Held out: a
+file is held out when a hash of its path says so (HELD_OUT_SHARE of them), so a repository splits the
+same way on every run and on every machine, and a file never moves between the two sides as others
+are added.
+
+A repository is someone else's data, and `read_file` the one way its files are read: a symlink is
+followed only while it stays inside the repository (resolved, then required under the resolved root,
+so `leak.py -> /etc/passwd` or `-> ../../secret` is skipped, never read into a corpus or a stored
+workload), a file reached twice is read once under its own path, only a regular file is opened
+(never /dev/zero, a FIFO or a device), and never more than MAX_FILE_BYTES of it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,9 +61,44 @@ def _listed(root: Path) -> list[str]:
             return sorted({p for p in out.decode("utf-8", "replace").split("\0") if p})
     except (OSError, subprocess.SubprocessError):
         pass
-    return sorted(str(p.relative_to(root).as_posix()) for p in root.rglob("*")
-                  if p.is_file() and not any(part.startswith(".") or part in SKIP_DIRS
-                                             for part in p.relative_to(root).parts[:-1]))
+    found = []
+    for folder, dirs, names in os.walk(root):  # followlinks=False: a linked folder is listed, not entered
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS]
+        here = Path(folder).relative_to(root)
+        found += [(here / name).as_posix() for name in names]
+    return sorted(found)
+
+
+def read_file(root: Path, path: str, cap: int = MAX_FILE_BYTES) -> tuple[str, bytes | None, str | None]:
+    """(the file's own path under `root`, '/'-separated, once its symlinks are followed; its bytes;
+    None), or (path, None, why it is not read). `root` is resolved. The path must stay under the
+    root once resolved; the file is opened without following a link (O_NOFOLLOW: nothing swapped in
+    since) and without blocking (O_NONBLOCK: a FIFO would wait for a writer), then must be a regular
+    file, and at most `cap` + 1 bytes are read (a device such as /dev/zero never ends)."""
+    try:
+        real = (root / path).resolve(strict=True)
+    except (OSError, RuntimeError):  # dangling, a loop of links
+        return path, None, "unreadable"
+    if not real.is_relative_to(root) or real == root:
+        return path, None, "outside the repository"
+    own = real.relative_to(root).as_posix()
+    try:
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return own, None, "unreadable"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return own, None, "not a regular file"
+        if st.st_size > cap:
+            return own, None, "huge"
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(cap + 1)  # the size can grow after the stat
+    except OSError:
+        return own, None, "unreadable"
+    finally:
+        os.close(fd)
+    return (own, data, None) if len(data) <= cap else (own, None, "huge")
 
 
 def skip_reason(path: str, data: bytes) -> str | None:
@@ -83,17 +127,20 @@ def repo_files(root: str | Path, languages: set[str] | None = None) -> tuple[lis
     root = Path(root)
     if not root.is_dir():
         raise UserError(f"{root} is not a folder")
-    files, skipped = [], {}
-    for path in _listed(root):
+    real_root = root.resolve()
+    files, skipped, seen = [], {}, set()
+    for listed in _listed(root):
+        if language_for(None, listed) is None:
+            continue
+        path, data, why = read_file(real_root, listed)
         spec: LanguageSpec | None = language_for(None, path)
         if spec is None or (languages is not None and spec.name not in languages):
-            continue
-        try:
-            data = (root / path).read_bytes()
-        except OSError:
-            skipped["unreadable"] = skipped.get("unreadable", 0) + 1
-            continue
-        why = skip_reason(path, data)
+            continue  # a link to a file of another kind
+        if path in seen:
+            why = "duplicate"  # a link to a file met already
+        seen.add(path)
+        if why is None:
+            why = skip_reason(path, data)
         if why is None:
             try:
                 files.append(SourceFile(path, data.decode("utf-8"), spec.name))
@@ -101,4 +148,4 @@ def repo_files(root: str | Path, languages: set[str] | None = None) -> tuple[lis
             except UnicodeDecodeError:
                 why = "not utf-8"
         skipped[why] = skipped.get(why, 0) + 1
-    return files, skipped
+    return sorted(files, key=lambda f: f.path), skipped

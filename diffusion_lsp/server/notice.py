@@ -1,5 +1,6 @@
-"""Words the server says to the user once per install, never again: today only that the model in
-use is a small demo (its checkpoint claims `demo`, model/claims.py) and where a better one is.
+"""Words the server says to the user once per install, never again: that the model in use is a
+small demo (its checkpoint claims `demo`, model/claims.py) and where a better one is, and that a
+workspace's own model was not used because this machine did not adapt it (local_state.py).
 
 What was said is remembered in $XDG_STATE_HOME/diffusion-lsp/said.json (~/.local/state when unset).
 It is shown with window/showMessage, not a request with buttons: Neovim answers a
@@ -12,6 +13,7 @@ import os
 from pathlib import Path
 
 from ..engine import DEFAULT_MODEL
+from ..local_state import state_dir
 from ..model.claims import Claims
 
 DEMO = "demo-model"
@@ -19,8 +21,7 @@ README_SECTION = "use-a-real-model"
 
 
 def state_file() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "diffusion-lsp" / "said.json"
+    return state_dir() / "said.json"
 
 
 def _said() -> dict:
@@ -67,3 +68,14 @@ def demo_message(claims: Claims) -> str:
     said = f" ({', '.join(what)})" if what else ""
     return (f"diffusion-lsp: a small offline demo model{said}; its suggestions are rarely right. "
             f"[Use a real model]({readme_link()})")
+
+
+def untrusted_key(folder: str) -> str:
+    return f"untrusted-model:{folder}"
+
+
+def untrusted_message(folder: str) -> str:
+    """Why the workspace's model is not used, and the setting that uses it."""
+    return (f"diffusion-lsp: this workspace has a model, {folder}, that `diffusion-lsp adapt` did not write on "
+            "this machine (or whose files changed since; a repository can ship one), so it is not used. To use "
+            f"it, set model.path (diffusionLsp.model.path) to {folder}; or run `diffusion-lsp adapt` to make one.")

@@ -123,6 +123,11 @@ class Session:
             if choice.refused and choice.refused != self.choice.refused:
                 self.ui.show("warning", f"diffusion-lsp: the adapted model cannot be used ({choice.refused}); "
                                         "using the base model. Run `diffusion-lsp adapt` again to remake it")
+            if choice.untrusted and choice.untrusted != self.choice.untrusted:  # said once per folder, ever
+                key = notice.untrusted_key(choice.untrusted)
+                if not notice.already_said(key):
+                    self.ui.show("warning", notice.untrusted_message(choice.untrusted))
+                    notice.remember(key)
             self.ui.log("info", f"model: {choice.describe()}")
             self.choice, self._said_model = choice, True
         return cfg if choice.path == cfg.model.path else replace(cfg, model=replace(cfg.model, path=choice.path))
@@ -157,7 +162,7 @@ class Session:
         model = {"claims": self.claims.to_dict(), "languages": c.completion.languages,
                  "next_edits": c.next_edit.enable, "path": c.model.path, "source": self.choice.source,
                  "answers": self.choice.describe(), "adapted": self.choice.adapted,
-                 "refused": self.choice.refused}
+                 "refused": self.choice.refused, "untrusted": self.choice.untrusted}
         report = self.stats.report(worker=self.backend.describe(), model=model)
         report["counts"].update(self.backend.counts)  # worker_crashes, fill_timeouts
         return report

@@ -1,7 +1,10 @@
 """Which model answers in a workspace. model.path when the settings name one; else the model
-`diffusion-lsp adapt` made for this workspace (ROOT/.diffusion-lsp/model) when it would load
-(model/quick_check.py, without torch); else the embedded one. An adapted model that would not load
-is passed over for the base, with one message saying why and how to make it again."""
+`diffusion-lsp adapt` made for this workspace (ROOT/.diffusion-lsp/model) when this machine's record
+says adapt wrote it for this workspace, with these files (local_state.py), and it would load
+(model/quick_check.py, without torch); else the embedded one. A model folder the repository
+brought (a clone can ship one) is not used: the session tells the user once what to set to use it.
+An adapted model that would not load is passed over for the base, with one message saying why and
+how to make it again."""
 
 from __future__ import annotations
 
@@ -10,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..data.repo import ADAPTED_DIR
+from ..local_state import trusted
 from ..model.config import read_json
 from ..model.quick_check import problem
 from ..model.settings import LaunchSettings
-
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,7 @@ class ModelChoice:
     path: str | None  # what model.path becomes (None: the embedded model)
     source: str  # "settings", "workspace" (adapted), "embedded", or "remote"
     refused: str | None = None  # the workspace's adapted model was found and would not load: why
+    untrusted: str | None = None  # a workspace model this machine did not adapt was found there (its folder)
     adapted: dict | None = None  # its config.json "adapted" (repo, base, minutes, steps)
     stamp: tuple = ()  # the adapted model's config.json (size, mtime) when this was chosen
 
@@ -32,7 +36,10 @@ class ModelChoice:
             return f"the workspace's adapted model {self.path}{how}"
         if self.source == "settings":
             return f"the model in {self.path} (model.path)"
-        return "a remote API (model.backend openai)" if self.source == "remote" else "the embedded model"
+        if self.source == "remote":
+            return "a remote API (model.backend openai)"
+        return "the embedded model" + (f" ({self.untrusted} was not adapted on this machine: model.path uses it)"
+                                       if self.untrusted else "")
 
 
 def _stamp(folder: Path) -> tuple:
@@ -59,6 +66,8 @@ def choose(launch: LaunchSettings, root: str | None) -> ModelChoice:
     if key is None:
         return ModelChoice(None, "embedded")
     stamp = _stamp(folder)
+    if not trusted(folder, Path(root)):
+        return ModelChoice(None, "embedded", untrusted=str(folder), stamp=stamp)
     why = problem(folder)
     if why is not None:
         return ModelChoice(None, "embedded", refused=f"{folder}: {why}", stamp=stamp)

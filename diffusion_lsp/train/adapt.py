@@ -11,6 +11,11 @@ figures). OUT/run/ holds the training run (corpus/, edits/, checkpoint/, train_s
 log.jsonl): a rerun with the same repository files continues it (Ctrl-C saves; --minutes is a total
 over restarts); once the files changed, or with `fresh`, a new run starts from the base model.
 
+Nothing is written through a symlink a repository brought: the default OUT is used only when
+REPO/.diffusion-lsp and everything in it is a real folder or file (`default_out`); otherwise the
+user names --out. Each model written is recorded for its repository outside it (local_state.py),
+which is what lets the language server use it without a setting.
+
 Our own (small) models are trained whole. A model too large for that, a Hugging Face checkpoint
 of a supported family, gets low-rank adapters instead (model/lora.py; rank 16 unless `lora_rank`
 says otherwise): OUT then holds adapter.json and adapter.safetensors, a few MB beside the name and
@@ -28,10 +33,10 @@ from pathlib import Path
 
 from ..data.edits import cap_no_edit, mine_pair
 from ..data.git_history import file_pairs
-from ..data.repo import SourceFile
+from ..data.repo import ADAPTED_DIR, SourceFile
 from ..errors import UserError
+from ..local_state import REPORT, trust
 
-REPORT = "adapt.json"
 RUN_FORMAT = 1
 MIN_EDITS = 20  # fewer mined edits than this are too few rows to mix in
 EDIT_RATE = 0.2  # share of next-edit rows when there are enough
@@ -64,6 +69,31 @@ class Plan:
     @property
     def run_dir(self) -> Path:
         return self.out / "run"
+
+
+def default_out(repo: Path) -> Path:
+    """REPO/.diffusion-lsp/model, where the server looks, once it is sure that writing there stays
+    inside the repository: .diffusion-lsp and the model folder are real folders or absent (a
+    repository may commit `.diffusion-lsp -> /elsewhere`, whose run/ would be deleted), and nothing
+    under .diffusion-lsp is a symlink (a committed `model/adapt.json -> ~/.bashrc` would be
+    written through); a UserError saying which and what to do."""
+    out = repo / ADAPTED_DIR
+    top = out.parent
+    found = []
+    for folder in (top, out):
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            found.append(folder)
+            break
+    else:
+        if top.is_dir():
+            found = [Path(here) / name for here, dirs, names in os.walk(top) for name in dirs + names
+                     if os.path.islink(os.path.join(here, name))]
+    if found:
+        bad = found[0]
+        what = f"a symlink (to {os.readlink(bad)})" if bad.is_symlink() else "not a folder"
+        raise UserError(f"{bad} is {what}: adapt writes its model only into real folders inside the repository; "
+                        f"remove it, or name another folder with --out")
+    return out
 
 
 def _files_digest(files: list[SourceFile], base: Path) -> str:
@@ -185,6 +215,8 @@ def adapt(plan: Plan, files: list[SourceFile], progress: bool = True) -> dict:
     digest = f"{_files_digest(train_files, plan.base)}/rank{rank}"  # another rank is another run
     resumed = not plan.fresh and _run_matches(plan, digest)
     if not resumed:
+        if plan.run_dir.is_symlink():
+            plan.run_dir.unlink()  # the link, never what it points to
         shutil.rmtree(plan.run_dir, ignore_errors=True)
         plan.run_dir.mkdir(parents=True)
         write_corpus(plan.run_dir / "corpus", train_files, held, plan.base, plan.repo.resolve().name)
@@ -209,6 +241,7 @@ def adapt(plan: Plan, files: list[SourceFile], progress: bool = True) -> dict:
     # what the model claims stays the base model's: minutes on one repository teach it no new language
     # (adapters claim what their base does: model/claims.py reads it there)
     publish(plan.run_dir / "checkpoint", plan.out, adapted if rank else {"claims": config.get("claims", {}), **adapted})
+    info["trusted"] = trust(plan.out, plan.repo)  # the server uses it for this repository without asking
     return info
 
 
@@ -217,5 +250,5 @@ def _ignore_in_git(out: Path) -> None:
     the adapted model and its run never show as untracked files."""
     top = out.parent if out.parent.name == ".diffusion-lsp" else out
     top.mkdir(parents=True, exist_ok=True)
-    if not (top / ".gitignore").exists():
+    if not os.path.lexists(top / ".gitignore"):  # a dangling link is no place to write either
         (top / ".gitignore").write_text("# made by diffusion-lsp adapt\n*\n")

@@ -6,11 +6,13 @@ examples:
   diffusion-lsp adapt ~/src/myproject --minutes 30
 
 The source files are the ones git lists (tracked, and untracked ones .gitignore does not exclude;
-binary, generated, vendored and huge files skipped), in every language the server knows. A fifth
-of them, chosen by a hash of their path, is held out: never trained on, only measured. The
-adapted model goes to REPO/.diffusion-lsp/model (--out), where the language server finds it and
-uses it for that workspace without a setting. Rerunning continues an interrupted run; once the
-files changed it adapts the base model again. Nothing leaves the machine.
+binary, generated, vendored and huge files skipped, and symlinks that lead out of the repository),
+in every language the server knows. A fifth of them, chosen by a hash of their path, is held out:
+never trained on, only measured. The adapted model goes to REPO/.diffusion-lsp/model (--out; a
+symlink there is refused), where the language server finds it and uses it for that workspace
+without a setting, because this machine recorded that it made it (a model a repository ships is
+used only when model.path names it). Rerunning continues an interrupted run; once the files
+changed it adapts the base model again. Nothing leaves the machine.
 """
 
 from __future__ import annotations
@@ -54,14 +56,14 @@ def run(args) -> int:
     from ..evals.repo import compare, material, print_report
     from ..options import engine_for, launch_settings
     from ..data.repo import ADAPTED_DIR
-    from .adapt import REPORT, Plan, adapt, base_config
+    from .adapt import REPORT, Plan, adapt, base_config, default_out
 
     launch = launch_settings(args)
     if launch.backend != "local":
         raise UserError("adapt trains a local model (--model DIR), not an API")
     repo = Path(args.repo)
     base = model_folder(launch.path)
-    out = Path(args.out) if args.out else repo / ADAPTED_DIR
+    out = Path(args.out) if args.out else default_out(repo)
     if out.resolve() == base.resolve():
         raise UserError(f"--out {out} is the base model's folder; adapt writes a new one")
     plan = Plan(repo, base, out, args.minutes, args.steps, fresh=args.fresh, lora_rank=args.lora_rank, lr=args.lr, threads=launch.threads or 0,
@@ -99,7 +101,8 @@ def run(args) -> int:
         print_report(f"\n{repo}: before (base) and after (adapted), on the held-out files", m, report)
         g = report["gain"]
         print(f"edit similarity with drafts {g['before']:.1%} -> {g['after']:.1%} ({100 * g['points']:+.1f} points)")
-    where = ("the language server uses it in this repository" if out.resolve() == (repo / ADAPTED_DIR).resolve()
+    where = ("the language server uses it in this repository"
+             if out.resolve() == (repo / ADAPTED_DIR).resolve() and info["trusted"]
              else f"use it with --model {out} or the model.path setting")
     print(f"adapted model: {out} ({info['steps']} steps); {where}. Report: {out / REPORT}")
     return 0
