@@ -137,8 +137,8 @@ def test_the_log_says_which_model_answers_once_per_choice(monkeypatch, tmp_path)
 def test_the_server_answers_with_the_adapted_model_and_falls_back_when_it_is_corrupt(monkeypatch, tiny_checkpoint,
                                                                                     tmp_path):
     root = tmp_path / "ws"
+    session, ui = _session(monkeypatch, tmp_path, root)  # its state folder first: the trust record is there
     folder = _adapted(tiny_checkpoint, root)
-    session, ui = _session(monkeypatch, tmp_path, root)
     session.configure(None)
     model = session.report()["model"]
     assert (model["path"], model["source"], model["adapted"]["minutes"]) == (str(folder), "workspace", 2)

@@ -24,7 +24,7 @@ from diffusion_lsp.server.session import ServeOptions, Session
 from diffusion_lsp.server.workspace_model import choose
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
-SECRET = "TOP-SECRET-do-not-train\n"
+SECRET = "def secret():\n    if True:\n        return 'TOP-SECRET-do-not-train'\n"  # a block to type into, too
 BODY = "def load(path):\n    if path:\n        return open(path).read()\n    return None\n"
 
 
@@ -62,7 +62,7 @@ def test_committed_symlinks_out_of_the_repository_are_not_read_and_one_inside_is
     root = hostile_repo(tmp_path)
     files, skipped = repo_files(root)
     assert [f.path for f in files] == [f"pkg/mod{i}.py" for i in sorted(range(12), key=str)]
-    assert SECRET.strip() not in _texts(files) and "root:x:0:0" not in _texts(files)
+    assert "TOP-SECRET" not in _texts(files) and "root:x:0:0" not in _texts(files)
     assert skipped == {"outside the repository": 3, "duplicate": 1}  # inside.py is pkg/mod0.py, read once
 
 
@@ -72,7 +72,7 @@ def test_a_plain_folder_neither_reads_a_link_out_nor_enters_a_linked_folder(tmp_
     (tmp_path / "elsewhere" / "private.py").write_text(SECRET)
     (root / "outdir").symlink_to(tmp_path / "elsewhere")
     files, skipped = repo_files(root)
-    assert len(files) == 12 and SECRET.strip() not in _texts(files)
+    assert len(files) == 12 and "TOP-SECRET" not in _texts(files)
     assert not any(f.path.startswith("outdir/") for f in files)
     assert skipped["outside the repository"] == 3
 
@@ -91,20 +91,24 @@ def test_a_link_to_dev_zero_is_no_regular_file_and_nothing_is_read_past_the_cap(
     assert read_file(real, "big.py")[1:] == (None, "huge")
 
 
-def test_a_fifo_in_the_folder_is_skipped_without_waiting_for_a_writer(tmp_path):
-    root = hostile_repo(tmp_path, git=False)
-    os.mkfifo(root / "pipe.py")  # before: the read blocked for ever
-    files, skipped = repo_files(root)
+@needs_git
+def test_a_link_to_a_fifo_is_skipped_without_waiting_for_a_writer(tmp_path):
+    root = hostile_repo(tmp_path)
+    os.mkfifo(root / "pipe")  # git lists no FIFO, but a committed link to one is followed
+    (root / "pipe.py").symlink_to("pipe")
+    _git(root, "add", "pipe.py")
+    _git(root, "commit", "-qm", "a link to a fifo")
+    files, skipped = repo_files(root)  # before: the read waited for a writer for ever
     assert len(files) == 12 and skipped["not a regular file"] == 1
 
 
 @needs_git
 def test_regress_repo_stores_no_text_from_outside_the_repository_in_its_workload(tmp_path):
     root = hostile_repo(tmp_path)
-    workload = sample(repository_files(str(root)), f"repository {root}", requests=40, chars=4, renames=0,
+    workload = sample(repository_files(str(root)), f"repository {root}", requests=400, chars=4, renames=0,
                       max_files=20, seed=0)
     wire = json.dumps(workload.to_wire())
-    assert workload.files and SECRET.strip() not in wire and "root:x:0:0" not in wire
+    assert workload.files and "TOP-SECRET" not in wire and "root:x:0:0" not in wire
 
 
 def _adapt(root: Path, tiny_checkpoint: Path, *extra: str) -> int:
@@ -127,7 +131,7 @@ def test_adapt_trains_on_no_text_from_outside_and_records_its_model_for_the_work
     report = json.loads(capsys.readouterr().out)
     corpus = root / ADAPTED_DIR / "run" / "corpus"
     text = (corpus / "train.jsonl").read_text() + (corpus / "val.jsonl").read_text()
-    assert "mod1.py" in text and SECRET.strip() not in text and "root:x:0:0" not in text
+    assert "mod1.py" in text and "TOP-SECRET" not in text and "root:x:0:0" not in text
     assert report["skipped"]["outside the repository"] == 3 and report["adapted"]["trusted"]
     got = choose(LaunchSettings(), str(root))  # the record is outside the repository
     assert (got.source, got.path, got.untrusted) == ("workspace", str(root / ADAPTED_DIR), None)

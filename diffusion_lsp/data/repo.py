@@ -127,15 +127,18 @@ def repo_files(root: str | Path, languages: set[str] | None = None) -> tuple[lis
     root = Path(root)
     if not root.is_dir():
         raise UserError(f"{root} is not a folder")
+    def wanted(path: str) -> LanguageSpec | None:
+        spec = language_for(None, path)
+        return None if spec is None or (languages is not None and spec.name not in languages) else spec
+
     real_root = root.resolve()
     files, skipped, seen = [], {}, set()
     for listed in _listed(root):
-        if language_for(None, listed) is None:
+        if (spec := wanted(listed)) is None:
             continue
         path, data, why = read_file(real_root, listed)
-        spec: LanguageSpec | None = language_for(None, path)
-        if spec is None or (languages is not None and spec.name not in languages):
-            continue  # a link to a file of another kind
+        if why is None and path != listed and (spec := wanted(path)) is None:
+            continue  # a link to a file of another kind: what it is, is its target's
         if path in seen:
             why = "duplicate"  # a link to a file met already
         seen.add(path)
