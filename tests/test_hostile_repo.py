@@ -66,6 +66,17 @@ def test_committed_symlinks_out_of_the_repository_are_not_read_and_one_inside_is
     assert skipped == {"outside the repository": 3, "duplicate": 1}  # inside.py is pkg/mod0.py, read once
 
 
+@needs_git
+def test_listing_runs_no_program_the_repository_configured(tmp_path):
+    root = hostile_repo(tmp_path)  # a folder that came with its .git, and a .git/config of its choosing
+    hook = tmp_path / "hook.sh"
+    hook.write_text(f"#!/bin/sh\ntouch {tmp_path / 'ran'}\nexit 1\n")
+    hook.chmod(0o755)
+    _git(root, "config", "core.fsmonitor", str(hook))
+    assert len(repo_files(root)[0]) == 12
+    assert not (tmp_path / "ran").exists()
+
+
 def test_a_plain_folder_neither_reads_a_link_out_nor_enters_a_linked_folder(tmp_path):
     root = hostile_repo(tmp_path, git=False)
     (tmp_path / "elsewhere").mkdir()

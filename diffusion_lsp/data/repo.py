@@ -55,8 +55,9 @@ def is_held_out(path: str, share: float = HELD_OUT_SHARE) -> bool:
 def _listed(root: Path) -> list[str]:
     """Paths git lists in `root` (a work tree), or the walk of the folder when it is none."""
     try:
-        out = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                             capture_output=True, check=True, timeout=60).stdout
+        # core.fsmonitor off: a folder that came with its own .git/config names no program ls-files runs
+        out = subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(root), "ls-files", "-z", "--cached",
+                              "--others", "--exclude-standard"], capture_output=True, check=True, timeout=60).stdout
         if (root / ".git").exists():
             return sorted({p for p in out.decode("utf-8", "replace").split("\0") if p})
     except (OSError, subprocess.SubprocessError):

@@ -70,8 +70,9 @@ def demo_message(claims: Claims) -> str:
             f"[Use a real model]({readme_link()})")
 
 
-def untrusted_key(folder: str) -> str:
-    return f"untrusted-model:{folder}"
+def untrusted_key(folder: str, stamp: tuple) -> str:
+    """One per folder and state of its files: a model a later pull brings is told of again."""
+    return f"untrusted-model:{folder}:{':'.join(map(str, stamp))}"
 
 
 def untrusted_message(folder: str) -> str:

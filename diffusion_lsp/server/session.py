@@ -123,8 +123,8 @@ class Session:
             if choice.refused and choice.refused != self.choice.refused:
                 self.ui.show("warning", f"diffusion-lsp: the adapted model cannot be used ({choice.refused}); "
                                         "using the base model. Run `diffusion-lsp adapt` again to remake it")
-            if choice.untrusted and choice.untrusted != self.choice.untrusted:  # said once per folder, ever
-                key = notice.untrusted_key(choice.untrusted)
+            if choice.untrusted:  # said once per folder and files, ever
+                key = notice.untrusted_key(choice.untrusted, choice.stamp)
                 if not notice.already_said(key):
                     self.ui.show("warning", notice.untrusted_message(choice.untrusted))
                     notice.remember(key)
