@@ -179,6 +179,15 @@ def test_adapt_never_writes_through_a_symlink_the_repository_brought(tiny_checkp
 
 
 @needs_git
+def test_adapt_says_so_when_the_repository_has_a_file_where_its_folder_goes(tiny_checkpoint, tmp_path, state, capsys):
+    root = hostile_repo(tmp_path)
+    (root / ".diffusion-lsp").write_text("not a folder\n")
+    assert _adapt(root, tiny_checkpoint) == 2  # before: a traceback from mkdir
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("diffusion-lsp: error: ") and "not a folder" in err and "\n" not in err
+
+
+@needs_git
 def test_adapt_writes_where_the_user_says_with_out(tiny_checkpoint, tmp_path, state, capsys):
     root = hostile_repo(tmp_path)
     (root / ".diffusion-lsp").symlink_to(_outside(tmp_path))

@@ -79,17 +79,11 @@ def default_out(repo: Path) -> Path:
     written through); a UserError saying which and what to do."""
     out = repo / ADAPTED_DIR
     top = out.parent
-    found = []
-    for folder in (top, out):
-        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-            found.append(folder)
-            break
-    else:
-        if top.is_dir():
-            found = [Path(here) / name for here, dirs, names in os.walk(top) for name in dirs + names
-                     if os.path.islink(os.path.join(here, name))]
-    if found:
-        bad = found[0]
+    bad = next((f for f in (top, out) if f.is_symlink() or (f.exists() and not f.is_dir())), None)
+    if bad is None and top.is_dir():
+        bad = next((Path(here) / name for here, dirs, names in os.walk(top) for name in dirs + names
+                    if os.path.islink(os.path.join(here, name))), None)  # os.walk enters no linked folder
+    if bad is not None:
         what = f"a symlink (to {os.readlink(bad)})" if bad.is_symlink() else "not a folder"
         raise UserError(f"{bad} is {what}: adapt writes its model only into real folders inside the repository; "
                         f"remove it, or name another folder with --out")
