@@ -122,6 +122,16 @@ def test_regress_repo_stores_no_text_from_outside_the_repository_in_its_workload
     assert workload.files and "TOP-SECRET" not in wire and "root:x:0:0" not in wire
 
 
+@needs_git
+def test_eval_repo_measures_no_text_from_outside_the_repository(tiny_checkpoint, tmp_path, capsys):
+    root = hostile_repo(tmp_path)
+    assert main(["eval", "repo", str(root), "--model", str(tiny_checkpoint), "--lines", "2", "--no-next-edits",
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["files"], result["held_out_files"]) == (12, 1)  # pkg/mod2.py
+    assert result["skipped"] == {"outside the repository": 3, "duplicate": 1}
+
+
 def _adapt(root: Path, tiny_checkpoint: Path, *extra: str) -> int:
     return main(["adapt", str(root), "--model", str(tiny_checkpoint), "--steps", "1", "--no-eval", "--no-progress",
                  "--json", *extra])
