@@ -6,19 +6,23 @@ response, no ERROR traceback in the log)."""
 
 from __future__ import annotations
 
-import copy
+import asyncio
+import base64
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote, quote_plus
 
 import pytest
 
-from diffusion_lsp.cli import build_parser
+from diffusion_lsp.cli import build_parser, main
 from diffusion_lsp.regress import baseline, command
+from diffusion_lsp.remote import MAX_SCAN, head, scrub_key
 from diffusion_lsp.regress.workload import sample
 
+from remote_api import KEY
 from test_regress import files, run_record
 
 
@@ -125,3 +129,79 @@ def test_a_fifo_as_the_baseline_is_refused_not_waited_on(tmp_path):
     os.mkfifo(tmp_path / "settings.json")
     with pytest.raises(command.UserError, match="FIFO"):
         command._settings(str(tmp_path / "settings.json"))
+
+
+# ---- the key, in every form an API echoes ----
+
+RESERVED_KEY = "sk/Ab+cd=ef?gh:ij&kl#MN@01$23/45"  # no 8 characters of it that `quote` leaves as they are
+
+
+def echoes(key: str) -> dict:
+    raw = key.encode()
+    b64 = base64.b64encode
+    out = {"upper": key.upper(), "quote": quote(key, safe=""), "quote-lower-hex": quote(key, safe="").lower(),
+           "every-byte": "".join(f"%{c:02X}" for c in raw), "every-byte-lower": "".join(f"%{c:02x}" for c in raw),
+           "partly": "".join(f"%{c:02X}" if i % 2 else chr(c) for i, c in enumerate(raw)),
+           "quote_plus": quote_plus(key), "twice": quote(quote(key, safe=""), safe=""),
+           "base64": b64(raw).decode(), "base64-unpadded": b64(raw).decode().rstrip("="),
+           "urlsafe": base64.urlsafe_b64encode(raw).decode().rstrip("="),
+           "bearer": b64(b"Bearer " + raw).decode(), "basic-auth": "Basic " + b64(b"user:" + raw).decode(),
+           "hex": raw.hex().upper()}
+    for o in range(3):  # inside a larger blob, at each byte alignment
+        out[f"blob-{o}"] = b64(b"x" * o + json.dumps({"headers": {"authorization": key}}).encode()).decode()
+    return out
+
+
+ECHOES = echoes(KEY)
+
+
+@pytest.mark.parametrize("key", [KEY, RESERVED_KEY], ids=["key", "reserved-characters"])
+@pytest.mark.parametrize("form", ECHOES)
+def test_the_scrubber_hides_every_form_of_the_key(form, key):
+    echoed = echoes(key)[form]
+    said = scrub_key(f"invalid credentials {echoed} for this model", key)
+    assert said.startswith("invalid credentials ") and said.endswith("[key] for this model"), said
+    assert echoed.split()[-1] not in said
+    assert scrub_key("a plain sk-other-key and dGhpcyBpcyBmaW5l stay", key) == "a plain sk-other-key and dGhpcyBpcyBmaW5l stay"
+
+
+@pytest.mark.parametrize("form", ["every-byte", "base64", "basic-auth", "blob-2"])
+def test_fim_stderr_never_shows_the_key_echoed_encoded(api, tmp_path, capsys, caplog, form):
+    from test_remote import remote_flags, source
+
+    api.default = (401, {"error": {"message": f"the key {ECHOES[form]} is not valid"}})
+    code = main(["fim", str(source(tmp_path)), "--at", "2:12", *remote_flags(api)])
+    err = capsys.readouterr().err
+    assert code == 2 and "[key] is not valid" in err, err
+    for text in (err, caplog.text):
+        assert ECHOES[form] not in text and KEY not in text
+
+
+@pytest.mark.parametrize("form", ["every-byte-lower", "bearer", "urlsafe"])
+def test_the_editor_is_never_shown_the_key_echoed_encoded(api, form):
+    from remote_api import DOC
+    from test_remote_server import make_completer
+
+    from diffusion_lsp.backend.failure import BackendError
+    from diffusion_lsp.backend.orders import FillOrder
+
+    api.default = (401, {"error": {"message": f"the key {ECHOES[form]} is not valid"}})
+    completer, link, ui = make_completer(api)
+
+    async def go():
+        with pytest.raises(BackendError) as e:
+            await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
+        await link.close()
+        return e.value
+
+    error = asyncio.run(go())
+    assert "[key] is not valid" in ui.shown[0][1]
+    assert ECHOES[form] not in repr((ui.shown, ui.logged, str(error)))
+
+
+def test_an_api_text_is_scrubbed_over_its_start_less_the_word_the_cut_went_through():
+    """The scrub ran over the whole of a 4 MiB body (4.6 s on the event loop); now over its first
+    MAX_SCAN characters, and a key the cut leaves too short to be known is dropped with its word."""
+    text = "x" * (MAX_SCAN - 7) + " " + KEY + " more"
+    assert head(text) == "x" * (MAX_SCAN - 7) + " "
+    assert head("short " + KEY) == "short " + KEY
