@@ -12,8 +12,8 @@ bounded number of times; every other failure is one line (`RemoteError`).
 The API key is read from the environment variable the settings name (never a setting itself),
 sent as `Authorization: Bearer`, and kept out of every message, exception, repr and count: messages
 are built from status codes and the API's own error text with the key scrubbed out (in every form
-an API echoes it: KeyScrubber), and an
-httpx exception (whose request carries the header) is never chained to ours."""
+an API echoes it: KeyScrubber), and an httpx exception (whose request carries the header) is never
+chained to ours."""
 
 from __future__ import annotations
 
