@@ -205,3 +205,110 @@ def test_an_api_text_is_scrubbed_over_its_start_less_the_word_the_cut_went_throu
     text = "x" * (MAX_SCAN - 7) + " " + KEY + " more"
     assert head(text) == "x" * (MAX_SCAN - 7) + " "
     assert head("short " + KEY) == "short " + KEY
+
+
+# ---- editWithInstruction's expected refusals ----
+
+class FakeInstruct:
+    """A backend whose instruct answers what the test says: a Fill's text, or raises."""
+
+    def __init__(self):
+        self.outcome: object = "    return [2 * x for x in xs]\n"
+
+    async def ready(self) -> None:
+        pass
+
+    async def instruct(self, key, order):
+        from diffusion_lsp.backend.orders import Fill
+
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return Fill(self.outcome, [self.outcome], [1.0], ms=1.0, tokens=1)
+
+
+class InProcess:
+    """The real server (create_server) driven through its protocol's front door in this process:
+    bodies in, each response awaited by id (bounded), the document put straight in its workspace."""
+
+    def __init__(self, tmp_path: Path):
+        from diffusion_lsp.model.settings import LaunchSettings
+        from diffusion_lsp.server.server import create_server
+        from diffusion_lsp.server.session import ServeOptions
+
+        self.ls = create_server(ServeOptions(LaunchSettings(path=str(tmp_path / "no-model"))))
+        self.backend = FakeInstruct()  # the session's once initialize has configured its own
+        self.responses: dict = {}
+        self.arrived = asyncio.Event()
+        self.ls.protocol.set_writer(self, include_headers=False)
+
+    def write(self, data: bytes) -> None:
+        message = json.loads(data)
+        if "id" in message and "method" not in message:
+            self.responses[message["id"]] = message
+            self.arrived.set()
+
+    def close(self) -> None:
+        pass
+
+    async def ask(self, msg_id, method: str, params) -> dict:
+        self.ls.protocol.receive(json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method,
+                                             "params": params}).encode())
+        while msg_id not in self.responses:
+            self.arrived.clear()
+            await asyncio.wait_for(self.arrived.wait(), 30)
+        return self.responses.pop(msg_id)
+
+
+SOURCE = "def double(xs):\n    out = []\n    for x in xs:\n        out.append(2 * x)\n    return out\n"
+URI = "file:///tmp/a.py"
+
+
+def edit_params(uri=URI, version=1, end_line=4) -> dict:
+    return {"textDocument": {"uri": uri, "version": version}, "instruction": "use a list comprehension",
+            "range": {"start": {"line": 1, "character": 0}, "end": {"line": end_line, "character": 0}}}
+
+
+def test_edit_with_instruction_refusals_are_error_responses_not_error_tracebacks(tmp_path, caplog):
+    """pygls logged each refusal raised after dispatch (unknown document, stale version, a position
+    past the end, superseded) as an ERROR with its traceback: 31 in one session."""
+    import logging
+
+    from lsprotocol import types
+
+    from diffusion_lsp.backend.failure import BackendError, Failure
+
+    server = InProcess(tmp_path)
+    method = "diffusionLsp/editWithInstruction"
+
+    async def go() -> dict:
+        got = {}
+        assert "result" in await server.ask(0, "initialize", {"capabilities": {}})
+        server.ls.session.backend = server.backend
+        server.ls.workspace.put_text_document(types.TextDocumentItem(URI, "python", 1, SOURCE))
+        got["unknown document"] = await server.ask(1, method, edit_params(uri="file:///tmp/nowhere.py"))
+        got["stale version"] = await server.ask(2, method, edit_params(version=7))
+        got["past the end"] = await server.ask(3, method, edit_params(end_line=40))
+        server.backend.outcome = BackendError(Failure.DROPPED, "a newer request")
+        got["superseded"] = await server.ask(4, method, edit_params())
+        server.backend.outcome = BackendError(Failure.UNAVAILABLE, "the worker is not running")
+        got["backend failed"] = await server.ask(5, method, edit_params())
+        server.backend.outcome = "    return [2 * x for x in xs]\n"
+        got["answered"] = await server.ask(6, method, edit_params())
+        server.backend.outcome = RuntimeError("a bug")
+        got["bug"] = await server.ask(7, method, edit_params())
+        return got
+
+    with caplog.at_level(logging.INFO):
+        got = asyncio.run(go())
+    codes = {case: answer["error"]["code"] for case, answer in got.items() if "error" in answer}
+    assert codes == {"unknown document": -32602, "stale version": -32801, "past the end": -32602,
+                     "superseded": -32800, "backend failed": -32803, "bug": -32603}, got
+    assert "unknown document" in got["unknown document"]["error"]["message"]
+    assert "past the end" in got["past the end"]["error"]["message"]
+    assert got["answered"]["result"]["newText"].startswith("    return [2 * x")
+    refusals = [r for r in caplog.records if r.getMessage().startswith(f"answered {method} #")]
+    assert sorted(int(r.getMessage().split("#")[1].split()[0]) for r in refusals) == [1, 2, 3, 4, 5]
+    assert all(r.levelno <= logging.WARNING and r.exc_info is None for r in refusals)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, [(r.name, r.getMessage()) for r in errors]
+    assert errors[0].exc_info is not None and "a bug" in errors[0].exc_text  # a bug still is one
