@@ -312,3 +312,54 @@ def test_edit_with_instruction_refusals_are_error_responses_not_error_tracebacks
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1, [(r.name, r.getMessage()) for r in errors]
     assert errors[0].exc_info is not None and "a bug" in errors[0].exc_text  # a bug still is one
+
+
+# ---- --json output is strict JSON ----
+
+def strict(line: str):
+    """json.loads that refuses NaN and Infinity, as jq and JSON.parse do."""
+    def refuse(word):
+        raise ValueError(f"not JSON: {word}")
+    return json.loads(line, parse_constant=refuse)
+
+
+class NanBackend:
+    """A backend whose fills have a NaN confidence and an infinite time (a model whose logits overflowed)."""
+
+    def _fill(self):
+        from diffusion_lsp.backend.orders import Fill
+
+        return Fill("x + 1", ["x", " + 1"], [float("nan"), 0.5], ms=float("inf"), forwards=2)
+
+    async def fill(self, key, order):
+        return self._fill()
+
+    async def fill_many(self, orders):
+        return [self._fill() for _ in orders]
+
+    async def close(self) -> None:
+        pass
+
+
+def test_fim_json_and_batch_print_strict_json_when_a_figure_is_not_finite(tmp_path, capsys, monkeypatch):
+    from diffusion_lsp import fim, fim_batch
+
+    monkeypatch.setattr(fim, "backend_for", lambda launch: NanBackend())
+    monkeypatch.setattr(fim_batch, "backend_for", lambda launch: NanBackend())
+    source = tmp_path / "a.py"
+    source.write_text("y = \n")
+    assert main(["fim", str(source), "--at", "1:5", "--json", "--context-tokens", "0"]) == 0
+    record = strict(capsys.readouterr().out)
+    assert record["confidence"] == [None, 0.5] and record["ms"] is None and record["text"] == "x + 1"
+    batch = tmp_path / "in.jsonl"
+    batch.write_text(json.dumps({"id": 1, "prefix": "y = "}) + "\n")
+    assert main(["fim", "--batch", str(batch), "--context-tokens", "0"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert strict(line) == {"id": 1, "text": "x + 1", "tokens": 2, "forwards": 2, "ms": None}
+
+
+def test_strict_dumps_makes_every_non_finite_float_null_at_any_depth():
+    from diffusion_lsp import jsonout
+
+    value = {"a": [1.0, float("nan"), {"b": (float("-inf"), 2)}], "c": "NaN", "d": True}
+    assert strict(jsonout.dumps(value)) == {"a": [1.0, None, {"b": [None, 2]}], "c": "NaN", "d": True}

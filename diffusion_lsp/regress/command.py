@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, jsonout
 from ..engine import model_folder
 from ..errors import UserError
 from ..model.settings import LaunchSettings
@@ -149,7 +149,7 @@ def _run(args, t0: float) -> int:
     for line in unserved(record["figures"]):
         print(f"regress: {line}")
     if args.save:
-        write(args.save, json.dumps(record, indent=1) + "\n")
+        write(args.save, jsonout.dumps(record, indent=1) + "\n")
         print(f"regress: saved the baseline to {args.save} ({len(record['figures'])} figures)")
     if base is None:
         line = f"regress: saved a baseline of {len(record['figures'])} figures ({model['name']})"
