@@ -70,6 +70,7 @@ BROKEN = [
     (lambda b: b["figures"][FIG].update(values=[]), f'figures["{FIG}"].values must be a non-empty list'),
     (lambda b: b["figures"][FIG].update(n="30"), f'figures["{FIG}"].n must be an integer'),
     (lambda b: b["figures"][FIG].update(figure="speed"), f'figures["{FIG}"].figure must be one of e2e p50'),
+    (lambda b: b["figures"][FIG].update(figure=["e2e p50"]), f'figures["{FIG}"].figure must be one of e2e p50'),
     (lambda b: b["figures"][FIG].pop("row"), f'figures["{FIG}"].row is missing'),
     (lambda b: b.update(settings={"completion": 5}), 'baseline: settings["completion"] must be an object'),
     (lambda b: b.update(created=None), "baseline: created must be a string"),
@@ -117,6 +118,10 @@ def test_deeply_nested_json_is_refused_without_a_recursion_error(tmp_path, capsy
     (tmp_path / "settings.json").write_text('{"a": ' * 100_000 + "1" + "}" * 100_000)
     with pytest.raises(command.UserError, match="is not JSON"):
         command._settings(str(tmp_path / "settings.json"))
+    path.write_text("[" * 500 + "]" * 500)  # json reads it; the compare of two such values would not
+    code, out = compare(path, capsys)
+    assert code == command.INCOMPATIBLE and f"nested too deeply (more than {baseline.MAX_DEPTH} levels)" in out
+    baseline.parse(json.dumps(good_baseline()).encode())  # a real one is a few levels deep
 
 
 def test_a_fifo_as_the_baseline_is_refused_not_waited_on(tmp_path):

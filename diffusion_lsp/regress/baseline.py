@@ -19,14 +19,29 @@ from .figures import SPECS
 Check = Callable[[object, str], None]  # raises ValueError naming the field (`where`) when the value is wrong
 
 
+MAX_DEPTH = 64  # a baseline is 5 deep (workload.files[i].renames[j][k]); a settings value a few more
+
+
 def parse(data: bytes) -> object:
-    """The baseline's JSON; ValueError when it is not JSON (or nested past what json reads)."""
+    """The JSON of a baseline (or of --settings); ValueError when it is not JSON or is nested deeper
+    than MAX_DEPTH (json itself reads about 990 levels, and a compare of two such values near the
+    limit is a RecursionError)."""
     try:
-        return json.loads(data)
+        value = json.loads(data)
     except RecursionError:
         raise ValueError("nested too deeply") from None
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
         raise ValueError(str(e)) from None
+    stack = [(value, 1)]
+    while stack:  # no recursion: the depth is what is being checked
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > MAX_DEPTH:
+                    raise ValueError(f"nested too deeply (more than {MAX_DEPTH} levels)")
+                stack.append((child, depth + 1))
+    return value
 
 
 def _fail(where: str, what: str):
@@ -63,7 +78,7 @@ def _count(value, where: str) -> None:
 
 
 def _figure_name(value, where: str) -> None:
-    if value not in SPECS:
+    if not isinstance(value, str) or value not in SPECS:
         _fail(where, f"one of {', '.join(SPECS)}")
 
 
