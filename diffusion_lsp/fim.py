@@ -4,10 +4,10 @@ JSONL batch to fim_batch.py."""
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import sys
 
+from . import jsonout
 from .backend.failure import BackendError
 from .backend.orders import Fill, FillOrder
 from .errors import UserError
@@ -61,7 +61,7 @@ def run(args) -> int:
     backend = backend_for(launch)
     fill = asyncio.run(fill_one(backend, FillOrder(prefix, suffix, args.max_tokens, args.one_line, cfg)))
     if args.json:
-        print(json.dumps(result_record(fill, with_confidence=True)))
+        print(jsonout.dumps(result_record(fill, with_confidence=True)))
     else:
         sys.stdout.write(fill.text)
         sys.stdout.flush()

@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from . import jsonout
 from .backend.failure import BackendError
 from .backend.orders import Fill, FillOrder
 from .errors import UserError
@@ -68,7 +69,7 @@ def run_batch(args, cfg: SamplerConfig, launch: LaunchSettings) -> int:
     errors = 0
     for record in fill_records(backend, items, cfg, args.batch_size):
         errors += "error" in record
-        sys.stdout.write(json.dumps(record) + "\n")
+        sys.stdout.write(jsonout.dumps(record) + "\n")
         sys.stdout.flush()
     if errors:
         print(f"diffusion-lsp: {errors} of {len(items)} requests failed", file=sys.stderr)

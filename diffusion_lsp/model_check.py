@@ -9,12 +9,12 @@ RoPE base or logit shift shows as differences of the logits' own size."""
 
 from __future__ import annotations
 
-import json
 import resource
 import sys
 import time
 from pathlib import Path
 
+from . import jsonout
 from .errors import UserError
 
 SAMPLE = '''def mean(values):
@@ -192,7 +192,7 @@ def run(args) -> int:
     except (CheckpointError, ValueError) as e:
         raise UserError(str(e)) from None
     if args.json:
-        print(json.dumps(report))
+        print(jsonout.dumps(report))
         return 0
     ref = report["reference"]
     lines = [f"{report['path']}: {report['format']} checkpoint, family {report['family']}",

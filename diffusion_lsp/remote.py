@@ -11,17 +11,20 @@ bounded number of times; every other failure is one line (`RemoteError`).
 
 The API key is read from the environment variable the settings name (never a setting itself),
 sent as `Authorization: Bearer`, and kept out of every message, exception, repr and count: messages
-are built from status codes and the API's own error text with the key scrubbed out, and an
-httpx exception (whose request carries the header) is never chained to ours."""
+are built from status codes and the API's own error text with the key scrubbed out (in every form
+an API echoes it: KeyScrubber), and an httpx exception (whose request carries the header) is never
+chained to ours."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import email.utils
 import json
 import os
 import re
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -71,14 +74,14 @@ def api_message(raw: bytes, scrub: Callable[[str], str] = str) -> str:
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):
-        return one_line(scrub(raw.decode("utf-8", errors="replace")))
+        return one_line(scrub(head(raw.decode("utf-8", errors="replace"))))
     if isinstance(data, dict):
         error = data.get("error")
         for value in (error.get("message") if isinstance(error, dict) else error, data.get("message"),
                       data.get("detail")):
             if isinstance(value, str) and value.strip():
-                return one_line(scrub(value))
-    return one_line(scrub(json.dumps(data)))
+                return one_line(scrub(head(value)))
+    return one_line(scrub(head(json.dumps(data))))
 
 
 def parse_answer(raw: bytes) -> tuple[str, int]:
@@ -116,20 +119,88 @@ def retry_after(value: str | None) -> float | None:
 
 
 KEY_PIECE = 8  # characters of the key that, found anywhere in a word of an API's text, hide that word
+B64_PIECE = 11  # base64 characters of KEY_PIECE bytes (11 x 6 bits >= 64)
+MAX_SCAN = 4096  # characters of an API's text scrubbed (and then cut to MAX_MESSAGE): a 4 MiB body took 4.6 s
 _WORD = re.compile(r"[^\s\"'`<>()\[\]{},;:]+")
+_LAST_WORD = re.compile(r"[^\s\"'`<>()\[\]{},;:]+\Z")
+_URLSAFE = str.maketrans("+/", "-_")
+
+
+def _windows(forms: set[str], n: int) -> tuple[int, frozenset[str]]:
+    """(n, every n characters of each form)."""
+    return n, frozenset(f[i:i + n] for f in forms for i in range(len(f) - n + 1))
+
+
+def _base64_cores(raw: bytes) -> set[str]:
+    """The base64 characters that `raw` alone decides, wherever it sits in a larger blob: at each of the
+    three byte alignments (o bytes before it in its group of 3: the key alone, "user:KEY" of a basic-auth
+    header, "Bearer KEY"), the characters from the first whose 6 bits are all raw's to the last; in the
+    standard and the URL-safe alphabet. Padding is never in a core: it follows the last byte."""
+    cores = set()
+    for o in range(3):
+        text = base64.b64encode(bytes(o) + raw).decode()
+        core = text[-(-o * 8 // 6):(o + len(raw)) * 8 // 6]  # from ceil(8 o / 6) to floor(8 (o + n) / 6)
+        cores |= {core, core.translate(_URLSAFE)}
+    return cores
+
+
+def _decodings(word: str):
+    """The word, and the word percent-decoded (as `quote` and as `quote_plus` write it; encoded twice
+    or three times too), lower-cased: the forms a key is looked for in."""
+    yield word.lower()
+    for _ in range(3):
+        if "%" not in word and "+" not in word:
+            return
+        yield urllib.parse.unquote_plus(word).lower()
+        decoded = urllib.parse.unquote(word)
+        if decoded == word:
+            return
+        yield decoded.lower()
+        word = decoded
+
+
+class KeyScrubber:
+    """Hides every word of a text that holds a piece of the key in any form an API may echo: the key
+    in any case, forwards or backwards, cut or inside a longer token (KEY_PIECE characters of it),
+    percent-encoded in full or in part (upper- or lower-case hex, `quote` or `quote_plus`), in base64
+    (standard or URL-safe, padded or not, alone or inside a larger blob at any byte alignment:
+    "Bearer KEY", "user:KEY") and in hex. A key shorter than KEY_PIECE is looked for whole, as
+    itself or percent-encoded. The one scrubber every message with an API's text goes through
+    (FimClient._fail), so fim's stderr, the editor's showMessage and the logs see the same."""
+
+    def __init__(self, key: str | None):
+        self._pieces: list[tuple[int, frozenset[str]]] = []
+        if not key:
+            return
+        low = key.lower()
+        self._pieces.append(_windows({low, low[::-1]}, min(KEY_PIECE, len(key))))
+        if len(key) >= KEY_PIECE:  # shorter, its base64 is a handful of characters any word may hold
+            cores = {c.lower() for c in _base64_cores(key.encode())}
+            self._pieces.append(_windows(cores, min(B64_PIECE, *map(len, cores))))
+            self._pieces.append(_windows({key.encode().hex()}, 2 * KEY_PIECE))
+
+    def __repr__(self) -> str:
+        return "KeyScrubber([key])"
+
+    def _holds(self, word: str) -> bool:
+        return any(form[i:i + n] in pieces for form in _decodings(word) for n, pieces in self._pieces
+                   for i in range(len(form) - n + 1))
+
+    def __call__(self, text: str) -> str:
+        if not self._pieces:
+            return text
+        return _WORD.sub(lambda m: "[key]" if self._holds(m.group(0)) else m.group(0), text)
 
 
 def scrub_key(text: str, key: str | None) -> str:
-    """`text` with every word that holds a piece of `key` (KEY_PIECE characters of it, in any case,
-    forwards or backwards) written [key]: an API that echoes the key upper-cased, reversed, cut or
-    inside a longer token must not get it printed. A key shorter than that is hidden where it stands."""
-    if not key:
-        return text
-    if len(key) < KEY_PIECE:
-        return re.sub(re.escape(key), "[key]", text, flags=re.IGNORECASE)
-    low = key.lower()
-    pieces = {s[i:i + KEY_PIECE] for s in (low, low[::-1]) for i in range(len(s) - KEY_PIECE + 1)}
-    return _WORD.sub(lambda m: "[key]" if any(p in m.group(0).lower() for p in pieces) else m.group(0), text)
+    """`text` with every word that holds `key` in any form written [key] (KeyScrubber)."""
+    return KeyScrubber(key)(text)
+
+
+def head(text: str) -> str:
+    """The start of an API's text that is scrubbed and shown: MAX_SCAN characters, less a word the
+    cut went through (a piece of a key too short to be known as one)."""
+    return text if len(text) <= MAX_SCAN else _LAST_WORD.sub("", text[:MAX_SCAN])
 
 
 def read_key(env: str | None) -> str | None:
@@ -164,6 +235,7 @@ class FimClient:
         self.route = route  # the path that answers, once known
         self.counts = {"requests": 0, "retries": 0, "failures": 0}
         self._key = read_key(api_key_env)
+        self._scrub = KeyScrubber(self._key)
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(read_s, connect=connect_s))
 
     @classmethod
@@ -175,9 +247,6 @@ class FimClient:
 
     def __repr__(self) -> str:
         return f"FimClient({self.base_url!r}, {self.model!r}, api_key_env={self.api_key_env!r})"
-
-    def _scrub(self, text: str) -> str:
-        return scrub_key(text, self._key)
 
     def _fail(self, cls, message: str, kind: str, status: int | None = None) -> RemoteError:
         self.counts["failures"] += 1

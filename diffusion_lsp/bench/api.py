@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import signal
@@ -32,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import jsonout
 from ..server.stats import percentile
 
 GOAL_GAIN, GOAL_P95_RATIO, GOAL_AT = 3.0, 4.0, 16
@@ -398,5 +398,5 @@ def run(args) -> int:
     if not args.no_engine and not args.url:
         out["engine"] = engine_alone(args.model, args.max_tokens)
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2))
+        Path(args.json).write_text(jsonout.dumps(out, indent=2))
     return 0

@@ -26,7 +26,6 @@ shapes in Triton's interpreter."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import statistics
@@ -35,6 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import jsonout
 from ..errors import UserError
 from ..server.stats import percentile
 from .workload import workload_files
@@ -110,7 +110,7 @@ def run(args) -> int:
     out["kernels"] = kernel_rows(tok, plan, repeat)
     out["goals"] = goals(out["models"][plan.shape_name], plan)
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2))
+        Path(args.json).write_text(jsonout.dumps(out, indent=2))
     return 0
 
 

@@ -4,11 +4,11 @@ beside the policy under test, so each number means something."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 
+from .. import jsonout
 from ..errors import UserError
 from ..fim_batch import Item, decode_all
 from ..options import add_fill_args, backend_for, launch_settings, paragraphs, sampler_config
@@ -93,7 +93,7 @@ def run_humaneval(args) -> int:
         out = {"split": args.split, "n": main["n"], "pass@1": main["pass@1"],
                "forwards_per_token": main["forwards_per_token"], "ms_per_task": main["ms_per_task"],
                "policy": args.policy, "max_tokens": max_tokens, "rows": rows}
-        print(json.dumps(out))
+        print(jsonout.dumps(out))
     else:
         print_table(f"HumanEval infilling, {args.split}: {main['n']} tasks, canvas {max_tokens} tokens", rows)
     return 0

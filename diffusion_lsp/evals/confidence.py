@@ -11,10 +11,10 @@ line starts with them), and exact (they are the whole line)."""
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 
+from .. import jsonout
 from ..bench.workload import STDLIB
 from ..options import add_fill_args, engine_for, launch_settings, sampler_config
 
@@ -87,8 +87,7 @@ def run(args) -> int:
     rows = [{"cut": c, "shown": shown[c] / max(n, 1), "right": right[c] / max(shown[c], 1),
              "exact": exact[c] / max(shown[c], 1), "n_shown": shown[c]} for c in CUTS]
     if args.json:
-        json.dump({"lines": n, "typed": args.typed, "rows": rows}, sys.stdout)
-        print()
+        print(jsonout.dumps({"lines": n, "typed": args.typed, "rows": rows}))
         return 0
     print(f"{n} single-line positions in CPython's test suite, {args.typed} characters typed, "
           f"model: {launch.path or 'embedded default'}")

@@ -9,6 +9,7 @@ import math
 import random
 from pathlib import Path
 
+from .. import jsonout
 from ..errors import UserError
 from ..fim_batch import Item, decode_all
 from ..options import add_fill_args, engine_for, launch_settings, sampler_config
@@ -112,7 +113,7 @@ def run(args) -> int:
               **scores, "forwards_per_token": sum(r.get("forwards", 0) for r in records) / max(tokens, 1),
               "ms_per_line": wall * 1e3 / len(picks), "policy": args.policy}
     if args.json:
-        print(json.dumps(result))
+        print(jsonout.dumps(result))
         return 0
     print(f"held-out packages: {', '.join(result['packages'])} ({len(docs)} files)")
     for rate in MASK_RATES:

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import jsonout
 from ..context.languages import LanguageSpec, language_for
 from ..errors import UserError
 from ..nextedit.history import last_change_end
@@ -225,9 +226,9 @@ def run(args) -> int:
     if out is not None:
         with out:
             for case, text in zip(cases, results[0][1], strict=True):
-                out.write(json.dumps({"id": case.id, "predicted": text}) + "\n")
+                out.write(jsonout.dumps({"id": case.id, "predicted": text}) + "\n")
     if args.json:
-        print(json.dumps({"data": str(path), "n": len(cases), "rows": rows, "noise_cases": noise_note}))
+        print(jsonout.dumps({"data": str(path), "n": len(cases), "rows": rows, "noise_cases": noise_note}))
     else:
         print_table(f"Next-edit prediction, {path.name}: {len(cases)} records", rows, noise_note=noise_note)
     return 0

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import json
 import random
 import statistics
 import sys
@@ -32,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import jsonout
 from ..backend.orders import FillOrder
 from ..context.drafts import drafts_for
 from ..context.gather import gather
@@ -264,7 +264,7 @@ def run(args) -> int:
               "skipped": skipped, "lines": len(m.cases), "next_edit_cases": len(m.steps),
               **compare(m, models), "adapted": adapted}
     if args.json:
-        print(json.dumps(result))
+        print(jsonout.dumps(result))
         return 0
     print_report(f"{args.repo}: {len(files)} source files, {result['held_out_files']} held out", m, result)
     return 0

@@ -10,11 +10,11 @@ similarity and exact match of the completed line, fill time, forwards, and how o
 
 from __future__ import annotations
 
-import json
 import random
 import statistics
 from dataclasses import replace
 
+from .. import jsonout
 from ..context.cutting import memoized, take_prefix, take_suffix
 from ..options import add_fill_args, engine_for, launch_settings, sampler_config
 from .heldout import load_val, pick_lines
@@ -80,7 +80,7 @@ def run(args) -> int:
     result["same_fill"] = statistics.mean(a["text"] == b["text"] for a, b in zip(rows["fresh"], rows["reuse"]))
     result["ms_p50_ratio"] = result["reuse"]["ms_p50"] / result["fresh"]["ms_p50"]
     if args.json:
-        print(json.dumps(result))
+        print(jsonout.dumps(result))
         return 0
     print(f"{result['fills']} one-line fills: {args.lines} held-out lines, up to {args.chars} characters typed "
           f"each ({args.policy})")

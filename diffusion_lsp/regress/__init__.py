@@ -7,6 +7,7 @@ The pieces, each in its own module:
     workload.py  what is replayed: files, typing sites, renames (sampled once, stored in the baseline)
     measure.py   the replays through the real server, repeated, with the calibration beside them
     figures.py   the figures made from the repetitions
+    baseline.py  a saved baseline read back, its whole structure checked before anything runs
     compare.py   each figure against the baseline's, within tolerances never tighter than the noise
     report.py    the table, the verdict line, JUnit XML and the Markdown job summary
     command.py   the command line and its exit codes"""

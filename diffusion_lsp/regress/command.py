@@ -16,11 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, jsonout
 from ..engine import model_folder
 from ..errors import UserError
 from ..model.settings import LaunchSettings
-from ..options import add_launch_args, launch_settings
+from ..options import add_launch_args, launch_settings, read_bytes
+from . import baseline
 from .compare import Tolerances, judge, run_calibration
 from .report import exists_parent, junit, markdown, saved_markdown, table, verdict_line, write
 
@@ -148,7 +149,7 @@ def _run(args, t0: float) -> int:
     for line in unserved(record["figures"]):
         print(f"regress: {line}")
     if args.save:
-        write(args.save, json.dumps(record, indent=1) + "\n")
+        write(args.save, jsonout.dumps(record, indent=1) + "\n")
         print(f"regress: saved the baseline to {args.save} ({len(record['figures'])} figures)")
     if base is None:
         line = f"regress: saved a baseline of {len(record['figures'])} figures ({model['name']})"
@@ -172,10 +173,8 @@ def _settings(path: str | None) -> dict:
     if path is None:
         return out
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raw = baseline.parse(read_bytes(path))
+    except ValueError as e:
         raise UserError(f"{path} is not JSON ({e})") from None
     if isinstance(raw, dict) and set(raw) == {"diffusionLsp"}:
         raw = raw["diffusionLsp"]
@@ -188,19 +187,23 @@ def _settings(path: str | None) -> dict:
 
 
 def _load(path: str) -> dict:
+    """The baseline, its whole structure checked (baseline.py) before anything runs."""
     try:
-        base = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise Stop(COULD_NOT_RUN, f"cannot read the baseline {path}: {e.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = read_bytes(path)  # a regular file only: a FIFO is refused, not waited on
+    except UserError as e:
+        raise Stop(COULD_NOT_RUN, f"cannot read the baseline ({e})") from None
+    try:
+        base = baseline.parse(data)
+    except ValueError as e:
         raise Stop(INCOMPATIBLE, f"the baseline {path} is not JSON ({e})") from None
     if not isinstance(base, dict) or base.get("format") != FORMAT:
         got = base.get("format") if isinstance(base, dict) else type(base).__name__
-        raise Stop(INCOMPATIBLE, f"{path} is not a regress baseline of format {FORMAT} (it has {got!r}); "
+        raise Stop(INCOMPATIBLE, f"{path} is not a regress baseline of format {FORMAT} (it has {got!r:.80}); "
                                  "save a new one with --save")
-    missing = [k for k in ("model", "settings", "calibration", "figures", "workload", "created") if k not in base]
-    if missing:
-        raise Stop(INCOMPATIBLE, f"the baseline {path} lacks {', '.join(missing)}")
+    try:
+        baseline.check(base)
+    except ValueError as e:
+        raise Stop(INCOMPATIBLE, f"{path}: {e}") from None
     return base
 
 

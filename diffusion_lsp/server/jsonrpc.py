@@ -9,7 +9,8 @@ itself was never answered. Here `Frames` bounds each body (MAX_BODY) and resynch
 `Content-Length:`, and `Protocol.receive` answers each malformed request with its JSON-RPC error
 (-32700 parse error, -32600 invalid request, -32602 invalid params; pygls itself answers -32601),
 logs and drops malformed notifications (they never get replies), and keeps the LSP's lifecycle:
-ServerNotInitialized before `initialize`, InvalidRequest after `shutdown`."""
+ServerNotInitialized before `initialize`, InvalidRequest after `shutdown`. A refusal a handler raises
+(a JsonRpcException) is answered the same way, one log line, not pygls' ERROR and traceback."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from typing import BinaryIO
 
 import cattrs
 from lsprotocol import types
-from pygls.exceptions import (JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest, JsonRpcParseError,
+from pygls.exceptions import (JsonRpcContentModified, JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams,
+                              JsonRpcInvalidRequest, JsonRpcParseError, JsonRpcRequestCancelled,
                               JsonRpcServerNotInitialized)
 from pygls.io_ import StdoutWriter
 from pygls.protocol import (JsonRPCNotification, JsonRPCRequestMessage, JsonRPCResponseMessage,
@@ -162,6 +164,7 @@ class Protocol(LanguageServerProtocol):
     def __init__(self, server, converter):
         super().__init__(server, converter)
         self._closing = False  # shutdown was requested: from now on only `exit` is served
+        self._methods: dict = {}  # id -> method of each request a handler is running, for its log line
 
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(self, params: types.InitializeParams):
@@ -233,6 +236,8 @@ class Protocol(LanguageServerProtocol):
             return self._refuse(msg_id, method, JsonRpcInvalidParams(f"Invalid params: {why}"))
         if method == types.SHUTDOWN:
             self._closing = True
+        if method in self.fm.features or method in self.fm.builtin_features:  # else pygls answers at once
+            self._methods[msg_id] = method
         self.handle_message(message)
 
     def _on_notification(self, data: dict) -> None:
@@ -276,8 +281,22 @@ class Protocol(LanguageServerProtocol):
             cls = self._result_types.pop(data["id"], None) or JsonRPCResponseMessage
         return self._converter.structure(data, cls)
 
-    def _refuse(self, msg_id, method: str, error: JsonRpcException) -> None:
-        log.warning("answered %s #%s with %d: %s", method, msg_id, error.code, error.message)
+    def _send_handler_result(self, future, *, msg_id) -> None:
+        """A handler's answer. pygls logs a JsonRpcException raised by a handler at ERROR with its
+        traceback, as a crash; a handler raises one only for a refusal it expects (editWithInstruction's
+        unknown document, stale version, position past the end, superseded request: 31 tracebacks in one
+        session): answered with that error and one log line, as a refusal before dispatch is. Any other
+        exception is a bug and keeps pygls' traceback."""
+        method = self._methods.pop(msg_id, "?")
+        error = None if future.cancelled() else future.exception()
+        if isinstance(error, JsonRpcException) and not isinstance(error, JsonRpcInternalError):
+            self._request_futures.pop(msg_id, None)
+            moved_on = isinstance(error, (JsonRpcRequestCancelled, JsonRpcContentModified))  # the user typed on
+            return self._refuse(msg_id, method, error, logging.INFO if moved_on else logging.WARNING)
+        super()._send_handler_result(future, msg_id=msg_id)
+
+    def _refuse(self, msg_id, method: str, error: JsonRpcException, level: int = logging.WARNING) -> None:
+        log.log(level, "answered %s #%s with %d: %s", method, msg_id, error.code, error.message)
         self._reply_error(msg_id, error)
 
     def _reply_error(self, msg_id, error: JsonRpcException) -> None:
