@@ -20,9 +20,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 from pathlib import Path
 
+from .. import jsonout
 from ..errors import UserError
 
 
@@ -93,9 +93,9 @@ def run(args) -> int:
         merged = {key: {**before[key], **{k: v for k, v in after[key].items() if k not in before[key]}}
                   for key in before}
         report |= {"lines": len(m.cases), "next_edit_cases": len(m.steps), **merged, "gain": gain(merged)}
-    (out / REPORT).write_text(json.dumps(report, indent=2) + "\n")
+    (out / REPORT).write_text(jsonout.dumps(report, indent=2) + "\n")
     if args.json:
-        print(json.dumps(report))
+        print(jsonout.dumps(report))
         return 0
     if m is not None:
         print_report(f"\n{repo}: before (base) and after (adapted), on the held-out files", m, report)
