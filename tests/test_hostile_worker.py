@@ -118,7 +118,7 @@ def test_a_model_thread_that_holds_a_cancelled_order_is_said_stuck_in_a_ping(hos
     worker.handle(conn, structured(1))
     assert engine.started.wait(WAIT)
     worker.handle(conn, {"op": "ping", "id": 2})
-    assert conn.reply(2)["stuck_s"] == 0.0  # running, not stopped: not stuck
+    assert "stuck_s" not in conn.reply(2)  # running, not stopped: not stuck
     worker.handle(conn, {"op": "cancel", "id": 1})
     later = time.monotonic() + 60
     assert worker.stuck_s(later) >= 60  # 60 s from now it still holds the cancelled order
@@ -126,7 +126,7 @@ def test_a_model_thread_that_holds_a_cancelled_order_is_said_stuck_in_a_ping(hos
     assert "stuck_s" in conn.reply(3)
     engine.release.set()  # it lets go at last
     assert conn.reply(1)["reason"] == "cancelled"
-    assert worker.stuck_s(later) == 0.0
+    assert worker.stuck_s(later) is None
 
 
 # ---- the real model: the stop reaches its own loops ----
@@ -226,7 +226,7 @@ def scripted_link(pongs):
 
 
 @pytest.mark.parametrize("pongs, why", [
-    ([Pong(busy_s=0.06, stuck_s=0.001), Pong(busy_s=0.2, stuck_s=0.15)], "has not let go of a cancelled order"),
+    ([Pong(busy_s=0.06, stuck_s=0.0), Pong(busy_s=0.2, stuck_s=0.15)], "has not let go of a cancelled order"),
     ([Pong(busy_s=0.06, dead="RecursionError: maximum recursion depth exceeded")], "lost its model thread"),
 ])
 def test_a_worker_whose_model_thread_is_stuck_or_gone_is_restarted_and_said_not_ready_until_back(pongs, why):
@@ -260,7 +260,7 @@ def test_a_worker_whose_model_thread_is_stuck_or_gone_is_restarted_and_said_not_
 
 
 def test_a_slow_model_that_lets_go_of_its_cancelled_order_is_not_restarted():
-    link, client, ui = scripted_link([Pong(busy_s=0.06, stuck_s=0.001), Pong(busy_s=0.0, stuck_s=0.0)])
+    link, client, ui = scripted_link([Pong(busy_s=0.06, stuck_s=0.0), Pong(busy_s=0.0)])
 
     async def go():
         client.ready.set()
@@ -356,3 +356,96 @@ def test_serve_api_answers_503_naming_a_load_that_ran_out_and_health_is_not_ok(n
         health = http.get("/health")
         assert health.status_code == 503 and health.json()["status"] == "failed"
         assert "did not load within 0.2 s" in health.json()["worker"]["error"]
+
+
+# ---- for real: serve-api, and a worker process that is killed and restarted ----
+
+WIDE = {"type": "object", "properties": {f"f{i}": {"type": "string", "minLength": 16, "maxLength": 24}
+                                         for i in range(16)},
+        "required": [f"f{i}" for i in range(16)], "additionalProperties": False}  # 384 forwards, 25 s here
+
+
+@pytest.mark.slow
+def test_a_structured_request_whose_client_leaves_is_cancelled_in_the_worker(tmp_path):
+    """The probe's case: a structured answer whose client left after 0.3 s was decoded to its end and held
+    the next request as long. Now the worker reports it cancelled mid-decoding, and the next is answered."""
+    from diffusion_lsp.engine import DEFAULT_MODEL
+    from test_api import Api
+
+    (tmp_path / "chat.jinja").write_text(TEMPLATE)
+    api = Api(DEFAULT_MODEL, tmp_path / "run", "--chat-template", str(tmp_path / "chat.jinja"), "--timeout", "120")
+    try:
+        body = {"messages": [{"role": "user", "content": "A record"}], "max_tokens": 64,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "wide", "schema": WIDE}}}
+        with pytest.raises(httpx.ReadTimeout):  # the client leaves while the answer is decoded
+            httpx.post(api.base + "/v1/chat/completions", json=body, timeout=httpx.Timeout(120, read=2.0))
+        after = httpx.post(api.base + "/v1/chat/completions", timeout=120,
+                           json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+        assert after.status_code == 200, after.text
+        log = (tmp_path / "run" / "worker.sock.log").read_text()
+        assert "StructuredOrder" in log and ": cancelled (stopped after" in log, log[-2000:]
+    finally:
+        api.close()
+
+
+WEDGED_WORKER = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from test_hostile_worker import HostileEngine
+from diffusion_lsp.worker.listener import bind, serve
+from diffusion_lsp.worker.process import Worker, start
+
+engine = HostileEngine()
+engine.wedged = True  # its structured answers never look at their stop flag
+engine.capabilities = {**engine.capabilities, "chat": True, "structured": True}
+worker = Worker(lambda: engine)
+listener, lock = bind(Path(sys.argv[1]))
+start(worker)
+serve(listener, worker, 0)
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_process_stuck_on_a_cancelled_order_is_killed_and_a_fresh_one_started(tmp_path):
+    """The link gives up on the stuck worker process (SIGKILL), an order in flight fails saying why, the
+    link says "restarting" until the next worker (the embedded model, spawned on the same socket) is
+    ready, and that one answers."""
+    socket_path = tmp_path / "sockets" / "w.sock"
+    socket_path.parent.mkdir(mode=0o700)
+    spec = WorkerSpec(socket_path, idle_exit_s=0)
+    wedged = subprocess.Popen([sys.executable, "-c", WEDGED_WORKER, str(socket_path), str(Path(__file__).parent)])
+    ui = RecordingUi()
+    link = WorkerLink(ui, spec, fill_timeout_s=3.0)
+    link.stuck_grace_s = 0.5
+
+    async def go():
+        for _ in range(400):  # until the wedged worker listens (it was started above, not by the link)
+            if socket_path.exists():
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.wait_for(link.ready(), WAIT)
+        assert link.describe()["pid"] == wedged.pid
+        order = StructuredOrder(CHAT, json.dumps({"object": True}), 8)
+        with pytest.raises(BackendError) as e:
+            await link.structured("s", order)
+        assert e.value.kind is Failure.TIMEOUT  # and the order is cancelled in the worker, which holds it
+        with pytest.raises(BackendError) as e:  # in flight when the link gives up on the worker
+            await link.fill("a.py", FillOrder("def f(x):\n", "\n", 4))
+        assert e.value.kind is Failure.LOST and "has not let go of a cancelled order" in str(e.value)
+        assert link.describe()["state"] == "restarting"
+        await asyncio.wait_for(link.ready(), WAIT * 4)  # the fresh worker has loaded the embedded model
+        said = link.describe()
+        assert said["state"] == "ready" and said["pid"] not in (None, wedged.pid)
+        fill = await link.fill("a.py", FillOrder("def f(x):\n    return ", "\n", 4))
+        await link.close()
+        return fill
+
+    try:
+        assert isinstance(asyncio.run(go()), Fill)
+        assert wedged.wait(WAIT) == -signal.SIGKILL
+        assert link.counts["worker_crashes"] == 1
+        assert any("has not let go of a cancelled order" in m and "restarting it" in m for _, m in ui.shown)
+    finally:
+        if wedged.poll() is None:
+            wedged.kill()

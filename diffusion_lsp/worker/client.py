@@ -49,16 +49,17 @@ class Pong:
     """A ping's answer (from the worker's socket thread, so a busy model thread does not delay it)."""
 
     busy_s: float = 0.0  # how long the current batch has run (0: idle)
-    stuck_s: float = 0.0  # how long the model thread has held an order that was stopped, not letting it go
+    stuck_s: float | None = None  # how long the model thread has held an order that was stopped, not letting
+    # it go (None: it holds none)
     dead: str | None = None  # why the model thread ended, when it has
 
     @classmethod
     def from_message(cls, reply: dict) -> Pong:
-        def seconds(key: str) -> float:
-            value = reply.get(key, 0.0)
-            return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+        def seconds(key: str) -> float | None:
+            value = reply.get(key)
+            return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
         dead = reply.get("dead")
-        return cls(seconds("busy_s"), seconds("stuck_s"), str(dead) if dead else None)
+        return cls(seconds("busy_s") or 0.0, seconds("stuck_s"), str(dead) if dead else None)
 
 
 class WorkerClient:

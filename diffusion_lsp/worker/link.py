@@ -234,7 +234,7 @@ class WorkerLink:
         self._checking = True
         try:
             why = self._stuck(pong := await client.ping(PING_TIMEOUT_S))
-            if why is None and pong.stuck_s > 0:  # a stopped order not let go yet: look again once its grace is over
+            if why is None and pong.stuck_s is not None:  # a stopped order not let go yet: look again after its grace
                 await asyncio.sleep(self.stuck_grace_s - pong.stuck_s)
                 why = self._stuck(pong := await client.ping(PING_TIMEOUT_S))
             if why is None:
@@ -254,7 +254,7 @@ class WorkerLink:
             return "does not answer"
         if pong.dead:
             return f"lost its model thread ({pong.dead})"
-        if pong.stuck_s >= self.stuck_grace_s:
+        if pong.stuck_s is not None and pong.stuck_s >= self.stuck_grace_s:
             return f"has not let go of a cancelled order in {pong.stuck_s:.0f} s (its model thread is stuck)"
         if pong.busy_s >= HUNG_FACTOR * self.fill_timeout_s:
             return f"has run one batch for {pong.busy_s:.0f} s"

@@ -109,7 +109,8 @@ class Worker:
         elif op == "ping":
             since, now = self.busy_since, time.monotonic()
             conn.send({"id": rid, "ok": True, "pong": True,
-                       "busy_s": 0.0 if since is None else round(now - since, 3), "stuck_s": round(self.stuck_s(now), 3),
+                       "busy_s": 0.0 if since is None else round(now - since, 3),
+                       **({} if (stuck := self.stuck_s(now)) is None else {"stuck_s": round(stuck, 3)}),
                        **({"dead": self.died} if self.died else {})})
         else:
             conn.send(refusal_message(rid, "error", f"unknown op {op!r}"))
@@ -133,12 +134,12 @@ class Worker:
             self.queue.append(job)
             self.cond.notify()
 
-    def stuck_s(self, now: float) -> float:
-        """How long the model thread has held a job that was stopped and not let it go (0 when none):
+    def stuck_s(self, now: float) -> float | None:
+        """How long the model thread has held a job that was stopped and not let it go (None when none):
         a healthy one lets go at its next step or forward. Without the lock, as the ping's busy_s: the
         socket thread answers a ping at once, whatever holds the lock."""
         return max((now - j.stopped_at for j in list(self.running) if j.stopped_at is not None and not j.let_go),
-                   default=0.0)
+                   default=None)
 
     def _stop(self, job: Job, reason: str, reply: bool = True) -> None:
         """Call with the lock held. Queued: answered now; running: the model loop answers."""
