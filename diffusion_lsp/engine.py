@@ -254,15 +254,15 @@ class Engine:
                     decoding.stop(i)
         return self.answers(decoding)
 
-    def answer_probe(self, order, key: str | None = None, stop=None):
-        """backend/orders.py ProbeOrder -> Probed (model/probe.py); ValueError for a prefix-only model;
-        Stopped at the next forward once `stop` is set."""
+    def answer_probe(self, order, key: str | None = None):
+        """backend/orders.py ProbeOrder -> Probed (model/probe.py); ValueError for a prefix-only model.
+        No stop: a probe is a few forwards, and its model is read by the kernels it calls too."""
         from .backend.orders import Probed
 
         if not self.capabilities["probe"]:
             raise ValueError(f"a {self.meta.get('family')} model sees no suffix on its row: it cannot score "
                              "given tokens where they stand (no probe)")
-        r = self.probe(order.prefix, order.middle, order.suffix, order.stride, doc=key or None, stop=stop)
+        r = self.probe(order.prefix, order.middle, order.suffix, order.stride, doc=key or None)
         return Probed(r.pieces, r.prob, r.best, r.forwards, r.ms)
 
     def max_tokens(self) -> int:
@@ -274,13 +274,12 @@ class Engine:
         room = canvas_room(self.tokenizer, self.model.config.max_seq_len)
         return room - 1 if expands(self.tokenizer) else room
 
-    def probe(self, prefix: str, middle: str, suffix: str, stride: int = 4, doc: str | None = None, stop=None):
+    def probe(self, prefix: str, middle: str, suffix: str, stride: int = 4, doc: str | None = None):
         """model/probe.py: how sure the model is of `middle`'s tokens where they stand; with `doc`,
         the next fill for `doc` starts from the probe's context (reuse.py)."""
         from .model.probe import probe
-        from .model.stop import watched
 
-        return probe(watched(self.model, stop), self.tokenizer, prefix, middle, suffix, stride, self.memo, doc)
+        return probe(self.model, self.tokenizer, prefix, middle, suffix, stride, self.memo, doc)
 
 
 @dataclass

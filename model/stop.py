@@ -1,8 +1,8 @@
-"""An order's stop flag where the model runs: the loops that drive the model themselves (a structured
-answer's, model/structured.py; a probe's, model/probe.py) end at their next forward once their order is
-stopped (cancelled, superseded, its client gone), as the sampler's rows end between steps
-(Decoding.stop). The flag is a threading.Event set by whoever owns the order (the worker's socket
-thread, the in-process backend); the model's thread only reads it."""
+"""An order's stop flag where the model runs: a loop that drives the model itself (a structured
+answer's, model/structured.py) ends at its next forward once its order is stopped (cancelled,
+superseded, its client gone), as the sampler's rows end between steps (Decoding.stop). The flag is a
+threading.Event set by whoever owns the order (the worker's socket thread, the in-process backend); the
+model's thread only reads it."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 goes on; a model thread that holds a cancelled order (or is gone) is found by a ping and its worker
 restarted, with /health saying so until the new one is ready; a model that never loads is "failed"
 with the reason (the editor is shown it, serve-api answers 503 naming it) instead of "loading" for
-good; and a cancel reaches structured answers, edits from an instruction and probes as it reaches
+good; and a cancel reaches structured answers and edits from an instruction as it reaches
 fills. Fake engines driven by events (test_server_worker.py's), the real embedded model where the
 stop must reach the model's own loop, and one real serve-api whose structured request's client
 leaves."""

@@ -73,7 +73,7 @@ class LocalBackend:
     async def probe(self, key: str, order: ProbeOrder) -> Probed:
         stop = self._supersede(key)
         try:
-            return await self._run(stop, self.engine.answer_probe, order, key, stop)
+            return await self._run(stop, self.engine.answer_probe, order, key)
         finally:
             self._forget(key, stop)
 
@@ -131,7 +131,7 @@ class LocalBackend:
 
     async def _run(self, stop: threading.Event, fn, *args):
         """fn(*args) in the model's thread; cancelling the caller sets `stop` (the sampler checks it
-        between steps, a structured answer or a probe before each forward: model/stop.py). A ValueError
+        between steps, a structured answer before each forward: model/stop.py). A ValueError
         (an order that does not fit the model) is INVALID; anything else is a bug, raised as it is."""
         loop = asyncio.get_running_loop()
         try:

@@ -5,15 +5,15 @@ several editor sessions can share one loaded model. The socket side is listener.
 thread: fills queued at the same time with the same sampling settings are decoded as one batch, and
 with continuous batching (the default) a fill that arrives while a batch decodes joins it at the
 next step, and a finished fill is answered at once and leaves its place to the next.
-A newer fill for the same document (key) supersedes older ones: a queued one is answered at once,
-a running one is abandoned between denoising steps (the model thread drives the sampler's
-Decoding step by step, and stops the rows whose jobs were stopped); a probe, a structured answer, a
-rewrite or an edit from an instruction is given its job's stop flag and ends at its next step or
-forward (model/stop.py). A fill whose settings are bad is refused on arrival, alone, before it can
-join (and fail) a batch; an order that fails in the model fails alone or with its batch, never the
+A newer fill for the same document (key) supersedes older ones: a queued one is answered at once, a
+running one is abandoned between denoising steps (the model thread drives the sampler's Decoding step by
+step, and stops the rows whose jobs were stopped); a structured answer, a rewrite or an edit from an
+instruction is given its job's stop flag and ends at its next step or forward (model/stop.py; a probe, a
+few forwards, runs to its end). A fill whose settings are bad is refused on arrival, alone, before it
+can join (and fail) a batch; an order that fails in the model fails alone or with its batch, never the
 model thread. A ping says how long the model thread has held an order that was stopped and not let it
-go, or that the thread is gone: its clients restart such a worker (link.py). A model that has not
-loaded within `load_timeout_s` is "failed", with that reason. Protocol: wire.py."""
+go, or that the thread is gone: its clients restart such a worker (link.py). A model that has not loaded
+within `load_timeout_s` is "failed", with that reason. Protocol: wire.py."""
 
 from __future__ import annotations
 
@@ -332,7 +332,7 @@ class Worker:
         (nextedit/instruct.py) or a rewrite (a model asked through its prompt: model/native.py)."""
         try:
             if isinstance(job.order, ProbeOrder):
-                answer = self.engine.answer_probe(job.order, job.key, job.stop)
+                answer = self.engine.answer_probe(job.order, job.key)
             elif isinstance(job.order, StructuredOrder):
                 answer = self.engine.answer_structured(job.order, job.stop)
             elif isinstance(job.order, InstructOrder):
