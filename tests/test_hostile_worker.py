@@ -449,3 +449,23 @@ def test_a_worker_process_stuck_on_a_cancelled_order_is_killed_and_a_fresh_one_s
     finally:
         if wedged.poll() is None:
             wedged.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("value", ["nan", "0"])
+def test_a_load_timeout_that_is_no_deadline_is_one_line_and_exit_2(value):
+    done = subprocess.run([sys.executable, "-m", "diffusion_lsp", "serve-api", "--load-timeout", value],
+                          capture_output=True, text=True, timeout=WAIT)
+    assert done.returncode == 2 and done.stderr.strip() == f"diffusion-lsp: error: --load-timeout must be at least 1, got {float(value)}"
+
+
+def test_the_editors_load_timeout_reaches_the_worker_it_starts():
+    from diffusion_lsp.server.config import parse_config
+    from diffusion_lsp.server.session import worker_spec
+
+    cfg, problems = parse_config({"worker": {"loadTimeoutS": 45}})
+    spec = worker_spec(cfg)
+    assert problems == [] and spec.load_timeout_s == 45
+    command = spec.command()
+    assert command[command.index("--load-timeout") + 1] == "45.0"
+    assert parse_config({"worker": {"loadTimeoutS": 0}})[1]  # no deadline at all is a bad value, reported

@@ -112,6 +112,7 @@ class WorkerLink:
             try:
                 await client.start()
             except (WorkerUnavailable, OSError, RuntimeError, ValueError) as e:
+                self._restarting = None  # not restarting: it cannot start (said below)
                 self.progress.end("the model worker is unavailable")
                 self._report_failure(f"could not start the model worker: {e}")
                 return None
