@@ -456,7 +456,8 @@ def test_a_worker_process_stuck_on_a_cancelled_order_is_killed_and_a_fresh_one_s
 def test_a_load_timeout_that_is_no_deadline_is_one_line_and_exit_2(value):
     done = subprocess.run([sys.executable, "-m", "diffusion_lsp", "serve-api", "--load-timeout", value],
                           capture_output=True, text=True, timeout=WAIT)
-    assert done.returncode == 2 and done.stderr.strip() == f"diffusion-lsp: error: --load-timeout must be at least 1, got {float(value)}"
+    why = f"diffusion-lsp: error: --load-timeout must be at least 1, got {float(value)}"
+    assert done.returncode == 2 and done.stderr.strip() == why
 
 
 def test_the_editors_load_timeout_reaches_the_worker_it_starts():

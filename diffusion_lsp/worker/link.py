@@ -1,14 +1,14 @@
 """The shared model worker as a Backend (backend/base.py): `await link.fill(key, order) -> Fill`.
 
 Above the socket client, it owns the worker's life cycle: started on demand with a progress report
-while the model loads, one clear message when it cannot start or load, one notice and a restart
-when it crashes (at most RESTARTS_PER_MINUTE, then on the next request only), and a deadline on
-every order: past `fill_timeout_s` it fails with TIMEOUT (and is cancelled in the worker), and a
-worker that then does not answer a ping (stopped, hung), whose model thread is gone, or whose model
-thread still holds a cancelled order STUCK_GRACE_S later, is killed and restarted; until the new one
-is ready the link says "restarting" and why (`describe`: serve-api's /health). It reports to a person through a Reporter and
-counts into `counts`; it calls none of its callers back. What the client hears from the worker
-(ready, failed, lost) a supervising task of the link awaits (`_supervise`)."""
+while the model loads, one clear message when it cannot start or load, one notice and a restart when
+it crashes (at most RESTARTS_PER_MINUTE, then on the next request only), and a deadline on every
+order: past `fill_timeout_s` it fails with TIMEOUT (and is cancelled in the worker), and a worker
+that then does not answer a ping (stopped, hung), whose model thread is gone, or whose model thread
+still holds a cancelled order STUCK_GRACE_S later, is killed and restarted; until the new one is
+ready the link says "restarting" and why (`describe`: serve-api's /health). It reports to a person
+through a Reporter and counts into `counts`; it calls none of its callers back. What the client
+hears from the worker (ready, failed, lost) a supervising task of the link awaits (`_supervise`)."""
 
 from __future__ import annotations
 

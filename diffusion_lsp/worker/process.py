@@ -177,7 +177,7 @@ class Worker:
                     job.conn.send(refusal_message(job.id, "model", error))
 
     def load_overdue(self) -> None:
-        """The load deadline (a timer from `main`): a model still loading is "failed", with the reason,
+        """The load deadline (a timer `start` sets): a model still loading is "failed", with the reason,
         rather than "loading" for good; if it loads later it stays failed (the deadline has been said)."""
         with self.cond:
             if self.state != "loading":
