@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -401,6 +402,7 @@ engine.wedged = True  # its structured answers never look at their stop flag
 engine.capabilities = {**engine.capabilities, "chat": True, "structured": True}
 worker = Worker(lambda: engine)
 listener, lock = bind(Path(sys.argv[1]))
+print("ready", flush=True)
 start(worker)
 serve(listener, worker, 0)
 """
@@ -414,16 +416,15 @@ def test_a_worker_process_stuck_on_a_cancelled_order_is_killed_and_a_fresh_one_s
     socket_path = tmp_path / "sockets" / "w.sock"
     socket_path.parent.mkdir(mode=0o700)
     spec = WorkerSpec(socket_path, idle_exit_s=0)
-    wedged = subprocess.Popen([sys.executable, "-c", WEDGED_WORKER, str(socket_path), str(Path(__file__).parent)])
+    wedged = subprocess.Popen([sys.executable, "-c", WEDGED_WORKER, str(socket_path), str(Path(__file__).parent)],
+                              stdout=subprocess.PIPE)
     ui = RecordingUi()
     link = WorkerLink(ui, spec, fill_timeout_s=3.0)
     link.stuck_grace_s = 0.5
 
     async def go():
-        for _ in range(400):  # until the wedged worker listens (it was started above, not by the link)
-            if socket_path.exists():
-                break
-            await asyncio.sleep(0.05)
+        said, _, _ = select.select([wedged.stdout], [], [], WAIT)  # it listens (started here, not by the link)
+        assert said and wedged.stdout.readline() == b"ready\n"
         await asyncio.wait_for(link.ready(), WAIT)
         assert link.describe()["pid"] == wedged.pid
         order = StructuredOrder(CHAT, json.dumps({"object": True}), 8)
