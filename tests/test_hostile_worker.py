@@ -98,6 +98,23 @@ def test_a_conversation_whose_prompt_overflows_the_stack_fails_alone_and_the_mod
     assert "dead" not in conn.reply(3)
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the thread's end, on purpose
+def test_a_model_thread_that_dies_is_said_dead_in_a_ping(hostile):
+    """What no order's handling catches (here SystemExit from the engine) ends the thread: the ping says
+    so, and its clients restart the worker rather than wait on it for good."""
+    worker, engine, conn = hostile
+
+    def exits(orders, keys):
+        raise SystemExit("the engine gave up")
+
+    engine.decode_orders = exits
+    worker.handle(conn, fill(1))
+    with worker.cond:
+        assert worker.cond.wait_for(lambda: worker.died is not None, WAIT)
+    worker.handle(conn, {"op": "ping", "id": 2})
+    assert conn.reply(2)["dead"] == "SystemExit: the engine gave up"
+
+
 # ---- cancellation reaches structured orders ----
 
 def test_a_running_structured_answer_is_cancelled_at_its_next_forward(hostile):

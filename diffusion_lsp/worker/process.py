@@ -207,7 +207,9 @@ class Worker:
             self._serve_orders()
         except BaseException as e:  # not an order's failure (those are answered): the thread is gone, and pings say so
             log.exception("the model thread died")
-            self.died = f"{type(e).__name__}: {e}"
+            with self.cond:
+                self.died = f"{type(e).__name__}: {e}"
+                self.cond.notify_all()
             raise
 
     def _serve_orders(self) -> None:
