@@ -28,8 +28,8 @@ from .spec import WorkerSpec
 RESTARTS_PER_MINUTE = 3  # beyond this, a crashed worker restarts on the next request only
 PING_TIMEOUT_S = 2.0  # the worker's socket thread answers a ping at once, even mid-batch
 HUNG_FACTOR = 3.0  # a batch running this many fill deadlines is stuck: restart the worker
-# a model thread lets go of a cancelled order at its next denoising step or forward (milliseconds for the
-# embedded model, about a second for a 7B checkpoint on a CPU): one that has not after this is stuck
+# a model thread lets go of a cancelled order at its next denoising step or forward (the embedded model's
+# forward takes milliseconds here; this leaves room for a large checkpoint's on a CPU): one that has not is stuck
 STUCK_GRACE_S = 10.0
 
 
