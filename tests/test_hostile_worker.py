@@ -488,3 +488,28 @@ def test_the_editors_load_timeout_reaches_the_worker_it_starts():
     command = spec.command()
     assert command[command.index("--load-timeout") + 1] == "45.0"
     assert parse_config({"worker": {"loadTimeoutS": 0}})[1]  # no deadline at all is a bad value, reported
+
+
+# ---- the in-process backend hands its structured orders the same stop ----
+
+def test_the_in_process_backend_frees_its_model_thread_of_a_cancelled_structured_answer():
+    """Its one model thread ran a cancelled structured answer to its end, and every call behind it waited."""
+    from diffusion_lsp.backend.local import LocalBackend
+
+    engine = HostileEngine()
+    engine.answer = lambda orders, keys, stops=None: [Fill(o.prefix.upper(), [o.prefix.upper()], [1.0])
+                                                      for o in orders]
+    backend = LocalBackend(engine)
+
+    async def go():
+        held = asyncio.ensure_future(backend.structured("s", StructuredOrder(CHAT, json.dumps({"object": True}), 8)))
+        await asyncio.get_running_loop().run_in_executor(None, engine.started.wait, WAIT)
+        held.cancel()  # the caller goes away: the stop is set, the answer ends at its next forward
+        with pytest.raises(asyncio.CancelledError):
+            await held
+        return await asyncio.wait_for(backend.fill("a.py", FillOrder("next", "", 4)), WAIT)
+
+    try:
+        assert asyncio.run(go()).text == "NEXT"  # the model thread is free without the release
+    finally:
+        engine.release.set()
