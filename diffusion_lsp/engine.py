@@ -107,7 +107,7 @@ class Engine:
         """backend/orders.py StructuredOrder -> Answered: JSON under a schema (model/jsonschema.py) decoded
         with its skeleton on the canvas (model/structured.py), or tool calls; ValueError for a request
         the model cannot answer (jsonschema.Unsupported: a schema it cannot express); model/stop.py
-        Stopped at the next forward once `stop` (a threading.Event) is set."""
+        OrderStopped at the next forward once `stop` (a threading.Event) is set."""
         import json
 
         from .backend.orders import Answered, FillOrder
@@ -183,7 +183,8 @@ class Engine:
     def answer_rewrite(self, order, stop=None):
         """backend/orders.py RewriteOrder -> Fill: the tagged region (nextedit/mercury.py) in a chat model's
         prompt (prompting.py), the answer on the canvas; ValueError for a model not asked in chat (ours
-        rewrite a region by re-masking it: nextedit/suggest.py). Stopped between steps as `answer_structured`."""
+        rewrite a region by re-masking it: nextedit/suggest.py); model/stop.py OrderStopped between steps
+        once `stop` is set."""
         if not self.capabilities["rewrite"]:
             raise ValueError("this model rewrites a region by re-masking it, not from an edit prompt")
         from .model.canvas import FillRequest
@@ -194,8 +195,8 @@ class Engine:
     def answer_instruct(self, order, stop=None):
         """backend/orders.py InstructOrder -> Fill, the region as the instruction says (nextedit/instruct.py):
         a model asked in chat gets the instruction and the tagged region in a user turn; any other re-masks
-        the region between the code around it, the instruction a comment above it. Stopped between steps
-        as `answer_structured`."""
+        the region between the code around it, the instruction a comment above it; OrderStopped between
+        steps once `stop` is set."""
         from .model.canvas import FillRequest
         from .nextedit.instruct import chat_content, commented
 
@@ -208,8 +209,8 @@ class Engine:
                                 stop)
 
     def _answer_one(self, request, stop=None):
-        """One canvas.FillRequest decoded to its end -> its Fill; Stopped between steps once `stop` is set
-        (a fill's own way: the decoding stops its row)."""
+        """One canvas.FillRequest decoded to its end -> its Fill; OrderStopped between steps once `stop`
+        is set (a fill's own way: the decoding stops its row)."""
         decoding = self.decoding([request])
         steps = 0
         for _ in decoding:
@@ -220,11 +221,11 @@ class Engine:
 
     @staticmethod
     def _answered(fill, how_far: str = ""):
-        """A single order's Fill, or Stopped for a stopped one (answer_of's None)."""
-        from .model.stop import Stopped
+        """A single order's Fill, or OrderStopped for a stopped one (answer_of's None)."""
+        from .model.stop import OrderStopped
 
         if fill is None:
-            raise Stopped(f"stopped {how_far}".strip())
+            raise OrderStopped(f"stopped {how_far}".strip())
         return fill
 
     @staticmethod

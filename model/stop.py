@@ -9,13 +9,13 @@ from __future__ import annotations
 import threading
 
 
-class Stopped(Exception):
+class OrderStopped(Exception):
     """The order was stopped before it was done; the message says how far it got."""
 
 
 class Watched:
     """The model (DiffusionTransformer) for one order: each forward first looks at `stop`, and raises
-    Stopped once it is set. `forwards` counts the passes the order made."""
+    OrderStopped once it is set. `forwards` counts the passes the order made."""
 
     def __init__(self, model, stop: threading.Event):
         self.model, self.stop, self.forwards = model, stop, 0
@@ -32,7 +32,7 @@ class Watched:
 
     def hidden(self, *args, **kwargs):
         if self.stop.is_set():
-            raise Stopped(f"stopped after {self.forwards} forward{'s' * (self.forwards != 1)}")
+            raise OrderStopped(f"stopped after {self.forwards} forward{'s' * (self.forwards != 1)}")
         self.forwards += 1
         return self.model.hidden(*args, **kwargs)
 

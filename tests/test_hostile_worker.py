@@ -30,7 +30,7 @@ from diffusion_lsp.api.service import Service
 from diffusion_lsp.backend.failure import BackendError, Failure
 from diffusion_lsp.backend.orders import Answered, Fill, FillOrder, InstructOrder, StructuredOrder
 from diffusion_lsp.model.settings import LaunchSettings
-from diffusion_lsp.model.stop import Stopped
+from diffusion_lsp.model.stop import OrderStopped
 from diffusion_lsp.worker.client import Pong
 from diffusion_lsp.worker.link import WorkerLink
 from diffusion_lsp.worker.listener import bind, serve
@@ -47,7 +47,7 @@ class HostileEngine(FakeEngine):
     """FakeEngine with conversations and single orders. A conversation that says "deep" overflows the
     stack while its prompt is built (what a 500-deep tool-call argument did in model/prompting.py);
     a structured answer runs "forwards" until released, and with `wedged` never looks at its stop
-    flag (a model thread stuck in one call), else raises Stopped at the next one once it is set."""
+    flag (a model thread stuck in one call), else raises OrderStopped at the next one once it is set."""
 
     wedged = False
 
@@ -61,7 +61,7 @@ class HostileEngine(FakeEngine):
         forwards = 0
         while not self.release.wait(0.005):
             if stop is not None and stop.is_set() and not self.wedged:
-                raise Stopped(f"stopped after {forwards} forwards")
+                raise OrderStopped(f"stopped after {forwards} forwards")
             forwards += 1
         return Answered("json", "{}", forwards=forwards)
 
@@ -183,7 +183,7 @@ def test_a_structured_answer_of_the_real_model_stops_at_the_forward_after_its_st
     assert full.forwards > 3
     stop = threading.Event()
     calls = counting_forwards(engine, monkeypatch, 2, stop)
-    with pytest.raises(Stopped, match="after 2 forwards"):
+    with pytest.raises(OrderStopped, match="after 2 forwards"):
         engine.answer_structured(order, stop)
     assert len(calls) == 2  # not full.forwards
 
@@ -192,7 +192,7 @@ def test_an_edit_from_an_instruction_of_the_real_model_stops_between_steps(engin
     order = InstructOrder("def f(x):\n", "    return x\n", "\n", "double it", 24)
     stop = threading.Event()
     calls = counting_forwards(engine, monkeypatch, 1, stop)
-    with pytest.raises(Stopped, match="after 1 step"):
+    with pytest.raises(OrderStopped, match="after 1 step"):
         engine.answer_instruct(order, stop)
     assert len(calls) == 1
 

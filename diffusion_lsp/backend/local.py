@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from .base import Capabilities
 from .failure import BackendError, Failure
 from .orders import Answered, Draft, Fill, FillOrder, InstructOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
-from ..model.stop import Stopped
+from ..model.stop import OrderStopped
 
 
 class LocalBackend:
@@ -136,7 +136,7 @@ class LocalBackend:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._pool(), functools.partial(fn, *args))
-        except Stopped:
+        except OrderStopped:
             raise BackendError(Failure.DROPPED, "superseded by a newer order") from None
         except asyncio.CancelledError:
             stop.set()

@@ -29,7 +29,7 @@ from pathlib import Path
 from ..backend.orders import Draft, FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
 from ..model.canvas import DoesNotFit
 from ..model.settings import LaunchSettings
-from ..model.stop import Stopped
+from ..model.stop import OrderStopped
 from .listener import Conn, bind, serve
 from .spec import LOAD_TIMEOUT_S, MAX_BATCH, WorkerSpec
 from .wire import WIRE_VERSION, build_id, model_name, refusal_message, weights_id
@@ -342,7 +342,7 @@ class Worker:
             else:
                 answer = self.engine.answer_rewrite(job.order, job.stop)
             reply = answer.message(job.id) if not job.stop.is_set() else refusal_message(job.id, job.reason)
-        except Stopped as e:  # cancelled, superseded or its client gone, at its next step or forward
+        except OrderStopped as e:  # cancelled, superseded or its client gone, at its next step or forward
             log.info("%s %s: %s (%s)", type(job.order).__name__, job.id, job.reason, e)
             reply = refusal_message(job.id, job.reason)
         except DoesNotFit as e:  # the same on every try
