@@ -18,8 +18,8 @@ from .wire import default_socket
 IDLE_EXIT_S = 600.0  # an editors' worker outlives a session, for the next one (and other editors) to share
 MAX_BATCH = 8  # an editors' worker: a few documents at a time
 API_IDLE_EXIT_S = 60.0  # serve-api's own worker exits soon after the API
-# the embedded model loads and warms up in 3 s here (2 busy cores); a 7B checkpoint from a slow disk, quantized
-# to int8 on the CPU, in a few minutes: past this, a model still loading is reported as failed, not "loading" for good
+# the embedded model loads and warms up in 3 s here (2 busy cores); a large checkpoint read from a slow disk and
+# quantized to int8 on the CPU may take minutes: past this, a model still loading is failed, not "loading" for good
 LOAD_TIMEOUT_S = 300.0
 API_MAX_BATCH = 16  # serve-api's: a team's requests at once (batch 16 measured 1.8x batch 1's requests/s here)
 
