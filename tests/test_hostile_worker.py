@@ -513,3 +513,21 @@ def test_the_in_process_backend_frees_its_model_thread_of_a_cancelled_structured
         assert asyncio.run(go()).text == "NEXT"  # the model thread is free without the release
     finally:
         engine.release.set()
+
+
+def test_a_link_closed_while_it_waits_out_the_grace_kills_nobody():
+    """The worker is shared: a session that closes (or switches model) during the grace must not kill
+    it for the others because its own connection no longer answers."""
+    link, client, ui = scripted_link([Pong(busy_s=0.06, stuck_s=0.0), None])
+
+    async def go():
+        client.ready.set()
+        await link.ready()
+        with pytest.raises(BackendError):
+            await link.fill("a.py", FillOrder("x", "", 4))
+        await link.close()
+        client.connected = False  # what the real client's close does
+        await asyncio.wait_for(link.check, WAIT)
+
+    asyncio.run(go())
+    assert client.killed == []

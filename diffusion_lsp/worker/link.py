@@ -237,6 +237,8 @@ class WorkerLink:
             why = self._stuck(pong := await client.ping(PING_TIMEOUT_S))
             if why is None and pong.stuck_s is not None:  # a stopped order not let go yet: look again after its grace
                 await asyncio.sleep(self.stuck_grace_s - pong.stuck_s)
+                if client is not self.client or not client.connected:  # closed, replaced or lost meanwhile
+                    return
                 why = self._stuck(pong := await client.ping(PING_TIMEOUT_S))
             if why is None:
                 self.ui.log("warning", f"a fill took over {self.fill_timeout_s:g} s (the worker's batch has run "
