@@ -103,21 +103,23 @@ class Engine:
         """A conversation's FillRequest fields: its prompt; no doc, no candidates (as `_prompted`)."""
         return {"prompt_ids": self.chat_prompt(chat, n), "doc": None, "candidates": (), "ends": self.chat_format.ends}
 
-    def answer_structured(self, order):
+    def answer_structured(self, order, stop=None):
         """backend/orders.py StructuredOrder -> Answered: JSON under a schema (model/jsonschema.py) decoded
         with its skeleton on the canvas (model/structured.py), or tool calls; ValueError for a request
-        the model cannot answer (jsonschema.Unsupported: a schema it cannot express)."""
+        the model cannot answer (jsonschema.Unsupported: a schema it cannot express); model/stop.py
+        OrderStopped at the next forward once `stop` (a threading.Event) is set."""
         import json
 
         from .backend.orders import Answered, FillOrder
         from .model.jsonschema import Choice, Obj, compile_schema, for_object, tool_call
+        from .model.stop import watched
         from .model.structured import decode_json, opens_with
 
         if self.chat_format is not None and not self.structured:
             raise ValueError("this model does not decode JSON under constraints")
         output = json.loads(order.output)
         prompt, cfg = self.chat_prompt(order.chat, order.max_tokens), order.sampling
-        model, tok, fmt = self.model, self.tokenizer, self.chat_format
+        model, tok, fmt = watched(self.model, stop), self.tokenizer, self.chat_format
 
         def decode(node, lead="", trail=""):
             return decode_json(model, tok, prompt, node, cfg.threshold, lead, trail)
@@ -133,7 +135,8 @@ class Engine:
         if choice == "auto":  # does the model open a call (the template's tag or a JSON object) or answer?
             call, forwards, ms = opens_with(model, tok, prompt, tok.encode_markup(lead or "{")[:1], order.max_tokens)
             if not call:
-                fill = self.answer([FillOrder("", "", order.max_tokens, sampling=cfg, chat=order.chat)], [""])[0]
+                fill = self._answered(self.answer([FillOrder("", "", order.max_tokens, sampling=cfg, chat=order.chat)],
+                                                  [""], [stop] if stop else None)[0])
                 return Answered("text", fill.text, tokens=fill.tokens, decoded=fill.tokens,
                                 forwards=forwards + fill.forwards, ms=ms + fill.ms)
         calls, tokens, decoded = [], 0, 0
@@ -177,37 +180,53 @@ class Engine:
 
         return canvas_room(self.tokenizer, self.model.config.max_seq_len) - n
 
-    def answer_rewrite(self, order):
+    def answer_rewrite(self, order, stop=None):
         """backend/orders.py RewriteOrder -> Fill: the tagged region (nextedit/mercury.py) in a chat model's
         prompt (prompting.py), the answer on the canvas; ValueError for a model not asked in chat (ours
-        rewrite a region by re-masking it: nextedit/suggest.py)."""
+        rewrite a region by re-masking it: nextedit/suggest.py); model/stop.py OrderStopped between steps
+        once `stop` is set."""
         if not self.capabilities["rewrite"]:
             raise ValueError("this model rewrites a region by re-masking it, not from an edit prompt")
         from .model.canvas import FillRequest
 
         n = min(order.max_tokens, self.max_tokens())
-        return self._answer_one(FillRequest("", "", n, id=0, **self._prompted("", "", n, order.content)))
+        return self._answer_one(FillRequest("", "", n, id=0, **self._prompted("", "", n, order.content)), stop)
 
-    def answer_instruct(self, order):
+    def answer_instruct(self, order, stop=None):
         """backend/orders.py InstructOrder -> Fill, the region as the instruction says (nextedit/instruct.py):
         a model asked in chat gets the instruction and the tagged region in a user turn; any other re-masks
-        the region between the code around it, the instruction a comment above it."""
+        the region between the code around it, the instruction a comment above it; OrderStopped between
+        steps once `stop` is set."""
         from .model.canvas import FillRequest
         from .nextedit.instruct import chat_content, commented
 
         n = min(order.max_tokens, self.max_tokens())
         if self.capabilities["rewrite"]:  # prefix-only, asked in chat
             ids = self.prompter.ask(chat_content(order), self.prompt_room(n))
-            return self._answer_one(FillRequest("", "", n, id=0, prompt_ids=ids, chat=True))
+            return self._answer_one(FillRequest("", "", n, id=0, prompt_ids=ids, chat=True), stop)
         prefix = commented(order)
-        return self._answer_one(FillRequest(prefix, order.suffix, n, id=0, **self._prompted(prefix, order.suffix, n)))
+        return self._answer_one(FillRequest(prefix, order.suffix, n, id=0, **self._prompted(prefix, order.suffix, n)),
+                                stop)
 
-    def _answer_one(self, request):
-        """One canvas.FillRequest decoded to its end -> its Fill."""
+    def _answer_one(self, request, stop=None):
+        """One canvas.FillRequest decoded to its end -> its Fill; OrderStopped between steps once `stop`
+        is set (a fill's own way: the decoding stops its row)."""
         decoding = self.decoding([request])
+        steps = 0
         for _ in decoding:
-            pass
-        return self.answer_of(decoding, 0)
+            steps += 1
+            if stop is not None and stop.is_set():
+                decoding.stop(0)
+        return self._answered(self.answer_of(decoding, 0), f"after {steps} step{'s' * (steps != 1)}")
+
+    @staticmethod
+    def _answered(fill, how_far: str = ""):
+        """A single order's Fill, or OrderStopped for a stopped one (answer_of's None)."""
+        from .model.stop import OrderStopped
+
+        if fill is None:
+            raise OrderStopped(f"stopped {how_far}".strip())
+        return fill
 
     @staticmethod
     def answer_of(decoding, i: int):
@@ -237,7 +256,8 @@ class Engine:
         return self.answers(decoding)
 
     def answer_probe(self, order, key: str | None = None):
-        """backend/orders.py ProbeOrder -> Probed (model/probe.py); ValueError for a prefix-only model."""
+        """backend/orders.py ProbeOrder -> Probed (model/probe.py); ValueError for a prefix-only model.
+        No stop: a probe is a few forwards, and its model is read by the kernels it calls too."""
         from .backend.orders import Probed
 
         if not self.capabilities["probe"]:

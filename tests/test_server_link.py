@@ -13,7 +13,7 @@ from conftest import RecordingUi
 from diffusion_lsp.model.settings import LaunchSettings
 from diffusion_lsp.backend.failure import BackendError, Failure
 from diffusion_lsp.backend.orders import Fill, FillOrder
-from diffusion_lsp.worker.client import WorkerUnavailable
+from diffusion_lsp.worker.client import Pong, WorkerUnavailable
 from diffusion_lsp.worker.spec import WorkerSpec
 from diffusion_lsp.worker.link import RESTARTS_PER_MINUTE, WorkerLink
 from diffusion_lsp.worker.wire import refusal_message, refused
@@ -22,7 +22,7 @@ ORDER = FillOrder("x = ", "\n", 4)
 
 
 class FakeClient:
-    """`answer`: what fill does (a Fill, an exception, or "hang"); `pong`: what ping answers."""
+    """`answer`: what fill does (a Fill, an exception, or "hang"); `pong`: what ping answers (busy_s, or a Pong)."""
 
     made: list[FakeClient] = []
     max_tokens = None  # the loaded model's largest canvas: not said by this fake
@@ -53,9 +53,9 @@ class FakeClient:
         return self.answer
 
     async def ping(self, timeout_s):
-        return self.pong
+        return Pong(self.pong) if isinstance(self.pong, float) else self.pong
 
-    def kill(self):
+    def kill(self, why):
         self.killed += 1
         self.lose(f"the model worker (pid {self.pid}) exited with code -9")
 

@@ -9,7 +9,7 @@ import sys
 
 from ..errors import UserError
 from ..model.settings import LaunchSettings, SamplerConfig, add_args, from_args
-from ..worker.spec import API_IDLE_EXIT_S, API_MAX_BATCH, WorkerSpec
+from ..worker.spec import API_IDLE_EXIT_S, API_MAX_BATCH, LOAD_TIMEOUT_S, WorkerSpec
 
 DEFAULT_MODEL_NAME = "diffusion-lsp"
 
@@ -30,6 +30,9 @@ def register(sub) -> None:
     p.add_argument("--served-model-name", action="append", metavar="NAME",
                    help=f"model name clients ask for (repeatable; default {DEFAULT_MODEL_NAME})")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds a request may take (default 30)")
+    p.add_argument("--load-timeout", type=float, default=LOAD_TIMEOUT_S,
+                   help=f"seconds the model may take to load; past it /health and every request say it failed "
+                        f"(default {LOAD_TIMEOUT_S:g})")
     p.add_argument("--receive-timeout", type=float, default=20.0,
                    help="seconds a request's headers and body may take to arrive; past it the connection is "
                         "closed (default 20)")
@@ -117,6 +120,7 @@ def run(args) -> int:
     if launch.precision == "int8" and launch.path and is_native_folder(launch.path):
         raise UserError(f"--precision int8: {NATIVE_INT8}")  # the worker would fail to load it, after the start
     for name, value, low in (("--timeout", args.timeout, 0.1), ("--receive-timeout", args.receive_timeout, 0.1),
+                             ("--load-timeout", args.load_timeout, 1),
                              ("--max-in-flight", args.max_in_flight, 1),
                              ("--max-batch", args.max_batch, 1), ("--max-tokens", args.max_tokens, 1),
                              ("--max-body-bytes", args.max_body_bytes, 1024)):
@@ -133,7 +137,8 @@ def run(args) -> int:
         print(f"diffusion-lsp: warning: serving on {args.host} with no API key: anyone who can reach it can use "
               "it (set --api-key-env)", file=sys.stderr)
     spec = WorkerSpec.of(launch, args.worker_socket, prefix="api", idle_exit_s=API_IDLE_EXIT_S,
-                         max_batch=args.max_batch, continuous=not args.static_batching)
+                         max_batch=args.max_batch, continuous=not args.static_batching,
+                         load_timeout_s=args.load_timeout)
     try:  # a folder others can enter would be refused at every request, for good: say it now
         check_socket_path(spec.socket)
     except (OSError, RuntimeError) as e:

@@ -150,8 +150,10 @@ class Service:
                 if e.kind is not Failure.TIMEOUT:
                     raise Failed.of(e, param) from None
             except asyncio.TimeoutError:  # our deadline, before the model was ready or the link's own ran out
-                if self.describe()["state"] != "ready":
-                    raise Failed("the model is not ready", 503, retry_after_s=2) from None
+                worker = self.describe()
+                if worker["state"] != "ready":  # loading, or restarting (and why)
+                    why = f"{worker['state']}: {worker['error']}" if worker["error"] else worker["state"]
+                    raise Failed(f"the model is not ready ({why})", 503, retry_after_s=2) from None
                 self.backend.suspect()  # else a stopped worker would hold every request past its deadline for good
             self.metrics.timeouts.inc()  # our deadline, or the link's (worker.fillTimeoutS)
             raise Failed(f"no answer within the request timeout ({self.timeout_s:g} s)", 504)

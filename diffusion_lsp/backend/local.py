@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from .base import Capabilities
 from .failure import BackendError, Failure
 from .orders import Answered, Draft, Fill, FillOrder, InstructOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
+from ..model.stop import OrderStopped
 
 
 class LocalBackend:
@@ -81,7 +82,7 @@ class LocalBackend:
         our own models, which re-mask a region instead (capabilities.rewrite)."""
         stop = self._supersede(key)
         try:
-            return await self._run(stop, self.engine.answer_rewrite, order)
+            return await self._run(stop, self.engine.answer_rewrite, order, stop)
         finally:
             self._forget(key, stop)
 
@@ -89,7 +90,7 @@ class LocalBackend:
         """A region rewritten as an instruction says (nextedit/instruct.py)."""
         stop = self._supersede(key)
         try:
-            return await self._run(stop, self.engine.answer_instruct, order)
+            return await self._run(stop, self.engine.answer_instruct, order, stop)
         finally:
             self._forget(key, stop)
 
@@ -98,7 +99,7 @@ class LocalBackend:
         template or whose decoding is transformers' (capabilities.structured)."""
         stop = self._supersede(key)
         try:
-            return await self._run(stop, self.engine.answer_structured, order)
+            return await self._run(stop, self.engine.answer_structured, order, stop)
         finally:
             self._forget(key, stop)
 
@@ -130,11 +131,13 @@ class LocalBackend:
 
     async def _run(self, stop: threading.Event, fn, *args):
         """fn(*args) in the model's thread; cancelling the caller sets `stop` (the sampler checks it
-        between steps). A ValueError (an order that does not fit the model) is INVALID; anything
-        else is a bug, raised as it is."""
+        between steps, a structured answer before each forward: model/stop.py). A ValueError
+        (an order that does not fit the model) is INVALID; anything else is a bug, raised as it is."""
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._pool(), functools.partial(fn, *args))
+        except OrderStopped:
+            raise BackendError(Failure.DROPPED, "superseded by a newer order") from None
         except asyncio.CancelledError:
             stop.set()
             raise

@@ -17,7 +17,7 @@ from ..context.records import CONTEXT_TOKENS, DEBOUNCE_MS
 from ..model.claims import Claims
 from ..model.settings import LaunchSettings, SamplerConfig, check, parse_tree, within
 from ..nextedit.suggest import NextEditSettings
-from ..worker.spec import IDLE_EXIT_S
+from ..worker.spec import IDLE_EXIT_S, LOAD_TIMEOUT_S
 
 SECTIONS = ("diffusionLsp", "diffusion-lsp", "diffusion_lsp")
 
@@ -67,6 +67,8 @@ class WorkerSettings:
         0.1, 3600, doc="a fill not answered in this many seconds is answered empty; a hung worker is restarted"))
     idle_exit_s: float = field(default=IDLE_EXIT_S, metadata=within(
         0, 7 * 86_400, note="a week", doc="the worker exits after this many seconds with no editor connected"))
+    load_timeout_s: float = field(default=LOAD_TIMEOUT_S, metadata=within(
+        1, 86_400, note="a day", doc="a model not loaded in this many seconds is reported as failed to load"))
 
 
 @dataclass

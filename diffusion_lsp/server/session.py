@@ -40,7 +40,8 @@ class ServeOptions:
 
 def worker_spec(cfg: Config) -> WorkerSpec:
     """The worker the editor settings ask for (model.*, worker.*)."""
-    return WorkerSpec.of(cfg.model, cfg.worker.socket, idle_exit_s=cfg.worker.idle_exit_s)
+    return WorkerSpec.of(cfg.model, cfg.worker.socket, idle_exit_s=cfg.worker.idle_exit_s,
+                         load_timeout_s=cfg.worker.load_timeout_s)
 
 
 def backend_for(cfg: Config, ui: Reporter) -> WorkerLink | RemoteBackend:

@@ -10,6 +10,7 @@ import itertools
 import os
 import signal
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from ..backend.failure import BackendError, Failure
 from ..backend.base import Capabilities
@@ -43,6 +44,24 @@ class WorkerUnavailable(Exception):
     """The worker could not be started or reached; the message says why."""
 
 
+@dataclass(frozen=True)
+class Pong:
+    """A ping's answer (from the worker's socket thread, so a busy model thread does not delay it)."""
+
+    busy_s: float = 0.0  # how long the current batch has run (0: idle)
+    stuck_s: float | None = None  # how long the model thread has held an order that was stopped, not letting
+    # it go (None: it holds none)
+    dead: str | None = None  # why the model thread ended, when it has
+
+    @classmethod
+    def from_message(cls, reply: dict) -> Pong:
+        def seconds(key: str) -> float | None:
+            value = reply.get(key)
+            return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        dead = reply.get("dead")
+        return cls(seconds("busy_s") or 0.0, seconds("stuck_s"), str(dead) if dead else None)
+
+
 class WorkerClient:
     def __init__(self, spec: WorkerSpec):
         self.spec = spec
@@ -60,6 +79,7 @@ class WorkerClient:
         self._closed = False
         self._ids = itertools.count(1)
         self._said = ""  # the last spawned worker's first line: "ready" or "busy"
+        self._killed: str | None = None  # why we killed the worker, for the orders it leaves unanswered
 
     @property
     def connected(self) -> bool:
@@ -138,7 +158,8 @@ class WorkerClient:
         finally:
             self._pending.pop(rid, None)
         if message is None:
-            raise WorkerUnavailable("the connection to the model worker was lost")
+            raise WorkerUnavailable(f"{self._killed}; it is being restarted" if self._killed
+                                    else "the connection to the model worker was lost")
         if not message.get("ok"):
             raise refused(message)
         try:
@@ -146,9 +167,9 @@ class WorkerClient:
         except (TypeError, ValueError) as e:
             raise BackendError(Failure.REFUSED, f"the worker's answer is unusable: {e}") from None
 
-    async def ping(self, timeout_s: float) -> float | None:
-        """Seconds the worker's current batch has been running (0 when idle), or None when it
-        does not answer within `timeout_s` (stopped, or its socket thread is stuck)."""
+    async def ping(self, timeout_s: float) -> Pong | None:
+        """How the worker's model thread is doing, or None when the worker does not answer within
+        `timeout_s` (stopped, or its socket thread is stuck)."""
         if not self.connected:
             return None
         rid = next(self._ids)
@@ -162,12 +183,13 @@ class WorkerClient:
             self._pending.pop(rid, None)
         if reply is None:  # the connection was lost meanwhile
             return None
-        busy = reply.get("busy_s", 0.0)
-        return float(busy) if isinstance(busy, (int, float)) else 0.0
+        return Pong.from_message(reply)
 
-    def kill(self) -> None:
-        """SIGKILL the worker (it stopped answering; SIGKILL also ends a SIGSTOPped process). The
-        connection then drops, and its owner hears of it ("lost")."""
+    def kill(self, why: str) -> None:
+        """SIGKILL the worker (it stopped answering, or its model thread is stuck or gone; SIGKILL also
+        ends a SIGSTOPped process). The connection then drops, its orders fail saying `why` (a sentence
+        naming the worker), and its owner hears of it ("lost")."""
+        self._killed = why
         if self.pid:
             try:
                 os.kill(self.pid, signal.SIGKILL)
@@ -229,7 +251,7 @@ class WorkerClient:
         if (why := refusal(hello, self.spec.model)) is not None:
             writer.close()
             raise WorkerUnavailable(f"the worker on {path} {why}; it exits once idle, or set another worker.socket")
-        self._writer = writer
+        self._writer, self._killed = writer, None
         self._event(hello)
         asyncio.ensure_future(self._read(reader, writer))
 
@@ -286,6 +308,8 @@ class WorkerClient:
             self._changed.set()
 
     async def _exit_reason(self) -> str:
+        if self._killed:
+            return f"{self._killed} and was killed"
         if self._proc is not None and self.pid == self._proc.pid:
             try:
                 code = await asyncio.wait_for(self._proc.wait(), 2.0)

@@ -1,12 +1,14 @@
 """The shared model worker as a Backend (backend/base.py): `await link.fill(key, order) -> Fill`.
 
 Above the socket client, it owns the worker's life cycle: started on demand with a progress report
-while the model loads, one clear message when it cannot start or load, one notice and a restart
-when it crashes (at most RESTARTS_PER_MINUTE, then on the next request only), and a deadline on
-every order: past `fill_timeout_s` it fails with TIMEOUT, and a worker that then does not answer
-a ping (stopped, hung) is killed and restarted. It reports to a person through a Reporter and
-counts into `counts`; it calls none of its callers back. What the client hears from the worker
-(ready, failed, lost) a supervising task of the link awaits (`_supervise`)."""
+while the model loads, one clear message when it cannot start or load, one notice and a restart when
+it crashes (at most RESTARTS_PER_MINUTE, then on the next request only), and a deadline on every
+order: past `fill_timeout_s` it fails with TIMEOUT (and is cancelled in the worker), and a worker
+that then does not answer a ping (stopped, hung), whose model thread is gone, or whose model thread
+still holds a cancelled order STUCK_GRACE_S later, is killed and restarted; until the new one is
+ready the link says "restarting" and why (`describe`: serve-api's /health). It reports to a person
+through a Reporter and counts into `counts`; it calls none of its callers back. What the client
+hears from the worker (ready, failed, lost) a supervising task of the link awaits (`_supervise`)."""
 
 from __future__ import annotations
 
@@ -19,13 +21,16 @@ from ..backend.base import Capabilities, Reporter
 from ..backend.failure import BackendError, Failure
 from ..backend.orders import (Answered, Draft, Fill, FillOrder, InstructOrder, Probed, ProbeOrder, RewriteOrder,
                               StructuredOrder)
-from .client import WorkerClient, WorkerUnavailable
+from .client import Pong, WorkerClient, WorkerUnavailable
 from ..backend.base import FILL_TIMEOUT_S
 from .spec import WorkerSpec
 
 RESTARTS_PER_MINUTE = 3  # beyond this, a crashed worker restarts on the next request only
 PING_TIMEOUT_S = 2.0  # the worker's socket thread answers a ping at once, even mid-batch
 HUNG_FACTOR = 3.0  # a batch running this many fill deadlines is stuck: restart the worker
+# a model thread lets go of a cancelled order at its next denoising step or forward (the embedded model's
+# forward takes milliseconds here; this leaves room for a large checkpoint's on a CPU): one that has not is stuck
+STUCK_GRACE_S = 10.0
 
 
 class _Progress:
@@ -74,6 +79,8 @@ class WorkerLink:
         self._shown_failure: str | None = None
         self._crashes: deque[float] = deque()
         self._checking = False
+        self.stuck_grace_s = STUCK_GRACE_S
+        self._restarting: str | None = None  # why the worker is being restarted, until the new one is ready
         self._supervisor: asyncio.Task | None = None
         self.check: asyncio.Future | None = None  # the last liveness check a missed deadline started
 
@@ -105,6 +112,7 @@ class WorkerLink:
             try:
                 await client.start()
             except (WorkerUnavailable, OSError, RuntimeError, ValueError) as e:
+                self._restarting = None  # not restarting: it cannot start (said below)
                 self.progress.end("the model worker is unavailable")
                 self._report_failure(f"could not start the model worker: {e}")
                 return None
@@ -218,22 +226,42 @@ class WorkerLink:
             self.check = asyncio.ensure_future(self._check_alive(self.client))
 
     async def _check_alive(self, client: WorkerClient) -> None:
-        """After a missed deadline: a worker that does not answer a ping, or whose batch has run
-        for HUNG_FACTOR deadlines, is killed; its lost connection restarts it."""
+        """After a missed deadline (whose order was cancelled in the worker): a worker that does not
+        answer a ping, whose model thread is gone, has held a cancelled order for `stuck_grace_s`, or
+        has run one batch for HUNG_FACTOR deadlines, is killed; its lost connection restarts it. One
+        that is still within the grace is asked again once the grace is over."""
         if self._checking:
             return
         self._checking = True
         try:
-            busy = await client.ping(PING_TIMEOUT_S)
-            if busy is not None and busy < HUNG_FACTOR * self.fill_timeout_s:
+            why = self._stuck(pong := await client.ping(PING_TIMEOUT_S))
+            if why is None and pong.stuck_s is not None:  # a stopped order not let go yet: look again after its grace
+                await asyncio.sleep(self.stuck_grace_s - pong.stuck_s)
+                if client is not self.client or not client.connected:  # closed, replaced or lost meanwhile
+                    return
+                why = self._stuck(pong := await client.ping(PING_TIMEOUT_S))
+            if why is None:
                 self.ui.log("warning", f"a fill took over {self.fill_timeout_s:g} s (the worker's batch has run "
-                                       f"{busy:.1f} s); a slow model may need a larger worker.fillTimeoutS")
+                                       f"{pong.busy_s:.1f} s); a slow model may need a larger worker.fillTimeoutS")
                 return
-            why = "does not answer" if busy is None else f"has run one batch for {busy:.0f} s"
-            self._report_failure(f"the model worker (pid {client.pid}) {why}; restarting it")
-            client.kill()
+            why = f"the model worker (pid {client.pid}) {why}"
+            self._restarting = why
+            self._report_failure(f"{why}; restarting it")
+            client.kill(why)
         finally:
             self._checking = False
+
+    def _stuck(self, pong: Pong | None) -> str | None:
+        """Why a worker that answered `pong` must be restarted, or None."""
+        if pong is None:
+            return "does not answer"
+        if pong.dead:
+            return f"lost its model thread ({pong.dead})"
+        if pong.stuck_s is not None and pong.stuck_s >= self.stuck_grace_s:
+            return f"has not let go of a cancelled order in {pong.stuck_s:.0f} s (its model thread is stuck)"
+        if pong.busy_s >= HUNG_FACTOR * self.fill_timeout_s:
+            return f"has run one batch for {pong.busy_s:.0f} s"
+        return None
 
     async def _supervise(self, client: WorkerClient) -> None:
         """What the worker says, as it says it: ready, failed to load, or gone (then restarted)."""
@@ -243,10 +271,11 @@ class WorkerLink:
             if event == "lost":
                 await self._lost(message.get("reason", "the model worker was lost"))
             elif state == "ready":
-                self._shown_failure = None
+                self._shown_failure = self._restarting = None
                 self.progress.end("model ready")
                 self.ui.log("info", f"model worker pid {message.get('pid') or client.pid} is ready")
             elif state == "failed":
+                self._restarting = None
                 self.progress.end("the model failed to load")
                 self._report_failure(f"could not load the model: {message.get('error')}. Completions are off "
                                      "until it loads; check the model.path setting or `serve --model DIR`")
@@ -260,7 +289,7 @@ class WorkerLink:
         if self.counts["worker_crashes"] == 1:
             self.ui.show("warning", f"diffusion-lsp: {reason}; restarting it")
         self.ui.log("warning", f"{reason}; restarting it")
-        self._shown_failure = None
+        self._shown_failure, self._restarting = None, reason
         if len(self._crashes) <= RESTARTS_PER_MINUTE:
             await self.ensure()
         else:
@@ -280,8 +309,12 @@ class WorkerLink:
             await self.client.close()
 
     def describe(self) -> dict:
+        """The worker as serve-api's /health shows it: "restarting" (and why) from the moment the link
+        gives up on a worker until its successor is ready."""
         c = self.client
-        return {"pid": c.pid if c else None, "state": c.state if c else "stopped",
-                "error": (c.error if c else None) or self._shown_failure, "socket": str(self.spec.socket),
+        state = "restarting" if self._restarting else c.state if c else "stopped"
+        return {"pid": c.pid if c else None, "state": state,
+                "error": self._restarting or (c.error if c else None) or self._shown_failure,
+                "socket": str(self.spec.socket),
                 "max_tokens": c.max_tokens if c else None,
                 "capabilities": vars(c.capabilities) if c and c.capabilities else None}  # once the model says

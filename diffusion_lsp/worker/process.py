@@ -5,10 +5,15 @@ several editor sessions can share one loaded model. The socket side is listener.
 thread: fills queued at the same time with the same sampling settings are decoded as one batch, and
 with continuous batching (the default) a fill that arrives while a batch decodes joins it at the
 next step, and a finished fill is answered at once and leaves its place to the next.
-A newer fill for the same document (key) supersedes older ones: a queued one is answered at once,
-a running one is abandoned between denoising steps (the model thread drives the sampler's
-Decoding step by step, and stops the rows whose jobs were stopped). A fill whose settings
-are bad is refused on arrival, alone, before it can join (and fail) a batch. Protocol: wire.py."""
+A newer fill for the same document (key) supersedes older ones: a queued one is answered at once, a
+running one is abandoned between denoising steps (the model thread drives the sampler's Decoding step by
+step, and stops the rows whose jobs were stopped); a structured answer, a rewrite or an edit from an
+instruction is given its job's stop flag and ends at its next step or forward (model/stop.py; a probe, a
+few forwards, runs to its end). A fill whose settings are bad is refused on arrival, alone, before it
+can join (and fail) a batch; an order that fails in the model fails alone or with its batch, never the
+model thread. A ping says how long the model thread has held an order that was stopped and not let it
+go, or that the thread is gone: its clients restart such a worker (link.py). A model that has not loaded
+within `load_timeout_s` is "failed", with that reason. Protocol: wire.py."""
 
 from __future__ import annotations
 
@@ -24,8 +29,9 @@ from pathlib import Path
 from ..backend.orders import Draft, FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
 from ..model.canvas import DoesNotFit
 from ..model.settings import LaunchSettings
+from ..model.stop import OrderStopped
 from .listener import Conn, bind, serve
-from .spec import MAX_BATCH, WorkerSpec
+from .spec import LOAD_TIMEOUT_S, MAX_BATCH, WorkerSpec
 from .wire import WIRE_VERSION, build_id, model_name, refusal_message, weights_id
 
 log = logging.getLogger("diffusion-lsp.worker")
@@ -50,6 +56,8 @@ class Job:
     order: FillOrder | ProbeOrder | RewriteOrder
     stop: threading.Event = field(default_factory=threading.Event)
     reason: str = "cancelled"
+    stopped_at: float | None = None  # monotonic, when `stop` was set
+    let_go: bool = False  # the model thread is done with it (answered, or its row stopped)
 
 
 class Worker:
@@ -57,8 +65,9 @@ class Worker:
     LoadFailed and ModelMissing carry a message for the user, anything else is shown with its type."""
 
     def __init__(self, load: Callable[[], object], launch: LaunchSettings = LaunchSettings(),
-                 max_batch: int = MAX_BATCH, continuous: bool = True):
+                 max_batch: int = MAX_BATCH, continuous: bool = True, load_timeout_s: float = LOAD_TIMEOUT_S):
         self._load, self.max_batch, self.continuous = load, max_batch, continuous
+        self.load_timeout_s = load_timeout_s
         self.model, self.weights = model_name(launch), weights_id(launch)  # said in hello
         self.state, self.error, self.engine = "loading", None, None
         self.cond = threading.Condition()
@@ -67,6 +76,8 @@ class Worker:
         self.latest: dict[tuple[int, str], Job] = {}  # by (conn, key)
         self.conns: set[Conn] = set()
         self.busy_since: float | None = None  # monotonic start of the batch being decoded
+        self.running: list[Job] = []  # the batch's jobs (joiners too), until it ends
+        self.died: str | None = None  # why the model thread ended, if it did
 
     def hello(self) -> dict:
         return {**self._state(), "event": "hello", "version": WIRE_VERSION, "pid": os.getpid(), "model": self.model,
@@ -96,9 +107,11 @@ class Worker:
                 if (job := self.jobs.get((conn.id, rid))) is not None:
                     self._stop(job, "cancelled")
         elif op == "ping":
-            since = self.busy_since
+            since, now = self.busy_since, time.monotonic()
             conn.send({"id": rid, "ok": True, "pong": True,
-                       "busy_s": 0.0 if since is None else round(time.monotonic() - since, 3)})
+                       "busy_s": 0.0 if since is None else round(now - since, 3),
+                       **({} if (stuck := self.stuck_s(now)) is None else {"stuck_s": round(stuck, 3)}),
+                       **({"dead": self.died} if self.died else {})})
         else:
             conn.send(refusal_message(rid, "error", f"unknown op {op!r}"))
 
@@ -121,10 +134,19 @@ class Worker:
             self.queue.append(job)
             self.cond.notify()
 
+    def stuck_s(self, now: float) -> float | None:
+        """How long the model thread has held a job that was stopped and not let it go (None when none):
+        a healthy one lets go at its next step or forward. Without the lock, as the ping's busy_s: the
+        socket thread answers a ping at once, whatever holds the lock."""
+        return max((now - j.stopped_at for j in list(self.running) if j.stopped_at is not None and not j.let_go),
+                   default=None)
+
     def _stop(self, job: Job, reason: str, reply: bool = True) -> None:
         """Call with the lock held. Queued: answered now; running: the model loop answers."""
         job.reason = reason
-        job.stop.set()
+        if not job.stop.is_set():
+            job.stop.set()
+            job.stopped_at = time.monotonic()
         if job in self.queue:
             self.queue.remove(job)
             self._forget(job)
@@ -132,6 +154,7 @@ class Worker:
                 job.conn.send(refusal_message(job.id, reason))
 
     def _forget(self, job: Job) -> None:
+        job.let_go = True
         self.jobs.pop((job.conn.id, job.id), None)
         if self.latest.get((job.conn.id, job.key)) is job:
             del self.latest[(job.conn.id, job.key)]
@@ -153,6 +176,16 @@ class Worker:
                     self._forget(job)
                     job.conn.send(refusal_message(job.id, "model", error))
 
+    def load_overdue(self) -> None:
+        """The load deadline (a timer `start` sets): a model still loading is "failed", with the reason,
+        rather than "loading" for good; if it loads later it stays failed (the deadline has been said)."""
+        with self.cond:
+            if self.state != "loading":
+                return
+            log.error("the model did not load within %g s", self.load_timeout_s)
+            self._set_state("failed", f"the model did not load within {self.load_timeout_s:g} s (its load timeout: "
+                                      "worker.loadTimeoutS in the editor, --load-timeout for serve-api)")
+
     def run(self) -> None:
         """The model thread: load, warm up, then decode batches forever."""
         try:
@@ -161,9 +194,25 @@ class Worker:
         except Exception as e:
             log.exception("model failed to load")
             expected = isinstance(e, (LoadFailed, ModelMissing, ValueError))  # the message says it all
-            self._set_state("failed", str(e) if expected else f"{type(e).__name__}: {e}")
+            with self.cond:
+                if self.state == "loading":
+                    self._set_state("failed", str(e) if expected else f"{type(e).__name__}: {e}")
             return
-        self._set_state("ready")
+        with self.cond:
+            if self.state != "loading":  # past its deadline (load_overdue)
+                log.warning("the model loaded after its load timeout; it stays failed")
+                return
+            self._set_state("ready")
+        try:
+            self._serve_orders()
+        except BaseException as e:  # not an order's failure (those are answered): the thread is gone, and pings say so
+            log.exception("the model thread died")
+            with self.cond:
+                self.died = f"{type(e).__name__}: {e}"
+                self.cond.notify_all()
+            raise
+
+    def _serve_orders(self) -> None:
         while True:
             with self.cond:
                 while not self.queue:
@@ -177,31 +226,48 @@ class Worker:
                              and j.order.sampling == sampling][: self.max_batch]
                 for job in batch:
                     self.queue.remove(job)
-                self.busy_since = time.monotonic()
+                self.busy_since, self.running = time.monotonic(), list(batch)
             try:
                 if sampling is None:
                     self._single(batch[0])
                 else:
                     self._decode(batch)
+            except Exception as e:  # a failure the order's own handling missed fails its batch, not the thread
+                log.exception("a batch failed")
+                self._fail(self.running, f"{type(e).__name__}: {e}")
             finally:
-                self.busy_since = None
+                with self.cond:
+                    self.busy_since, self.running = None, []
+
+    def _fail(self, jobs: list[Job], why: str) -> None:
+        """Answer "error" to each of `jobs` not answered yet."""
+        with self.cond:
+            for job in jobs:
+                if self.jobs.get((job.conn.id, job.id)) is job:
+                    self._forget(job)
+                    job.conn.send(refusal_message(job.id, "error", why))
 
     def _admit(self, jobs: list[Job]) -> list[Job]:
         """The jobs whose canvas fits the model; the others are answered "invalid" (the same on every try)."""
         limit = self.engine.max_tokens()
         refused = [(j, f"max_tokens {j.order.max_tokens} does not fit the model: at most {limit}", "max_tokens")
                    for j in jobs if j.order.max_tokens > limit]
+        failed = []
         for job in jobs:
             if job.order.chat and not any(j is job for j, _, _ in refused):
                 try:  # a conversation the template fails on, or too long, fails alone, not its batch
                     self.engine.chat_prompt(job.order.chat, job.order.max_tokens)
                 except ValueError as e:
                     refused.append((job, str(e), "messages"))
+                except Exception as e:  # not the conversation's fault as far as we know (RecursionError, a bug)
+                    log.exception("a conversation's prompt failed")
+                    failed.append(job)
+                    self._fail([job], f"{type(e).__name__}: {e}")
         with self.cond:
             for job, why, param in refused:
                 self._forget(job)
                 job.conn.send(refusal_message(job.id, "invalid", why, param))
-        return [j for j in jobs if not any(j is r for r, _, _ in refused)]
+        return [j for j in jobs if not any(j is r for r, _, _ in refused) and j not in failed]
 
     def _joiners(self, sampling, room: int) -> list[Job]:
         """Queued fills that may join the running batch (continuous batching): the same sampling, up
@@ -243,8 +309,11 @@ class Worker:
                 for i, job in enumerate(jobs):
                     if job.stop.is_set() and i not in answered:  # superseded, cancelled or disconnected meanwhile
                         decoding.stop(i)
+                        job.let_go = True
                 room = self.max_batch - decoding.active()
                 if self.continuous and decoding.joins and (new := self._joiners(sampling, room)):
+                    with self.cond:
+                        self.running += new
                     self.engine.join(decoding, [j.order for j in new], [j.key for j in new])
                     jobs += new
             self._answer_finished(decoding, jobs, reply)
@@ -267,12 +336,15 @@ class Worker:
             if isinstance(job.order, ProbeOrder):
                 answer = self.engine.answer_probe(job.order, job.key)
             elif isinstance(job.order, StructuredOrder):
-                answer = self.engine.answer_structured(job.order)
+                answer = self.engine.answer_structured(job.order, job.stop)
             elif isinstance(job.order, InstructOrder):
-                answer = self.engine.answer_instruct(job.order)
+                answer = self.engine.answer_instruct(job.order, job.stop)
             else:
-                answer = self.engine.answer_rewrite(job.order)
+                answer = self.engine.answer_rewrite(job.order, job.stop)
             reply = answer.message(job.id) if not job.stop.is_set() else refusal_message(job.id, job.reason)
+        except OrderStopped as e:  # cancelled, superseded or its client gone, at its next step or forward
+            log.info("%s %s: %s (%s)", type(job.order).__name__, job.id, job.reason, e)
+            reply = refusal_message(job.id, job.reason)
         except DoesNotFit as e:  # the same on every try
             reply = refusal_message(job.id, "invalid", str(e),
                                     "middle" if isinstance(job.order, ProbeOrder) else "messages")
@@ -284,6 +356,14 @@ class Worker:
         with self.cond:
             self._forget(job)
             job.conn.send(reply)
+
+
+def start(worker: Worker) -> None:
+    """The worker's model thread, and the deadline of its load (Worker.load_overdue)."""
+    threading.Thread(target=worker.run, daemon=True, name="model").start()
+    deadline = threading.Timer(worker.load_timeout_s, worker.load_overdue)
+    deadline.daemon = True
+    deadline.start()
 
 
 def load_model(launch: LaunchSettings):
@@ -310,10 +390,10 @@ def main(argv: list[str] | None = None) -> int:
         print("busy", flush=True)  # the spawner connects to the worker that holds the lock
         return 0
     listener, _lock = bound
-    worker = Worker(lambda: load_model(spec.model), spec.model, spec.max_batch, spec.continuous)
+    worker = Worker(lambda: load_model(spec.model), spec.model, spec.max_batch, spec.continuous, spec.load_timeout_s)
     print(f"ready {os.getpid()}", flush=True)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # whoever read that line may be gone
-    threading.Thread(target=worker.run, daemon=True).start()
+    start(worker)
     log.info("serving %s (model %s)", path, worker.model)
     try:
         serve(listener, worker, spec.idle_exit_s)

@@ -18,6 +18,9 @@ from .wire import default_socket
 IDLE_EXIT_S = 600.0  # an editors' worker outlives a session, for the next one (and other editors) to share
 MAX_BATCH = 8  # an editors' worker: a few documents at a time
 API_IDLE_EXIT_S = 60.0  # serve-api's own worker exits soon after the API
+# the embedded model loads and warms up in 3 s here (2 busy cores); a large checkpoint read from a slow disk and
+# quantized to int8 on the CPU may take minutes: past this, a model still loading is failed, not "loading" for good
+LOAD_TIMEOUT_S = 300.0
 API_MAX_BATCH = 16  # serve-api's: a team's requests at once (batch 16 measured 1.8x batch 1's requests/s here)
 
 
@@ -28,6 +31,7 @@ class WorkerSpec:
     idle_exit_s: float = IDLE_EXIT_S
     max_batch: int = MAX_BATCH
     continuous: bool = True  # fills join a running batch and leave it as they finish (False: for comparison)
+    load_timeout_s: float = LOAD_TIMEOUT_S  # the model loads (and warms up) within this, or the worker says it failed
 
     @classmethod
     def of(cls, model: LaunchSettings, socket: str | Path | None = None, prefix: str = "worker", **spec) -> WorkerSpec:
@@ -42,7 +46,8 @@ class WorkerSpec:
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "diffusion_lsp.worker", "--socket", str(self.socket),
-                "--idle-exit", str(self.idle_exit_s), *self.batching_argv(), *self.model.to_argv()]
+                "--idle-exit", str(self.idle_exit_s), "--load-timeout", str(self.load_timeout_s), *self.batching_argv(),
+                *self.model.to_argv()]
 
     @staticmethod
     def add_args(p: argparse.ArgumentParser) -> None:
@@ -50,6 +55,9 @@ class WorkerSpec:
         add_args(p, LaunchSettings)
         p.add_argument("--idle-exit", type=float, default=IDLE_EXIT_S,
                        help=f"seconds without clients before exiting (default {IDLE_EXIT_S:g})")
+        p.add_argument("--load-timeout", type=float, default=LOAD_TIMEOUT_S,
+                       help=f"seconds the model may take to load before the worker says it failed (default "
+                            f"{LOAD_TIMEOUT_S:g})")
         p.add_argument("--max-batch", type=int, default=MAX_BATCH,
                        help=f"most fills decoded together (default {MAX_BATCH})")
         p.add_argument("--static-batching", action="store_true",
@@ -59,5 +67,7 @@ class WorkerSpec:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> WorkerSpec:
         """ValueError naming a bad flag."""
+        if not args.load_timeout > 0:  # not `<=`: NaN is no number of seconds either
+            raise ValueError(f"--load-timeout must be positive, got {args.load_timeout}")
         return cls(Path(args.socket), from_args(LaunchSettings, args), args.idle_exit, max(1, args.max_batch),
-                   not args.static_batching)
+                   not args.static_batching, args.load_timeout)

@@ -20,8 +20,10 @@ Messages, one JSON object per line (`WIRE_VERSION` in hello; a client refuses an
                      "forwards": 3, "reused": 120, "batch": 4}
                     {"id": 7, "ok": false, "reason": "superseded" | "cancelled" | "model" | "error" | "invalid",
                      "error": "...", "param": "max_tokens"} (invalid: the same on every try; param: its field)
-                    {"id": 8, "ok": true, "pong": true, "busy_s": 0.4}  (answered by the socket thread,
-                     so a worker whose model thread is busy still answers; one that is stopped does not)
+                    {"id": 8, "ok": true, "pong": true, "busy_s": 0.4, "stuck_s": 0.0, "dead": "..."}
+                     (answered by the socket thread, so a worker whose model thread is busy still answers;
+                     one that is stopped does not. stuck_s, only while the model thread holds an order
+                     that was stopped: for how long; dead, only when the model thread has ended)
 A fill supersedes any older fill with the same key from the same connection. The orders and answers
 are backend/orders.py's, in their wire form; a "no" becomes the Backend's failure here (`refused`)."""
 
