@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 
@@ -196,11 +197,19 @@ class Prompter:
         user = user.strip()
         if self.template is None:
             return self.tok.encode(f"{user}\n\n")
+        before, after = self.turn
+        return self.tok.encode_markup(before) + self.tok.encode(user) + self.tok.encode_markup(after)
+
+    @cached_property
+    def turn(self) -> tuple[str, str]:
+        """The template's markup before and after a user turn's text: the same for every fill, so rendered
+        once (prompter_for renders it when the checkpoint loads, not on the model's thread at a fill).
+        ValueError when the template fails, breaks a bound or does not show the text once."""
         rendered = render_chat(self.template, [{"role": "user", "content": _STAND_IN}], dict(self.special))
         if rendered.count(_STAND_IN) != 1:
             raise ValueError("the chat template does not show a user message's content once")
         before, after = rendered.split(_STAND_IN)
-        return self.tok.encode_markup(before) + self.tok.encode(user) + self.tok.encode_markup(after)
+        return before, after
 
 
 def prompter_for(family, tok: Tokenizer, folder: Path) -> Prompter | None:
@@ -218,7 +227,15 @@ def prompter_for(family, tok: Tokenizer, folder: Path) -> Prompter | None:
     config = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").exists() else {}
     special = tuple((f"{role}_token", _token_name(config.get(f"{role}_token")))
                     for role in ("bos", "eos", "pad", "unk") if isinstance(config, dict))
-    return Prompter("chat", tok, template=chat_template(folder), special=special)
+    return rendered(Prompter("chat", tok, template=chat_template(folder), special=special))
+
+
+def rendered(prompter: Prompter) -> Prompter:
+    """`prompter` with its user turn rendered (Prompter.turn): a template that fails on it or breaks a
+    bound is refused as the checkpoint loads (ValueError)."""
+    if prompter.convention == "chat" and prompter.template is not None:
+        prompter.turn  # noqa: B018 - rendered now, kept for every fill
+    return prompter
 
 
 def _token_name(value) -> str | None:

@@ -58,7 +58,6 @@ HOSTILE = {
     "a wordwrap": "{{ ('a ' * 1000000) | wordwrap(1, wrapstring='y' * 100000) }}",
     "an expandtabs": "{{ ('\t' * 10000).expandtabs(100000) }}",
     "a translate": "{{ ('x' * 100000).translate({120: 'y' * 100000}) }}",
-    "a range past its bound": "{{ range(10**6) | list }}",
 }
 
 
@@ -147,6 +146,23 @@ def test_a_template_that_breaks_a_bound_is_refused_where_it_is_read(quick, tmp_p
     assert launch_template(tmp_path, str(tmp_path / "picky.jinja")).template.startswith("{{ raise_exception")
 
 
+def test_a_chat_turn_familys_prompt_is_rendered_when_it_loads(quick, tmp_path):
+    """A family asked in a chat turn (LLaDA2) renders its user turn once, as the checkpoint loads: a
+    template that passes the short conversation but breaks a bound on that turn is refused there, not
+    at each fill on the model's thread."""
+    from diffusion_lsp.model.families import FAMILIES
+    from diffusion_lsp.model.prompting import prompter_for
+
+    # a short message renders; the fill's turn (a longer one) builds a huge value
+    template = "{% if messages[0].content | length > 10 %}{{ 'x' * 10**10 }}{% endif %}" + PLAIN
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    assert chat_template(tmp_path) == template
+    with pytest.raises(TemplateOverBound, match="repetition"):
+        prompter_for(FAMILIES["llada2"], None, tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": PLAIN}))
+    assert prompter_for(FAMILIES["llada2"], None, tmp_path).turn == ("<|user|>\n", "\n<|assistant|>\n")
+
+
 def test_a_conversation_rendered_elsewhere_is_the_same_prompt(tmp_path):
     """serve-api renders a conversation in its own process (ChatTemplate.segments) and the worker only
     reads the rendering: the ids are the ones the worker's own rendering gives."""
@@ -180,6 +196,12 @@ def test_serve_api_refuses_a_template_that_breaks_a_bound_at_start(tmp_path):
     done = run_cli("serve-api", "--chat-template", str(tmp_path / "huge.jinja"), "--port", "1")
     assert done.returncode == 2
     assert "huge.jinja: the chat template failed: it asks a repetition" in one_line_error(done)
+    folder = tmp_path / "checkpoint"  # a checkpoint's own template: refused before any worker loads it
+    folder.mkdir()
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": HOSTILE["a huge power"]}))
+    done = run_cli("serve-api", "--model", str(folder), "--port", "1")
+    assert done.returncode == 2
+    assert "chat_template: the chat template failed: it asks a power" in one_line_error(done)
 
 
 @pytest.mark.slow
