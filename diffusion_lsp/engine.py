@@ -81,8 +81,9 @@ class Engine:
                 for i, (o, k) in enumerate(zip(orders, keys))]
 
     def chat_prompt(self, chat: str, n: int) -> list[int]:
-        """The ids of a conversation (FillOrder.chat's JSON text) before a canvas of n; ValueError when the
-        model has no chat template or the conversation is malformed, DoesNotFit when it is too long."""
+        """The ids of a conversation (FillOrder.chat's JSON text: its messages and tools, and their
+        rendering when serve-api rendered them) before a canvas of n; ValueError when the model has no
+        chat template or the conversation is malformed, DoesNotFit when it is too long."""
         import json
 
         from .model.canvas import DoesNotFit
@@ -91,8 +92,11 @@ class Engine:
         if self.chat_format is None:
             raise ValueError("the model has no chat template (give one with --chat-template FILE)")
         raw = json.loads(chat)
-        messages, tools = conversation(raw.get("messages"), raw.get("tools"))
-        ids = self.chat_format.prompt(messages, tools)
+        if raw.get("rendered") is not None:  # rendered by serve-api, off this thread (model/chat.py segments)
+            ids = self.chat_format.tokens(raw["rendered"])
+        else:
+            messages, tools = conversation(raw.get("messages"), raw.get("tools"))
+            ids = self.chat_format.prompt(messages, tools)
         room = self.prompt_room(n)
         if len(ids) > room:
             raise DoesNotFit(f"the conversation is {len(ids)} tokens: with an answer of {n} the model has room "
@@ -426,11 +430,10 @@ def _chat_format(folder: Path, tokenizer, given: str | None):
     """model/chat.py ChatFormat: the template given at launch, else the checkpoint's (an adapter's is its
     base model's); None without either. CheckpointError when a template cannot be read."""
     from .model.checkpoint import CheckpointError
-    from .model.config import adapter_base
     from .model.chat import chat_format
 
     try:
-        return chat_format(tokenizer, adapter_base(folder) or folder, given)
+        return chat_format(tokenizer, folder, given)
     except ValueError as e:
         raise CheckpointError(f"chat template: {e}") from None
 

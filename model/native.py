@@ -31,7 +31,7 @@ from .checkpoint import CheckpointError
 from .config import SpecialTokens, read_json
 from .families import native_family
 from .hf_tokenizer import load_tokenizer_files
-from .prompting import Prompter, answer_text, chat_template
+from .prompting import Prompter, answer_text, chat_template, rendered
 from .results import Draft, FillResult, answer_of, text_of
 from .settings import SamplerConfig
 from .tokenizer import Tokenizer
@@ -87,7 +87,10 @@ def load_native(folder: str | Path, device: str = "cpu",
         raise CheckpointError(f"checkpoint {folder}: transformers could not load it "
                               f"({type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]})") from None
     special = (("bos_token", tok.special.bos), ("eos_token", tok.special.filler))
-    prompter = Prompter(family.prompt, tok, template=template, special=special)
+    try:
+        prompter = rendered(Prompter(family.prompt, tok, template=template, special=special))
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {folder}: {e}") from None
     return model.to(device).eval(), tok, {**config, "family": family.name}, prompter
 
 

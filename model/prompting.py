@@ -18,14 +18,17 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 
+from . import sandbox
 from .canvas import fit_context
 from .config import read_json, read_text
 from .tokenizer import Tokenizer
 
 MAX_TEMPLATE = 1 << 20  # bytes of a chat template: the largest published ones are ~20 KB
+MAX_DEPTH = 64  # levels of nesting of what a template is given (a tool's JSON schema, a call's arguments)
 CURSOR = "<|cursor|>"
 _STAND_IN = "\x00diffusion-lsp: the user's text\x00"  # in a template's rendering, where the text goes
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:\n?```|\Z)", re.S)  # the first fence; unclosed: cut by the token limit
@@ -39,10 +42,10 @@ def instruction(name: str) -> str:
 def chat_template(folder: Path) -> str | None:
     """The checkpoint's chat template: chat_template.jinja, else tokenizer_config.json's
     `chat_template` (a string, or a list of named templates: the "default" one); None without one.
-    ValueError naming the file when it is unreadable."""
+    ValueError naming the file when it is unreadable or its template breaks a bound (`probed`)."""
     jinja = folder / "chat_template.jinja"
     if jinja.exists():
-        return read_text(jinja, MAX_TEMPLATE)
+        return probed(read_text(jinja, MAX_TEMPLATE), str(jinja))
     config = folder / "tokenizer_config.json"
     if not config.exists():
         return None
@@ -51,7 +54,28 @@ def chat_template(folder: Path) -> str | None:
         found = next((t.get("template") for t in found if isinstance(t, dict) and t.get("name") == "default"), None)
     if found is not None and not isinstance(found, str):
         raise ValueError(f"{config}: chat_template is not a string")
-    return found
+    return found if found is None else probed(found, f"{config}: chat_template")
+
+
+class TemplateOverBound(ValueError):
+    """A chat template whose render broke a bound of model/sandbox.py (its clock, a size)."""
+
+
+_PROBE = [{"role": "user", "content": "Hello"}]  # the short conversation a template is tried on when it is read
+
+
+def probed(template: str, where: str) -> str:
+    """`template`, once a render of a short conversation keeps within the bounds: a template that loops
+    or builds a huge value on any conversation is refused when it is read (at launch), not at each
+    request. ValueError naming `where` when it does not; a template that merely fails (raises) on
+    that conversation is left to fail per request."""
+    try:
+        render_chat(template, _PROBE, {})
+    except TemplateOverBound as e:
+        raise ValueError(f"{where}: {e}") from None
+    except ValueError:
+        pass
+    return template
 
 
 def render_chat(template: str, messages: list[dict], special: dict[str, str | None],
@@ -67,7 +91,9 @@ def render_chat(template: str, messages: list[dict], special: dict[str, str | No
     `documents` as given, None when absent (defined, as there); `add_generation_prompt`;
     `special`'s bos_token, eos_token, ... by name (a None one: not defined). All of it is rebuilt
     from plain data first (strings, numbers, dicts, lists; anything else an inert "<TypeName>").
-    ValueError (one line) when the template fails or raises, or an input is not of that shape."""
+    The render is bounded (model/sandbox.py: a wall-clock budget, a size budget, no `lipsum`).
+    ValueError (one line) when the template fails, raises or breaks a bound, or an input is not of
+    that shape (also nested past MAX_DEPTH)."""
     if tools is not None and not all(isinstance(t, dict) for t in tools):
         raise ValueError("the chat template's tools must be JSON schemas (dicts)")
     if documents is not None and not all(isinstance(d, dict) for d in documents):
@@ -84,10 +110,12 @@ def render_chat(template: str, messages: list[dict], special: dict[str, str | No
     import jinja2
 
     try:
-        return _compiled_chat_template(template).render(
-            messages=chat, tools=_plain_template_data(tools), documents=_plain_template_data(documents),
+        return sandbox.render(
+            template, messages=chat, tools=_plain_template_data(tools), documents=_plain_template_data(documents),
             add_generation_prompt=add_generation_prompt,
             **_plain_template_data({k: v for k, v in special.items() if v is not None}))
+    except sandbox.TemplateBound as e:
+        raise TemplateOverBound(f"the chat template failed: {e}") from None
     except jinja2.exceptions.TemplateError as e:
         raise ValueError(f"the chat template failed: {' '.join(str(e).split())}") from None
     except (ArithmeticError, AttributeError, LookupError, RecursionError, TypeError, ValueError) as e:
@@ -97,14 +125,17 @@ def render_chat(template: str, messages: list[dict], special: dict[str, str | No
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")  # the names transformers aliases
 
 
-def _plain_template_data(value):
+def _plain_template_data(value, depth: int = 0):
     """`value` rebuilt of plain JSON-like data, as transformers' `_plain_template_data` rebuilds what a
     template sees: exact scalars as they are, str/int/float subclasses as the base type, mappings,
     lists, tuples, dataclasses and pydantic models (`model_dump`) walked, a numpy scalar as its
-    `item()`, anything else an inert "<TypeName>" (a template only asks whether such a key is there)."""
+    `item()`, anything else an inert "<TypeName>" (a template only asks whether such a key is there).
+    ValueError past MAX_DEPTH levels of nesting (a client's data: no recursion without a bound)."""
     import dataclasses
     from collections.abc import Mapping
 
+    if depth > MAX_DEPTH + 8:  # the client's data (chat.shallow) within the levels of the messages around it
+        raise ValueError(f"the chat template's data nests deeper than {MAX_DEPTH} levels")
     if value is None or type(value) in (str, int, float, bool):
         return value
     if isinstance(value, str):
@@ -114,106 +145,18 @@ def _plain_template_data(value):
     if isinstance(value, float):
         return float.__float__(value)
     if isinstance(value, Mapping):
-        return {_plain_template_data(k): _plain_template_data(v) for k, v in value.items()}
+        return {_plain_template_data(k, depth + 1): _plain_template_data(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain_template_data(v) for v in value]
+        return [_plain_template_data(v, depth + 1) for v in value]
     if isinstance(value, tuple):
-        return tuple(_plain_template_data(v) for v in value)
+        return tuple(_plain_template_data(v, depth + 1) for v in value)
     if any(c.__name__ == "generic" and c.__module__ == "numpy" for c in type(value).__mro__):
-        return _plain_template_data(value.item())  # np.generic, without importing numpy
+        return _plain_template_data(value.item(), depth)  # np.generic, without importing numpy
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain_template_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: _plain_template_data(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)}
     if callable(getattr(value, "model_dump", None)):
-        return _plain_template_data(value.model_dump())
+        return _plain_template_data(value.model_dump(), depth)
     return f"<{type(value).__name__}>"
-
-
-def _compiled_chat_template(template: str):
-    """The template compiled in transformers' chat-template environment (its
-    `_cached_compile_jinja_template`), kept for the last few template texts. jinja2.TemplateError
-    when it does not compile."""
-    compiled = _COMPILED.get(template)
-    if compiled is None:
-        compiled = _chat_environment().from_string(template)
-        if len(_COMPILED) >= 16:
-            _COMPILED.clear()
-        _COMPILED[template] = compiled
-    return compiled
-
-
-_COMPILED: dict = {}  # _compiled_chat_template's, by template text
-
-
-def _chat_environment():
-    """transformers' chat-template environment, built once: ImmutableSandboxedEnvironment(trim_blocks,
-    lstrip_blocks, loop controls, the `{% generation %}` tag), its `tojson` filter and its
-    `raise_exception`, `strftime_now`, `dict` and `namespace` globals."""
-    global _CHAT_ENV
-    if _CHAT_ENV is not None:
-        return _CHAT_ENV
-    from datetime import datetime
-
-    import jinja2
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    class Generation(jinja2.ext.Extension):
-        # transformers' AssistantTracker: `{% generation %}...{% endgeneration %}` marks the assistant's
-        # tokens for return_assistant_tokens_mask; rendering a prompt, the block is its body
-        tags = {"generation"}
-
-        def parse(self, parser):
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
-
-        def _body(self, caller):
-            return caller()
-
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    def strftime_now(format):
-        return datetime.now().strftime(format)
-
-    class TemplateDict:  # `dict(...)` builds a dict; no attribute of the type itself is reachable
-        def __call__(self, *args, **kwargs):
-            return dict(*args, **kwargs)
-
-        def fromkeys(self, *args, **kwargs):
-            return dict.fromkeys(*args, **kwargs)
-
-    def check(name):
-        if isinstance(name, str) and name.startswith("_"):
-            raise jinja2.exceptions.SecurityError(
-                f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}. "
-                "Please rename the attribute.")
-
-    class TemplateNamespace(jinja2.utils.Namespace):  # a namespace that takes no underscore-prefixed name
-        def __init__(*args, **kwargs):
-            self, args = args[0], args[1:]
-            attrs = dict(*args, **kwargs)
-            for name in attrs:
-                check(name)
-            jinja2.utils.Namespace.__init__(self, attrs)
-
-        def __setitem__(self, name, value):
-            check(name)
-            jinja2.utils.Namespace.__setitem__(self, name, value)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[Generation, jinja2.ext.loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now, dict=TemplateDict(),
-                       namespace=TemplateNamespace)
-    _CHAT_ENV = env
-    return env
-
-
-_CHAT_ENV = None  # _chat_environment's, once built
 
 
 @dataclass(frozen=True)
@@ -254,11 +197,19 @@ class Prompter:
         user = user.strip()
         if self.template is None:
             return self.tok.encode(f"{user}\n\n")
+        before, after = self.turn
+        return self.tok.encode_markup(before) + self.tok.encode(user) + self.tok.encode_markup(after)
+
+    @cached_property
+    def turn(self) -> tuple[str, str]:
+        """The template's markup before and after a user turn's text: the same for every fill, so rendered
+        once (prompter_for renders it when the checkpoint loads, not on the model's thread at a fill).
+        ValueError when the template fails, breaks a bound or does not show the text once."""
         rendered = render_chat(self.template, [{"role": "user", "content": _STAND_IN}], dict(self.special))
         if rendered.count(_STAND_IN) != 1:
             raise ValueError("the chat template does not show a user message's content once")
         before, after = rendered.split(_STAND_IN)
-        return self.tok.encode_markup(before) + self.tok.encode(user) + self.tok.encode_markup(after)
+        return before, after
 
 
 def prompter_for(family, tok: Tokenizer, folder: Path) -> Prompter | None:
@@ -276,7 +227,15 @@ def prompter_for(family, tok: Tokenizer, folder: Path) -> Prompter | None:
     config = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").exists() else {}
     special = tuple((f"{role}_token", _token_name(config.get(f"{role}_token")))
                     for role in ("bos", "eos", "pad", "unk") if isinstance(config, dict))
-    return Prompter("chat", tok, template=chat_template(folder), special=special)
+    return rendered(Prompter("chat", tok, template=chat_template(folder), special=special))
+
+
+def rendered(prompter: Prompter) -> Prompter:
+    """`prompter` with its user turn rendered (Prompter.turn): a template that fails on it or breaks a
+    bound is refused as the checkpoint loads (ValueError)."""
+    if prompter.convention == "chat" and prompter.template is not None:
+        prompter.turn  # noqa: B018 - rendered now, kept for every fill
+    return prompter
 
 
 def _token_name(value) -> str | None:

@@ -100,6 +100,24 @@ def _next_edit_settings(raw: str):
     return settings
 
 
+def _chat_template(launch: LaunchSettings):
+    """The chat template conversations are put in (model/chat.py launch_template), rendered by the API;
+    UserError when it, or the folder's own one (the prompt of a family asked in a chat turn), cannot be
+    read or breaks a bound on a short conversation: one line now, not a worker that never loads."""
+    from ..engine import model_folder
+    from ..model.chat import launch_template
+    from ..model.config import adapter_base
+    from ..model.prompting import chat_template
+
+    folder = model_folder(launch.path)
+    try:
+        if launch.chat_template and folder.is_dir():
+            chat_template(adapter_base(folder) or folder)
+        return launch_template(folder, launch.chat_template)
+    except ValueError as e:
+        raise UserError(f"chat template: {e}") from None
+
+
 def run(args) -> int:
     import uvicorn
 
@@ -127,6 +145,7 @@ def run(args) -> int:
         if not value >= low:  # not `<`: NaN is no number of seconds either
             raise UserError(f"{name} must be at least {low}, got {value}")
     next_edit = _next_edit_settings(args.next_edit)
+    chat = _chat_template(launch)
     listen_check(args.host, args.port)
     key = None
     if args.api_key_env:
@@ -145,7 +164,7 @@ def run(args) -> int:
         raise UserError(f"--worker-socket: {e}") from None
     service = Service(spec, Metrics(),
                       timeout_s=args.timeout, max_in_flight=args.max_in_flight, sampling=sampling,
-                      next_edit=next_edit)
+                      next_edit=next_edit, chat=chat)
     app = create_app(service, models=args.served_model_name or [DEFAULT_MODEL_NAME], api_key=key,
                      max_body_bytes=args.max_body_bytes, max_tokens=min(args.max_tokens, 4096))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(), access_log=False,

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import functools
 import itertools
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -24,6 +25,7 @@ from ..backend.failure import BackendError, Failure
 from ..backend.orders import Draft, Fill, FillOrder, StructuredOrder
 from ..context.languages import language_for
 from ..context.tokens import approx_tokens
+from ..model.chat import ChatTemplate
 from ..model.settings import SamplerConfig
 from ..nextedit import mercury
 from ..nextedit.instruct import order_for
@@ -86,8 +88,13 @@ class ChatAnswer(Answer):
 
 class Service:
     def __init__(self, spec: WorkerSpec, metrics: Metrics, *, timeout_s: float = 30.0, max_in_flight: int = 64,
-                 sampling: SamplerConfig = SamplerConfig(), next_edit: NextEditSettings = NextEditSettings()):
+                 sampling: SamplerConfig = SamplerConfig(), next_edit: NextEditSettings = NextEditSettings(),
+                 chat: ChatTemplate | None = None):
+        """chat: the template the worker's conversations are put in (model/chat.py launch_template for
+        spec.model), rendered here; None: the worker renders them."""
         self.metrics, self.timeout_s, self.max_in_flight = metrics, timeout_s, max_in_flight
+        self.chat_template = chat
+        self._render = ThreadPoolExecutor(2, thread_name_prefix="diffusion-lsp-render")
         self.sampling, self.next_edit = sampling, next_edit
         self.backend = WorkerLink(LogReporter(log), spec, fill_timeout_s=timeout_s)
         self.in_flight = 0
@@ -259,6 +266,22 @@ class Service:
         sampling = self.sampling if req.threshold is None else dataclasses.replace(self.sampling, threshold=req.threshold)
         return sampling
 
+    async def _rendered(self, req: Chat) -> str:
+        """req.chat with its rendering in the chat template (model/chat.py ChatTemplate.segments) added:
+        rendered here, in a thread of the API, within the bounds of model/sandbox.py, so that no template
+        or message holds the model's thread. A conversation the template fails on or breaks a bound
+        with is a 400 naming messages."""
+        if self.chat_template is None:
+            return req.chat
+        raw = json.loads(req.chat)
+        loop = asyncio.get_running_loop()
+        try:
+            segments = await loop.run_in_executor(self._render, self.chat_template.segments, raw["messages"],
+                                                  raw["tools"])
+        except ValueError as e:
+            raise Failed(str(e), 400, param="messages") from None
+        return json.dumps({**raw, "rendered": segments}, ensure_ascii=False)
+
     async def chat(self, req: Chat) -> ChatAnswer:
         """A conversation's answer: free text on the canvas after the chat template's generation prompt, or
         JSON / tool calls under constraints (model/structured.py)."""
@@ -266,13 +289,14 @@ class Service:
         deadline = t0 + self.timeout_s
         await self._ask(self.backend.ready, deadline, wait_ready=False)
         sampling = self._chat_sampling(req)
+        chat = await self._rendered(req)
         key = f"api-chat:{next(self._ids)}"
         prompt_tokens = approx_tokens(req.chat)
         if req.output is None:
             fill = await self._ask(functools.partial(self.backend.fill, key, FillOrder(
-                "", "", req.max_tokens, sampling=sampling, chat=req.chat)), deadline, param="messages")
+                "", "", req.max_tokens, sampling=sampling, chat=chat)), deadline, param="messages")
             return self.chat_answer(req, fill, t0)
-        order = StructuredOrder(req.chat, req.output, req.max_tokens, sampling)
+        order = StructuredOrder(chat, req.output, req.max_tokens, sampling)
         got = await self._ask(functools.partial(self.backend.structured, key, order), deadline, param="messages")
         text, stopped = cut_at_stop(got.text, req.stop) if got.kind == "text" else (got.text, False)
         finish = "tool_calls" if got.calls else "stop" if got.kind != "text" or stopped or got.tokens < req.max_tokens \
@@ -300,7 +324,7 @@ class Service:
         deadline = t0 + self.timeout_s
         await self._ask(self.backend.ready, deadline, wait_ready=False)
         sampling = self._chat_sampling(req)
-        order = FillOrder("", "", req.max_tokens, sampling=sampling, drafts=True, chat=req.chat)
+        order = FillOrder("", "", req.max_tokens, sampling=sampling, drafts=True, chat=await self._rendered(req))
         items = self.backend.stream(f"api-chat:{next(self._ids)}", order)
         try:
             while True:
@@ -319,3 +343,4 @@ class Service:
     async def close(self) -> None:
         await self.backend.close()
         self._thread.shutdown(wait=False, cancel_futures=True)
+        self._render.shutdown(wait=False, cancel_futures=True)
