@@ -176,6 +176,10 @@ def _stable_diffcoder_config(c: dict) -> dict[str, tuple[str, object]]:
     return {**_qwen_config(c), "block_size": ("generate_block's block_length", 4)}
 
 
+def _is_fraction(value) -> bool:
+    return type(value) in (int, float) and 0 < value <= 1
+
+
 def _llada2_unsupported(c: dict) -> list[str]:
     """Besides Qwen's checks (use_sliding_window among them: no window is applied here), the keys whose
     published value is the only one modeling_llada2_moe.py computes (it ignores them: a sigmoid router,
@@ -189,7 +193,7 @@ def _llada2_unsupported(c: dict) -> list[str]:
         out.append("norm_topk_prob=false")
     dim, heads, factor = c.get("hidden_size"), c.get("num_attention_heads"), c.get("partial_rotary_factor", 1.0)
     head_dim = c.get("head_dim") or (dim // heads if type(dim) is int and type(heads) is int and heads > 0 else None)
-    sized = type(head_dim) is int and type(factor) in (int, float)
+    sized = type(head_dim) is int and _is_fraction(factor)  # else _llada2_config names the factor
     if c.get("rotary_dim") is not None and sized and c["rotary_dim"] != int(head_dim * factor):
         out.append(f"rotary_dim {c['rotary_dim']!r} that is not head_dim × partial_rotary_factor")
     return out
@@ -201,6 +205,8 @@ def _llada2_config(c: dict) -> dict[str, tuple[str, object]]:
     read["norm_eps"] = _read(c, "rms_norm_eps", default=1e-5)
     heads, head_dim = read["n_heads"][1], _read(c, "head_dim", default=None)[1]
     factor = _read(c, "partial_rotary_factor", default=1.0)
+    if not _is_fraction(factor[1]):  # int(head_dim × NaN) would raise; a factor of 1e308 is not a fraction
+        raise ValueError(f"partial_rotary_factor should be a number above 0 and at most 1, got {factor[1]!r}")
     if head_dim is None and all(type(v) is int and v > 0 for v in (read["dim"][1], heads)):
         head_dim = read["dim"][1] // heads
     sized = type(head_dim) is int and type(factor[1]) in (int, float)
@@ -229,7 +235,8 @@ class Family:
     mask: tuple[str, ...]
     filler: tuple[str, ...]  # what the family pads a generation with
     bos: tuple[str, ...]  # a fixed first token; shifted models need one (output i - 1 predicts token i)
-    # config.json -> ModelConfig keyword arguments (shapes), each as (the config.json key it is read from, value)
+    # config.json -> ModelConfig keyword arguments (shapes), each as (the config.json key it is read from, value);
+    # ValueError naming a key whose value no size can be derived from
     config: Callable[[dict], dict[str, tuple[str, object]]]
     unsupported: Callable[[dict], list[str]]  # config.json -> features this loader cannot run
     tensors: dict[str, str]  # our state_dict name -> the checkpoint's

@@ -197,6 +197,10 @@ LLADA2_FAULTS = [  # config.json changes -> the error; from config.json alone (n
                                     r"and num_shared_experts give \[64, 64\] for "
                                     r"model.layers.1.mlp.experts.0.gate_proj.weight, which is \[32, 64\]\)"),
     ({"rope_theta": 0.5}, "config.json rope_theta should be a number from 1 to 1e\\+12, got 0.5"),
+    ({"partial_rotary_factor": math.nan}, "config.json partial_rotary_factor should be a number above 0 and at most 1, "
+                                          "got nan"),
+    ({"partial_rotary_factor": 1e308}, r"config.json partial_rotary_factor should be a number above 0 and at most 1, "
+                                       r"got 1e\+308"),
     ({"rms_norm_eps": 1e-300}, r"config.json rms_norm_eps should be a number from 1e-12 to 1, got 1e-300"),
 ]
 
