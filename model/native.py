@@ -75,6 +75,7 @@ def load_native(folder: str | Path, device: str = "cpu",
                               f"which is not installed ({INSTALL})") from None
     cls = getattr(transformers, family.model_class)
     where = check_weights(cls, config, folder)
+    check_generation(folder)
     try:
         hf = load_tokenizer_files(folder)
         tok = Tokenizer(hf, _tokens(hf, folder))
@@ -136,6 +137,41 @@ def check_config(config: dict, family, folder: Path) -> None:
         if type(value) is not int or not 0 <= value < vocab:
             raise fault(key, f"should be a token id from 0 to {vocab - 1} (text_config.vocab_size), "
                              f"got {reprlib.repr(value)}")
+
+
+# Denoising steps per canvas: a fill without a time budget runs them all (published DiffusionGemma: 48)
+MAX_STEPS = 1024
+
+
+def check_generation(folder: Path) -> None:
+    """generation_config.json (read by transformers for each fill): at most MAX_STEPS denoising steps,
+    and every number in it finite (a NaN temperature bound would make every step's logits NaN)."""
+    path = folder / "generation_config.json"
+    if not path.exists():
+        return
+    try:
+        gen = read_json(path)
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {folder}: {e}") from None
+    if not isinstance(gen, dict):
+        raise CheckpointError(f"checkpoint {folder}: generation_config.json holds a {type(gen).__name__}, "
+                              f"not an object")
+    steps = gen.get("max_denoising_steps")
+    if steps is not None and (type(steps) is not int or not 1 <= steps <= MAX_STEPS):
+        raise CheckpointError(f"checkpoint {folder}: generation_config.json max_denoising_steps should be an integer "
+                              f"from 1 to {MAX_STEPS}, got {reprlib.repr(steps)}")
+
+    def numbers(value, key):  # (key path, float) of every float, nested objects included
+        if isinstance(value, float):
+            yield key, value
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                yield from numbers(v, f"{key}.{k}" if key else str(k))
+
+    bad = next(((k, v) for k, v in numbers(gen, "") if not math.isfinite(v)), None)
+    if bad:
+        raise CheckpointError(f"checkpoint {folder}: generation_config.json {bad[0]} should be a finite number, "
+                              f"got {bad[1]}")
 
 
 def check_weights(cls, config: dict, folder: Path) -> dict[str, tuple[Path, list[int]]]:

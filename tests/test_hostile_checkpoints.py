@@ -158,6 +158,21 @@ def test_a_diffusion_gemma_weight_that_is_not_finite_is_refused_naming_it(gemma,
         load_native(folder)
 
 
+@pytest.mark.parametrize("changes,message", [
+    ({"max_denoising_steps": 10**9}, "max_denoising_steps should be an integer from 1 to 1024, got 1000000000"),
+    ({"t_max": math.nan}, "t_max should be a finite number, got nan"),
+    ({"sampler_config": {"entropy_bound": math.inf}}, "sampler_config.entropy_bound should be a finite number, got inf"),
+])
+def test_a_diffusion_gemma_generation_config_at_fault_is_refused_at_load(gemma, tmp_path, changes, message):
+    """A fill without a time budget may run every denoising step of a canvas (transformers stops early only
+    once the canvas settles): 10^9 of them is a fill that never ends."""
+    folder = copy(gemma, tmp_path / "bad")
+    gen = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**gen, **changes}))
+    with pytest.raises(CheckpointError, match=f"checkpoint {folder}: generation_config.json {message}"):
+        load_native(folder)
+
+
 @fifos
 @pytest.mark.parametrize("name", ["generation_config.json", "model.safetensors"])
 def test_a_fifo_in_a_diffusion_gemma_folder_is_refused_before_it_is_opened(gemma, tmp_path, name):
