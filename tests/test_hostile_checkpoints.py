@@ -356,3 +356,14 @@ def test_the_folders_as_written_still_load(gemma, llada2, adapter):
     assert meta["family"] == "diffusiongemma" and model.config.canvas_length == 16
     assert load_folder(llada2)[2]["family"] == "llada2"
     assert load_folder(adapter)[2]["adapter"]["alpha"] == 4
+
+
+def test_large_finite_weights_are_finite_though_their_sum_overflows():
+    from diffusion_lsp.model.checkpoint import finite
+
+    big = torch.full((10,), 60000.0, dtype=torch.float16)  # the sum, 6e5, is past float16's range
+    assert not torch.isfinite(big.sum()) and finite(big)
+    big[7] = math.nan
+    assert not finite(big)
+    assert not finite(torch.tensor([1.0, math.inf, -math.inf, 2.0]))  # inf - inf is NaN: still caught
+    assert finite(torch.tensor([1, 2, 3])) and finite(torch.zeros(0))
