@@ -1,6 +1,7 @@
 """Checkpoint folders and adapters at fault, for every family (issue: reliability round four, item 5):
-sizes no model has in a DiffusionGemma config (text and vision towers, the canvas, the image token ids)
-and in a mixture of experts (LLaDA2's experts), scale-like floats that are not finite or not sane
+sizes no model has in a DiffusionGemma config (text and vision towers, the canvas, the image token ids,
+its generation_config.json's denoising steps), or that its weights do not hold, and in a mixture of
+experts (LLaDA2's experts, its partial_rotary_factor), scale-like floats that are not finite or not sane
 (routed_scaling_factor, rope_theta, rms_norm_eps, an adapter's alpha), NaN or infinite weights in a
 checkpoint or an adapter, and an adapter's weights that are not a regular file. Each is one
 CheckpointError naming the key (or the tensor) found from config.json alone, before any module is
