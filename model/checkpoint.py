@@ -99,6 +99,30 @@ def check_bounds(read: dict[str, tuple[str, object]], folder: Path) -> None:
             raise CheckpointError(f"checkpoint {folder}: config.json {key} {problem}")
 
 
+# Elements per isfinite pass: its bool mask is 1 byte per element, so a whole 136 M-entry embedding at
+# once would add 136 MB to the load's peak; 16 M adds 16 MB
+FINITE_CHUNK = 1 << 24
+
+
+def finite(t: torch.Tensor) -> bool:
+    """Every element of a floating tensor is a number (no NaN, no ±inf); other dtypes always are.
+    The sum first: NaN or ±inf anywhere makes it NaN or ±inf, and it reads the tensor once without a
+    mask (measured on 10^8 float32: 8 ms, against 270 ms for isfinite in chunks, which would add ~20 s
+    to a 7 B load); only a sum that overflowed (large finite weights) is looked at element by element."""
+    if not t.is_floating_point():
+        return True
+    if bool(torch.isfinite(t.sum())):
+        return True
+    return all(bool(torch.isfinite(part).all()) for part in t.reshape(-1).split(FINITE_CHUNK))
+
+
+def check_finite(name: str, t: torch.Tensor, where: str) -> None:
+    """CheckpointError naming the tensor when it holds NaN or ±inf (where: "checkpoint F: model.safetensors").
+    Checked once the tensor is in its loaded dtype: a float32 value past float16's range is inf there."""
+    if not finite(t):
+        raise CheckpointError(f"{where} holds NaN or infinite values in {name} (weights must be finite numbers)")
+
+
 # The tensors whose shapes pin config.json's sizes down: our name -> per dimension, the ModelConfig fields
 # whose product it is. A tensor the files do not hold is left for the name check once the model is built.
 SIZED = {
@@ -138,6 +162,30 @@ def check_sizes(cfg: ModelConfig, shapes: dict[str, list[int]], name: Callable[[
             if w != g:
                 values = " × ".join(str(getattr(cfg, f)) for f in fields) + (f" = {w}" if len(fields) > 1 else "")
                 raise mismatch(f"{' × '.join(map(key, fields))} is {values}, but {theirs} is {got}")
+    if cfg.n_experts:
+        _check_experts(cfg, shapes, name, key, mismatch)
+
+
+def _check_experts(cfg: ModelConfig, shapes, name, key, mismatch) -> None:
+    """A mixture of experts' counts against its first sparse layer's tensors: n_experts experts (and as many
+    router rows), each moe_hidden_dim wide, shared experts moe_hidden_dim × n_shared_experts wide; the
+    other layers are compared tensor by tensor once the model is built (a million experts never are)."""
+    layer = f"layers.{cfg.n_dense_layers}.mlp"
+    experts = 0
+    while name(f"{layer}.experts.{experts}.gate_proj.weight") in shapes:
+        experts += 1
+    if experts != cfg.n_experts:
+        raise mismatch(f"{key('n_experts')} is {cfg.n_experts}, but layer {cfg.n_dense_layers} of the weights "
+                       f"holds {experts} experts")
+    sized = {f"{layer}.router.weight": [cfg.n_experts, cfg.dim],
+             f"{layer}.experts.0.gate_proj.weight": [cfg.moe_hidden_dim, cfg.dim]}
+    if cfg.n_shared_experts:
+        sized[f"{layer}.shared.gate_proj.weight"] = [cfg.moe_hidden_dim * cfg.n_shared_experts, cfg.dim]
+    for ours, want in sized.items():
+        theirs = name(ours)
+        if theirs in shapes and list(shapes[theirs]) != want:
+            raise mismatch(f"{key('n_experts')}, {key('moe_hidden_dim')} and {key('n_shared_experts')} give "
+                           f"{want} for {theirs}, which is {list(shapes[theirs])}")
 
 
 def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu",
@@ -172,6 +220,8 @@ def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu",
             state = {name: f.get_tensor(name).to(device=device, dtype=dtype) for name in f.keys()}
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"checkpoint {folder}: model.safetensors is corrupt ({e})") from None
+    for name, t in state.items():
+        check_finite(name, t, f"checkpoint {folder}: model.safetensors")
     with torch.device("meta"):
         model = DiffusionTransformer(model_config)
     try:

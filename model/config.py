@@ -20,7 +20,17 @@ from pathlib import Path
 # nothing; its bound only refuses nonsense.
 LIMITS = dict(vocab_size=1 << 21, dim=1 << 16, n_layers=1 << 10, n_heads=1 << 10, n_kv_heads=1 << 10,
               head_dim=1 << 12, hidden_dim=1 << 18, max_seq_len=1 << 30)
-POSITIVE = ("rope_theta", "norm_eps")  # positive finite numbers
+# A mixture of experts' counts (0: a dense model), bounded as the sizes above are: a config.json saying a
+# million experts is refused before a million expert MLPs are built (the largest open MoE: 384 experts, Kimi K2)
+COUNTS = dict(n_experts=(0, 1 << 10), n_experts_per_tok=(1, 1 << 10), n_shared_experts=(0, 1 << 10),
+              moe_hidden_dim=(0, 1 << 18), n_dense_layers=(0, 1 << 10), n_expert_groups=(1, 1 << 10),
+              n_topk_groups=(1, 1 << 10))
+# Scale-like floats: finite, positive and within a range around every published value (rope_theta 1e4-1e7,
+# rms_norm_eps 1e-12 (BERT) to 1e-5, routed_scaling_factor 1 to 16 (DeepSeek-V2)). Outside it a forward
+# overflows (a scale of 1e308 makes every MoE output inf, which int8's activation quantizer cannot take) or
+# an eps below float32's smallest normal divides a zero row by zero.
+SCALES = dict(rope_theta=(1.0, 1e12), norm_eps=(1e-12, 1.0), routed_scaling=(1e-6, 1e3))
+POSITIVE = tuple(SCALES)
 OPTIONAL = ("n_kv_heads", "head_dim", "hidden_dim")  # None in a config: derived from the others
 # The most a checkpoint's JSON side file (config.json, the safetensors index, tokenizer_config.json) is
 # read into memory: published ones are a few KB to a few MB.
@@ -40,8 +50,14 @@ def size_problem(name: str, value) -> str | None:
     or None when it can. Integers only for the sizes (a float such as 1e9 is a config at fault)."""
     if name in LIMITS and (type(value) is not int or not 1 <= value <= LIMITS[name]):
         return f"should be an integer from 1 to {LIMITS[name]}, got {reprlib.repr(value)}"
-    if name in POSITIVE and (type(value) not in (int, float) or not 0 < value < math.inf):
-        return f"should be a positive number, got {reprlib.repr(value)}"
+    if name in COUNTS and (type(value) is not int or not COUNTS[name][0] <= value <= COUNTS[name][1]):
+        return f"should be an integer from {COUNTS[name][0]} to {COUNTS[name][1]}, got {reprlib.repr(value)}"
+    if name in SCALES:
+        if type(value) not in (int, float) or not 0 < value < math.inf:
+            return f"should be a positive number, got {reprlib.repr(value)}"
+        lo, hi = SCALES[name]
+        if not lo <= value <= hi:
+            return f"should be a number from {lo:g} to {hi:g}, got {value:g}"
     return None
 
 
@@ -78,7 +94,7 @@ class ModelConfig:
 
     def __post_init__(self):
         # the sizes given first (dim % n_heads below must not divide by zero), the derived ones once derived
-        self._check([n for n in (*LIMITS, *POSITIVE) if getattr(self, n) is not None or n not in OPTIONAL])
+        self._check([n for n in (*LIMITS, *COUNTS, *SCALES) if getattr(self, n) is not None or n not in OPTIONAL])
         self.rope_theta, self.norm_eps = float(self.rope_theta), float(self.norm_eps)
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
@@ -116,8 +132,6 @@ class ModelConfig:
         if self.n_topk_groups * (self.n_experts // self.n_expert_groups) < self.n_experts_per_tok:
             raise ValueError(f"n_topk_groups={self.n_topk_groups} groups hold fewer than n_experts_per_tok="
                              f"{self.n_experts_per_tok} experts")
-        if type(self.routed_scaling) not in (int, float) or not 0 < self.routed_scaling < math.inf:
-            raise ValueError(f"routed_scaling should be a positive number, got {reprlib.repr(self.routed_scaling)}")
 
     def _check(self, names) -> None:
         for name in names:

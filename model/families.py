@@ -176,6 +176,10 @@ def _stable_diffcoder_config(c: dict) -> dict[str, tuple[str, object]]:
     return {**_qwen_config(c), "block_size": ("generate_block's block_length", 4)}
 
 
+def _is_fraction(value) -> bool:
+    return type(value) in (int, float) and 0 < value <= 1
+
+
 def _llada2_unsupported(c: dict) -> list[str]:
     """Besides Qwen's checks (use_sliding_window among them: no window is applied here), the keys whose
     published value is the only one modeling_llada2_moe.py computes (it ignores them: a sigmoid router,
@@ -189,7 +193,7 @@ def _llada2_unsupported(c: dict) -> list[str]:
         out.append("norm_topk_prob=false")
     dim, heads, factor = c.get("hidden_size"), c.get("num_attention_heads"), c.get("partial_rotary_factor", 1.0)
     head_dim = c.get("head_dim") or (dim // heads if type(dim) is int and type(heads) is int and heads > 0 else None)
-    sized = type(head_dim) is int and type(factor) in (int, float)
+    sized = type(head_dim) is int and _is_fraction(factor)  # else _llada2_config names the factor
     if c.get("rotary_dim") is not None and sized and c["rotary_dim"] != int(head_dim * factor):
         out.append(f"rotary_dim {c['rotary_dim']!r} that is not head_dim × partial_rotary_factor")
     return out
@@ -201,6 +205,8 @@ def _llada2_config(c: dict) -> dict[str, tuple[str, object]]:
     read["norm_eps"] = _read(c, "rms_norm_eps", default=1e-5)
     heads, head_dim = read["n_heads"][1], _read(c, "head_dim", default=None)[1]
     factor = _read(c, "partial_rotary_factor", default=1.0)
+    if not _is_fraction(factor[1]):  # int(head_dim × NaN) would raise; a factor of 1e308 is not a fraction
+        raise ValueError(f"partial_rotary_factor should be a number above 0 and at most 1, got {factor[1]!r}")
     if head_dim is None and all(type(v) is int and v > 0 for v in (read["dim"][1], heads)):
         head_dim = read["dim"][1] // heads
     sized = type(head_dim) is int and type(factor[1]) in (int, float)
@@ -229,7 +235,8 @@ class Family:
     mask: tuple[str, ...]
     filler: tuple[str, ...]  # what the family pads a generation with
     bos: tuple[str, ...]  # a fixed first token; shifted models need one (output i - 1 predicts token i)
-    # config.json -> ModelConfig keyword arguments (shapes), each as (the config.json key it is read from, value)
+    # config.json -> ModelConfig keyword arguments (shapes), each as (the config.json key it is read from, value);
+    # ValueError naming a key whose value no size can be derived from
     config: Callable[[dict], dict[str, tuple[str, object]]]
     unsupported: Callable[[dict], list[str]]  # config.json -> features this loader cannot run
     tensors: dict[str, str]  # our state_dict name -> the checkpoint's
@@ -285,6 +292,43 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
 )}
 
 
+# DiffusionGemma's config.json (DiffusionGemmaTextConfig, Gemma4VisionConfig): each key that sizes a module ->
+# the ModelConfig field whose bound (config.LIMITS, COUNTS, SCALES) it gets. The vision tower's position table
+# is bounded as a vocabulary is, its patch and pooling sizes as a head is (a patch of p pixels is a p² × 3 ×
+# hidden_size matrix)
+DIFFUSION_GEMMA_TEXT = dict(
+    vocab_size="vocab_size", hidden_size="dim", intermediate_size="hidden_dim", num_hidden_layers="n_layers",
+    num_attention_heads="n_heads", num_key_value_heads="n_kv_heads", num_global_key_value_heads="n_kv_heads",
+    head_dim="head_dim", global_head_dim="head_dim", max_position_embeddings="max_seq_len",
+    sliding_window="max_seq_len", num_experts="n_experts", top_k_experts="n_experts_per_tok",
+    moe_intermediate_size="moe_hidden_dim", rms_norm_eps="norm_eps")
+DIFFUSION_GEMMA_VISION = dict(
+    hidden_size="dim", intermediate_size="hidden_dim", num_hidden_layers="n_layers", num_attention_heads="n_heads",
+    num_key_value_heads="n_kv_heads", head_dim="head_dim", max_position_embeddings="max_seq_len",
+    position_embedding_size="vocab_size", patch_size="head_dim", pooling_kernel_size="head_dim",
+    rms_norm_eps="norm_eps")
+
+
+def _rope_thetas(prefix: str, sub: dict) -> list[tuple[str, str, object]]:
+    """rope_theta of rope_parameters, itself (vision) or per layer type (text: sliding and full attention)."""
+    rope = _object(sub, "rope_parameters")
+    found = [(f"{prefix}.rope_parameters.rope_theta", rope.get("rope_theta"))]
+    found += [(f"{prefix}.rope_parameters.{kind}.rope_theta", v.get("rope_theta"))
+              for kind, v in rope.items() if isinstance(v, dict)]
+    return [("rope_theta", key, value) for key, value in found if value is not None]
+
+
+def _diffusion_gemma_sizes(c: dict) -> list[tuple[str, str, object]]:
+    """(the ModelConfig field whose bound applies, the config.json key, its value) for every size the
+    text and vision configs give (a key left out takes transformers' default, a published size)."""
+    out = []
+    for prefix, keys in (("text_config", DIFFUSION_GEMMA_TEXT), ("vision_config", DIFFUSION_GEMMA_VISION)):
+        sub = _object(c, prefix)
+        out += [(field, f"{prefix}.{key}", sub[key]) for key, field in keys.items() if sub.get(key) is not None]
+        out += _rope_thetas(prefix, sub)
+    return out
+
+
 # Families that only transformers runs (model/native.py: its own modeling and generation code, an extra):
 # how to recognise one, the class that runs it, and how a fill is put to it (PROMPTS)
 @dataclass(frozen=True)
@@ -293,10 +337,17 @@ class NativeFamily:
     model_types: tuple[str, ...]  # config.json model_type
     model_class: str  # the transformers class that runs it
     prompt: str  # families.PROMPTS: how a fill is put to it
+    # config.json -> (ModelConfig field whose bound applies, key, value) for each size, checked before transformers
+    # builds anything (native.check_config)
+    sizes: Callable[[dict], list[tuple[str, str, object]]]
+    # config.json keys holding token ids the model's code looks up (an image placeholder): each must be set
+    # and within text_config.vocab_size (transformers' defaults are the published vocab's ids)
+    token_ids: tuple[str, ...] = ()
 
 
 NATIVE = {f.name: f for f in (
-    NativeFamily("diffusiongemma", ("diffusion_gemma",), "DiffusionGemmaForBlockDiffusion", "chat"),
+    NativeFamily("diffusiongemma", ("diffusion_gemma",), "DiffusionGemmaForBlockDiffusion", "chat",
+                 _diffusion_gemma_sizes, ("image_token_id", "boi_token_id", "eoi_token_id")),
 )}
 
 

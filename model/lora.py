@@ -21,15 +21,19 @@ import math
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .config import ADAPTER_FORMAT, ADAPTER_META, ADAPTER_VERSION, read_json
+from .checkpoint import finite
+from .config import ADAPTER_FORMAT, ADAPTER_META, ADAPTER_VERSION, read_json, regular_file
 
 FORMAT, FORMAT_VERSION = ADAPTER_FORMAT, ADAPTER_VERSION
 META, WEIGHTS = ADAPTER_META, "adapter.safetensors"
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# The most alpha / rank may scale an update by (`adapt` writes 2; LoRA papers use 1 to 4 and rsLoRA's
+# alpha / sqrt(r) stays below 64 for r <= 4096): a larger one is a corrupt file, not a training choice
+MAX_SCALE = 64
 
 
 class LoRALinear(nn.Module):
@@ -122,6 +126,10 @@ def read_meta(folder: Path) -> dict:
     if type(rank) is not int or not 1 <= rank <= 4096 or not isinstance(meta.get("base"), str) or \
             not isinstance(targets, list) or not set(targets) <= set(TARGETS):
         raise ValueError(f"{META} needs base (a folder), rank (1-4096) and targets among {', '.join(TARGETS)}")
+    alpha = meta.get("alpha")
+    if alpha is not None and (type(alpha) not in (int, float) or not 0 < alpha <= MAX_SCALE * rank):
+        raise ValueError(f"{META} alpha should be a positive number of at most {MAX_SCALE} × rank = "
+                         f"{MAX_SCALE * rank}, got {alpha!r}")  # json reads NaN and Infinity as floats
     return meta
 
 
@@ -129,13 +137,23 @@ def attach(model: nn.Module, folder: Path) -> nn.Module:
     """Wrap `model` (the base, loaded) with the adapters saved in `folder`, trainable (a resumed run)."""
     meta = read_meta(folder)
     add_adapters(model, meta["rank"], meta.get("alpha"), tuple(meta["targets"]))
-    try:
-        state = load_file(str(Path(folder) / WEIGHTS))
+    path = Path(folder) / WEIGHTS
+    regular_file(path)  # a FIFO would block the open below until a writer comes
+    try:  # names and shapes from the header first: a tensor the base has no room for is never read
+        with safe_open(str(path), framework="pt") as f:
+            shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}
     except (SafetensorError, OSError) as e:
         raise ValueError(f"{WEIGHTS} is corrupt or missing ({e})") from None
-    own = {k for k in model.state_dict() if ".lora_" in k}
-    if set(state) != own or any(state[k].shape != model.state_dict()[k].shape for k in own):
+    own = {k: list(v.shape) for k, v in model.state_dict().items() if ".lora_" in k}
+    if {k: list(v) for k, v in shapes.items()} != own:
         raise ValueError(f"{WEIGHTS} does not fit its base model (other layers, rank or targets)")
+    try:
+        state = load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"{WEIGHTS} is corrupt or missing ({e})") from None
+    bad = next((k for k in sorted(state) if not finite(state[k])), None)
+    if bad is not None:
+        raise ValueError(f"{WEIGHTS} holds NaN or infinite values in {bad} (weights must be finite numbers)")
     model.load_state_dict(state, strict=False)
     for name, p in model.named_parameters():
         p.requires_grad_(".lora_" in name)
@@ -144,7 +162,13 @@ def attach(model: nn.Module, folder: Path) -> nn.Module:
 
 def merge(model: nn.Module) -> nn.Module:
     """Each adapted projection back to one nn.Linear with B A added: inference as fast as the base."""
+    names = {id(m): n for n, m in model.named_modules()}
     for part, name, lin in list(_projections(model)):
         if isinstance(lin, LoRALinear):
-            setattr(part, name, lin.merged())
+            merged = lin.merged()
+            if not finite(merged.weight):  # finite parts whose sum leaves the weights' dtype (fp16 past 65504)
+                raise ValueError(f"merging the adapter into {names[id(lin)]}.weight gives values past "
+                                 f"{str(merged.weight.dtype).removeprefix('torch.')}'s range (alpha / rank = "
+                                 f"{lin.scale:g})")
+            setattr(part, name, merged)
     return model

@@ -18,7 +18,8 @@ import torch
 from tokenizers import Tokenizer as HFTokenizer
 from torch import nn
 
-from .checkpoint import CheckpointError, check_bounds, check_sizes, load_checkpoint, tensor_shapes
+from .checkpoint import (CheckpointError, check_bounds, check_finite, check_sizes, load_checkpoint,
+                         tensor_shapes)
 from .config import ADAPTER_META, ModelConfig, SpecialTokens, read_json
 from .families import Family, detect_family, supported
 from .hf_tokenizer import load_tokenizer_files
@@ -192,6 +193,8 @@ def model_config(config: dict, family: Family, shapes: dict[str, list[int]], fol
         read = family.config(config)  # field -> (config.json key, value)
     except KeyError as e:
         raise CheckpointError(f"checkpoint {folder}: config.json has no {e.args[0]!r} ({family.name} family)") from None
+    except ValueError as e:  # a value no size can be derived from (families.py names its key)
+        raise CheckpointError(f"checkpoint {folder}: config.json {e}") from None
     check_bounds(read, folder)
     flags = dict(
         qkv_bias=_theirs(family, "layers.0.attn.q_proj.bias") in shapes,
@@ -255,6 +258,9 @@ def _read_weights(model: DiffusionTransformer, family: Family, where: dict[str, 
                     if rows[ours]:  # our part of a fused q | k | v tensor (read once per part)
                         tensor = tensor[rows[ours][0]:rows[ours][0] + rows[ours][1]].clone()
                     state[ours] = tensor.to(device=device, dtype=dtype)
+                    check_finite(expected[ours], state[ours], f"checkpoint {folder}: {path.name}")
+        except CheckpointError:
+            raise
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             raise CheckpointError(f"checkpoint {folder}: {path.name} is corrupt ({e})") from None
     return state
@@ -352,10 +358,10 @@ def load_adapted(folder: Path, device, dtype: torch.dtype | None = None) -> tupl
                               "adapt again (`diffusion-lsp adapt`)")
     model, tokenizer, config = load_folder(base, device, dtype)
     try:
-        attach(model, folder)
+        merged = merge(attach(model, folder))
     except ValueError as e:
         raise CheckpointError(f"adapter {folder}: {e}") from None
-    return merge(model).eval(), tokenizer, {**config, "adapter": meta}
+    return merged.eval(), tokenizer, {**config, "adapter": meta}
 
 
 def load_pretrained(path: str | Path, device: str | torch.device = "cpu",
