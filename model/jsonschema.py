@@ -3,20 +3,27 @@ quotes the schema fixes are placed before the first step, and only the values ar
 each in a slot of bounded length whose tokens are constrained. The answer is rendered from what the
 slots hold (a string slot's text through json.dumps), so it parses and validates by construction.
 
-Supported (anything else is refused, naming the keyword and where it is, so that a caller is never
-given output the schema does not describe):
+Satisfiable and exact: what a subschema's layout can produce is a subset of what the subschema
+accepts, and not empty. Every keyword is enforced by the layout or refused, naming it and where it
+is, so a caller is never given output the schema does not describe:
 - `type` object (`properties` in their order, `required`, `additionalProperties`: no key beyond the
   properties is ever written, and every property is), array (`items`, `minItems`, `maxItems`),
-  string (`minLength`, `maxLength`, `enum`), integer and number (`minimum`, `maximum`,
-  `exclusiveMinimum`, `exclusiveMaximum`), boolean, null;
-- `enum` and `const` of any JSON values; `$ref` to `#/$defs/...` or `#/definitions/...` (not recursive);
+  string (`minLength`, `maxLength`), integer and number (`minimum`, `maximum`,
+  `exclusiveMinimum`, `exclusiveMaximum`, finite and at most MAX_BOUND in size), boolean, null;
+- `enum` and `const` of any JSON values, kept where their sibling keywords accept them
+  (keywords.violation); none kept is a refusal naming the keywords that rejected them;
+- `$ref`: a JSON pointer into this schema (`#/$defs/...`, `#/definitions/...`, any path), not
+  recursive; its siblings hold too (2020-12), intersected with the target (keywords.merge);
 - a value or null: `anyOf` / `oneOf` of one schema and `{"type": "null"}` (Pydantic's Optional), or
-  `type: [T, "null"]`; the model chooses null or the value (other unions are refused);
+  `type: [T, "null"]`; the model chooses null or the value (other unions are refused); the union's
+  siblings hold for the value, and null is offered only where they accept it;
 - annotations (`title`, `description`, `default`, `examples`, ...) are ignored.
 Bounds: a string slot is at most MAX_STRING_TOKENS tokens (DEFAULT_STRING_TOKENS without a
 maxLength), an array without `maxItems` has at most max(minItems, DEFAULT_MAX_ITEMS) items and at
 least one unless maxItems is 0, an integer has at most INTEGER_TOKENS digit tokens (a value past
-the schema's bounds is clamped to them when rendered).
+the schema's bounds is clamped to them when rendered). A whole layout is within a budget (Size:
+slots, positions, options, bytes), counted on the nodes (`measure`) before anything is laid out;
+`shrink` narrows it to a Room (structured.py fits max_tokens with it).
 
 Torch-free: the API refuses a schema (400) before anything reaches the worker."""
 
@@ -26,17 +33,23 @@ import json
 import math
 from dataclasses import dataclass
 
+from .keywords import ANNOTATIONS, MAX_BOUND, Cannot, bound, merge, resolve, types_of, violation
+
 DEFAULT_STRING_TOKENS = 12
 MAX_STRING_TOKENS = 64
 DEFAULT_MAX_ITEMS = 3
 MAX_ITEMS = 32
 INTEGER_TOKENS = 4  # digit tokens: "12345678" is 2-4 of them in a code tokenizer
 FRACTION_TOKENS = 2
-MAX_NODES = 2000  # slots and fixed pieces in one layout: a schema past it is refused
+MAX_NODES = 2000  # subschemas compiled for one layout: a schema past it is refused
 MAX_DEPTH = 24
+# the budget of one layout (Size), checked on its nodes before the worker lays anything out: measured, the
+# largest within it lays out in well under a second and its tables take a few MB
+MAX_SLOTS = 1024
+MAX_POSITIONS = 8192
+MAX_OPTIONS = 2048
+MAX_BYTES = 1 << 18
 
-ANNOTATIONS = {"title", "description", "$comment", "examples", "default", "$schema", "$id", "deprecated",
-               "readOnly", "writeOnly", "$anchor"}
 KNOWN = {"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
          "anyOf", "oneOf",
          "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$defs",
@@ -115,25 +128,34 @@ Node = Const | Choice | Str | Num | Nullable | Obj | Arr
 
 def compile_schema(schema) -> Node:
     """The layout of `schema`; Unsupported naming every keyword it cannot express (all of them at
-    once), or what makes the schema itself invalid."""
+    once), what makes the schema itself invalid or unsatisfiable, or a layout past the budget
+    (checked on the nodes, before anything is laid out)."""
     problems: list[str] = []
     if not isinstance(schema, dict):
         raise Unsupported(f"a schema must be an object, got {type(schema).__name__}")
-    defs = {**_object(schema.get("definitions")), **_object(schema.get("$defs"))}
-    counter = [0]
-    node = _compile(schema, "#", defs, problems, (), counter)
+    try:
+        node = _compile(schema, "#", _Context(schema, problems))
+    except RecursionError:  # a const or enum value nested past the interpreter's stack
+        raise Unsupported("the schema is nested too deeply") from None
+    if not problems:
+        problems += over_budget(measure(node))
     if problems:
         raise Unsupported("; ".join(dict.fromkeys(problems)))
     return node
 
 
-def _object(v) -> dict:
-    return v if isinstance(v, dict) else {}
+@dataclass
+class _Context:
+    root: dict  # what $ref pointers resolve in
+    problems: list[str]
+    refs: tuple[str, ...] = ()  # the $refs being followed (a repeat is recursion)
+    parts: int = 0  # subschemas compiled so far (MAX_NODES)
 
 
-def _compile(s, path: str, defs: dict, problems: list[str], refs: tuple[str, ...], counter: list[int]) -> Node:
-    counter[0] += 1
-    if counter[0] > MAX_NODES or len(refs) + path.count("/") > MAX_DEPTH * 2:
+def _compile(s, path: str, cx: _Context) -> Node:
+    problems = cx.problems
+    cx.parts += 1
+    if cx.parts > MAX_NODES or len(cx.refs) + path.count("/") > MAX_DEPTH * 2:
         problems.append(f"{path}: the schema is too large or too deep (at most {MAX_NODES} parts)")
         return Const("null")
     if not isinstance(s, dict):
@@ -143,49 +165,53 @@ def _compile(s, path: str, defs: dict, problems: list[str], refs: tuple[str, ...
     for key in s:
         if key not in KNOWN and key not in ANNOTATIONS:
             problems.append(f"{path}: {key} is not supported")
-    if "$ref" in s:
-        ref = s["$ref"]
-        name = ref.split("/")[-1] if isinstance(ref, str) else None
-        if not (isinstance(ref, str) and ref.startswith(("#/$defs/", "#/definitions/")) and name in defs):
-            problems.append(f"{path}: $ref {ref!r} is not a reference to #/$defs/NAME in this schema")
+    if "$ref" in s:  # the target and the siblings both hold (2020-12): their intersection
+        try:
+            pointer, target = resolve(cx.root, s["$ref"])
+        except Cannot as e:
+            problems.append(f"{path}: {e}")
             return Const("null")
-        if ref in refs:
-            problems.append(f"{path}: $ref {ref!r} is recursive (not supported)")
+        if pointer in cx.refs:
+            problems.append(f"{path}: $ref {s['$ref']!r} is recursive (not supported)")
             return Const("null")
-        return _compile(defs[name], ref, defs, problems, (*refs, ref), counter)
+        rest = {k: v for k, v in s.items() if k != "$ref" and k not in ANNOTATIONS}
+        try:
+            merged = merge(target, rest, cx.root) if rest else target
+        except Cannot as e:
+            problems.append(f"{path}: $ref {s['$ref']!r} and its sibling keywords: {e}")
+            return Const("null")
+        cx.refs += (pointer,)
+        try:
+            return _compile(merged, pointer if not rest else f"{path}/$ref", cx)
+        finally:
+            cx.refs = cx.refs[:-1]
     for union in ("anyOf", "oneOf"):
         if union in s:
-            branches = s[union]
-            nulls = [b for b in branches if _is_null(b)] if isinstance(branches, list) else []
-            if not (isinstance(branches, list) and len(branches) == 2 and len(nulls) == 1):
-                problems.append(f"{path}: {union} is supported only as one schema or null")
-                return Const("null")
-            other = next(b for b in branches if b is not nulls[0])
-            rest = {k: v for k, v in s.items() if k != union}  # sibling keywords hold for the value too
-            merged = {**rest, **other} if isinstance(other, dict) else other
-            return Nullable(_compile(merged, f"{path}/{union}", defs, problems, refs, counter))
-    if isinstance(s.get("type"), list) and len(s["type"]) == 2 and "null" in s["type"] and "enum" not in s \
-            and "const" not in s:
-        other = next(t for t in s["type"] if t != "null")
-        return Nullable(_compile({**s, "type": other}, path, defs, problems, refs, counter))
-    if "const" in s:
-        return Const(_dumps(s["const"]))
-    if "enum" in s:
-        values = s["enum"]
-        if not isinstance(values, list) or not values:
-            problems.append(f"{path}: enum must be a non-empty list")
-            return Const("null")
-        options = tuple(dict.fromkeys(_dumps(v) for v in values if _fits_type(v, s.get("type"))))
-        if not options:
-            problems.append(f"{path}: no enum value has the schema's type")
-            return Const("null")
-        return Const(options[0]) if len(options) == 1 else Choice(options)
+            return _nullable_union(s, union, path, cx)
     kind = s.get("type")
+    if isinstance(kind, list):
+        try:
+            kinds = types_of(kind)
+        except Cannot as e:
+            problems.append(f"{path}: {e}")
+            return Const("null")
+        if len(kinds) < len(kind):  # the meta-schema's uniqueItems
+            problems.append(f"{path}: type lists a type twice ({kind})")
+            return Const("null")
+        if "integer" in kinds and "number" in kinds:  # every integer is a number
+            kinds.remove("integer")
+        if len(kinds) == 1:
+            return _compile({**s, "type": kinds[0]}, path, cx)
+        if "const" not in s and "enum" not in s:  # the values are filtered by the list below
+            if len(kinds) == 2 and "null" in kinds:
+                other = next(t for t in kinds if t != "null")
+                return Nullable(_compile({**s, "type": other}, path, cx))
+            problems.append(f"{path}: type as a list ({kind}) is not supported: give one type, or one and null")
+            return Const("null")
+    if "const" in s or "enum" in s:
+        return _values(s, path, cx)
     if kind is None and "properties" in s:
         kind = "object"
-    if isinstance(kind, list):
-        problems.append(f"{path}: type as a list ({kind}) is not supported: give one type")
-        return Const("null")
     if kind not in TYPES:
         problems.append(f"{path}: type must be one of {', '.join(TYPES)}" + ("" if kind is None else f", got {kind!r}"))
         return Const("null")
@@ -207,38 +233,86 @@ def _compile(s, path: str, defs: dict, problems: list[str], refs: tuple[str, ...
         if "items" not in s or not isinstance(s["items"], dict):
             problems.append(f"{path}: an array needs items (one schema for every item)")
             return Const("[]")
-        item = _compile(s["items"], f"{path}/items", defs, problems, refs, counter)
+        item = _compile(s["items"], f"{path}/items", cx)
         return Arr(item, lo if hi == 0 else max(lo, 1), hi)
+    return _object(s, path, cx)
+
+
+def _nullable_union(s: dict, union: str, path: str, cx: _Context) -> Node:
+    """anyOf / oneOf of one schema and null: the siblings hold for both branches, so they are merged
+    into the value's, and null is offered only where they accept it (a sibling `type` may not)."""
+    branches = s[union]
+    nulls = [b for b in branches if _is_null(b)] if isinstance(branches, list) else []
+    if not (isinstance(branches, list) and len(branches) == 2 and len(nulls) == 1):
+        cx.problems.append(f"{path}: {union} is supported only as one schema or null")
+        return Const("null")
+    other = next(b for b in branches if b is not nulls[0])
+    rest = {k: v for k, v in s.items() if k != union and k not in ANNOTATIONS}
+    try:
+        merged = merge(other, rest, cx.root) if rest else other
+        null_ok = violation(None, rest, cx.root) is None
+    except Cannot as e:
+        cx.problems.append(f"{path}: {union} and its sibling keywords: {e}")
+        return Const("null")
+    value = _compile(merged, f"{path}/{union}", cx)
+    return Nullable(value) if null_ok else value
+
+
+def _values(s: dict, path: str, cx: _Context) -> Node:
+    """`const` / `enum`: the values its sibling keywords accept, each chosen whole; none is a refusal
+    naming the keywords that rejected them."""
+    key = "const" if "const" in s else "enum"
+    values = [s["const"]] if key == "const" else s["enum"]
+    if not isinstance(values, list) or not values:
+        cx.problems.append(f"{path}: enum must be a non-empty list")
+        return Const("null")
+    if len(values) > MAX_OPTIONS:
+        cx.problems.append(f"{path}: enum has {len(values)} values, at most {MAX_OPTIONS}")
+        return Const("null")
+    siblings = {k: v for k, v in s.items() if k != key}
+    kept, why = [], []
+    for v in values:
+        try:
+            bad = violation(v, siblings, cx.root)
+        except Cannot as e:
+            cx.problems.append(f"{path}: {e}")
+            return Const("null")
+        (why if bad else kept).append(bad or v)
+    if not kept:
+        cx.problems.append(f"{path}: no {key} value satisfies its sibling keywords ({', '.join(dict.fromkeys(why))})")
+        return Const("null")
+    try:
+        options = tuple(dict.fromkeys(_dumps(v) for v in kept))
+    except ValueError:
+        cx.problems.append(f"{path}: {key} holds a number JSON cannot write (NaN or Infinity)")
+        return Const("null")
+    return Const(options[0]) if len(options) == 1 else Choice(options)
+
+
+def _object(s: dict, path: str, cx: _Context) -> Node:
+    problems = cx.problems
     props = s.get("properties", {})
     if not isinstance(props, dict):
         problems.append(f"{path}: properties must be an object")
         return Const("{}")
     required = s.get("required", [])
-    if not isinstance(required, list) or any(r not in props for r in required if isinstance(r, str)):
-        missing = [r for r in required if r not in props] if isinstance(required, list) else required
+    if not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
+        problems.append(f"{path}: required must be a list of property names")
+    elif missing := [r for r in required if r not in props]:
         problems.append(f"{path}: required names properties the schema does not have: {missing}")
     extra = s.get("additionalProperties", True)
     if not isinstance(extra, (bool, dict)):
         problems.append(f"{path}: additionalProperties must be a boolean or a schema")
-    return Obj(tuple((k, _compile(v, f"{path}/properties/{k}", defs, problems, refs, counter))
-                     for k, v in props.items()))
+    return Obj(tuple((k, _compile(v, f"{path}/properties/{_escape(k)}", cx)) for k, v in props.items()))
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 def _is_null(s) -> bool:
     return isinstance(s, dict) and (s.get("type") == "null" or ("const" in s and s["const"] is None)) and not (
         set(s) - ANNOTATIONS - {"type", "const"})
-
-
-def _fits_type(value, kind) -> bool:
-    if kind is None:
-        return True
-    if isinstance(kind, list):
-        return any(_fits_type(value, k) for k in kind)
-    return (kind == "string" and isinstance(value, str)
-            or kind == "integer" and isinstance(value, int) and not isinstance(value, bool)
-            or kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool)
-            or kind == "boolean" and isinstance(value, bool) or kind == "null" and value is None
-            or kind == "object" and isinstance(value, dict) or kind == "array" and isinstance(value, list))
 
 
 def _count(s: dict, key: str, default, path: str, problems: list[str]):
@@ -269,8 +343,8 @@ def _number(s: dict, path: str, problems: list[str], integer: bool) -> Node:
         v = s.get(key)
         if v is None:
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            problems.append(f"{path}: {key} must be a finite number")
+        if not bound(v):  # 10**400 is a JSON number, but no double and no answer
+            problems.append(f"{path}: {key} must be a finite number of at most {MAX_BOUND:g} in size")
             continue
         bounds[key] = v
     lo, hi = bounds.get("minimum"), bounds.get("maximum")
@@ -295,7 +369,95 @@ def _number(s: dict, path: str, problems: list[str], integer: bool) -> Node:
 
 
 def _dumps(value) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+@dataclass(frozen=True)
+class Size:
+    """What a layout would hold, counted on its nodes before anything is laid out: slots (units the
+    model decodes: a string, a number's parts, a choice), positions (at most: a fixed text or an
+    option takes at most a token per UTF-8 byte), options (of every choice) and bytes (the fixed
+    text, and each choice's options padded to its longest: the [options, positions] table it scores)."""
+
+    slots: int = 0
+    positions: int = 0
+    options: int = 0
+    bytes: int = 0
+
+    def __add__(self, o: Size) -> Size:
+        return Size(self.slots + o.slots, self.positions + o.positions, self.options + o.options,
+                    self.bytes + o.bytes)
+
+    def __mul__(self, n: int) -> Size:
+        return Size(self.slots * n, self.positions * n, self.options * n, self.bytes * n)
+
+
+def _text(text: str) -> Size:
+    n = len(text.encode())
+    return Size(0, n, 0, n)
+
+
+def _choice(options) -> Size:
+    longest = max(len(o.encode()) for o in options)
+    return Size(1, longest, len(options), longest * len(options))
+
+
+def measure(node: Node) -> Size:
+    """The Size of `node`'s layout (structured.py lays it out the same way)."""
+    if isinstance(node, Const):
+        return _text(node.text)
+    if isinstance(node, Choice):
+        return _choice(node.options)
+    if isinstance(node, Str):
+        return Size(1, node.tokens) + _text('""')
+    if isinstance(node, Num):
+        return Size(1, INTEGER_TOKENS) + (Size() if node.integer else Size(1, FRACTION_TOKENS) + _text("."))
+    if isinstance(node, Nullable):
+        return _choice(("null", "")) + measure(node.value)
+    if isinstance(node, Obj):
+        return sum((_text(f", {_dumps(k)}: ") + measure(v) for k, v in node.entries), _text("{}"))
+    if isinstance(node, Arr):
+        item = measure(node.item) + (measure(node.key) + _text(": ") if node.key is not None else Size())
+        decisions = max(0, node.max_items - max(node.min_items, 1))
+        return item * node.max_items + _choice((", ", "]")) * decisions + _text("[]") + _text(", ") * node.max_items
+    raise TypeError(f"not a layout node: {node!r}")
+
+
+def over_budget(size: Size) -> list[str]:
+    """Why a layout of `size` is refused (none: it is not)."""
+    limits = (("value slots", size.slots, MAX_SLOTS), ("positions", size.positions, MAX_POSITIONS),
+              ("enum options", size.options, MAX_OPTIONS), ("bytes", size.bytes, MAX_BYTES))
+    return [f"the answer's layout would have {n} {what}, at most {most} (fewer maxItems, a shorter maxLength, "
+            f"fewer or shorter enum values)" for what, n, most in limits if n > most]
+
+
+@dataclass(frozen=True)
+class Room:
+    """How far a layout may be shrunk to fit max_tokens (structured.py tries ROOMS in turn): a string
+    slot to at most `string_tokens` positions and an array to at most `items` items, never below
+    the schema's own minLength and minItems, so the answer still validates."""
+
+    string_tokens: int
+    items: int
+
+
+ROOMS = (Room(MAX_STRING_TOKENS, MAX_ITEMS), Room(16, 4), Room(8, 2), Room(4, 1), Room(2, 1), Room(1, 1),
+         Room(0, 1))
+
+
+def shrink(node: Node, room: Room) -> Node:
+    """`node` with its slots and arrays at most `room` (a string slot of no positions: "")."""
+    if isinstance(node, Str):
+        tokens = max(node.min_len, min(node.tokens, room.string_tokens))
+        return Str(node.min_len, node.max_len, tokens) if tokens else Const('""')
+    if isinstance(node, Nullable):
+        return Nullable(shrink(node.value, room))
+    if isinstance(node, Obj):
+        return Obj(tuple((k, shrink(v, room)) for k, v in node.entries))
+    if isinstance(node, Arr):
+        return Arr(shrink(node.item, room), node.min_items, max(node.min_items, min(node.max_items, room.items)),
+                   None if node.key is None else shrink(node.key, room))
+    return node
 
 
 def for_object() -> Node:
