@@ -43,8 +43,9 @@ INTEGER_TOKENS = 4  # digit tokens: "12345678" is 2-4 of them in a code tokenize
 FRACTION_TOKENS = 2
 MAX_NODES = 2000  # subschemas compiled for one layout: a schema past it is refused
 MAX_DEPTH = 24
-# the budget of one layout (Size), checked on its nodes before the worker lays anything out: measured, the
-# largest within it lays out in well under a second and its tables take a few MB
+# the budget of one layout (Size), checked on its nodes before the worker lays anything out. Measured with the
+# embedded model's tokenizer on a 2-core CPU: near the limits (700 slots and 5,900 positions; an enum of 2,040
+# options of 120 bytes) a layout is built in under 0.1 s; the 4-deep arrays of 32 it refuses were 10**6 slots
 MAX_SLOTS = 1024
 MAX_POSITIONS = 8192
 MAX_OPTIONS = 2048

@@ -24,7 +24,8 @@ from diffusion_lsp.model.checkpoint import load_checkpoint
 from diffusion_lsp.model.chat import ChatFormat
 from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model import jsonschema as layouts
-from diffusion_lsp.model.jsonschema import Arr, Choice, Const, Nullable, Num, Str, Unsupported, compile_schema, tool_call
+from diffusion_lsp.model.jsonschema import (Arr, Choice, Const, Nullable, Num, Str, Unsupported, compile_schema,
+                                            tool_call)
 from diffusion_lsp.model.structured import decode_json
 from diffusion_lsp.model.transformer import DiffusionTransformer
 from test_api import Api
