@@ -134,6 +134,9 @@ def compile_schema(schema) -> Node:
     problems: list[str] = []
     if not isinstance(schema, dict):
         raise Unsupported(f"a schema must be an object, got {type(schema).__name__}")
+    problems += _malformed_anywhere(schema)
+    if problems:  # a broken schema: said whole, before anything below reads its keywords
+        raise Unsupported("; ".join(dict.fromkeys(problems)))
     try:
         node = _compile(schema, "#", _Context(schema, problems))
     except RecursionError:  # a const or enum value nested past the interpreter's stack
@@ -249,10 +252,13 @@ def _nullable_union(s: dict, union: str, path: str, cx: _Context) -> Node:
         return Const("null")
     other = next(b for b in branches if b is not nulls[0])
     rest = {k: v for k, v in s.items() if k != union and k not in ANNOTATIONS}
+    null_ok = False
     try:
-        merged = merge(other, rest, cx.root) if rest else other
         null_ok = violation(None, rest, cx.root) is None
+        merged = merge(other, rest, cx.root) if rest else other
     except Cannot as e:
+        if null_ok:  # the value's branch and the siblings have nothing in common: null is what is left
+            return Const("null")
         cx.problems.append(f"{path}: {union} and its sibling keywords: {e}")
         return Const("null")
     value = _compile(merged, f"{path}/{union}", cx)
@@ -294,17 +300,66 @@ def _object(s: dict, path: str, cx: _Context) -> Node:
     problems = cx.problems
     props = s.get("properties", {})
     if not isinstance(props, dict):
-        problems.append(f"{path}: properties must be an object")
+        problems.append(f"{path}: properties must be an object of schemas")
         return Const("{}")
-    required = s.get("required", [])
-    if not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
-        problems.append(f"{path}: required must be a list of property names")
-    elif missing := [r for r in required if r not in props]:
+    required = s.get("required", [])  # its form: _malformed
+    missing = [r for r in required if isinstance(r, str) and r not in props] if isinstance(required, list) else []
+    if missing:
         problems.append(f"{path}: required names properties the schema does not have: {missing}")
-    extra = s.get("additionalProperties", True)
-    if not isinstance(extra, (bool, dict)):
-        problems.append(f"{path}: additionalProperties must be a boolean or a schema")
     return Obj(tuple((k, _compile(v, f"{path}/properties/{_escape(k)}", cx)) for k, v in props.items()))
+
+
+COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
+BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def _malformed(s: dict) -> list[str]:
+    """The keywords whose values are not of the form the 2020-12 meta-schema gives them, whatever
+    type of value they would apply to (a `minItems: [1]` beside `type: string` is a broken schema)."""
+    bad = []
+    for key, v in s.items():
+        if key in COUNTS and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            bad.append(f"{key} must be a non-negative integer")
+        elif key in BOUNDS and not bound(v):
+            bad.append(f"{key} must be a finite number of at most {MAX_BOUND:g} in size")
+        elif key == "required" and not (isinstance(v, list) and all(isinstance(r, str) for r in v)
+                                        and len(set(v)) == len(v)):
+            bad.append("required must be a list of distinct property names")
+        elif key in ("properties", "$defs", "definitions") and not (
+                isinstance(v, dict) and all(isinstance(x, (bool, dict)) for x in v.values())):
+            bad.append(f"{key} must be an object of schemas")
+        elif key in ("additionalProperties", "items") and not isinstance(v, (bool, dict)):
+            bad.append(f"{key} must be a boolean or a schema")
+        elif key == "enum" and not isinstance(v, list):
+            bad.append("enum must be a non-empty list")
+        elif key in ("anyOf", "oneOf") and not (isinstance(v, list) and v and all(isinstance(x, (bool, dict))
+                                                                                  for x in v)):
+            bad.append(f"{key} must be a non-empty list of schemas")
+        elif key == "$ref" and not isinstance(v, str):
+            bad.append("$ref must be a string (a JSON pointer)")
+        elif key == "type" and not (isinstance(v, str) and v in TYPES or isinstance(v, list) and v and all(
+                isinstance(t, str) and t in TYPES for t in v)):
+            bad.append(f"type must be one of {', '.join(TYPES)} or a list of them, got {v!r}")
+    return bad
+
+
+def _malformed_anywhere(schema: dict) -> list[str]:
+    """_malformed for every subschema, those no value reaches too (the `properties` of a string, an
+    unused def): a broken schema is refused whole."""
+    bad, stack = [], [("#", schema)]
+    while stack:
+        path, s = stack.pop()
+        if not isinstance(s, dict):
+            continue
+        bad += (f"{path}: {why}" for why in _malformed(s))
+        for key in ("properties", "$defs", "definitions"):
+            if isinstance(s.get(key), dict):
+                stack += ((f"{path}/{key}/{_escape(k)}", v) for k, v in s[key].items())
+        for key in ("anyOf", "oneOf"):
+            if isinstance(s.get(key), list):
+                stack += ((f"{path}/{key}/{i}", v) for i, v in enumerate(s[key]))
+        stack += ((f"{path}/{key}", s[key]) for key in ("items", "additionalProperties") if key in s)
+    return bad
 
 
 def _escape(key: str) -> str:

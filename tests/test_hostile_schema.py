@@ -72,7 +72,11 @@ DEFS = {"$defs": {"a": {"type": "object", "properties": {"y": {"type": "integer"
     ({"type": "integer", "minimum": 10 ** 400}, "minimum must be a finite number"),
     ({"type": "number", "maximum": -10 ** 400}, "maximum must be a finite number"),
     ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b", {"a": 1}]}, "required"),
-    ({"type": []}, "type must be a type name"),
+    ({"type": []}, "or a list of them"),
+    ({"type": "string", "minItems": [1]}, "minItems must be a non-negative integer"),  # where it does not apply
+    ({"type": "number", "properties": {"n": {"minLength": ""}}}, "#/properties/n: minLength"),
+    ({"$defs": {"d": {"items": "x"}}, "type": "null"}, "#/\\$defs/d: items must be a boolean or a schema"),
+    ({"$ref": "#", "required": 1.5, "const": True}, "required must be a list"),
     ({"type": ["null", "null"]}, "type lists a type twice"),
     ({"const": float("nan")}, "NaN"),
 ])
@@ -127,6 +131,8 @@ def test_a_null_is_offered_only_where_the_siblings_accept_it():
     assert compile_schema({"anyOf": [{"type": "string", "maxLength": 10}, {"type": "null"}], "maxLength": 3}) \
         == Nullable(Str(0, 3, 3))
     assert compile_schema({"anyOf": [{"type": "string"}, {"type": "null"}], "type": "string"}) == Str(0, None, 12)
+    assert compile_schema({"anyOf": [{"type": "string"}, {"type": "null"}], "type": ["null", "integer"]}) \
+        == Const("null")
 
 
 def test_hostile_combinations_of_random_schemas_validate_or_are_refused(noise):
