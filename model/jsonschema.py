@@ -134,6 +134,13 @@ def compile_schema(schema) -> Node:
     problems: list[str] = []
     if not isinstance(schema, dict):
         raise Unsupported(f"a schema must be an object, got {type(schema).__name__}")
+    try:  # what the answer would write must be JSON that UTF-8 can carry
+        json.dumps(schema, ensure_ascii=False, allow_nan=False).encode()
+    except ValueError as e:  # UnicodeEncodeError is one
+        raise Unsupported(f"the schema is not JSON that UTF-8 can write (NaN, Infinity or a lone surrogate): {e}") \
+            from None
+    except RecursionError:
+        raise Unsupported("the schema is nested too deeply") from None
     problems += _malformed_anywhere(schema)
     if problems:  # a broken schema: said whole, before anything below reads its keywords
         raise Unsupported("; ".join(dict.fromkeys(problems)))
@@ -254,6 +261,9 @@ def _nullable_union(s: dict, union: str, path: str, cx: _Context) -> Node:
     rest = {k: v for k, v in s.items() if k != union and k not in ANNOTATIONS}
     null_ok = False
     try:
+        if union == "oneOf" and violation(None, other, cx.root) is None:
+            cx.problems.append(f"{path}: oneOf: both schemas accept null, so a null would match two of them")
+            return Const("null")
         null_ok = violation(None, rest, cx.root) is None
         merged = merge(other, rest, cx.root) if rest else other
     except Cannot as e:
@@ -288,11 +298,7 @@ def _values(s: dict, path: str, cx: _Context) -> Node:
     if not kept:
         cx.problems.append(f"{path}: no {key} value satisfies its sibling keywords ({', '.join(dict.fromkeys(why))})")
         return Const("null")
-    try:
-        options = tuple(dict.fromkeys(_dumps(v) for v in kept))
-    except ValueError:
-        cx.problems.append(f"{path}: {key} holds a number JSON cannot write (NaN or Infinity)")
-        return Const("null")
+    options = tuple(dict.fromkeys(_dumps(v) for v in kept))
     return Const(options[0]) if len(options) == 1 else Choice(options)
 
 

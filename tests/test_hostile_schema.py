@@ -79,6 +79,9 @@ DEFS = {"$defs": {"a": {"type": "object", "properties": {"y": {"type": "integer"
     ({"$ref": "#", "required": 1.5, "const": True}, "required must be a list"),
     ({"type": ["null", "null"]}, "type lists a type twice"),
     ({"const": float("nan")}, "NaN"),
+    ({"type": "object", "properties": {"\ud800": {"type": "null"}}}, "lone surrogate"),
+    ({"enum": ["a", "\udfff"]}, "lone surrogate"),
+    ({"oneOf": [{"type": ["string", "null"]}, {"type": "null"}]}, "both schemas accept null"),
 ])
 def test_an_unsatisfiable_or_unknown_combination_is_refused_naming_the_keyword(schema, named):
     with pytest.raises(Unsupported, match=named):
