@@ -141,11 +141,11 @@ def compile_schema(schema) -> Node:
             from None
     except RecursionError:
         raise Unsupported("the schema is nested too deeply") from None
-    problems += _malformed_anywhere(schema)
-    if problems:  # a broken schema: said whole, before anything below reads its keywords
-        raise Unsupported("; ".join(dict.fromkeys(problems)))
+    bad, places = _walk(schema)
+    if bad:  # a broken schema: said whole, before anything below reads its keywords
+        raise Unsupported("; ".join(dict.fromkeys(bad)))
     try:
-        node = _compile(schema, "#", _Context(schema, problems))
+        node = _compile(schema, "#", _Context(schema, places, problems))
     except RecursionError:  # a const or enum value nested past the interpreter's stack
         raise Unsupported("the schema is nested too deeply") from None
     if not problems:
@@ -158,6 +158,7 @@ def compile_schema(schema) -> Node:
 @dataclass
 class _Context:
     root: dict  # what $ref pointers resolve in
+    places: set[str]  # the pointers of its subschemas: what a $ref may point at
     problems: list[str]
     refs: tuple[str, ...] = ()  # the $refs being followed (a repeat is recursion)
     parts: int = 0  # subschemas compiled so far (MAX_NODES)
@@ -181,6 +182,9 @@ def _compile(s, path: str, cx: _Context) -> Node:
             pointer, target = resolve(cx.root, s["$ref"])
         except Cannot as e:
             problems.append(f"{path}: {e}")
+            return Const("null")
+        if pointer not in cx.places:  # a keyword's value (#/properties/a/const/0), not a subschema
+            problems.append(f"{path}: $ref {s['$ref']!r} points at a value, not a subschema")
             return Const("null")
         if pointer in cx.refs:
             problems.append(f"{path}: $ref {s['$ref']!r} is recursive (not supported)")
@@ -349,12 +353,13 @@ def _malformed(s: dict) -> list[str]:
     return bad
 
 
-def _malformed_anywhere(schema: dict) -> list[str]:
-    """_malformed for every subschema, those no value reaches too (the `properties` of a string, an
-    unused def): a broken schema is refused whole."""
-    bad, stack = [], [("#", schema)]
+def _walk(schema: dict) -> tuple[list[str], set[str]]:
+    """(_malformed for every subschema, those no value reaches too: the `properties` of a string, an
+    unused def; the pointers of the subschemas). A broken schema is refused whole."""
+    bad, places, stack = [], set(), [("#", schema)]
     while stack:
         path, s = stack.pop()
+        places.add(path)
         if not isinstance(s, dict):
             continue
         bad += (f"{path}: {why}" for why in _malformed(s))
@@ -365,7 +370,7 @@ def _malformed_anywhere(schema: dict) -> list[str]:
             if isinstance(s.get(key), list):
                 stack += ((f"{path}/{key}/{i}", v) for i, v in enumerate(s[key]))
         stack += ((f"{path}/{key}", s[key]) for key in ("items", "additionalProperties") if key in s)
-    return bad
+    return bad, places
 
 
 def _escape(key: str) -> str:

@@ -214,7 +214,7 @@ def _properties(a: dict, b: dict, root: dict) -> dict:
     pa, pb = a.get("properties", {}), b.get("properties", {})
     if not (isinstance(pa, dict) and isinstance(pb, dict)):
         raise Cannot("properties must be an object")
-    required = set(r for s in (a, b) for r in s.get("required", []) if isinstance(r, str))
+    required = {r for s in (a, b) if isinstance(s.get("required"), list) for r in s["required"] if isinstance(r, str)}
     out = {}
     for k in dict.fromkeys([*pa, *pb]):
         schema = merge(pa[k], pb[k], root) if k in pa and k in pb else pa.get(k, pb.get(k))

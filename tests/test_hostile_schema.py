@@ -68,6 +68,8 @@ DEFS = {"$defs": {"a": {"type": "object", "properties": {"y": {"type": "integer"
     ({**DEFS, "$ref": "#/$defs/s", "type": "integer"}, "type"),
     ({**DEFS, "$ref": "#/$defs/nope"}, "points at nothing"),
     ({**DEFS, "$ref": "#anchor"}, "anchors"),
+    ({"type": "object", "properties": {"a": {"$ref": "#/properties/b/enum/0", "type": "object"},
+                                       "b": {"enum": [{"required": 1.5}]}}}, "not a subschema"),
     ({"type": "object", "properties": {"a": {"anyOf": [{"const": "x"}, {"type": "null"}], "enum": ["y"]}}}, "enum"),
     ({"type": "integer", "minimum": 10 ** 400}, "minimum must be a finite number"),
     ({"type": "number", "maximum": -10 ** 400}, "maximum must be a finite number"),

@@ -89,8 +89,8 @@ def _text(messages):
 
 def _output(body: dict, tools, limit: int | None) -> str | None:
     """StructuredOrder.output for the body's response_format / tools, or None for free text; `limit`:
-    the body's own max_tokens, which the answer's layout keeps within (without one, the layout is the
-    schema's, up to the model's positions)."""
+    the body's own max_tokens, which the answer's layout keeps within (without one, only the model's
+    positions bound it)."""
     within = {} if limit is None else {"limit": limit}
     choice = body.get("tool_choice")
     fmt = body.get("response_format")
