@@ -143,7 +143,7 @@ def compile_schema(schema) -> Node:
         raise Unsupported("the schema is nested too deeply") from None
     bad, places = _walk(schema)
     if bad:  # a broken schema: said whole, before anything below reads its keywords
-        raise Unsupported("; ".join(dict.fromkeys(bad)))
+        raise Unsupported(_said(bad))
     try:
         node = _compile(schema, "#", _Context(schema, places, problems))
     except RecursionError:  # a const or enum value nested past the interpreter's stack
@@ -151,8 +151,15 @@ def compile_schema(schema) -> Node:
     if not problems:
         problems += over_budget(measure(node))
     if problems:
-        raise Unsupported("; ".join(dict.fromkeys(problems)))
+        raise Unsupported(_said(problems))
     return node
+
+
+def _said(problems: list[str], most: int = 8) -> str:
+    """The problems in one line: each once, the first `most` of them."""
+    unique = list(dict.fromkeys(problems))
+    more = f"; and {len(unique) - most} more" if len(unique) > most else ""
+    return "; ".join(unique[:most]) + more
 
 
 @dataclass
@@ -162,6 +169,7 @@ class _Context:
     problems: list[str]
     refs: tuple[str, ...] = ()  # the $refs being followed (a repeat is recursion)
     parts: int = 0  # subschemas compiled so far (MAX_NODES)
+    options: int = 0  # enum and const values met so far (MAX_OPTIONS)
 
 
 def _compile(s, path: str, cx: _Context) -> Node:
@@ -287,14 +295,18 @@ def _values(s: dict, path: str, cx: _Context) -> Node:
     if not isinstance(values, list) or not values:
         cx.problems.append(f"{path}: enum must be a non-empty list")
         return Const("null")
+    cx.options += len(values)
     if len(values) > MAX_OPTIONS:
         cx.problems.append(f"{path}: enum has {len(values)} values, at most {MAX_OPTIONS}")
         return Const("null")
+    if cx.options > MAX_OPTIONS:  # a bound on the work too: every value is checked against its siblings
+        cx.problems.append(f"the answer's layout would have more than {MAX_OPTIONS} enum options")
+        return Const("null")
     siblings = {k: v for k, v in s.items() if k != key}
-    kept, why = [], []
+    kept, why, memo = [], [], {}
     for v in values:
         try:
-            bad = violation(v, siblings, cx.root)
+            bad = violation(v, siblings, cx.root, memo=memo)
         except Cannot as e:
             cx.problems.append(f"{path}: {e}")
             return Const("null")

@@ -47,17 +47,32 @@ def resolve(root: dict, ref) -> tuple[str, object]:
     return "#" + pointer, at
 
 
+def identity(v):
+    """A hashable key equal for values JSON holds equal: 1 and 1.0 are, true and 1 are not (as Python
+    has them), so enums intersect and test membership by hashing, not pair by pair."""
+    if isinstance(v, bool) or v is None:
+        return ("literal", v)
+    if isinstance(v, (int, float)):
+        return ("number", v)  # Python compares (and hashes) an int and a float exactly
+    if isinstance(v, str):
+        return ("string", v)
+    if isinstance(v, list):
+        return ("array", tuple(identity(x) for x in v))
+    if isinstance(v, dict):
+        return ("object", frozenset((k, identity(x)) for k, x in v.items()))
+    raise Cannot(f"{v!r} is not a JSON value")
+
+
 def same(a, b) -> bool:
-    """JSON equality: 1 == 1.0, but true is not 1 (as Python has it)."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
+    return identity(a) == identity(b)
+
+
+def _members(values: list, memo: dict) -> frozenset:
+    """The identities of an enum's values, computed once per list for one filtering (`memo`)."""
+    hit = memo.get(id(values))
+    if hit is None or hit[0] is not values:
+        hit = memo[id(values)] = (values, frozenset(identity(v) for v in values))
+    return hit[1]
 
 
 def has_type(value, kind) -> bool:
@@ -85,8 +100,10 @@ def types_of(kind) -> list[str]:
     return list(dict.fromkeys(kinds))
 
 
-def violation(value, s, root: dict, depth: int = 0) -> str | None:
-    """The keyword of `s` that rejects `value` (None: accepted); Cannot for a keyword it cannot check."""
+def violation(value, s, root: dict, depth: int = 0, memo: dict | None = None) -> str | None:
+    """The keyword of `s` that rejects `value` (None: accepted); Cannot for a keyword it cannot check.
+    `memo`: the enums' identities, shared by the calls that filter one enum's values."""
+    memo = {} if memo is None else memo
     if depth > MAX_DEPTH:
         raise Cannot(f"the schema is nested (or refers to itself) more than {MAX_DEPTH} deep")
     if s is True or s is False:
@@ -96,7 +113,7 @@ def violation(value, s, root: dict, depth: int = 0) -> str | None:
     unknown = [k for k in s if k not in CHECKED and k not in ANNOTATIONS]
     if unknown:
         raise Cannot(f"{unknown[0]} is not supported")
-    if "$ref" in s and (bad := violation(value, resolve(root, s["$ref"])[1], root, depth + 1)):
+    if "$ref" in s and (bad := violation(value, resolve(root, s["$ref"])[1], root, depth + 1, memo)):
         return bad
     if "type" in s and not any(has_type(value, k) for k in types_of(s["type"])):
         return "type"
@@ -105,7 +122,7 @@ def violation(value, s, root: dict, depth: int = 0) -> str | None:
     if "enum" in s:
         if not isinstance(s["enum"], list):
             raise Cannot("enum must be a list")
-        if not any(same(value, o) for o in s["enum"]):
+        if identity(value) not in _members(s["enum"], memo):
             return "enum"
     for key, size, of in (("minLength", len, str), ("maxLength", len, str), ("minItems", len, list),
                           ("maxItems", len, list)):
@@ -125,7 +142,7 @@ def violation(value, s, root: dict, depth: int = 0) -> str | None:
                     return key
     if isinstance(value, list) and "items" in s:
         for item in value:
-            if bad := violation(item, s["items"], root, depth + 1):
+            if bad := violation(item, s["items"], root, depth + 1, memo):
                 return f"items/{bad}"
     if isinstance(value, dict):
         props = s.get("properties", {})
@@ -138,13 +155,13 @@ def violation(value, s, root: dict, depth: int = 0) -> str | None:
             return "required"
         extra = s.get("additionalProperties", True)
         for k, v in value.items():
-            if bad := violation(v, props[k] if k in props else extra, root, depth + 1):
+            if bad := violation(v, props[k] if k in props else extra, root, depth + 1, memo):
                 return f"properties/{k}/{bad}" if k in props else "additionalProperties"
     for union in ("anyOf", "oneOf"):
         if union in s:
             if not (isinstance(s[union], list) and s[union]):
                 raise Cannot(f"{union} must be a non-empty list")
-            n = sum(violation(value, b, root, depth + 1) is None for b in s[union])
+            n = sum(violation(value, b, root, depth + 1, memo) is None for b in s[union])
             if n == 0 or union == "oneOf" and n > 1:
                 return union
     return None
@@ -184,7 +201,8 @@ def merge(a, b, root: dict) -> dict:
         out["properties"] = _properties(a, b, root)
     values = [_values(s) for s in (a, b) if "enum" in s or "const" in s]
     if values:
-        kept = [v for v in values[0] if all(any(same(v, w) for w in other) for other in values[1:])]
+        others = [frozenset(identity(w) for w in other) for other in values[1:]]
+        kept = [v for v in values[0] if all(identity(v) in other for other in others)]
         if not kept:
             raise Cannot("enum / const: no value is allowed by both")
         out.pop("const", None)
@@ -197,7 +215,7 @@ def _values(s: dict) -> list:
     if "enum" in s and not isinstance(s["enum"], list):
         raise Cannot("enum must be a list")
     if "const" in s:
-        return [s["const"]] if "enum" not in s or any(same(s["const"], v) for v in s["enum"]) else []
+        return [s["const"]] if "enum" not in s or identity(s["const"]) in {identity(v) for v in s["enum"]} else []
     return s["enum"]
 
 

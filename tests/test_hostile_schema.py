@@ -189,6 +189,19 @@ def test_a_layout_past_the_budget_is_refused_before_it_is_laid_out(schema, named
         compile_schema(schema)
 
 
+def test_the_work_and_the_message_are_bounded_too():
+    """2,000 $refs to one enum of 2,048 values: refused once the values met pass the budget, not
+    after checking four million; 30,000 properties: the message names the first problems and counts
+    the rest."""
+    refs = {"type": "object", "$defs": {"d": {"enum": list(range(2048))}},
+            "properties": {f"p{i}": {"$ref": "#/$defs/d"} for i in range(2000)}}
+    with pytest.raises(Unsupported, match="more than 2048 enum options"):
+        compile_schema(refs)
+    with pytest.raises(Unsupported, match=r"and \d+ more$") as e:
+        compile_schema({"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(30_000)}})
+    assert len(str(e.value)) < 2000
+
+
 def test_the_budget_counts_what_the_layout_lays_out(noise):
     """measure's positions are at least the layout's: a fixed text or an option takes at most a token
     per byte, a slot its positions."""
