@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .canvas import DoesNotFit, canvas_room
-from .jsonschema import FRACTION_TOKENS, INTEGER_TOKENS, ROOMS, Arr, Choice, Const, Nullable, Num, Obj, Str, shrink
+from .nodes import FRACTION_TOKENS, INTEGER_TOKENS, ROOMS, Arr, Choice, Const, Nullable, Num, Obj, Str, shrink
 from .tokenizer import Tokenizer
 
 
@@ -317,7 +317,7 @@ def decode_json(model, tok: Tokenizer, prompt: list[int], node, threshold: float
                 lead: str = "", trail: str = "", limit: int | None = None) -> Structured:
     """`node` (jsonschema.py) decoded on the canvas after `prompt`; `lead` / `trail`: markup on the
     canvas around the JSON (a template's <tool_call> tags). The layout is the widest of
-    jsonschema.ROOMS that takes at most `limit` positions (the request's max_tokens; None: no limit)
+    nodes.ROOMS that takes at most `limit` positions (the request's max_tokens; None: no limit)
     and fits the model after the prompt; DoesNotFit naming what to change where none does
     (`param`: max_tokens, messages, or None for the schema itself)."""
     vocab, positions = model.config.vocab_size, model.config.max_seq_len
