@@ -115,6 +115,7 @@ class Engine:
         import json
 
         from .backend.orders import Answered, FillOrder
+        from .model.canvas import DoesNotFit
         from .model.jsonschema import Choice, Obj, compile_schema, for_object, tool_call
         from .model.stop import watched
         from .model.structured import decode_json, opens_with
@@ -122,11 +123,20 @@ class Engine:
         if self.chat_format is not None and not self.structured:
             raise ValueError("this model does not decode JSON under constraints")
         output = json.loads(order.output)
+        if order.max_tokens > self.max_tokens():
+            raise DoesNotFit(f"max_tokens {order.max_tokens} does not fit the model: at most {self.max_tokens()}",
+                             "max_tokens")
         prompt, cfg = self.chat_prompt(order.chat, order.max_tokens), order.sampling
         model, tok, fmt = watched(self.model, stop), self.tokenizer, self.chat_format
+        limit = output.get("limit")  # the request's own max_tokens, which the answer's positions stay within
 
-        def decode(node, lead="", trail=""):
-            return decode_json(model, tok, prompt, node, cfg.threshold, lead, trail)
+        def decode(node, lead="", trail="", within=limit):
+            try:
+                return decode_json(model, tok, prompt, node, cfg.threshold, lead, trail, within)
+            except DoesNotFit as e:  # the layout alone is past the model: the schema's field
+                if e.param is not None:
+                    raise
+                raise DoesNotFit(str(e), "tools" if "tools" in output else "response_format") from None
 
         if "tools" not in output:
             node = compile_schema(output["schema"]) if "schema" in output else for_object()
@@ -153,7 +163,12 @@ class Engine:
                     names = tuple(json.dumps(n, ensure_ascii=False) for n in functions)
                     r = decode(Obj((("name", Choice(names)),)), lead)
                     name, forwards, ms = r.value["name"], forwards + r.forwards, ms + r.ms
-            r = decode(tool_call(name, functions[name]), lead, trail)
+            try:  # every call within what max_tokens leaves
+                r = decode(tool_call(name, functions[name]), lead, trail, None if limit is None else limit - tokens)
+            except DoesNotFit:
+                if not calls:
+                    raise
+                break
             calls.append({"name": name, "arguments": json.dumps(r.value["arguments"], ensure_ascii=False)})
             tokens, decoded, forwards, ms = tokens + r.canvas, decoded + r.decoded, forwards + r.forwards, ms + r.ms
             # parallel calls where the template writes calls in tags (one after another): another one when the

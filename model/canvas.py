@@ -68,7 +68,12 @@ def _heal(prefix_ids: list[int], tok: Tokenizer) -> tuple[list[int], str, list[i
 
 class DoesNotFit(ValueError):
     """A request that can never fit the model's positions (a canvas or a probed middle too long): a
-    problem with the input, the same on every try; the worker answers it "invalid", serve-api 400."""
+    problem with the input, the same on every try; the worker answers it "invalid", serve-api 400
+    naming `param` where it is known (else the worker names the field its order came in)."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 def canvas_room(tok: Tokenizer, max_seq_len: int) -> int:

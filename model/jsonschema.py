@@ -3,20 +3,26 @@ quotes the schema fixes are placed before the first step, and only the values ar
 each in a slot of bounded length whose tokens are constrained. The answer is rendered from what the
 slots hold (a string slot's text through json.dumps), so it parses and validates by construction.
 
-Supported (anything else is refused, naming the keyword and where it is, so that a caller is never
-given output the schema does not describe):
+Satisfiable and exact: what a subschema's layout can produce is a subset of what the subschema
+accepts, and not empty. Every keyword is enforced by the layout or refused, naming it and where it
+is, so a caller is never given output the schema does not describe:
 - `type` object (`properties` in their order, `required`, `additionalProperties`: no key beyond the
   properties is ever written, and every property is), array (`items`, `minItems`, `maxItems`),
-  string (`minLength`, `maxLength`, `enum`), integer and number (`minimum`, `maximum`,
-  `exclusiveMinimum`, `exclusiveMaximum`), boolean, null;
-- `enum` and `const` of any JSON values; `$ref` to `#/$defs/...` or `#/definitions/...` (not recursive);
+  string (`minLength`, `maxLength`), integer and number (`minimum`, `maximum`,
+  `exclusiveMinimum`, `exclusiveMaximum`, finite and at most MAX_BOUND in size), boolean, null;
+- `enum` and `const` of any JSON values, kept where their sibling keywords accept them
+  (keywords.violation); none kept is a refusal naming the keywords that rejected them;
+- `$ref`: a JSON pointer into this schema (`#/$defs/...`, `#/definitions/...`, any path), not
+  recursive; its siblings hold too (2020-12), intersected with the target (keywords.merge);
 - a value or null: `anyOf` / `oneOf` of one schema and `{"type": "null"}` (Pydantic's Optional), or
-  `type: [T, "null"]`; the model chooses null or the value (other unions are refused);
+  `type: [T, "null"]`; the model chooses null or the value (other unions are refused); the union's
+  siblings hold for the value, and null is offered only where they accept it;
 - annotations (`title`, `description`, `default`, `examples`, ...) are ignored.
 Bounds: a string slot is at most MAX_STRING_TOKENS tokens (DEFAULT_STRING_TOKENS without a
 maxLength), an array without `maxItems` has at most max(minItems, DEFAULT_MAX_ITEMS) items and at
 least one unless maxItems is 0, an integer has at most INTEGER_TOKENS digit tokens (a value past
-the schema's bounds is clamped to them when rendered).
+the schema's bounds is clamped to them when rendered). A whole layout is within a budget
+(nodes.py: slots, positions, options, bytes), counted on the nodes before anything is laid out.
 
 Torch-free: the API refuses a schema (400) before anything reaches the worker."""
 
@@ -26,17 +32,15 @@ import json
 import math
 from dataclasses import dataclass
 
+from .keywords import ANNOTATIONS, MAX_BOUND, Cannot, bound, merge, resolve, types_of, violation
+from .nodes import (MAX_ITEMS, MAX_OPTIONS, MAX_STRING_TOKENS, Arr, Choice, Const, Node, Nullable, Num, Obj, Str,
+                    measure, over_budget)
+
 DEFAULT_STRING_TOKENS = 12
-MAX_STRING_TOKENS = 64
 DEFAULT_MAX_ITEMS = 3
-MAX_ITEMS = 32
-INTEGER_TOKENS = 4  # digit tokens: "12345678" is 2-4 of them in a code tokenizer
-FRACTION_TOKENS = 2
-MAX_NODES = 2000  # slots and fixed pieces in one layout: a schema past it is refused
+MAX_NODES = 2000  # subschemas compiled for one layout: a schema past it is refused
 MAX_DEPTH = 24
 
-ANNOTATIONS = {"title", "description", "$comment", "examples", "default", "$schema", "$id", "deprecated",
-               "readOnly", "writeOnly", "$anchor"}
 KNOWN = {"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
          "anyOf", "oneOf",
          "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$defs",
@@ -48,92 +52,55 @@ class Unsupported(ValueError):
     """A schema this layout cannot express: the message names each keyword and where it is."""
 
 
-@dataclass(frozen=True)
-class Const:
-    """Fixed JSON text (null, a const, an enum of one)."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One of a few JSON texts (enum, boolean), chosen whole."""
-
-    options: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Str:
-    min_len: int
-    max_len: int | None
-    tokens: int  # slot positions
-
-
-@dataclass(frozen=True)
-class Num:
-    integer: bool
-    minimum: float | None = None  # inclusive bounds (exclusive ones moved in: integer +-1, number nextafter)
-    maximum: float | None = None
-
-    def clamp(self, value):
-        if self.minimum is not None and value < self.minimum:
-            value = self.minimum
-        if self.maximum is not None and value > self.maximum:
-            value = self.maximum
-        return int(value) if self.integer else value
-
-    @property
-    def negative(self) -> bool:
-        """Whether a value below zero is allowed."""
-        return self.minimum is None or self.minimum < 0
-
-
-@dataclass(frozen=True)
-class Nullable:
-    """null, or `value`: the model chooses."""
-
-    value: object
-
-
-@dataclass(frozen=True)
-class Obj:
-    entries: tuple[tuple[str, object], ...]
-
-
-@dataclass(frozen=True)
-class Arr:
-    """A list of `item`s; with `key`, an object of `key: item` entries (json_object's)."""
-
-    item: object
-    min_items: int
-    max_items: int
-    key: Str | None = None
-
-
-Node = Const | Choice | Str | Num | Nullable | Obj | Arr
-
-
 def compile_schema(schema) -> Node:
     """The layout of `schema`; Unsupported naming every keyword it cannot express (all of them at
-    once), or what makes the schema itself invalid."""
+    once), what makes the schema itself invalid or unsatisfiable, or a layout past the budget
+    (checked on the nodes, before anything is laid out)."""
     problems: list[str] = []
     if not isinstance(schema, dict):
         raise Unsupported(f"a schema must be an object, got {type(schema).__name__}")
-    defs = {**_object(schema.get("definitions")), **_object(schema.get("$defs"))}
-    counter = [0]
-    node = _compile(schema, "#", defs, problems, (), counter)
+    try:  # what the answer would write must be JSON that UTF-8 can carry
+        json.dumps(schema, ensure_ascii=False, allow_nan=False).encode()
+    except ValueError as e:  # UnicodeEncodeError is one
+        raise Unsupported(f"the schema is not JSON that UTF-8 can write (NaN, Infinity or a lone surrogate): {e}") \
+            from None
+    except RecursionError:
+        raise Unsupported("the schema is nested too deeply") from None
+    bad, places = _walk(schema)
+    if bad:  # a broken schema: said whole, before anything below reads its keywords
+        raise Unsupported(_said(bad))
+    try:
+        node = _compile(schema, "#", _Context(schema, places, problems))
+    except RecursionError:  # a const or enum value nested past the interpreter's stack
+        raise Unsupported("the schema is nested too deeply") from None
+    if not problems:
+        problems += over_budget(measure(node))
     if problems:
-        raise Unsupported("; ".join(dict.fromkeys(problems)))
+        raise Unsupported(_said(problems))
     return node
 
 
-def _object(v) -> dict:
-    return v if isinstance(v, dict) else {}
+def _said(problems: list[str], most: int = 8) -> str:
+    """The problems in one line: each once, the first `most` of them."""
+    unique = list(dict.fromkeys(problems))
+    more = f"; and {len(unique) - most} more" if len(unique) > most else ""
+    return "; ".join(unique[:most]) + more
 
 
-def _compile(s, path: str, defs: dict, problems: list[str], refs: tuple[str, ...], counter: list[int]) -> Node:
-    counter[0] += 1
-    if counter[0] > MAX_NODES or len(refs) + path.count("/") > MAX_DEPTH * 2:
+@dataclass
+class _Context:
+    root: dict  # what $ref pointers resolve in
+    places: set[str]  # the pointers of its subschemas: what a $ref may point at
+    problems: list[str]
+    refs: tuple[str, ...] = ()  # the $refs being followed (a repeat is recursion)
+    parts: int = 0  # subschemas compiled so far (MAX_NODES)
+    options: int = 0  # enum and const values met so far (MAX_OPTIONS)
+
+
+def _compile(s, path: str, cx: _Context) -> Node:
+    problems = cx.problems
+    cx.parts += 1
+    if cx.parts > MAX_NODES or len(cx.refs) + path.count("/") > MAX_DEPTH * 2:
         problems.append(f"{path}: the schema is too large or too deep (at most {MAX_NODES} parts)")
         return Const("null")
     if not isinstance(s, dict):
@@ -143,49 +110,56 @@ def _compile(s, path: str, defs: dict, problems: list[str], refs: tuple[str, ...
     for key in s:
         if key not in KNOWN and key not in ANNOTATIONS:
             problems.append(f"{path}: {key} is not supported")
-    if "$ref" in s:
-        ref = s["$ref"]
-        name = ref.split("/")[-1] if isinstance(ref, str) else None
-        if not (isinstance(ref, str) and ref.startswith(("#/$defs/", "#/definitions/")) and name in defs):
-            problems.append(f"{path}: $ref {ref!r} is not a reference to #/$defs/NAME in this schema")
+    if "$ref" in s:  # the target and the siblings both hold (2020-12): their intersection
+        try:
+            pointer, target = resolve(cx.root, s["$ref"])
+        except Cannot as e:
+            problems.append(f"{path}: {e}")
             return Const("null")
-        if ref in refs:
-            problems.append(f"{path}: $ref {ref!r} is recursive (not supported)")
+        if pointer not in cx.places:  # a keyword's value (#/properties/a/const/0), not a subschema
+            problems.append(f"{path}: $ref {s['$ref']!r} points at a value, not a subschema")
             return Const("null")
-        return _compile(defs[name], ref, defs, problems, (*refs, ref), counter)
+        if pointer in cx.refs:
+            problems.append(f"{path}: $ref {s['$ref']!r} is recursive (not supported)")
+            return Const("null")
+        rest = {k: v for k, v in s.items() if k != "$ref" and k not in ANNOTATIONS}
+        try:
+            merged = merge(target, rest, cx.root) if rest else target
+        except Cannot as e:
+            problems.append(f"{path}: $ref {s['$ref']!r} and its sibling keywords: {e}")
+            return Const("null")
+        cx.refs += (pointer,)
+        try:
+            return _compile(merged, pointer if not rest else f"{path}/$ref", cx)
+        finally:
+            cx.refs = cx.refs[:-1]
     for union in ("anyOf", "oneOf"):
         if union in s:
-            branches = s[union]
-            nulls = [b for b in branches if _is_null(b)] if isinstance(branches, list) else []
-            if not (isinstance(branches, list) and len(branches) == 2 and len(nulls) == 1):
-                problems.append(f"{path}: {union} is supported only as one schema or null")
-                return Const("null")
-            other = next(b for b in branches if b is not nulls[0])
-            rest = {k: v for k, v in s.items() if k != union}  # sibling keywords hold for the value too
-            merged = {**rest, **other} if isinstance(other, dict) else other
-            return Nullable(_compile(merged, f"{path}/{union}", defs, problems, refs, counter))
-    if isinstance(s.get("type"), list) and len(s["type"]) == 2 and "null" in s["type"] and "enum" not in s \
-            and "const" not in s:
-        other = next(t for t in s["type"] if t != "null")
-        return Nullable(_compile({**s, "type": other}, path, defs, problems, refs, counter))
-    if "const" in s:
-        return Const(_dumps(s["const"]))
-    if "enum" in s:
-        values = s["enum"]
-        if not isinstance(values, list) or not values:
-            problems.append(f"{path}: enum must be a non-empty list")
-            return Const("null")
-        options = tuple(dict.fromkeys(_dumps(v) for v in values if _fits_type(v, s.get("type"))))
-        if not options:
-            problems.append(f"{path}: no enum value has the schema's type")
-            return Const("null")
-        return Const(options[0]) if len(options) == 1 else Choice(options)
+            return _nullable_union(s, union, path, cx)
     kind = s.get("type")
+    if isinstance(kind, list):
+        try:
+            kinds = types_of(kind)
+        except Cannot as e:
+            problems.append(f"{path}: {e}")
+            return Const("null")
+        if len(kinds) < len(kind):  # the meta-schema's uniqueItems
+            problems.append(f"{path}: type lists a type twice ({kind})")
+            return Const("null")
+        if "integer" in kinds and "number" in kinds:  # every integer is a number
+            kinds.remove("integer")
+        if len(kinds) == 1:
+            return _compile({**s, "type": kinds[0]}, path, cx)
+        if "const" not in s and "enum" not in s:  # the values are filtered by the list below
+            if len(kinds) == 2 and "null" in kinds:
+                other = next(t for t in kinds if t != "null")
+                return Nullable(_compile({**s, "type": other}, path, cx))
+            problems.append(f"{path}: type as a list ({kind}) is not supported: give one type, or one and null")
+            return Const("null")
+    if "const" in s or "enum" in s:
+        return _values(s, path, cx)
     if kind is None and "properties" in s:
         kind = "object"
-    if isinstance(kind, list):
-        problems.append(f"{path}: type as a list ({kind}) is not supported: give one type")
-        return Const("null")
     if kind not in TYPES:
         problems.append(f"{path}: type must be one of {', '.join(TYPES)}" + ("" if kind is None else f", got {kind!r}"))
         return Const("null")
@@ -207,38 +181,142 @@ def _compile(s, path: str, defs: dict, problems: list[str], refs: tuple[str, ...
         if "items" not in s or not isinstance(s["items"], dict):
             problems.append(f"{path}: an array needs items (one schema for every item)")
             return Const("[]")
-        item = _compile(s["items"], f"{path}/items", defs, problems, refs, counter)
+        item = _compile(s["items"], f"{path}/items", cx)
         return Arr(item, lo if hi == 0 else max(lo, 1), hi)
+    return _object(s, path, cx)
+
+
+def _nullable_union(s: dict, union: str, path: str, cx: _Context) -> Node:
+    """anyOf / oneOf of one schema and null: the siblings hold for both branches, so they are merged
+    into the value's, and null is offered only where they accept it (a sibling `type` may not)."""
+    branches = s[union]
+    nulls = [b for b in branches if _is_null(b)] if isinstance(branches, list) else []
+    if not (isinstance(branches, list) and len(branches) == 2 and len(nulls) == 1):
+        cx.problems.append(f"{path}: {union} is supported only as one schema or null")
+        return Const("null")
+    other = next(b for b in branches if b is not nulls[0])
+    rest = {k: v for k, v in s.items() if k != union and k not in ANNOTATIONS}
+    null_ok = False
+    try:
+        if union == "oneOf" and violation(None, other, cx.root) is None:
+            cx.problems.append(f"{path}: oneOf: both schemas accept null, so a null would match two of them")
+            return Const("null")
+        null_ok = violation(None, rest, cx.root) is None
+        merged = merge(other, rest, cx.root) if rest else other
+    except Cannot as e:
+        if null_ok:  # the value's branch and the siblings have nothing in common: null is what is left
+            return Const("null")
+        cx.problems.append(f"{path}: {union} and its sibling keywords: {e}")
+        return Const("null")
+    value = _compile(merged, f"{path}/{union}", cx)
+    return Nullable(value) if null_ok else value
+
+
+def _values(s: dict, path: str, cx: _Context) -> Node:
+    """`const` / `enum`: the values its sibling keywords accept, each chosen whole; none is a refusal
+    naming the keywords that rejected them."""
+    key = "const" if "const" in s else "enum"
+    values = [s["const"]] if key == "const" else s["enum"]
+    if not isinstance(values, list) or not values:
+        cx.problems.append(f"{path}: enum must be a non-empty list")
+        return Const("null")
+    cx.options += len(values)
+    if len(values) > MAX_OPTIONS:
+        cx.problems.append(f"{path}: enum has {len(values)} values, at most {MAX_OPTIONS}")
+        return Const("null")
+    if cx.options > MAX_OPTIONS:  # a bound on the work too: every value is checked against its siblings
+        cx.problems.append(f"the answer's layout would have more than {MAX_OPTIONS} enum options")
+        return Const("null")
+    siblings = {k: v for k, v in s.items() if k != key}
+    kept, why, memo = [], [], {}
+    for v in values:
+        try:
+            bad = violation(v, siblings, cx.root, memo=memo)
+        except Cannot as e:
+            cx.problems.append(f"{path}: {e}")
+            return Const("null")
+        (why if bad else kept).append(bad or v)
+    if not kept:
+        cx.problems.append(f"{path}: no {key} value satisfies its sibling keywords ({', '.join(dict.fromkeys(why))})")
+        return Const("null")
+    options = tuple(dict.fromkeys(_dumps(v) for v in kept))
+    return Const(options[0]) if len(options) == 1 else Choice(options)
+
+
+def _object(s: dict, path: str, cx: _Context) -> Node:
+    problems = cx.problems
     props = s.get("properties", {})
     if not isinstance(props, dict):
-        problems.append(f"{path}: properties must be an object")
+        problems.append(f"{path}: properties must be an object of schemas")
         return Const("{}")
-    required = s.get("required", [])
-    if not isinstance(required, list) or any(r not in props for r in required if isinstance(r, str)):
-        missing = [r for r in required if r not in props] if isinstance(required, list) else required
+    required = s.get("required", [])  # its form: _malformed
+    missing = [r for r in required if isinstance(r, str) and r not in props] if isinstance(required, list) else []
+    if missing:
         problems.append(f"{path}: required names properties the schema does not have: {missing}")
-    extra = s.get("additionalProperties", True)
-    if not isinstance(extra, (bool, dict)):
-        problems.append(f"{path}: additionalProperties must be a boolean or a schema")
-    return Obj(tuple((k, _compile(v, f"{path}/properties/{k}", defs, problems, refs, counter))
-                     for k, v in props.items()))
+    return Obj(tuple((k, _compile(v, f"{path}/properties/{_escape(k)}", cx)) for k, v in props.items()))
+
+
+COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
+BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def _malformed(s: dict) -> list[str]:
+    """The keywords whose values are not of the form the 2020-12 meta-schema gives them, whatever
+    type of value they would apply to (a `minItems: [1]` beside `type: string` is a broken schema)."""
+    bad = []
+    for key, v in s.items():
+        if key in COUNTS and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            bad.append(f"{key} must be a non-negative integer")
+        elif key in BOUNDS and not bound(v):
+            bad.append(f"{key} must be a finite number of at most {MAX_BOUND:g} in size")
+        elif key == "required" and not (isinstance(v, list) and all(isinstance(r, str) for r in v)
+                                        and len(set(v)) == len(v)):
+            bad.append("required must be a list of distinct property names")
+        elif key in ("properties", "$defs", "definitions") and not (
+                isinstance(v, dict) and all(isinstance(x, (bool, dict)) for x in v.values())):
+            bad.append(f"{key} must be an object of schemas")
+        elif key in ("additionalProperties", "items") and not isinstance(v, (bool, dict)):
+            bad.append(f"{key} must be a boolean or a schema")
+        elif key == "enum" and not isinstance(v, list):
+            bad.append("enum must be a non-empty list")
+        elif key in ("anyOf", "oneOf") and not (isinstance(v, list) and v and all(isinstance(x, (bool, dict))
+                                                                                  for x in v)):
+            bad.append(f"{key} must be a non-empty list of schemas")
+        elif key == "$ref" and not isinstance(v, str):
+            bad.append("$ref must be a string (a JSON pointer)")
+        elif key == "type" and not (isinstance(v, str) and v in TYPES or isinstance(v, list) and v and all(
+                isinstance(t, str) and t in TYPES for t in v)):
+            bad.append(f"type must be one of {', '.join(TYPES)} or a list of them, got {v!r}")
+    return bad
+
+
+def _walk(schema: dict) -> tuple[list[str], set[str]]:
+    """(_malformed for every subschema, those no value reaches too: the `properties` of a string, an
+    unused def; the pointers of the subschemas). A broken schema is refused whole."""
+    bad, places, stack = [], set(), [("#", schema)]
+    while stack:
+        path, s = stack.pop()
+        places.add(path)
+        if not isinstance(s, dict):
+            continue
+        bad += (f"{path}: {why}" for why in _malformed(s))
+        for key in ("properties", "$defs", "definitions"):
+            if isinstance(s.get(key), dict):
+                stack += ((f"{path}/{key}/{_escape(k)}", v) for k, v in s[key].items())
+        for key in ("anyOf", "oneOf"):
+            if isinstance(s.get(key), list):
+                stack += ((f"{path}/{key}/{i}", v) for i, v in enumerate(s[key]))
+        stack += ((f"{path}/{key}", s[key]) for key in ("items", "additionalProperties") if key in s)
+    return bad, places
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 def _is_null(s) -> bool:
     return isinstance(s, dict) and (s.get("type") == "null" or ("const" in s and s["const"] is None)) and not (
         set(s) - ANNOTATIONS - {"type", "const"})
-
-
-def _fits_type(value, kind) -> bool:
-    if kind is None:
-        return True
-    if isinstance(kind, list):
-        return any(_fits_type(value, k) for k in kind)
-    return (kind == "string" and isinstance(value, str)
-            or kind == "integer" and isinstance(value, int) and not isinstance(value, bool)
-            or kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool)
-            or kind == "boolean" and isinstance(value, bool) or kind == "null" and value is None
-            or kind == "object" and isinstance(value, dict) or kind == "array" and isinstance(value, list))
 
 
 def _count(s: dict, key: str, default, path: str, problems: list[str]):
@@ -269,8 +347,8 @@ def _number(s: dict, path: str, problems: list[str], integer: bool) -> Node:
         v = s.get(key)
         if v is None:
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            problems.append(f"{path}: {key} must be a finite number")
+        if not bound(v):  # 10**400 is a JSON number, but no double and no answer
+            problems.append(f"{path}: {key} must be a finite number of at most {MAX_BOUND:g} in size")
             continue
         bounds[key] = v
     lo, hi = bounds.get("minimum"), bounds.get("maximum")
@@ -295,7 +373,7 @@ def _number(s: dict, path: str, problems: list[str], integer: bool) -> Node:
 
 
 def _dumps(value) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
 def for_object() -> Node:

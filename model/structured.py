@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .canvas import DoesNotFit
-from .jsonschema import Arr, Choice, Const, Nullable, Num, Obj, Str
+from .canvas import DoesNotFit, canvas_room
+from .nodes import FRACTION_TOKENS, INTEGER_TOKENS, ROOMS, Arr, Choice, Const, Nullable, Num, Obj, Str, shrink
 from .tokenizer import Tokenizer
 
 
@@ -147,7 +147,6 @@ class Layout:
             self._text('"')
             return lambda: json.dumps(self._value_text(unit)[: node.max_len], ensure_ascii=False)
         if isinstance(node, Num):
-            from .jsonschema import FRACTION_TOKENS, INTEGER_TOKENS
             first = SIGNED if node.negative else DIGITS
             whole = self._slot(INTEGER_TOKENS, [first] + [DIGITS] * (INTEGER_TOKENS - 1), 1)
             frac = None
@@ -315,13 +314,28 @@ def _number(node: Num, whole: str, frac: str) -> str:
 
 
 def decode_json(model, tok: Tokenizer, prompt: list[int], node, threshold: float = 0.9,
-                lead: str = "", trail: str = "") -> Structured:
+                lead: str = "", trail: str = "", limit: int | None = None) -> Structured:
     """`node` (jsonschema.py) decoded on the canvas after `prompt`; `lead` / `trail`: markup on the
-    canvas around the JSON (a template's <tool_call> tags)."""
-    vocab = model.config.vocab_size
-    layout = Layout(tok, vocab, tok.encode_markup(lead), tok.encode_markup(trail))
-    render = layout.build(node)
-    return layout.decode(model, prompt, render, threshold)
+    canvas around the JSON (a template's <tool_call> tags). The layout is the widest of
+    nodes.ROOMS that takes at most `limit` positions (the request's max_tokens; None: no limit)
+    and fits the model after the prompt; DoesNotFit naming what to change where none does
+    (`param`: max_tokens, messages, or None for the schema itself)."""
+    vocab, positions = model.config.vocab_size, model.config.max_seq_len
+    head = _head(tok, prompt)
+    room = positions - len(head) if limit is None else min(limit, positions - len(head))
+    lead_ids, trail_ids = tok.encode_markup(lead), tok.encode_markup(trail)
+    for r in ROOMS:
+        layout = Layout(tok, vocab, lead_ids, trail_ids)
+        render = layout.build(shrink(node, r))
+        if len(layout.ids) <= room:
+            return layout.decode(model, prompt, render, threshold)
+    n = len(layout.ids)
+    if limit is not None and n <= positions - len(head):
+        raise DoesNotFit(f"the answer's layout takes at least {n} positions: more than max_tokens={limit}",
+                         "max_tokens")
+    raise DoesNotFit(f"the prompt ({len(head)} tokens) and the answer's layout (at least {n} positions) "
+                     f"do not fit the model's {positions} positions", "messages" if n <= canvas_room(tok, positions)
+                     else None)
 
 
 def _head(tok: Tokenizer, prompt: list[int]) -> list[int]:

@@ -64,12 +64,16 @@ def parse_chat(body, cap: int) -> Chat:
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise BadRequest("stream_options must be an object", "stream_options")
-    effort = body.get("reasoning_effort")
-    if isinstance(body.get("reasoning"), dict):  # the Responses API's shape, which some clients send here
-        effort = body["reasoning"].get("effort", effort)
-    if effort is not None and effort not in EFFORT:
-        raise BadRequest(f"reasoning_effort must be one of {', '.join(EFFORT)}, got {effort!r}", "reasoning_effort")
-    output = _output(body, tools)
+    effort, field_name = body.get("reasoning_effort"), "reasoning_effort"
+    reasoning = body.get("reasoning")
+    if reasoning is not None and not isinstance(reasoning, dict):
+        raise BadRequest(f"reasoning must be an object ({{\"effort\": ...}}), got {reasoning!r}", "reasoning_effort")
+    if reasoning is not None and "effort" in reasoning:  # the Responses API's shape, which some clients send here
+        effort, field_name = reasoning["effort"], "reasoning.effort"
+    if effort is not None and not (isinstance(effort, str) and effort in EFFORT):
+        raise BadRequest(f"{field_name} must be one of {', '.join(EFFORT)}, got {effort!r}", "reasoning_effort")
+    asked = body.get("max_tokens", body.get("max_completion_tokens"))
+    output = _output(body, tools, max_tokens if asked is not None else None)
     return Chat(model, json.dumps({"messages": messages, "tools": tools}, ensure_ascii=False), max_tokens, stop,
                 flags["stream"], flags["diffusing"], bool((options or {}).get("include_usage", False)),
                 EFFORT.get(effort), output, ignored)
@@ -83,8 +87,11 @@ def _text(messages):
     return messages
 
 
-def _output(body: dict, tools) -> str | None:
-    """StructuredOrder.output for the body's response_format / tools, or None for free text."""
+def _output(body: dict, tools, limit: int | None) -> str | None:
+    """StructuredOrder.output for the body's response_format / tools, or None for free text; `limit`:
+    the body's own max_tokens, which the answer's layout keeps within (without one, only the model's
+    positions bound it)."""
+    within = {} if limit is None else {"limit": limit}
     choice = body.get("tool_choice")
     fmt = body.get("response_format")
     if tools and choice != "none":
@@ -105,7 +112,8 @@ def _output(body: dict, tools) -> str | None:
             except Unsupported as e:
                 raise BadRequest(f"tools: function {t['function']['name']}: {e}", "tools") from None
         parallel = body.get("parallel_tool_calls")
-        return json.dumps({"tools": tools, "choice": pick, "parallel": parallel is not False}, ensure_ascii=False)
+        return json.dumps({"tools": tools, "choice": pick, "parallel": parallel is not False, **within},
+                          ensure_ascii=False)
     if choice is not None and choice != "none" and not tools:
         raise BadRequest("tool_choice without tools", "tool_choice")
     if fmt is None:
@@ -114,7 +122,7 @@ def _output(body: dict, tools) -> str | None:
     if kind == "text":
         return None
     if kind == "json_object":
-        return json.dumps({"object": True})
+        return json.dumps({"object": True, **within})
     if kind == "json_schema":
         spec = fmt.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, dict) else None
@@ -125,7 +133,7 @@ def _output(body: dict, tools) -> str | None:
         except Unsupported as e:
             raise BadRequest(f"response_format: this schema cannot be decoded under constraints: {e}",
                              "response_format") from None
-        return json.dumps({"schema": schema}, ensure_ascii=False)
+        return json.dumps({"schema": schema, **within}, ensure_ascii=False)
     raise BadRequest(f"response_format.type must be text, json_object or json_schema, got {kind!r}", "response_format")
 
 

@@ -297,7 +297,8 @@ class Service:
                 "", "", req.max_tokens, sampling=sampling, chat=chat)), deadline, param="messages")
             return self.chat_answer(req, fill, t0)
         order = StructuredOrder(chat, req.output, req.max_tokens, sampling)
-        got = await self._ask(functools.partial(self.backend.structured, key, order), deadline, param="messages")
+        # the worker names the field: max_tokens, response_format / tools (a layout past the model), or messages
+        got = await self._ask(functools.partial(self.backend.structured, key, order), deadline)
         text, stopped = cut_at_stop(got.text, req.stop) if got.kind == "text" else (got.text, False)
         finish = "tool_calls" if got.calls else "stop" if got.kind != "text" or stopped or got.tokens < req.max_tokens \
             else "length"

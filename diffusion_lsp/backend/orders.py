@@ -241,7 +241,8 @@ class RewriteOrder:
 class StructuredOrder:
     """A conversation answered in JSON under constraints (model/structured.py): `output` says what JSON,
     as JSON text: {"schema": {...}} (response_format json_schema), {"object": true} (json_object), or
-    {"tools": [...], "choice": "auto" | "required" | NAME, "parallel": bool} (tool calls)."""
+    {"tools": [...], "choice": "auto" | "required" | NAME, "parallel": bool} (tool calls); each with
+    "limit": the request's own max_tokens, which the answer's layout keeps within, where it gave one."""
 
     chat: str  # {"messages": [...], "tools": [...]} as JSON text (FillOrder.chat)
     output: str

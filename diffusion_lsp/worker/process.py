@@ -347,7 +347,7 @@ class Worker:
             reply = refusal_message(job.id, job.reason)
         except DoesNotFit as e:  # the same on every try
             reply = refusal_message(job.id, "invalid", str(e),
-                                    "middle" if isinstance(job.order, ProbeOrder) else "messages")
+                                    e.param or ("middle" if isinstance(job.order, ProbeOrder) else "messages"))
         except ValueError as e:  # an order this model cannot answer (no probe, no rewrite): the same on every try
             reply = refusal_message(job.id, "invalid", str(e))
         except Exception as e:
