@@ -234,6 +234,8 @@ def test_serve_api_answers_400_for_a_conversation_that_breaks_a_bound_and_keeps_
             r = httpx.post(chat, json=body, timeout=60)
             assert r.status_code == 400, r.text
             assert r.json()["error"]["param"] == "messages" and said in r.json()["error"]["message"]
+        r = httpx.post(chat, json={**looping, "stream": True}, timeout=60)  # rendered before the stream starts
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
         pid = server.worker_pid()
         r = httpx.post(chat, json={"messages": HELLO, "max_tokens": 4}, timeout=60)
         assert r.status_code == 200, r.text

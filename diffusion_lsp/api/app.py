@@ -151,6 +151,11 @@ class Routes:
         rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if chat.stream:
             release = self.service.reserve()
+            try:  # a conversation its template cannot render is a 400, not an event in a stream
+                chat = await self.service.render(chat)
+            except BaseException:
+                release()
+                raise
             events = self.chat_events(request, chat, model, rid, release)
             weakref.finalize(events, release)
             return StreamingResponse(events, media_type="text/event-stream",

@@ -42,6 +42,7 @@ class Chat:
     threshold: float | None = None  # from reasoning_effort; None: the server's sampling
     output: str | None = None  # StructuredOrder.output (JSON text); None: free text
     ignored: list[str] = field(default_factory=list)
+    rendered: str | None = None  # `chat` with its rendering in the chat template added (Service.render)
 
 
 def parse_chat(body, cap: int) -> Chat:

@@ -266,13 +266,13 @@ class Service:
         sampling = self.sampling if req.threshold is None else dataclasses.replace(self.sampling, threshold=req.threshold)
         return sampling
 
-    async def _rendered(self, req: Chat) -> str:
-        """req.chat with its rendering in the chat template (model/chat.py ChatTemplate.segments) added:
-        rendered here, in a thread of the API, within the bounds of model/sandbox.py, so that no template
-        or message holds the model's thread. A conversation the template fails on or breaks a bound
-        with is a 400 naming messages."""
+    async def render(self, req: Chat) -> Chat:
+        """`req` with its conversation rendered in the chat template (model/chat.py ChatTemplate.segments):
+        here, in a thread of the API, within the bounds of model/sandbox.py, so that no template or
+        message holds the model's thread, and before anything starts (a stream, say). A conversation the
+        template fails on or breaks a bound with is a 400 naming messages."""
         if self.chat_template is None:
-            return req.chat
+            return dataclasses.replace(req, rendered=req.chat)
         raw = json.loads(req.chat)
         loop = asyncio.get_running_loop()
         try:
@@ -280,7 +280,7 @@ class Service:
                                                   raw["tools"])
         except ValueError as e:
             raise Failed(str(e), 400, param="messages") from None
-        return json.dumps({**raw, "rendered": segments}, ensure_ascii=False)
+        return dataclasses.replace(req, rendered=json.dumps({**raw, "rendered": segments}, ensure_ascii=False))
 
     async def chat(self, req: Chat) -> ChatAnswer:
         """A conversation's answer: free text on the canvas after the chat template's generation prompt, or
@@ -289,7 +289,9 @@ class Service:
         deadline = t0 + self.timeout_s
         await self._ask(self.backend.ready, deadline, wait_ready=False)
         sampling = self._chat_sampling(req)
-        chat = await self._rendered(req)
+        if req.rendered is None:
+            req = await self.render(req)
+        chat = req.rendered
         key = f"api-chat:{next(self._ids)}"
         prompt_tokens = approx_tokens(req.chat)
         if req.output is None:
@@ -325,7 +327,9 @@ class Service:
         deadline = t0 + self.timeout_s
         await self._ask(self.backend.ready, deadline, wait_ready=False)
         sampling = self._chat_sampling(req)
-        order = FillOrder("", "", req.max_tokens, sampling=sampling, drafts=True, chat=await self._rendered(req))
+        if req.rendered is None:
+            req = await self.render(req)
+        order = FillOrder("", "", req.max_tokens, sampling=sampling, drafts=True, chat=req.rendered)
         items = self.backend.stream(f"api-chat:{next(self._ids)}", order)
         try:
             while True:
