@@ -184,22 +184,10 @@ def test_fim_stderr_never_shows_the_key_echoed_encoded(api, tmp_path, capsys, ca
 
 @pytest.mark.parametrize("form", ["every-byte-lower", "bearer", "urlsafe"])
 def test_the_editor_is_never_shown_the_key_echoed_encoded(api, form):
-    from remote_api import DOC
-    from test_remote_server import make_completer
-
-    from diffusion_lsp.backend.failure import BackendError
-    from diffusion_lsp.backend.orders import FillOrder
+    from test_remote_server import failed_fill
 
     api.default = (401, {"error": {"message": f"the key {ECHOES[form]} is not valid"}})
-    completer, link, ui = make_completer(api)
-
-    async def go():
-        with pytest.raises(BackendError) as e:
-            await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
-        await link.close()
-        return e.value
-
-    error = asyncio.run(go())
+    ui, error = failed_fill(api)
     assert "[key] is not valid" in ui.shown[0][1]
     assert ECHOES[form] not in repr((ui.shown, ui.logged, str(error)))
 

@@ -39,6 +39,19 @@ def make_completer(api: Api):
     return completer, link, ui
 
 
+def failed_fill(api: Api) -> tuple[RecordingUi, BackendError]:
+    """A fill the API fails: what the user was shown and logged, and the link's error."""
+    completer, link, ui = make_completer(api)
+
+    async def go():
+        with pytest.raises(BackendError) as e:
+            await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
+        await link.close()
+        return e.value
+
+    return ui, asyncio.run(go())
+
+
 async def wait_for(event: threading.Event) -> bool:
     return await asyncio.get_running_loop().run_in_executor(None, event.wait, WAIT)
 
@@ -133,15 +146,7 @@ def test_a_fill_past_the_deadline_is_unavailable(api):
 def test_a_key_the_api_echoes_changed_is_never_shown(api, echo):
     """Only the exact key was scrubbed: an API that echoed it upper-cased or reversed got it printed."""
     api.default = (401, {"error": {"message": f"the key {echo(KEY)} is not valid"}})
-    completer, link, ui = make_completer(api)
-
-    async def go():
-        with pytest.raises(BackendError) as e:
-            await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
-        await link.close()
-        return e.value
-
-    error = asyncio.run(go())
+    ui, error = failed_fill(api)
     assert "is not valid" in ui.shown[0][1] and "[key]" in ui.shown[0][1]
     text = repr((ui.shown, ui.logged, str(error))).lower()
     assert echo(KEY).lower() not in text and KEY[5:13].lower() not in text and KEY[::-1][5:13].lower() not in text
