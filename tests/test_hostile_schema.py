@@ -16,6 +16,8 @@ import torch
 
 from diffusion_lsp.api.bodies import BadRequest
 from diffusion_lsp.api.chat import parse_chat
+from diffusion_lsp.backend.base import Capabilities
+from diffusion_lsp.backend.failure import BackendError, Failure
 from diffusion_lsp.backend.orders import StructuredOrder
 from diffusion_lsp.bench.schemas import random_schema
 from diffusion_lsp.engine import DEFAULT_MODEL, Engine
@@ -341,3 +343,54 @@ def test_hostile_schemas_through_serve_api(api):
                                            response_format={"type": "json_object"})
     assert small.usage.completion_tokens <= 8 and isinstance(json.loads(small.choices[0].message.content), dict)
     assert httpx.get(api.base + "/health", timeout=10).status_code == 200
+
+
+class RefusingBackend:
+    """The worker's answer to a conversation whose max_tokens is past the model (serve-api's own
+    --max-tokens above it): INVALID, naming max_tokens (worker/process.py)."""
+    capabilities = Capabilities(chat=True, structured=True)
+    counts = {"worker_crashes": 0}
+
+    def __init__(self, limit: int | None):
+        self.limit, self.asked = limit, 0  # the largest canvas the worker said in its state (None: not yet)
+
+    async def start(self):
+        pass
+
+    async def ready(self):
+        pass
+
+    def describe(self) -> dict:
+        return {"state": "ready", "error": None, "max_tokens": self.limit}
+
+    async def fill(self, key, order):
+        self.asked += 1
+        raise BackendError(Failure.INVALID, f"max_tokens {order.max_tokens} does not fit the model: at most 511",
+                           param="max_tokens")
+
+    async def stream(self, key, order):
+        yield await self.fill(key, order)
+
+    async def close(self):
+        pass
+
+
+@pytest.mark.parametrize("stream, limit", [(False, None), (False, 511), (True, 511)])
+def test_a_conversation_past_the_model_names_max_tokens(tmp_path, stream, limit):
+    """The probe's case: the worker named max_tokens, and the chat route said `param: messages`. Once the
+    worker has said its largest canvas, the route refuses before asking it (a stream: before it starts)."""
+    from starlette.testclient import TestClient
+
+    from diffusion_lsp.api.app import create_app
+    from diffusion_lsp.api.metrics import Metrics
+    from diffusion_lsp.api.service import Service
+    from diffusion_lsp.worker.spec import WorkerSpec
+
+    service = Service(WorkerSpec(tmp_path / "w.sock"), Metrics())
+    service.backend = backend = RefusingBackend(limit)
+    with TestClient(create_app(service, models=["diffusion-lsp"], max_tokens=4096)) as http:
+        r = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
+                                                    "max_tokens": 1000, "stream": stream})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "max_tokens" and "at most 511" in r.json()["error"]["message"]
+    assert backend.asked == (limit is None)

@@ -148,6 +148,7 @@ class Routes:
     async def chat(self, request: Request) -> Response:
         chat: Chat = self.gate.parsed(parse_chat, await self.gate.read_json(request))
         model = self.gate.check_model(chat.model)
+        self.service.check(chat)
         rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if chat.stream:
             release = self.service.reserve()

@@ -58,7 +58,7 @@ class Failed(Exception):
     @classmethod
     def of(cls, error: BackendError, param: str | None = None) -> Failed:
         status, retry = STATUS[error.kind]
-        return cls(str(error), status, retry, param=(param or error.param) if status == 400 else None)
+        return cls(str(error), status, retry, param=(error.param or param) if status == 400 else None)
 
     def __init__(self, message: str, status: int, retry_after_s: int | None = None, param: str | None = None):
         super().__init__(message)
@@ -138,8 +138,8 @@ class Service:
                    wait_ready: bool = True):
         """One model call with the request's deadline, once the model is ready (awaited, unless the
         caller just did: a stream's next step); a worker lost meanwhile is waited for and asked
-        again, once (with `retry`). A request the model can never do is a
-        400 naming `param` (else the worker's own name for the field)."""
+        again, once (with `retry`). A request the model can never do is a 400 naming the worker's own
+        name for the field (max_tokens past the model, say), else `param`."""
         retried = not retry
         while True:
             try:
@@ -165,7 +165,7 @@ class Service:
             self.metrics.timeouts.inc()  # our deadline, or the link's (worker.fillTimeoutS)
             raise Failed(f"no answer within the request timeout ({self.timeout_s:g} s)", 504)
 
-    def check(self, req: Fim) -> None:
+    def check(self, req: Fim | Chat) -> None:
         """A request the loaded model can never take: a 400 before anything starts (a stream, say)."""
         limit = self.describe().get("max_tokens")
         if limit is not None and req.max_tokens > limit:
