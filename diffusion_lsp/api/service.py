@@ -49,6 +49,9 @@ class Busy(Exception):
 STATUS = {Failure.OFF: (503, 2), Failure.STARTING: (503, 2), Failure.LOST: (503, 2), Failure.UNAVAILABLE: (503, 2),
           Failure.TIMEOUT: (504, None), Failure.BUSY: (503, 2), Failure.REFUSED: (503, 2), Failure.INVALID: (400, None),
           Failure.DROPPED: (503, None)}
+# what a worker's INVALID answer may name that is a field of every route's request as it is (the rest it
+# names, e.g. a probe's middle, is the route's content, which the route names: messages, input)
+ROUTE_FIELDS = frozenset({"max_tokens", "response_format", "tools"})
 
 
 class Failed(Exception):
@@ -58,7 +61,9 @@ class Failed(Exception):
     @classmethod
     def of(cls, error: BackendError, param: str | None = None) -> Failed:
         status, retry = STATUS[error.kind]
-        return cls(str(error), status, retry, param=(error.param or param) if status == 400 else None)
+        if error.param in ROUTE_FIELDS:  # the request's own field, on every route
+            param = error.param
+        return cls(str(error), status, retry, param=(param or error.param) if status == 400 else None)
 
     def __init__(self, message: str, status: int, retry_after_s: int | None = None, param: str | None = None):
         super().__init__(message)
@@ -138,8 +143,9 @@ class Service:
                    wait_ready: bool = True):
         """One model call with the request's deadline, once the model is ready (awaited, unless the
         caller just did: a stream's next step); a worker lost meanwhile is waited for and asked
-        again, once (with `retry`). A request the model can never do is a 400 naming the worker's own
-        name for the field (max_tokens past the model, say), else `param`."""
+        again, once (with `retry`). A request the model can never do is a 400 naming `param` (where the
+        route puts what the worker calls its content: messages, input), else the worker's own name for
+        the field; max_tokens (ROUTE_FIELDS) is named as it is."""
         retried = not retry
         while True:
             try:
