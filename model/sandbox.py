@@ -79,6 +79,28 @@ def _count(value) -> int:
     return len(value) if isinstance(value, (str, list, tuple)) else 0
 
 
+def _text_size(value, limit: int = MAX_WORK) -> int:
+    """About how many characters str(value) makes, counted without making it (a list of 10^5 references
+    to one 4 Mi string prints 4 * 10^11), and no further than past `limit`."""
+    n, stack = 0, [value]
+    while stack and n <= limit:
+        x = stack.pop()
+        if isinstance(x, str):
+            n += len(x) + 2
+        elif isinstance(x, (list, tuple, set, frozenset)):
+            n += 2 + 2 * len(x)
+            stack.extend(x)
+        elif isinstance(x, dict):
+            n += 2 + 4 * len(x)
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif isinstance(x, int) and not isinstance(x, bool):
+            n += x.bit_length() * 31 // 100 + 2
+        else:
+            n += 16
+    return n
+
+
 def _small_int(value, what: str) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_VALUE:
         raise TemplateBound(f"it asks {what} of {value} (at most {MAX_VALUE})")
@@ -117,10 +139,13 @@ def _foresee(name: str, value, args: tuple, kwargs: dict):
     elif name == "join":  # the filter's value is the items (separator `d`), the method's the separator
         sep, items = (value, args[0] if args else ()) if isinstance(value, str) else \
             (args[0] if args else kwargs.get("d", ""), value)
-        if hasattr(items, "__next__"):
-            items = list(items)
+        if not isinstance(items, (str, list, tuple, dict)):  # a range, an iterator: its items, listed first
+            items = list(_iterate(items))
         if isinstance(sep, str) and isinstance(items, (list, tuple)):
-            _small_int(len(sep) * max(len(items) - 1, 0) + sum(len(x) for x in items if isinstance(x, str)), "a join")
+            size = len(sep) * max(len(items) - 1, 0)
+            for x in items:
+                size += len(x) if isinstance(x, str) else _text_size(x)
+                _small_int(size, "a join")
         return items if not isinstance(value, str) else value
     elif name == "indent":  # indent(width=4, first=False, blank=False): width an int or a string
         w = args[0] if args else kwargs.get("width", 4)
@@ -178,7 +203,7 @@ def _iterate(items):
 @jinja2.pass_context  # as the filters below: never folded into a constant when the template compiles
 def _emit(context, value):
     """One piece of a template's output, counted."""
-    _budget().spend(len(value) if isinstance(value, str) else len(str(value)) if value is not None else 0)
+    _budget().spend(len(value) if isinstance(value, str) else _text_size(value) if value is not None else 0)
     return value
 
 
@@ -269,12 +294,14 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
     def _parse(self, source, name, filename):
         """The template's tree with every `for` loop's iterable through `_iterate`, every `~` through
-        `_sized` and every output piece through `_emit` (as filters: no sandbox call per piece)."""
+        `_sized` (its pieces counted by `_emit` first) and every output piece through `_emit` (as
+        filters: no sandbox call per piece)."""
         tree = super()._parse(source, name, filename)
         for loop in tree.find_all(nodes.For):
             loop.iter = nodes.Filter(loop.iter, "_loop_items", [], [], None, None, lineno=loop.lineno)
-        for concat in list(tree.find_all(nodes.Concat)):
-            concat.nodes = [nodes.Filter(nodes.Concat(concat.nodes, lineno=concat.lineno), "_sized_join", [], [], None,
+        for concat in list(tree.find_all(nodes.Concat)):  # each piece counted before the pieces are joined
+            pieces = [nodes.Filter(child, "_emit", [], [], None, None, lineno=child.lineno) for child in concat.nodes]
+            concat.nodes = [nodes.Filter(nodes.Concat(pieces, lineno=concat.lineno), "_sized_join", [], [], None,
                                          None, lineno=concat.lineno)]
         for output in tree.find_all(nodes.Output):
             output.nodes = [nodes.Filter(child, "_emit", [], [], None, None, lineno=child.lineno)
