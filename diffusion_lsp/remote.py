@@ -18,19 +18,18 @@ chained to ours."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import email.utils
 import json
 import os
 import re
 import time
-import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import httpx
 
 from .backend.profiles import Asking, fenced_code, profile_for
+from .keyscrub import KeyScrubber, scrub_key  # noqa: F401 - scrub_key: the one name for a text's scrub
 from .context.tokens import valid_text
 from .model.settings import LaunchSettings
 
@@ -118,83 +117,8 @@ def retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time()) if when is not None and when.tzinfo else None
 
 
-KEY_PIECE = 8  # characters of the key that, found anywhere in a word of an API's text, hide that word
-B64_PIECE = 11  # base64 characters of KEY_PIECE bytes (11 x 6 bits >= 64)
 MAX_SCAN = 4096  # characters of an API's text scrubbed (and then cut to MAX_MESSAGE): a 4 MiB body took 4.6 s
-_WORD = re.compile(r"[^\s\"'`<>()\[\]{},;:]+")
 _LAST_WORD = re.compile(r"[^\s\"'`<>()\[\]{},;:]+\Z")
-_URLSAFE = str.maketrans("+/", "-_")
-
-
-def _windows(forms: set[str], n: int) -> tuple[int, frozenset[str]]:
-    """(n, every n characters of each form)."""
-    return n, frozenset(f[i:i + n] for f in forms for i in range(len(f) - n + 1))
-
-
-def _base64_cores(raw: bytes) -> set[str]:
-    """The base64 characters that `raw` alone decides, wherever it sits in a larger blob: at each of the
-    three byte alignments (o bytes before it in its group of 3: the key alone, "user:KEY" of a basic-auth
-    header, "Bearer KEY"), the characters from the first whose 6 bits are all raw's to the last; in the
-    standard and the URL-safe alphabet. Padding is never in a core: it follows the last byte."""
-    cores = set()
-    for o in range(3):
-        text = base64.b64encode(bytes(o) + raw).decode()
-        core = text[-(-o * 8 // 6):(o + len(raw)) * 8 // 6]  # from ceil(8 o / 6) to floor(8 (o + n) / 6)
-        cores |= {core, core.translate(_URLSAFE)}
-    return cores
-
-
-def _decodings(word: str):
-    """The word, and the word percent-decoded (as `quote` and as `quote_plus` write it; encoded twice
-    or three times too), lower-cased: the forms a key is looked for in."""
-    yield word.lower()
-    for _ in range(3):
-        if "%" not in word and "+" not in word:
-            return
-        yield urllib.parse.unquote_plus(word).lower()
-        decoded = urllib.parse.unquote(word)
-        if decoded == word:
-            return
-        yield decoded.lower()
-        word = decoded
-
-
-class KeyScrubber:
-    """Hides every word of a text that holds a piece of the key in any form an API may echo: the key
-    in any case, forwards or backwards, cut or inside a longer token (KEY_PIECE characters of it),
-    percent-encoded in full or in part (upper- or lower-case hex, `quote` or `quote_plus`), in base64
-    (standard or URL-safe, padded or not, alone or inside a larger blob at any byte alignment:
-    "Bearer KEY", "user:KEY") and in hex. A key shorter than KEY_PIECE is looked for whole, as
-    itself or percent-encoded. The one scrubber every message with an API's text goes through
-    (FimClient._fail), so fim's stderr, the editor's showMessage and the logs see the same."""
-
-    def __init__(self, key: str | None):
-        self._pieces: list[tuple[int, frozenset[str]]] = []
-        if not key:
-            return
-        low = key.lower()
-        self._pieces.append(_windows({low, low[::-1]}, min(KEY_PIECE, len(key))))
-        if len(key) >= KEY_PIECE:  # shorter, its base64 is a handful of characters any word may hold
-            cores = {c.lower() for c in _base64_cores(key.encode())}
-            self._pieces.append(_windows(cores, min(B64_PIECE, *map(len, cores))))
-            self._pieces.append(_windows({key.encode().hex()}, 2 * KEY_PIECE))
-
-    def __repr__(self) -> str:
-        return "KeyScrubber([key])"
-
-    def _holds(self, word: str) -> bool:
-        return any(form[i:i + n] in pieces for form in _decodings(word) for n, pieces in self._pieces
-                   for i in range(len(form) - n + 1))
-
-    def __call__(self, text: str) -> str:
-        if not self._pieces:
-            return text
-        return _WORD.sub(lambda m: "[key]" if self._holds(m.group(0)) else m.group(0), text)
-
-
-def scrub_key(text: str, key: str | None) -> str:
-    """`text` with every word that holds `key` in any form written [key] (KeyScrubber)."""
-    return KeyScrubber(key)(text)
 
 
 def head(text: str) -> str:

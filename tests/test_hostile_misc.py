@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import codecs
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 
 from diffusion_lsp.cli import build_parser, main
 from diffusion_lsp.regress import baseline, command
+from diffusion_lsp.keyscrub import HIDDEN
 from diffusion_lsp.remote import MAX_SCAN, head, scrub_key
 from diffusion_lsp.regress.workload import sample
 
@@ -170,6 +172,28 @@ def test_the_scrubber_hides_every_form_of_the_key(form, key):
     assert scrub_key("a plain sk-other-key and dGhpcyBpcyBmaW5l stay", key) == "a plain sk-other-key and dGhpcyBpcyBmaW5l stay"
 
 
+def hidden_echoes(key: str) -> dict:
+    """Forms of the key no single word of the text shows (the probe's, after the word-by-word scrub)."""
+    raw, b64 = key.encode(), base64.b64encode
+    return {"base32": base64.b32encode(raw).decode(), "json-escapes": "".join(f"\\u{ord(c):04x}" for c in key),
+            "percent-u": "".join(f"%u{ord(c):04X}" for c in key), "html-entities": "".join(f"&#{ord(c)};" for c in key),
+            "spaced": " ".join(key), "zero-width": "\u200b".join(key), "fullwidth": "".join(
+                chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in key),
+            "hex-spaced": " ".join(f"{c:02x}" for c in raw), "rot13": codecs.encode(key, "rot13"),
+            "reversed-base64": b64(raw[::-1]).decode(), "base64-of-base64": b64(b64(raw)).decode()}
+
+
+@pytest.mark.parametrize("key", [KEY, RESERVED_KEY], ids=["key", "reserved-characters"])
+@pytest.mark.parametrize("form", hidden_echoes(KEY))
+def test_a_key_no_word_shows_hides_the_whole_message(form, key):
+    """The re-run probe's forms: each reached fim's stderr (a key spelled out with spaces, as HTML
+    entities, in base32, a base64 of its base64, ...). The text is not shown at all."""
+    echoed = hidden_echoes(key)[form]
+    assert scrub_key(f"invalid credentials {echoed} for this model", key) == HIDDEN
+    kept = "the request took 3 s; see https://status.example.com/incident/4e1b77 for the model gpt-4o-mini"
+    assert scrub_key(kept, key) == kept
+
+
 @pytest.mark.parametrize("form", ["every-byte", "base64", "basic-auth", "blob-2"])
 def test_fim_stderr_never_shows_the_key_echoed_encoded(api, tmp_path, capsys, caplog, form):
     from test_remote import remote_flags, source
@@ -180,6 +204,20 @@ def test_fim_stderr_never_shows_the_key_echoed_encoded(api, tmp_path, capsys, ca
     assert code == 2 and "[key] is not valid" in err, err
     for text in (err, caplog.text):
         assert ECHOES[form] not in text and KEY not in text
+
+
+@pytest.mark.parametrize("form", ["html-entities", "spaced", "base64-of-base64"])
+def test_fim_stderr_says_only_that_the_api_echoed_the_key_where_no_word_shows_it(api, tmp_path, capsys, caplog,
+                                                                                  form):
+    from test_remote import remote_flags, source
+
+    echoed = hidden_echoes(KEY)[form]
+    api.default = (401, {"error": {"message": f"the key {echoed} is not valid"}})
+    code = main(["fim", str(source(tmp_path)), "--at", "2:12", *remote_flags(api)])
+    err = capsys.readouterr().err
+    assert code == 2 and HIDDEN in err and "HTTP 401" in err, err
+    for text in (err, caplog.text):
+        assert echoed not in text and echoed[:24] not in text
 
 
 @pytest.mark.parametrize("form", ["every-byte-lower", "bearer", "urlsafe"])
