@@ -25,7 +25,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .checkpoint import finite
+from .checkpoint import finite, weight_problem
 from .config import ADAPTER_FORMAT, ADAPTER_META, ADAPTER_VERSION, read_json, regular_file
 
 FORMAT, FORMAT_VERSION = ADAPTER_FORMAT, ADAPTER_VERSION
@@ -151,9 +151,9 @@ def attach(model: nn.Module, folder: Path) -> nn.Module:
         state = load_file(str(path))
     except (SafetensorError, OSError) as e:
         raise ValueError(f"{WEIGHTS} is corrupt or missing ({e})") from None
-    bad = next((k for k in sorted(state) if not finite(state[k])), None)
-    if bad is not None:
-        raise ValueError(f"{WEIGHTS} holds NaN or infinite values in {bad} (weights must be finite numbers)")
+    for k in sorted(state):
+        if (problem := weight_problem(state[k])) is not None:
+            raise ValueError(f"{WEIGHTS} holds {problem[0]} in {k} ({problem[1]})")
     model.load_state_dict(state, strict=False)
     for name, p in model.named_parameters():
         p.requires_grad_(".lora_" in name)

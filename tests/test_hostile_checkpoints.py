@@ -244,9 +244,28 @@ def test_a_weight_that_is_not_finite_is_refused_naming_it(tiny_checkpoint, hf_fo
 def test_a_weight_past_the_load_dtypes_range_is_refused_naming_it(hf_folder, tmp_path):  # noqa: F811
     name = "model.layers.0.self_attn.q_proj.weight"
     folder = with_weight(hf_folder, tmp_path / "big", name, 1e6)  # float32 on disk: finite, inf as float16
-    load_folder(folder)
+    with pytest.raises(CheckpointError, match=f"holds values as large as 1e\\+06 in {name} \\(weights must be at "
+                                              "most 65504 in size"):
+        load_folder(folder)
     with pytest.raises(CheckpointError, match=f"holds NaN or infinite values in {name}"):
         load_folder(folder, dtype=torch.float16)
+
+
+@pytest.mark.parametrize("fmt", ["ours", "qwen2", "llada2"])
+@pytest.mark.parametrize("value", [3e38, -70000.0])
+def test_a_finite_weight_past_float16s_range_is_refused_naming_it(tiny_checkpoint, hf_folder, llada2, tmp_path,  # noqa: F811
+                                                                   fmt, value):
+    """The re-run probe's case: a finite 3e38 loaded, then overflowed the int8 quantizer's activations at
+    the first fill (a "ChooseQuantizationParams" traceback), and gave NaN confidences in fp32."""
+    src, name = {"ours": (tiny_checkpoint, "layers.0.attn.q_proj.weight"),
+                 "qwen2": (hf_folder, "model.layers.0.self_attn.q_proj.weight"),
+                 "llada2": (llada2, "model.layers.2.mlp.experts.5.down_proj.weight")}[fmt]
+    folder = with_weight(src, tmp_path / "big", name, value)
+    with pytest.raises(CheckpointError, match=re.escape(f"model.safetensors holds values as large as {abs(value):.3g} "
+                                                        f"in {name} ")):
+        load_folder(folder)
+    sane = with_weight(src, tmp_path / "sane", name, -65504.0)
+    load_folder(sane)
 
 
 @pytest.fixture
@@ -285,7 +304,8 @@ def test_an_adapter_weight_that_is_not_finite_is_refused_naming_it(adapter, tmp_
 
 def test_an_adapter_whose_merged_weights_leave_the_dtype_is_refused_naming_them(adapter):
     state = load_file(str(adapter / "adapter.safetensors"))
-    state["layers.0.mlp.down_proj.lora_b"].fill_(1e6)  # finite; B A in the hundreds of thousands
+    state["layers.0.mlp.down_proj.lora_b"].fill_(60000.0)  # each within float16's range; B A (x alpha / rank)
+    state["layers.0.mlp.down_proj.lora_a"].fill_(1.0)  # is 2 x 2 x 60000 per entry, past it
     save_file(state, str(adapter / "adapter.safetensors"))
     load_folder(adapter)  # float32: within range
     with pytest.raises(CheckpointError, match=r"merging the adapter into layers.0.mlp.down_proj.weight gives values "
