@@ -121,14 +121,27 @@ def _check_widths(fmt: str, args=()) -> None:
                 _small_int(int(width), "a format width")
 
 
-def _foresee(name: str, value, args: tuple, kwargs: dict):
+def _foresee(name: str, value, args: tuple, kwargs: dict, method: bool = False):
     """Refuse the filter or str method `name` on `value` when what it would make is past MAX_VALUE,
     before it is made: a width or count argument past it, and the ones whose size multiplies (replace,
     join, indent, wordwrap, expandtabs, translate, a format's widths). `value` back, an iterator given
-    to a join listed first (with the clock checked)."""
+    to a join listed first (with the clock checked). method: `value` is the str a method is called on
+    ('sep'.join(items)), else a filter's value (items | join(sep))."""
     for a in (*args, *kwargs.values()):
         _small_int(a, f"'{name}'")
-    if not isinstance(value, str) and name != "join":
+    if name == "join":  # the filter's value is the items (separator `d`), the method's the separator
+        sep, items = (value, args[0] if args else ()) if method else (args[0] if args else kwargs.get("d", ""), value)
+        if not isinstance(items, (str, list, tuple, dict)):  # a range, an iterator: its items, listed first
+            items = list(_iterate(items))
+        if isinstance(sep, str) and isinstance(items, str):  # its characters joined
+            _small_int((len(sep) + 1) * len(items), "a join")
+        elif isinstance(sep, str) and isinstance(items, (list, tuple)):
+            size = len(sep) * max(len(items) - 1, 0)
+            for x in items:
+                size += len(x) if isinstance(x, str) else _text_size(x)
+                _small_int(size, "a join")
+        return value if method else items
+    if not isinstance(value, str):
         return value
     if name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
         old, new = args[:2]
@@ -136,17 +149,6 @@ def _foresee(name: str, value, args: tuple, kwargs: dict):
         if len(args) > 2 and isinstance(args[2], int) and args[2] >= 0:
             n = min(n, args[2])
         _small_int(len(value) + n * max(len(new) - len(old), 0), "a replace")
-    elif name == "join":  # the filter's value is the items (separator `d`), the method's the separator
-        sep, items = (value, args[0] if args else ()) if isinstance(value, str) else \
-            (args[0] if args else kwargs.get("d", ""), value)
-        if not isinstance(items, (str, list, tuple, dict)):  # a range, an iterator: its items, listed first
-            items = list(_iterate(items))
-        if isinstance(sep, str) and isinstance(items, (list, tuple)):
-            size = len(sep) * max(len(items) - 1, 0)
-            for x in items:
-                size += len(x) if isinstance(x, str) else _text_size(x)
-                _small_int(size, "a join")
-        return items if not isinstance(value, str) else value
     elif name == "indent":  # indent(width=4, first=False, blank=False): width an int or a string
         w = args[0] if args else kwargs.get("width", 4)
         _small_int(len(value) + (value.count("\n") + 1) * (len(w) if isinstance(w, str) else _int(w)), "an indent")
@@ -281,7 +283,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             name = getattr(__obj, "__name__", "a method")
             if name == "join" and args and hasattr(args[0], "__next__"):
                 args = (list(args[0]), *args[1:])
-            _foresee(name, owner, args, kwargs)
+            _foresee(name, owner, args, kwargs, method=True)
         out = super().call(__context, __obj, *args, **kwargs)
         budget.spend(_count(out))
         return _sized(out)

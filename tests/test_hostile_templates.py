@@ -74,10 +74,12 @@ def test_a_template_that_loops_or_grows_is_a_one_line_error(quick, name):
 
 @pytest.mark.parametrize("template, said", [
     ("{{ range(100000) | join('y' * 100000) }}", "it asks a join of 9999900002"),
+    ("{{ ('x' * 100000) | join('y' * 100000) }}", "it asks a join of 10000100000"),
+    ("{{ range(20000) | join('y' * 100000) }}", "it asks a join of 1999900002"),
     ("{% set a = ['y' * 4000000] * 100000 %}{{ a }}", "it writes more than"),
     ("{% set a = ['y' * 4000000] * 100000 %}{{ a | join(',') }}", "it asks a join"),
     ("{% set a = 'x' * 4000000 %}{{ " + " ~ ".join(["a"] * 12) + " }}", "it writes more than"),
-], ids=["a range joined", "a list of one string printed", "a list of one string joined", "a twelve-way ~"])
+], ids=["a range joined", "a string's characters joined", "a shorter range joined", "a list of one string printed", "a list of one string joined", "a twelve-way ~"])
 def test_what_a_value_would_make_is_counted_before_it_is_made(template, said):
     """The probe's cases: a join of a range ran in one C call for 11 s to 9.8 GB (and held the API's
     event loop) before the output's bound saw it; a list printed, or pieces joined by `~`, were made
