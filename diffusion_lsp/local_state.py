@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 
 REPORT = "adapt.json"  # adapt's figures beside the model, written after it: no part of what loads
@@ -40,11 +41,35 @@ def fingerprint(folder: Path) -> str | None:
     return hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:32]
 
 
-def _record() -> dict:
+MAX_STATE_BYTES = 1 << 20  # a state file is a few hundred bytes a model or notice
+
+
+def read_state(path: Path):
+    """The JSON in one of the state folder's files, or None when it is missing, not a regular file (a
+    FIFO there kept the language server from answering initialize: opened without blocking, then
+    checked), more than MAX_STATE_BYTES or not JSON."""
     try:
-        raw = json.loads((state_dir() / TRUST_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return {}
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_STATE_BYTES:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_STATE_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+
+
+def _record() -> dict:
+    raw = read_state(state_dir() / TRUST_FILE)
     models = raw.get("models") if isinstance(raw, dict) and raw.get("format") == TRUST_FORMAT else None
     return models if isinstance(models, dict) else {}
 

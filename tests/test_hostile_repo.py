@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from diffusion_lsp.data.repo import ADAPTED_DIR, MAX_FILE_BYTES, read_file, repo
 from diffusion_lsp.local_state import trust, trusted
 from diffusion_lsp.model.settings import LaunchSettings
 from diffusion_lsp.regress.workload import repository_files, sample
+from diffusion_lsp.server import notice
 from diffusion_lsp.server.session import ServeOptions, Session
 from diffusion_lsp.server.workspace_model import choose
 
@@ -265,3 +267,21 @@ def test_a_recorded_model_is_trusted_only_for_its_workspace_and_with_the_files_a
     (other / ADAPTED_DIR).symlink_to(folder)
     assert choose(LaunchSettings(), str(other)).untrusted == str(other / ADAPTED_DIR)
     assert (state / "diffusion-lsp" / "trusted-models.json").is_file()
+
+
+@pytest.mark.parametrize("name", ["trusted-models.json", "said.json"])
+def test_a_fifo_in_the_state_folder_is_read_as_nothing_without_waiting(tiny_checkpoint, tmp_path, state, name):
+    """The re-run probe's case: with trusted-models.json a FIFO the language server never answered
+    initialize (the record was opened to read, waiting for a writer). A state file that is no regular
+    file is no record: the shipped model stays untrusted, the notice is said, and both are written anew."""
+    root = tmp_path / "clone"
+    folder = _shipped(tiny_checkpoint, root)
+    (state / "diffusion-lsp").mkdir(parents=True, exist_ok=True)
+    os.mkfifo(state / "diffusion-lsp" / name)
+    done = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                           "from diffusion_lsp.local_state import trusted; from diffusion_lsp.server import notice; "
+                           "print(trusted(Path(sys.argv[1]), Path(sys.argv[2])), notice.already_said('x'))",
+                           str(folder), str(root)], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False", "False"], done.stdout + done.stderr
+    assert trust(folder, root) and notice.remember("x")
+    assert choose(LaunchSettings(), str(root)).source == "workspace" and notice.already_said("x")

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from ..engine import DEFAULT_MODEL
-from ..local_state import state_dir
+from ..local_state import read_state, state_dir
 from ..model.claims import Claims
 
 DEMO = "demo-model"
@@ -25,10 +25,7 @@ def state_file() -> Path:
 
 
 def _said() -> dict:
-    try:
-        said = json.loads(state_file().read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return {}
+    said = read_state(state_file())
     return said if isinstance(said, dict) else {}
 
 
