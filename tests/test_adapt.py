@@ -218,3 +218,18 @@ def test_adapt_refuses_what_it_cannot_adapt(tiny_checkpoint, tmp_path, capsys):
     assert "not found" in capsys.readouterr().err
     assert main(["adapt", str(tmp_path), "--model", str(tiny_checkpoint), "--minutes", "0"]) == 2
     assert "positive" in capsys.readouterr().err
+
+
+def test_adapt_publishes_no_model_whose_training_diverged(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    """The re-run probe's case: training that went to NaN was saved as the workspace's model, recorded as
+    trusted, and failed only when it was loaded back. Weights that are no model (past float16's range
+    here, at a learning rate of 10^6) are refused before anything is published."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    root = tmp_path / "repo"
+    make_repo(root, files=6)
+    code = main(["adapt", str(root), "--model", str(tiny_checkpoint), "--steps", "3", "--lr", "1e6", "--no-eval",
+                 "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "the training diverged: its model.safetensors holds" in err, err
+    assert not (root / ".diffusion-lsp" / "model" / "config.json").exists()
+    assert not (tmp_path / "state" / "diffusion-lsp" / "trusted-models.json").exists()

@@ -171,6 +171,22 @@ def train_config(plan: Plan, edits: int, base_model: dict, lora_rank: int):
                        objective=ObjectiveConfig(fim_rate=0.5, text_lines=0.5, block_noise=0.5))
 
 
+def check_trained(run_ckpt: Path) -> None:
+    """UserError when the run's weights are no model (training that diverged leaves NaN in them), before
+    they replace OUT's model and are recorded as trusted (model/checkpoint.py weight_problem)."""
+    from safetensors import safe_open
+
+    from ..model.checkpoint import weight_problem
+
+    weights = run_ckpt / (ADAPTER_FILES if (run_ckpt / ADAPTER_FILES[-1]).is_file() else CHECKPOINT_FILES)[0]
+    with safe_open(str(weights), framework="pt") as f:
+        for name in f.keys():
+            if (problem := weight_problem(f.get_tensor(name))) is not None:
+                raise UserError(f"the training diverged: its {weights.name} holds {problem[0]} in {name}; nothing "
+                                "was published (a base model whose outputs are not finite, or a learning rate too "
+                                "high, does this)")
+
+
 def publish(run_ckpt: Path, out: Path, extra: dict) -> None:
     """The run's checkpoint (or adapters) as OUT's model, its config.json (adapter.json) carrying
     `extra`; each file is written beside its place and renamed over it, the JSON last, so a reader
@@ -234,6 +250,7 @@ def adapt(plan: Plan, files: list[SourceFile], progress: bool = True) -> dict:
     adapted = {"adapted": {k: info[k] for k in ("repo", "base", "minutes", "steps", "tokens", "lora_rank")}}
     # what the model claims stays the base model's: minutes on one repository teach it no new language
     # (adapters claim what their base does: model/claims.py reads it there)
+    check_trained(plan.run_dir / "checkpoint")
     publish(plan.run_dir / "checkpoint", plan.out, adapted if rank else {"claims": config.get("claims", {}), **adapted})
     info["trusted"] = trust(plan.out, plan.repo)  # the server uses it for this repository without asking
     return info
