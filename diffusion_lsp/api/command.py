@@ -137,13 +137,17 @@ def run(args) -> int:
 
     if launch.precision == "int8" and launch.path and is_native_folder(launch.path):
         raise UserError(f"--precision int8: {NATIVE_INT8}")  # the worker would fail to load it, after the start
-    for name, value, low in (("--timeout", args.timeout, 0.1), ("--receive-timeout", args.receive_timeout, 0.1),
-                             ("--load-timeout", args.load_timeout, 1),
-                             ("--max-in-flight", args.max_in_flight, 1),
-                             ("--max-batch", args.max_batch, 1), ("--max-tokens", args.max_tokens, 1),
-                             ("--max-body-bytes", args.max_body_bytes, 1024)):
+    day = 86_400  # a deadline of inf is none (the editor's worker.loadTimeoutS stops at a day too)
+    for name, value, low, high in (("--timeout", args.timeout, 0.1, day),
+                                   ("--receive-timeout", args.receive_timeout, 0.1, day),
+                                   ("--load-timeout", args.load_timeout, 1, day),
+                                   ("--max-in-flight", args.max_in_flight, 1, None),
+                                   ("--max-batch", args.max_batch, 1, None), ("--max-tokens", args.max_tokens, 1, None),
+                                   ("--max-body-bytes", args.max_body_bytes, 1024, None)):
         if not value >= low:  # not `<`: NaN is no number of seconds either
             raise UserError(f"{name} must be at least {low}, got {value}")
+        if high is not None and value > high:
+            raise UserError(f"{name} must be at most {high} (a day), got {value}")
     next_edit = _next_edit_settings(args.next_edit)
     chat = _chat_template(launch)
     listen_check(args.host, args.port)
