@@ -286,6 +286,18 @@ def test_a_reasoning_effort_not_a_name_is_a_400(body):
     assert e.value.param == "reasoning_effort"
 
 
+@pytest.mark.parametrize("body, param", [({"max_completion_tokens": 10**6}, "max_completion_tokens"),
+                                         ({"max_tokens": 10**6, "max_completion_tokens": 8}, "max_tokens"),
+                                         ({"max_tokens": "8"}, "max_tokens")])
+def test_a_token_limit_out_of_range_names_the_field_the_client_sent(body, param):
+    """The re-run probe's case: max_completion_tokens 10^6 was refused naming max_tokens, which the
+    client never sent."""
+    with pytest.raises(BadRequest, match=f"^{param} must be an integer between 1 and 64") as e:
+        parse_chat({"messages": ASK, **body}, 64)
+    assert e.value.param == param
+    assert parse_chat({"messages": ASK, "max_completion_tokens": 9}, 64).max_tokens == 9
+
+
 def test_max_tokens_goes_to_the_layout_only_when_asked():
     fmt = {"response_format": {"type": "json_object"}}
     assert json.loads(parse_chat({"messages": ASK, **fmt, "max_tokens": 9}, 64).output)["limit"] == 9

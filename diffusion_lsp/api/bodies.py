@@ -86,11 +86,14 @@ def _number(v) -> bool:
 
 
 def _max_tokens(body: dict, cap: int) -> int:
-    n = body.get("max_tokens", body.get("max_completion_tokens"))
+    """max_tokens, or max_completion_tokens (OpenAI's newer name) when only it is given: a refusal names
+    the one the client sent."""
+    name = "max_tokens" if "max_tokens" in body or "max_completion_tokens" not in body else "max_completion_tokens"
+    n = body.get(name)
     if n is None:
         return min(DEFAULT_MAX_TOKENS, cap)
     if not _is_int(n) or not 1 <= n <= cap:
-        raise BadRequest(f"max_tokens must be an integer between 1 and {cap}, got {n!r}", "max_tokens")
+        raise BadRequest(f"{name} must be an integer between 1 and {cap}, got {n!r}", name)
     return n
 
 
