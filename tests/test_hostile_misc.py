@@ -112,6 +112,16 @@ def test_a_broken_baseline_is_refused_with_exit_3_before_anything_runs(change, n
     assert out.strip().splitlines()[-1].startswith("regress: BASELINE INCOMPATIBLE: ") and named in out
 
 
+def test_a_number_of_too_many_digits_is_refused_in_the_baselines_words(tmp_path, capsys):
+    """The re-run probe's case: a 100,000-digit integer was refused with Python's own advice to call
+    sys.set_int_max_str_digits()."""
+    path = tmp_path / "big.json"
+    path.write_text('{"machine": ' + "9" * 100_000 + "}")
+    code, out = compare(path, capsys)
+    assert code == command.INCOMPATIBLE and f"a number has more than {sys.get_int_max_str_digits()} digits" in out
+    assert "set_int_max_str_digits" not in out
+
+
 def test_deeply_nested_json_is_refused_without_a_recursion_error(tmp_path, capsys):
     path = tmp_path / "deep.json"
     path.write_text("[" * 100_000 + "]" * 100_000)

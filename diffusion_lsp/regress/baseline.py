@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable
 
 from .figures import SPECS
@@ -30,8 +31,10 @@ def parse(data: bytes) -> object:
         value = json.loads(data)
     except RecursionError:
         raise ValueError("nested too deeply") from None
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(str(e)) from None
+    except ValueError:  # int(): Python's limit on an integer's digits (its message advises a setting)
+        raise ValueError(f"a number has more than {sys.get_int_max_str_digits()} digits") from None
     stack = [(value, 1)]
     while stack:  # no recursion: the depth is what is being checked
         item, depth = stack.pop()
