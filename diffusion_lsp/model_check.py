@@ -185,8 +185,9 @@ def run(args) -> int:
     from .model.checkpoint import CheckpointError
 
     path = Path(args.path)
-    if not (path / "config.json").exists():  # not is_file(): a FIFO or a folder by that name is the loader's error
-        raise UserError(f"no checkpoint at {path} (config.json is missing)")
+    # not is_file(): a FIFO or a folder by that name is the loader's error; adapter.json: an adapter folder
+    if not any((path / name).exists() for name in ("config.json", "adapter.json")):
+        raise UserError(f"no checkpoint at {path} (config.json is missing, nor is it an adapter: no adapter.json)")
     try:
         report = check(path, reference=not args.no_reference)
     except (CheckpointError, ValueError) as e:

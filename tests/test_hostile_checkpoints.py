@@ -20,6 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from diffusion_lsp.cli import main
 from diffusion_lsp.model import lora
 from diffusion_lsp.model.checkpoint import CheckpointError
 from diffusion_lsp.model.native import load_native
@@ -345,6 +346,19 @@ def test_the_command_line_says_a_nan_adapter_in_one_line(adapter, tmp_path, caps
     err = one_line_error(capsys, ["fim", str(src), "--at", "1:1", "--model", str(folder), "--threads", "1",
                                   "--precision", precision, "--json"])
     assert "adapter.safetensors holds NaN or infinite values in layers.0.attn.q_proj.lora_b" in err
+
+
+def test_model_check_reads_an_adapter_folder_as_the_loader_does(adapter, tmp_path, capsys):
+    """The re-run probe's case: `model check` said an adapter folder had no config.json, so every fault
+    of an adapter (a NaN weight, alpha, a FIFO) was reported as that."""
+    assert main(["model", "check", str(adapter), "--no-reference"]) == 0
+    assert "diffusion-lsp checkpoint" in capsys.readouterr().out
+    folder = with_weight(adapter, tmp_path / "nan", "layers.0.attn.q_proj.lora_b", math.nan,
+                         weights="adapter.safetensors")
+    err = one_line_error(capsys, ["model", "check", str(folder), "--no-reference"])
+    assert "adapter.safetensors holds NaN or infinite values in layers.0.attn.q_proj.lora_b" in err
+    err = one_line_error(capsys, ["model", "check", str(tmp_path), "--no-reference"])
+    assert "no checkpoint at" in err and "no adapter.json" in err
 
 
 def test_the_command_line_says_a_bad_scale_in_one_line(llada2, tmp_path, capsys):
