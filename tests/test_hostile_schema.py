@@ -406,3 +406,27 @@ def test_a_conversation_past_the_model_names_max_tokens(tmp_path, stream, limit)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "max_tokens" and "at most 511" in r.json()["error"]["message"]
     assert backend.asked == (limit is None)
+
+
+def test_a_body_nested_too_deeply_to_read_says_so(tmp_path):
+    """The re-run probe's case: a schema of allOf 1000 deep was refused as "the body is not JSON:
+    maximum recursion depth exceeded", a body that is JSON."""
+    from starlette.testclient import TestClient
+
+    from diffusion_lsp.api.app import create_app
+    from diffusion_lsp.api.metrics import Metrics
+    from diffusion_lsp.api.service import Service
+    from diffusion_lsp.worker.spec import WorkerSpec
+
+    schema = '{"type": "string"}'
+    for _ in range(1000):
+        schema = '{"allOf": [' + schema + ']}'
+    body = ('{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", '
+            '"json_schema": {"name": "deep", "schema": ' + schema + '}}}')
+    service = Service(WorkerSpec(tmp_path / "w.sock"), Metrics())
+    service.backend = RefusingBackend(None)
+    with TestClient(create_app(service, models=["diffusion-lsp"])) as http:
+        r = http.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"]["message"] == "the body is nested too deeply to read", r.text
+        assert http.post("/v1/chat/completions", content="{", headers={"content-type": "application/json"}
+                         ).json()["error"]["message"].startswith("the body is not JSON: ")

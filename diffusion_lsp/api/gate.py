@@ -75,9 +75,11 @@ class Gate:
             raise ClientGone() from None
         try:
             return json.loads(body)
-        except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply to decode
+        except (ValueError, RecursionError) as e:
             self.metrics.rejected.labels("bad_request").inc()
-            raise ApiError(400, f"the body is not JSON: {e}", "invalid_request_error") from None
+            why = "is nested too deeply to read" if isinstance(e, RecursionError) else \
+                f"is not JSON: {e}"
+            raise ApiError(400, f"the body {why}", "invalid_request_error") from None
 
     def check_model(self, name: str | None) -> str:
         if name is None or name in self.models:
