@@ -12,7 +12,6 @@ import random
 import httpx
 import openai
 import pytest
-import torch
 
 from diffusion_lsp.api.bodies import BadRequest
 from diffusion_lsp.api.chat import parse_chat
@@ -24,13 +23,12 @@ from diffusion_lsp.engine import DEFAULT_MODEL, Engine
 from diffusion_lsp.model.canvas import DoesNotFit
 from diffusion_lsp.model.checkpoint import load_checkpoint
 from diffusion_lsp.model.chat import ChatFormat
-from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model import jsonschema as layouts
 from diffusion_lsp.model.jsonschema import (Arr, Choice, Const, Nullable, Num, Str, Unsupported, compile_schema,
                                             tool_call)
 from diffusion_lsp.model.structured import decode_json
-from diffusion_lsp.model.transformer import DiffusionTransformer
 from test_api import Api
+from test_structured import noise  # noqa: F401 - the fixture: a random one-layer model
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -38,13 +36,6 @@ TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfo
 ASK = [{"role": "user", "content": "JSON, please."}]
 
 
-@pytest.fixture(scope="module")
-def noise(tokenizer):
-    """A random model of one narrow layer: its predictions are noise, and it is fast."""
-    torch.manual_seed(0)
-    cfg = ModelConfig.preset("tiny", dim=32, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=16, hidden_dim=64,
-                             vocab_size=tokenizer.vocab_size)
-    return DiffusionTransformer(cfg).eval(), tokenizer
 
 
 def answer(noise, schema):
