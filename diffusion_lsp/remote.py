@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import httpx
 
 from .backend.profiles import Asking, fenced_code, profile_for
-from .keyscrub import KeyScrubber, scrub_key  # noqa: F401 - scrub_key: the one name for a text's scrub
+from .keyscrub import KeyScrubber
 from .context.tokens import valid_text
 from .model.settings import LaunchSettings
 

@@ -15,7 +15,6 @@ fence now and then: `answer_text` keeps the code."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from functools import cached_property

@@ -20,8 +20,8 @@ import pytest
 
 from diffusion_lsp.cli import build_parser, main
 from diffusion_lsp.regress import baseline, command
-from diffusion_lsp.keyscrub import HIDDEN
-from diffusion_lsp.remote import MAX_SCAN, head, scrub_key
+from diffusion_lsp.keyscrub import HIDDEN, scrub_key
+from diffusion_lsp.remote import MAX_SCAN, head
 from diffusion_lsp.regress.workload import sample
 
 from remote_api import KEY

@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..lifecycle import Stopped, first
-from .bodies import Edit, Fim, cut_at_stop, parse_edit, parse_fim, parse_instruct, stream_safe
+from .bodies import Fim, cut_at_stop, parse_edit, parse_fim, parse_instruct, stream_safe
 from .chat import Chat, message_of, parse_chat
 from .gate import ApiError, Gate, unless_gone, until_disconnect
 from .service import Answer, ChatAnswer, Failed, Service

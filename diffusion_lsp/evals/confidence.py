@@ -12,7 +12,6 @@ line starts with them), and exact (they are the whole line)."""
 from __future__ import annotations
 
 import random
-import sys
 
 from .. import jsonout
 from ..bench.workload import STDLIB

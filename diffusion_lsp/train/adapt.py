@@ -35,7 +35,7 @@ from ..data.edits import cap_no_edit, mine_pair
 from ..data.git_history import file_pairs
 from ..data.repo import ADAPTED_DIR, SourceFile
 from ..errors import UserError
-from ..local_state import REPORT, trust
+from ..local_state import trust
 
 RUN_FORMAT = 1
 MIN_EDITS = 20  # fewer mined edits than this are too few rows to mix in

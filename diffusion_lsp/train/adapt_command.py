@@ -56,7 +56,8 @@ def run(args) -> int:
     from ..evals.repo import compare, material, print_report
     from ..options import engine_for, launch_settings
     from ..data.repo import ADAPTED_DIR
-    from .adapt import REPORT, Plan, adapt, base_config, default_out
+    from ..local_state import REPORT
+    from .adapt import Plan, adapt, base_config, default_out
 
     launch = launch_settings(args)
     if launch.backend != "local":
