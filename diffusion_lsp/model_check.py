@@ -102,7 +102,7 @@ def _chat(path: Path, tok) -> str:
         return f"its chat template cannot be read ({e})"
     if found is None:
         return "no chat template: /v1/chat/completions answers 400 unless serve-api is given --chat-template FILE"
-    return (f"its own chat template ({len(found.template):,} characters"
+    return (f"its own chat template ({len(found.chat.template):,} characters"
             f"{', tools shown' if found.shows_tools else ''}"
             f"{', calls in ' + found.tool_tags[0].strip() + ' tags' if found.tool_tags[0] else ''})")
 

@@ -79,13 +79,7 @@ class ChatFormat:
     """A chat template with the tokenizer its rendering is read with (the worker's)."""
 
     tok: Tokenizer
-    template: str
-    special: tuple[tuple[str, str | None], ...] = ()  # as ChatTemplate's
-    source: str = "checkpoint"
-
-    @property
-    def chat(self) -> ChatTemplate:
-        return ChatTemplate(self.template, self.special, self.source)
+    chat: ChatTemplate
 
     @property
     def shows_tools(self) -> bool:
@@ -138,7 +132,7 @@ def launch_template(folder: Path, given: str | None = None) -> ChatTemplate | No
 def chat_format(tok: Tokenizer, folder: Path, given: str | None = None) -> ChatFormat | None:
     """launch_template's, read with `tok`."""
     found = launch_template(folder, given)
-    return None if found is None else ChatFormat(tok, found.template, found.special, found.source)
+    return None if found is None else ChatFormat(tok, found)
 
 
 def conversation(messages, tools=None) -> tuple[list[dict], list[dict] | None]:

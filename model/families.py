@@ -209,7 +209,7 @@ def _llada2_config(c: dict) -> dict[str, tuple[str, object]]:
         raise ValueError(f"partial_rotary_factor should be a number above 0 and at most 1, got {factor[1]!r}")
     if head_dim is None and all(type(v) is int and v > 0 for v in (read["dim"][1], heads)):
         head_dim = read["dim"][1] // heads
-    sized = type(head_dim) is int and type(factor[1]) in (int, float)
+    sized = type(head_dim) is int
     rope = ("head_dim × partial_rotary_factor", int(head_dim * factor[1])) if sized else factor
     experts = _read(c, "num_experts", default=0)
     moe = dict(n_experts=experts, n_experts_per_tok=_read(c, "num_experts_per_tok", default=1),

@@ -22,7 +22,7 @@ from diffusion_lsp.bench.schemas import random_schema
 from diffusion_lsp.engine import DEFAULT_MODEL, Engine
 from diffusion_lsp.model.canvas import DoesNotFit
 from diffusion_lsp.model.checkpoint import load_checkpoint
-from diffusion_lsp.model.chat import ChatFormat
+from diffusion_lsp.model.chat import ChatFormat, ChatTemplate
 from diffusion_lsp.model import jsonschema as layouts
 from diffusion_lsp.model.jsonschema import (Arr, Choice, Const, Nullable, Num, Str, Unsupported, compile_schema,
                                             tool_call)
@@ -215,7 +215,7 @@ def test_the_budget_counts_what_the_layout_lays_out(noise):
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint):
     model, tok, _ = load_checkpoint(tiny_checkpoint)
-    return Engine(model.eval(), tok, {}, chat_format=ChatFormat(tok, TEMPLATE))
+    return Engine(model.eval(), tok, {}, chat_format=ChatFormat(tok, ChatTemplate(TEMPLATE)))
 
 
 def structured(engine, body: dict):

@@ -13,7 +13,7 @@ from diffusion_lsp.bench.schemas import KEYS, random_schema
 from diffusion_lsp.engine import Engine
 from diffusion_lsp.model.canvas import DoesNotFit
 from diffusion_lsp.model.checkpoint import load_checkpoint
-from diffusion_lsp.model.chat import ChatFormat
+from diffusion_lsp.model.chat import ChatFormat, ChatTemplate
 from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.jsonschema import (Arr, Choice, Const, Nullable, Num, Obj, Str, Unsupported, compile_schema,
                                             for_object)
@@ -138,7 +138,7 @@ def test_every_unsupported_keyword_is_named_at_once():
 @pytest.fixture(scope="module")
 def engine(tiny):
     model, tok = tiny
-    return Engine(model, tok, {}, chat_format=ChatFormat(tok, TEMPLATE))
+    return Engine(model, tok, {}, chat_format=ChatFormat(tok, ChatTemplate(TEMPLATE)))
 
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
@@ -203,7 +203,7 @@ def test_parallel_calls_where_the_template_writes_them_in_tags(tiny, parallel):
 
     model, tok = tiny
     tagged = TEMPLATE + "{% if tools %}<tool_call>{% endif %}"
-    engine = Engine(model, tok, {}, chat_format=ChatFormat(tok, tagged))
+    engine = Engine(model, tok, {}, chat_format=ChatFormat(tok, ChatTemplate(tagged)))
     opener = tok.encode_markup("<tool_call>\n")[0]
     bias = torch.zeros(model.config.vocab_size)
     bias[opener] = 50.0

@@ -85,10 +85,19 @@ def _number(v) -> bool:
     return _is_int(v) or (isinstance(v, float) and math.isfinite(v))
 
 
+def _limit_field(body: dict) -> str:
+    """max_tokens, or max_completion_tokens (OpenAI's newer name) when only it is given."""
+    return "max_tokens" if "max_tokens" in body or "max_completion_tokens" not in body else "max_completion_tokens"
+
+
+def asked_max_tokens(body: dict) -> bool:
+    """The body gives a token limit of its own (else the default, which a constrained layout need not keep)."""
+    return body.get(_limit_field(body)) is not None
+
+
 def _max_tokens(body: dict, cap: int) -> int:
-    """max_tokens, or max_completion_tokens (OpenAI's newer name) when only it is given: a refusal names
-    the one the client sent."""
-    name = "max_tokens" if "max_tokens" in body or "max_completion_tokens" not in body else "max_completion_tokens"
+    """The body's token limit (`_limit_field`): a refusal names the field the client sent."""
+    name = _limit_field(body)
     n = body.get(name)
     if n is None:
         return min(DEFAULT_MAX_TOKENS, cap)
@@ -218,9 +227,8 @@ def parse_instruct(body, cap: int) -> Instruct:
         texts[name] = valid_text(v) if isinstance(v, str) else v
     if not texts["instruction"].strip():
         raise BadRequest("instruction must say what to change", "instruction")
-    asked = body.get("max_tokens", body.get("max_completion_tokens"))
     return Instruct(model, texts["prefix"], texts["input"], texts["suffix"], texts["instruction"],
-                    max_tokens if asked is not None else None, texts["language"], ignored)
+                    max_tokens if asked_max_tokens(body) else None, texts["language"], ignored)
 
 
 def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:

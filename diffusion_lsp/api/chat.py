@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from ..model.chat import conversation
 from ..model.jsonschema import Unsupported, compile_schema, tool_call
 from ..model.text import valid_text
-from .bodies import BadRequest, _common, stops_of
+from .bodies import BadRequest, _common, asked_max_tokens, stops_of
 
 # reasoning_effort -> the threshold policy's threshold (SamplerConfig.threshold): a step commits every
 # position at least this sure (and the surest one); the default is the server's own sampling
@@ -73,8 +73,7 @@ def parse_chat(body, cap: int) -> Chat:
         effort, field_name = reasoning["effort"], "reasoning.effort"
     if effort is not None and not (isinstance(effort, str) and effort in EFFORT):
         raise BadRequest(f"{field_name} must be one of {', '.join(EFFORT)}, got {effort!r}", "reasoning_effort")
-    asked = body.get("max_tokens", body.get("max_completion_tokens"))
-    output = _output(body, tools, max_tokens if asked is not None else None)
+    output = _output(body, tools, max_tokens if asked_max_tokens(body) else None)
     return Chat(model, json.dumps({"messages": messages, "tools": tools}, ensure_ascii=False), max_tokens, stop,
                 flags["stream"], flags["diffusing"], bool((options or {}).get("include_usage", False)),
                 EFFORT.get(effort), output, ignored)

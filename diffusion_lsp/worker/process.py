@@ -267,7 +267,8 @@ class Worker:
             for job, why, param in refused:
                 self._forget(job)
                 job.conn.send(refusal_message(job.id, "invalid", why, param))
-        return [j for j in jobs if not any(j is r for r, _, _ in refused) and j not in failed]
+        dropped = {id(j) for j, _, _ in refused} | {id(j) for j in failed}
+        return [j for j in jobs if id(j) not in dropped]
 
     def _joiners(self, sampling, room: int) -> list[Job]:
         """Queued fills that may join the running batch (continuous batching): the same sampling, up
