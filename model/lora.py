@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .checkpoint import finite, weight_problem
@@ -139,12 +139,16 @@ def attach(model: nn.Module, folder: Path) -> nn.Module:
     add_adapters(model, meta["rank"], meta.get("alpha"), tuple(meta["targets"]))
     path = Path(folder) / WEIGHTS
     regular_file(path)  # a FIFO would block the open below until a writer comes
-    own = {k: list(v.shape) for k, v in model.state_dict().items() if ".lora_" in k}
     try:  # names and shapes from the header first: a tensor the base has no room for is never read
         with safe_open(str(path), framework="pt") as f:
-            if {name: list(f.get_slice(name).get_shape()) for name in f.keys()} != own:
-                raise ValueError(f"{WEIGHTS} does not fit its base model (other layers, rank or targets)")
-            state = {name: f.get_tensor(name) for name in f.keys()}
+            shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"{WEIGHTS} is corrupt or missing ({e})") from None
+    own = {k: list(v.shape) for k, v in model.state_dict().items() if ".lora_" in k}
+    if {k: list(v) for k, v in shapes.items()} != own:
+        raise ValueError(f"{WEIGHTS} does not fit its base model (other layers, rank or targets)")
+    try:
+        state = load_file(str(path))
     except (SafetensorError, OSError) as e:
         raise ValueError(f"{WEIGHTS} is corrupt or missing ({e})") from None
     for k in sorted(state):
