@@ -1,6 +1,6 @@
 """Loading a checkpoint and running fills: the one entry point the worker process, the in-process
 backend (backend/local.py) and the model benchmarks use. `answer` and `answer_probe` take the
-Backend's orders and give its answers (backend/orders.py); `fill` and `probe` are the model's own."""
+Backend's requests and give its answers (protocol/requests.py, protocol/answers.py); `fill` and `probe` are the model's own."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cpus import default_threads
-from .model.settings import FLOAT_DTYPES, LaunchSettings
+from .protocol.settings import FLOAT_DTYPES, LaunchSettings
 
 DEFAULT_MODEL = Path(__file__).parent / "checkpoints" / "default"
 MAX_PARALLEL_CALLS = 4  # tool calls in one answer
@@ -36,7 +36,7 @@ class Engine:
 
     @property
     def capabilities(self) -> dict:
-        """backend/base.py Capabilities, as the worker says them. A probe scores given tokens between
+        """protocol/backend.py Capabilities, as the worker says them. A probe scores given tokens between
         prefix and suffix on the row, which only an infill model has (no drafts from the user's code,
         no remask-and-refine otherwise); a model asked in chat rewrites a region from an edit prompt."""
         convention = "infill" if self.prompter is None else self.prompter.convention
@@ -63,7 +63,7 @@ class Engine:
         return decoding.results()
 
     def decode_orders(self, orders, keys):
-        """A decoding of the Backend's orders (backend/orders.py FillOrder, one sampling config for all)
+        """A decoding of the Backend's orders (protocol/requests.py FillOrder, one sampling config for all)
         as one batch; keys[i] names order i's document (its context is remembered for its next fill)."""
         return self.decoding(self._requests(orders, keys, 0), orders[0].sampling)
 
@@ -108,13 +108,14 @@ class Engine:
         return {"prompt_ids": self.chat_prompt(chat, n), "doc": None, "candidates": (), "ends": self.chat_format.ends}
 
     def answer_structured(self, order, stop=None):
-        """backend/orders.py StructuredOrder -> Answered: JSON under a schema (model/jsonschema.py) decoded
+        """protocol/requests.py StructuredOrder -> Answered: JSON under a schema (model/jsonschema.py) decoded
         with its skeleton on the canvas (model/structured.py), or tool calls; ValueError for a request
         the model cannot answer (jsonschema.Unsupported: a schema it cannot express); model/stop.py
         OrderStopped at the next forward once `stop` (a threading.Event) is set."""
         import json
 
-        from .backend.orders import Answered, FillOrder
+        from .protocol.answers import Answered
+        from .protocol.requests import FillOrder
         from .model.canvas import DoesNotFit
         from .model.jsonschema import Choice, Obj, compile_schema, for_object, tool_call
         from .model.stop import watched
@@ -200,7 +201,7 @@ class Engine:
         return canvas_room(self.tokenizer, self.model.config.max_seq_len) - n
 
     def answer_rewrite(self, order, stop=None):
-        """backend/orders.py RewriteOrder -> Fill: the tagged region (nextedit/mercury.py) in a chat model's
+        """protocol/requests.py RewriteOrder -> Fill: the tagged region (nextedit/mercury.py) in a chat model's
         prompt (prompting.py), the answer on the canvas; ValueError for a model not asked in chat (ours
         rewrite a region by re-masking it: nextedit/suggest.py); model/stop.py OrderStopped between steps
         once `stop` is set."""
@@ -212,7 +213,7 @@ class Engine:
         return self._answer_one(FillRequest("", "", n, id=0, **self._prompted("", "", n, order.content)), stop)
 
     def answer_instruct(self, order, stop=None):
-        """backend/orders.py InstructOrder -> Fill, the region as the instruction says (nextedit/instruct.py):
+        """protocol/requests.py InstructOrder -> Fill, the region as the instruction says (nextedit/instruct.py):
         a model asked in chat gets the instruction and the tagged region in a user turn; any other re-masks
         the region between the code around it, the instruction a comment above it; OrderStopped between
         steps once `stop` is set."""
@@ -250,7 +251,7 @@ class Engine:
     @staticmethod
     def answer_of(decoding, i: int):
         """Order i's answer once it has finished: a Fill, or None when it was stopped."""
-        from .backend.orders import DraftTally, Fill
+        from .protocol.answers import DraftTally, Fill
 
         r = decoding.result(i)
         if r.cancelled:
@@ -275,9 +276,9 @@ class Engine:
         return self.answers(decoding)
 
     def answer_probe(self, order, key: str | None = None):
-        """backend/orders.py ProbeOrder -> Probed (model/probe.py); ValueError for a prefix-only model.
+        """protocol/requests.py ProbeOrder -> Probed (model/probe.py); ValueError for a prefix-only model.
         No stop: a probe is a few forwards, and its model is read by the kernels it calls too."""
-        from .backend.orders import Probed
+        from .protocol.answers import Probed
 
         if not self.capabilities["probe"]:
             raise ValueError(f"a {self.meta.get('family')} model sees no suffix on its row: it cannot score "

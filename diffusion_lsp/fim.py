@@ -8,8 +8,9 @@ import re
 import sys
 
 from . import jsonout
-from .backend.failure import BackendError
-from .backend.orders import Fill, FillOrder
+from .protocol.failure import BackendError
+from .protocol.answers import Fill
+from .protocol.requests import FillOrder
 from .errors import UserError
 from .fim_batch import result_record, run_batch
 from .options import add_fill_args, backend_for, context_cutter, launch_settings, read_source, sampler_config

@@ -13,10 +13,11 @@ import time
 from dataclasses import dataclass
 
 from . import jsonout
-from .backend.failure import BackendError
-from .backend.orders import Fill, FillOrder
+from .protocol.failure import BackendError
+from .protocol.answers import Fill
+from .protocol.requests import FillOrder
 from .errors import UserError
-from .model.settings import LaunchSettings, SamplerConfig
+from .protocol.settings import LaunchSettings, SamplerConfig
 from .options import backend_for, context_cutter, ended_run, read_bytes
 
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from .backend.failure import BackendError, Failure
+from .protocol.failure import BackendError, Failure
 
 T = TypeVar("T")
 

@@ -50,7 +50,7 @@ def check_native(path: Path, reference: bool = True) -> dict:
     same seed and prompt, token for token."""
     import torch
 
-    from .backend.orders import FillOrder
+    from .protocol.requests import FillOrder
     from .engine import NativeEngine
     from .model.native import SEED, end_ids, load_native, prompt_room
 

@@ -1,7 +1,7 @@
 """Command-line pieces the model commands share (fim, bench, eval): their model/launch and sampler
-flags, made from the one definition of those settings (model/settings.py), the settings built back
+flags, made from the one definition of those settings (protocol/settings.py), the settings built back
 from the parsed flags (a bad value is a UserError: commands build them before any other work), the
-backend they describe (backend/base.py), and reading an input file or stdin. Torch-free, so `--help` stays fast."""
+backend they describe (protocol/backend.py), and reading an input file or stdin. Torch-free, so `--help` stays fast."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .engine import Engine, load_engine, model_folder
 from .context.records import CONTEXT_TOKENS
 from .errors import UserError
 from .model.config import regular_file
-from .model.settings import LaunchSettings, SamplerConfig, add_args, from_args
+from .protocol.settings import LaunchSettings, SamplerConfig, add_args, from_args
 
 # the sampler fields a command line sets (stop_below and reuse_context are the server's)
 SAMPLER_FLAGS = ("policy", "threshold", "k", "gamma", "block_size", "use_cache", "refresh_every", "time_budget_ms",
@@ -87,11 +87,11 @@ def engine_for(launch: LaunchSettings) -> Engine:
 
 
 def backend_for(launch: LaunchSettings):
-    """The Backend (backend/base.py) the flags describe: the model in this process, or with
+    """The Backend (protocol/backend.py) the flags describe: the model in this process, or with
     --backend openai the API (no model is loaded; a missing key variable is a UserError now, before
     any input is read). Its failures are the caller's to say: it reports nothing itself."""
     if launch.backend == "openai":
-        from .backend.base import LogReporter  # httpx: kept off --help
+        from .protocol.backend import LogReporter  # httpx: kept off --help
         from .backend.remote import RemoteBackend
         from .remote import RemoteError, read_key
 
@@ -111,7 +111,7 @@ def backend_for(launch: LaunchSettings):
 def ended_run(error) -> bool:
     """A backend failure that ends a command-line run (no model, no API, a refused key) rather than
     one request (INVALID or REFUSED: `fim --batch` records it and goes on)."""
-    from .backend.failure import Failure
+    from .protocol.failure import Failure
 
     return error.kind not in (Failure.INVALID, Failure.REFUSED)
 

@@ -31,7 +31,7 @@ import httpx
 from .backend.profiles import Asking, fenced_code, profile_for
 from .keyscrub import KeyScrubber
 from .context.tokens import valid_text
-from .model.settings import LaunchSettings
+from .protocol.settings import LaunchSettings
 
 MAX_BODY = 4 * 1024 * 1024  # bytes read from an answer: a 4096-token fill is well under 100 KB
 MAX_MESSAGE = 200  # characters of the API's own error message kept in ours

@@ -9,9 +9,10 @@ import threading
 
 import pytest
 
-from diffusion_lsp.backend.failure import BackendError, Failure
+from diffusion_lsp.protocol.failure import BackendError, Failure
 from diffusion_lsp.backend.local import LocalBackend
-from diffusion_lsp.backend.orders import Fill, FillOrder
+from diffusion_lsp.protocol.answers import Fill
+from diffusion_lsp.protocol.requests import FillOrder
 
 
 class FakeEngine:

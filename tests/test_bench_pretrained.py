@@ -12,7 +12,7 @@ from safetensors import safe_open
 from diffusion_lsp.bench.pretrained import QWEN_05B, qwen_tensors, write_folder
 from diffusion_lsp.cli import main
 from diffusion_lsp.engine import load_engine
-from diffusion_lsp.model.settings import LaunchSettings
+from diffusion_lsp.protocol.settings import LaunchSettings
 
 TINY = {**QWEN_05B, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 96,
         "vocab_size": 448}

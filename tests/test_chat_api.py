@@ -15,7 +15,7 @@ from diffusion_lsp.api.chat import EFFORT, parse_chat
 from diffusion_lsp.api.bodies import BadRequest
 from diffusion_lsp.engine import DEFAULT_MODEL, load_engine
 from diffusion_lsp.model.results import MASK_GLYPH
-from diffusion_lsp.model.settings import LaunchSettings
+from diffusion_lsp.protocol.settings import LaunchSettings
 from test_api import Api
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -169,8 +169,8 @@ def test_reasoning_effort_is_the_threshold_and_more_effort_takes_more_steps(tmp_
         parse_chat({"messages": ASK, "reasoning_effort": 3}, 64)
     (tmp_path / "t.jinja").write_text(TEMPLATE)
     engine = load_engine(LaunchSettings(chat_template=str(tmp_path / "t.jinja"), threads=1))
-    from diffusion_lsp.backend.orders import FillOrder
-    from diffusion_lsp.model.settings import SamplerConfig
+    from diffusion_lsp.protocol.requests import FillOrder
+    from diffusion_lsp.protocol.settings import SamplerConfig
 
     chat = json.dumps({"messages": ASK})
     forwards = [engine.answer([FillOrder("", "", 32, sampling=SamplerConfig(threshold=EFFORT[e] or 0.9), chat=chat)],

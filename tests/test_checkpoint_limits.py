@@ -23,7 +23,7 @@ from diffusion_lsp.model.config import ModelConfig, SpecialTokens
 from diffusion_lsp.model.families import FAMILIES
 from diffusion_lsp.model.hf_tokenizer import load_tokenizer_files
 from diffusion_lsp.model.pretrained import _theirs, load_folder
-from diffusion_lsp.model.settings import LaunchSettings
+from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.model.tokenizer import train_bpe
 from diffusion_lsp.worker.process import Worker, load_model
 

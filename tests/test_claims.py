@@ -11,13 +11,13 @@ import shutil
 import pytest
 from conftest import RecordingUi
 
-from diffusion_lsp.backend.base import Capabilities
+from diffusion_lsp.protocol.capabilities import Capabilities
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.context.records import Document
 from diffusion_lsp.engine import DEFAULT_MODEL
 from diffusion_lsp.model.checkpoint import CheckpointError, read_config
 from diffusion_lsp.model.claims import GENERAL, Claims, read_claims
-from diffusion_lsp.model.settings import LaunchSettings
+from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.server import notice
 from diffusion_lsp.server.config import parse_config, serves_language, with_claims
 from diffusion_lsp.server.session import ServeOptions, Session

@@ -220,7 +220,7 @@ BAD_SAMPLING = [(["--threshold", "2"], "threshold=2.0 is not valid (in (0, 1])")
     (c, f, m) for c in MODEL_COMMANDS for f, m in BAD_LAUNCH + (BAD_SAMPLING if c[:2] != ["bench", "lsp"] else [])
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
 def test_every_model_command_checks_the_shared_settings_first(src, capsys, command, flags, message):
-    """The launch and sampler flags come from model/settings.py for every command, and a bad value is
+    """The launch and sampler flags come from protocol/settings.py for every command, and a bad value is
     one line before any data is read or any model is loaded (no --model: none would load here)."""
     code = main([str(src) if a == "FILE" else a for a in command] + flags)
     err = capsys.readouterr().err.strip()

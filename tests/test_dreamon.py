@@ -14,7 +14,7 @@ from diffusion_lsp.engine import Engine, load_engine
 from diffusion_lsp.model.canvas import FillRequest, build_row
 from diffusion_lsp.model.config import ModelConfig, SpecialTokens
 from diffusion_lsp.model.dreamon import MIN_GEN_LEN, VariableDecoding, delete_ended, expand_blocked, expands, fill_variable
-from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
+from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
 from diffusion_lsp.model.tokenizer import train_bpe
 
 from conftest import corpus_texts

@@ -298,9 +298,9 @@ def test_model_check_compares_stable_diffcoder_with_transformers_llama(folders, 
 @pytest.mark.parametrize("name, use_cache", [("stable-diffcoder", True), ("stable-diffcoder", False),
                                              ("llada2", True), ("llada2", False)])
 def test_a_fill_puts_the_suffix_in_the_prompt_and_decodes_after_it(folders, name, use_cache):
-    from diffusion_lsp.backend.orders import FillOrder
+    from diffusion_lsp.protocol.requests import FillOrder
     from diffusion_lsp.engine import load_engine
-    from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
+    from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
 
     engine = load_engine(LaunchSettings(path=str(folders[name][0]), threads=1, precision="fp32"))
     order = FillOrder("def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n", 12,
@@ -324,10 +324,10 @@ def test_a_fill_puts_the_suffix_in_the_prompt_and_decodes_after_it(folders, name
 def test_int8_weights_leave_the_experts_router_in_float(folders):
     from torch import nn
 
-    from diffusion_lsp.backend.orders import FillOrder
+    from diffusion_lsp.protocol.requests import FillOrder
     from diffusion_lsp.engine import load_engine
     from diffusion_lsp.model.quantize import int8_available
-    from diffusion_lsp.model.settings import LaunchSettings
+    from diffusion_lsp.protocol.settings import LaunchSettings
 
     if not int8_available():
         pytest.skip("this PyTorch build has no int8 CPU kernels")

@@ -54,7 +54,7 @@ def test_fused_linear_cross_entropy_on_cuda(M, V, D, dtype, tol):
 
 def _engine(device: str, precision: str):
     from diffusion_lsp.engine import load_engine
-    from diffusion_lsp.model.settings import LaunchSettings
+    from diffusion_lsp.protocol.settings import LaunchSettings
 
     return load_engine(LaunchSettings(device=device, precision=precision))
 
@@ -66,7 +66,7 @@ def _requests():
 
 
 def test_fp32_fills_on_cuda_are_the_cpus_and_bf16_stays_close():
-    from diffusion_lsp.model.settings import SamplerConfig
+    from diffusion_lsp.protocol.settings import SamplerConfig
 
     cpu, cuda32, cuda16 = _engine("cpu", "fp32"), _engine("cuda", "fp32"), _engine("cuda", "bf16")
     assert next(cuda16.model.parameters()).dtype == torch.bfloat16
@@ -91,7 +91,7 @@ def test_a_cached_step_equals_the_full_pass_on_cuda(tokenizer, dtype, tol):
     from diffusion_lsp.model.canvas import build_row
     from diffusion_lsp.model.config import ModelConfig
     from diffusion_lsp.model.sampler import _Batch
-    from diffusion_lsp.model.settings import SamplerConfig
+    from diffusion_lsp.protocol.settings import SamplerConfig
     from diffusion_lsp.model.transformer import DiffusionTransformer
     from test_sampler_cache import REQUESTS as CACHE_REQUESTS, step
 
@@ -107,8 +107,8 @@ def test_a_cached_step_equals_the_full_pass_on_cuda(tokenizer, dtype, tol):
 
 
 def test_the_worker_fills_on_cuda_over_its_socket(tmp_path):
-    from diffusion_lsp.backend.orders import FillOrder
-    from diffusion_lsp.model.settings import LaunchSettings
+    from diffusion_lsp.protocol.requests import FillOrder
+    from diffusion_lsp.protocol.settings import LaunchSettings
     from diffusion_lsp.worker.client import WorkerClient
     from diffusion_lsp.worker.spec import WorkerSpec
 
@@ -128,7 +128,7 @@ def test_the_worker_fills_on_cuda_over_its_socket(tmp_path):
             return [await client.fill(f"doc{i}.py", o) for i, o in enumerate(orders)]  # one at a time
 
         answers = asyncio.run(go())
-        from diffusion_lsp.model.settings import SamplerConfig
+        from diffusion_lsp.protocol.settings import SamplerConfig
 
         here = _engine("cuda", "auto")  # what the worker loaded (bf16 for our own format on a bf16 GPU)
         want = [here.fill([r], SamplerConfig())[0] for r in _requests()]

@@ -25,7 +25,7 @@ from diffusion_lsp.model import lora
 from diffusion_lsp.model.checkpoint import CheckpointError
 from diffusion_lsp.model.native import load_native
 from diffusion_lsp.model.pretrained import load_folder
-from diffusion_lsp.model.settings import LaunchSettings
+from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.worker.process import Worker, load_model
 
 from native_models import write_diffusion_gemma

@@ -260,7 +260,7 @@ class FakeInstruct:
         pass
 
     async def instruct(self, key, order):
-        from diffusion_lsp.backend.orders import Fill
+        from diffusion_lsp.protocol.answers import Fill
 
         if isinstance(self.outcome, BaseException):
             raise self.outcome
@@ -272,7 +272,7 @@ class InProcess:
     bodies in, each response awaited by id (bounded), the document put straight in its workspace."""
 
     def __init__(self, tmp_path: Path):
-        from diffusion_lsp.model.settings import LaunchSettings
+        from diffusion_lsp.protocol.settings import LaunchSettings
         from diffusion_lsp.server.server import create_server
         from diffusion_lsp.server.session import ServeOptions
 
@@ -316,7 +316,7 @@ def test_edit_with_instruction_refusals_are_error_responses_not_error_tracebacks
 
     from lsprotocol import types
 
-    from diffusion_lsp.backend.failure import BackendError, Failure
+    from diffusion_lsp.protocol.failure import BackendError, Failure
 
     server = InProcess(tmp_path)
     method = "diffusionLsp/editWithInstruction"
@@ -368,7 +368,7 @@ class NanBackend:
     """A backend whose fills have a NaN confidence and an infinite time (a model whose logits overflowed)."""
 
     def _fill(self):
-        from diffusion_lsp.backend.orders import Fill
+        from diffusion_lsp.protocol.answers import Fill
 
         return Fill("x + 1", ["x", " + 1"], [float("nan"), 0.5], ms=float("inf"), forwards=2)
 

@@ -19,7 +19,7 @@ from conftest import RecordingUi
 from diffusion_lsp.cli import main
 from diffusion_lsp.data.repo import ADAPTED_DIR, MAX_FILE_BYTES, read_file, repo_files
 from diffusion_lsp.local_state import trust, trusted
-from diffusion_lsp.model.settings import LaunchSettings
+from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.regress.workload import repository_files, sample
 from diffusion_lsp.server import notice
 from diffusion_lsp.server.session import ServeOptions, Session

@@ -15,9 +15,9 @@ import pytest
 
 from diffusion_lsp.api.bodies import BadRequest
 from diffusion_lsp.api.chat import parse_chat
-from diffusion_lsp.backend.base import Capabilities
-from diffusion_lsp.backend.failure import BackendError, Failure
-from diffusion_lsp.backend.orders import StructuredOrder
+from diffusion_lsp.protocol.capabilities import Capabilities
+from diffusion_lsp.protocol.failure import BackendError, Failure
+from diffusion_lsp.protocol.requests import StructuredOrder
 from diffusion_lsp.bench.schemas import random_schema
 from diffusion_lsp.engine import DEFAULT_MODEL, Engine
 from diffusion_lsp.model.canvas import DoesNotFit

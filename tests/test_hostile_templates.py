@@ -21,7 +21,7 @@ from diffusion_lsp.engine import DEFAULT_MODEL, load_engine
 from diffusion_lsp.model import sandbox
 from diffusion_lsp.model.chat import conversation, launch_template
 from diffusion_lsp.model.prompting import MAX_DEPTH, TemplateOverBound, chat_template, render_chat
-from diffusion_lsp.model.settings import LaunchSettings
+from diffusion_lsp.protocol.settings import LaunchSettings
 
 HELLO = [{"role": "user", "content": "Hello"}]
 PLAIN = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"

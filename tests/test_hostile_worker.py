@@ -27,9 +27,10 @@ from conftest import RecordingUi
 from diffusion_lsp.api.app import create_app
 from diffusion_lsp.api.metrics import Metrics
 from diffusion_lsp.api.service import Service
-from diffusion_lsp.backend.failure import BackendError, Failure
-from diffusion_lsp.backend.orders import Answered, Fill, FillOrder, InstructOrder, StructuredOrder
-from diffusion_lsp.model.settings import LaunchSettings
+from diffusion_lsp.protocol.failure import BackendError, Failure
+from diffusion_lsp.protocol.answers import Answered, Fill
+from diffusion_lsp.protocol.requests import FillOrder, InstructOrder, StructuredOrder
+from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.model.stop import OrderStopped
 from diffusion_lsp.worker.client import Pong
 from diffusion_lsp.worker.link import WorkerLink

@@ -150,7 +150,7 @@ def test_fills_probes_and_a_training_loss_are_the_same_through_the_kernels():
     thread counts.)"""
     from diffusion_lsp.engine import load_engine
     from diffusion_lsp.model.canvas import FillRequest
-    from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
+    from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
     from diffusion_lsp.train.loop import MaskedDiffusionLoss
 
     engine = load_engine(LaunchSettings(precision="fp32"))

@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from diffusion_lsp.backend.base import Capabilities
-from diffusion_lsp.backend.failure import BackendError, Failure
+from diffusion_lsp.protocol.capabilities import Capabilities
+from diffusion_lsp.protocol.failure import BackendError, Failure
 from diffusion_lsp.backend.local import LocalBackend
-from diffusion_lsp.backend.orders import FillOrder, ProbeOrder, RewriteOrder
+from diffusion_lsp.protocol.requests import FillOrder, ProbeOrder, RewriteOrder
 from diffusion_lsp.cli import main
 from diffusion_lsp.engine import NativeEngine, load_engine
 from diffusion_lsp.model.checkpoint import CheckpointError
 from diffusion_lsp.model.native import SEED, end_ids, load_native, prompt_room
 from diffusion_lsp.model.prompting import CURSOR, Prompter, answer_text, render_chat
-from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
+from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
 from diffusion_lsp.nextedit import mercury
 
 from native_models import GEMMA_TEMPLATE, write_diffusion_gemma
@@ -271,7 +271,7 @@ def test_a_conversation_is_answered_by_its_own_generation_and_json_is_refused(en
     """Chat through a model transformers runs: the conversation in its own template (model/chat.py),
     the answer transformers' own generation of it; constrained output is not offered (its canvas is
     transformers' own decoding)."""
-    from diffusion_lsp.backend.orders import StructuredOrder
+    from diffusion_lsp.protocol.requests import StructuredOrder
 
     chat = json.dumps({"messages": [{"role": "system", "content": "Be brief."},
                                     {"role": "user", "content": "Add two numbers in Python."}]})

@@ -10,8 +10,9 @@ import math
 
 import pytest
 
-from diffusion_lsp.backend.base import Capabilities
-from diffusion_lsp.backend.orders import Fill, FillOrder, Probed, ProbeOrder
+from diffusion_lsp.protocol.capabilities import Capabilities
+from diffusion_lsp.protocol.answers import Fill, Probed
+from diffusion_lsp.protocol.requests import FillOrder, ProbeOrder
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.nextedit import repeat
 from diffusion_lsp.nextedit.history import Step

@@ -10,17 +10,18 @@ import math
 
 import pytest
 
-from diffusion_lsp.backend.base import Capabilities
-from diffusion_lsp.backend.failure import BackendError, Failure
+from diffusion_lsp.protocol.capabilities import Capabilities
+from diffusion_lsp.protocol.failure import BackendError, Failure
 from diffusion_lsp.backend.local import LocalBackend
 from diffusion_lsp.context.languages import language_for
-from diffusion_lsp.model.settings import SamplerConfig
+from diffusion_lsp.protocol.settings import SamplerConfig
 from diffusion_lsp.nextedit.edits import TextEdit
 from diffusion_lsp.nextedit.history import Step
 from diffusion_lsp.nextedit.prompt import EDITED, HISTORY, NO_HISTORY, ORIGINAL
 from diffusion_lsp.nextedit.run import predict_file
 from diffusion_lsp.nextedit.suggest import EditRequest, NextEditSettings, choose_span, doubted_lines, narrow, suggest
-from diffusion_lsp.backend.orders import Fill, FillOrder, ProbeOrder, Probed
+from diffusion_lsp.protocol.answers import Fill, Probed
+from diffusion_lsp.protocol.requests import FillOrder, ProbeOrder
 
 PY = language_for("python")
 

@@ -18,7 +18,7 @@ from diffusion_lsp.model import lora
 from diffusion_lsp.model import quantize
 from diffusion_lsp.model.canvas import FillRequest
 from diffusion_lsp.model.pretrained import load_folder
-from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig, add_args, from_args
+from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig, add_args, from_args
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 IDS = torch.tensor([[5, 17, 42, 3, 99, 7, 250, 11]])
@@ -155,7 +155,7 @@ def test_16_bit_weights_on_a_gpu(tiny_checkpoint, hf_folder, precision):  # noqa
 def test_every_float_precision_has_its_dtype(tiny_checkpoint):
     """Every float value of the setting has its dtype: a new one added to PRECISIONS without a dtype
     fails here, not at a user's load."""
-    from diffusion_lsp.model.settings import PRECISIONS
+    from diffusion_lsp.protocol.settings import PRECISIONS
 
     for precision in PRECISIONS:
         if precision not in ("auto", "int8"):

@@ -21,7 +21,7 @@ from diffusion_lsp.model.canvas import FillRequest
 from diffusion_lsp.model.checkpoint import CheckpointError
 from diffusion_lsp.model.config import SpecialTokens
 from diffusion_lsp.model.pretrained import load_hf_folder, weights_dtype
-from diffusion_lsp.model.settings import LaunchSettings
+from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.model.tokenizer import train_bpe
 
 from conftest import corpus_texts

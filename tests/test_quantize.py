@@ -13,7 +13,7 @@ from diffusion_lsp.engine import load_engine
 from diffusion_lsp.model.canvas import FillRequest
 from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.quantize import int8_available, quantize_int8
-from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
+from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
 from diffusion_lsp.model.transformer import DiffusionTransformer
 
 # a Qwen2 folder written by `bench pretrained` (bf16, tied, q/k/v biases), tiny

@@ -112,7 +112,7 @@ def test_the_recipe_dry_run_writes_a_checkpoint_that_joins_loads_and_fills(token
             (model / part).unlink()
     from diffusion_lsp.engine import load_engine
     from diffusion_lsp.model.canvas import FillRequest
-    from diffusion_lsp.model.settings import LaunchSettings
+    from diffusion_lsp.protocol.settings import LaunchSettings
 
     engine = load_engine(LaunchSettings(path=str(model), precision="fp32"))
     chosen = record["candidates"][record["chosen"]]

@@ -15,7 +15,7 @@ import pytest
 
 from remote_api import ENV, KEY, WAIT, Api, assert_no_key, chain, client, complete, ok
 from diffusion_lsp.cli import main
-from diffusion_lsp.model.settings import LaunchSettings
+from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.remote import FimClient, RemoteError, RequestFailed, api_message, retry_after
 
 
@@ -216,9 +216,10 @@ def test_the_backend_answers_many_orders_in_the_one_result_shape(api):
     import asyncio
     import logging
 
-    from diffusion_lsp.backend.base import LogReporter
-    from diffusion_lsp.backend.failure import BackendError, Failure
-    from diffusion_lsp.backend.orders import Fill, FillOrder
+    from diffusion_lsp.protocol.backend import LogReporter
+    from diffusion_lsp.protocol.failure import BackendError, Failure
+    from diffusion_lsp.protocol.answers import Fill
+    from diffusion_lsp.protocol.requests import FillOrder
     from diffusion_lsp.backend.remote import RemoteBackend
 
     backend = RemoteBackend(LogReporter(logging.getLogger("test")),

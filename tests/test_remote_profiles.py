@@ -13,13 +13,13 @@ import json
 import pytest
 
 from remote_api import ENV, Api, client, complete
-from diffusion_lsp.backend.base import LogReporter
-from diffusion_lsp.backend.failure import BackendError, Failure
-from diffusion_lsp.backend.orders import FillOrder, RewriteOrder
+from diffusion_lsp.protocol.backend import LogReporter
+from diffusion_lsp.protocol.failure import BackendError, Failure
+from diffusion_lsp.protocol.requests import FillOrder, RewriteOrder
 from diffusion_lsp.backend.profiles import EDIT_SYSTEM, FENCE_TOKENS, FILL_SYSTEM, ONE_LINE, fim_prompt
 from diffusion_lsp.backend.remote import RemoteBackend
 from diffusion_lsp.cli import main
-from diffusion_lsp.model.settings import FIM_TEMPLATES, LaunchSettings
+from diffusion_lsp.protocol.settings import FIM_TEMPLATES, LaunchSettings
 from diffusion_lsp.remote import RemoteError, RequestFailed
 from diffusion_lsp.server.config import parse_config
 
@@ -357,7 +357,7 @@ def test_fim_with_server_vllm_as_a_user_runs_it(api, tmp_path, capsys):
                                                    ("mercury", MERCURY, "max_tokens"),
                                                    ("generic", MERCURY, "max_tokens")])
 def test_an_instruction_edit_asks_the_chat_endpoint_and_takes_the_code_out_of_its_fence(api, server, routes, limit):
-    from diffusion_lsp.backend.orders import InstructOrder
+    from diffusion_lsp.protocol.requests import InstructOrder
     from diffusion_lsp.backend.profiles import FENCE_TOKENS, INSTRUCT_SYSTEM
     from diffusion_lsp.nextedit.instruct import chat_content
 
@@ -382,8 +382,8 @@ def test_an_instruction_edit_asks_the_chat_endpoint_and_takes_the_code_out_of_it
 
 
 def test_an_instruction_edit_answered_without_a_fence_is_a_clear_failure(api):
-    from diffusion_lsp.backend.failure import BackendError
-    from diffusion_lsp.backend.orders import InstructOrder
+    from diffusion_lsp.protocol.failure import BackendError
+    from diffusion_lsp.protocol.requests import InstructOrder
 
     Engine(api, VLLM, output="I would use sum here.")
     b = backend(api, server="vllm", remote_format="chat")

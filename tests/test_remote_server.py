@@ -15,12 +15,12 @@ from remote_api import DOC, ENV, KEY, WAIT, Api, assert_no_key, chain, ok
 from diffusion_lsp.context.records import Document
 from diffusion_lsp.server.completion import Answer, Completer
 from diffusion_lsp.server.config import parse_config
-from diffusion_lsp.backend.failure import BackendError, Failure
+from diffusion_lsp.protocol.failure import BackendError, Failure
 from diffusion_lsp.worker.link import WorkerLink
 from diffusion_lsp.server.positions import UTF16
 from diffusion_lsp.backend.remote import RemoteBackend
 from diffusion_lsp.server.stats import Stats
-from diffusion_lsp.backend.orders import FillOrder
+from diffusion_lsp.protocol.requests import FillOrder
 
 
 # ---- the language server ----

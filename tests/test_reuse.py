@@ -9,7 +9,7 @@ from diffusion_lsp.model.canvas import FillRequest, build_row
 from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.reuse import ContextMemo, Entry, warm_row
 from diffusion_lsp.model.sampler import fill
-from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
+from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
 from diffusion_lsp.model.transformer import DiffusionTransformer
 
 PREFIX = "def area(width, height):\n    result = width * height\n    return res"

@@ -7,7 +7,7 @@ import pytest
 from diffusion_lsp.model.canvas import FillRequest, build_row
 from diffusion_lsp.model.results import first_line as _first_line
 from diffusion_lsp.model.sampler import Decoding, fill
-from diffusion_lsp.model.settings import SamplerConfig
+from diffusion_lsp.protocol.settings import SamplerConfig
 
 PREFIX = "def add(a, b):\n    return"
 SUFFIX = "\n\nprint(add(1, 2))\n"
@@ -334,7 +334,7 @@ def test_joining_the_embedded_model_s_batch_changes_no_fill():
     """A real model, its context cache and padding: a longer row and a wider canvas join a running
     batch, and every fill is what it is alone (fp32)."""
     from diffusion_lsp.engine import load_engine
-    from diffusion_lsp.model.settings import LaunchSettings
+    from diffusion_lsp.protocol.settings import LaunchSettings
 
     engine = load_engine(LaunchSettings(precision="fp32"))
     reqs = [FillRequest("def add(a, b):\n    return ", "\n", 8, id=0),
@@ -356,7 +356,7 @@ def test_the_gpus_static_step_gives_the_same_fills(tokenizer, oracle, monkeypatc
     so every fill is what the CPU's step gives, with the oracle and with the embedded model."""
     from diffusion_lsp.engine import load_engine
     from diffusion_lsp.model import sampler
-    from diffusion_lsp.model.settings import LaunchSettings
+    from diffusion_lsp.protocol.settings import LaunchSettings
 
     requests = [FillRequest(PREFIX, SUFFIX, 8, id="a"), FillRequest("import os\n", "", 3, id="b"),
                 FillRequest("", "x = 1\n", 12, id="c", one_line=True)]

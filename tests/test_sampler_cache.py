@@ -14,7 +14,7 @@ from diffusion_lsp.model.canvas import FillRequest, build_row
 from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.policies import block_eligible
 from diffusion_lsp.model.sampler import _Batch, _hidden_at
-from diffusion_lsp.model.settings import SamplerConfig
+from diffusion_lsp.protocol.settings import SamplerConfig
 from diffusion_lsp.model.transformer import DiffusionTransformer, KVCache
 
 REQUESTS = [FillRequest("def add(a, b):\n    return", "\n\nprint(add(1, 2))\n", 12),

@@ -7,7 +7,7 @@ import pytest
 from diffusion_lsp.model.canvas import FillRequest, build_row
 from diffusion_lsp.model.results import text_of as _text
 from diffusion_lsp.model.sampler import fill
-from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
+from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
 
 PREFIX = "def greet(name):\n    return"
 

@@ -13,11 +13,11 @@ from diffusion_lsp.context.records import Document, EditSnippet, Suggestion
 from diffusion_lsp.server.completion import Answer, BadInput, Completer, locate, replace_range
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.indexer import Indexer
-from diffusion_lsp.backend.failure import BackendError, Failure
+from diffusion_lsp.protocol.failure import BackendError, Failure
 from diffusion_lsp.server.positions import UTF8, UTF16
 from diffusion_lsp.server.stats import Stats
-from diffusion_lsp.backend.base import Capabilities
-from diffusion_lsp.backend.orders import DraftTally, Fill
+from diffusion_lsp.protocol.capabilities import Capabilities
+from diffusion_lsp.protocol.answers import DraftTally, Fill
 
 WAIT = 30  # seconds: only reached when a test is failing
 DOC = Document("file:///a.py", "import os\n\nprint(os.sep)\n", "python")

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from conftest import RecordingUi
-from diffusion_lsp.model.settings import LaunchSettings
-from diffusion_lsp.model.settings import camel, snake
+from diffusion_lsp.protocol.settings import LaunchSettings
+from diffusion_lsp.protocol.settings import camel, snake
 from diffusion_lsp.server.config import Config, parse_config
 
 
@@ -82,7 +82,7 @@ def test_key_case_conversions():
 
 def test_sampling_settings_make_the_worker_s_order():
     from diffusion_lsp.context.records import CompletionContext, SpanKind
-    from diffusion_lsp.model.settings import SamplerConfig
+    from diffusion_lsp.protocol.settings import SamplerConfig
     from diffusion_lsp.server.completion import Completer
     from diffusion_lsp.server.stats import Stats
 

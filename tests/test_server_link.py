@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from conftest import RecordingUi
-from diffusion_lsp.model.settings import LaunchSettings
-from diffusion_lsp.backend.failure import BackendError, Failure
-from diffusion_lsp.backend.orders import Fill, FillOrder
+from diffusion_lsp.protocol.settings import LaunchSettings
+from diffusion_lsp.protocol.failure import BackendError, Failure
+from diffusion_lsp.protocol.answers import Fill
+from diffusion_lsp.protocol.requests import FillOrder
 from diffusion_lsp.worker.client import Pong, WorkerUnavailable
 from diffusion_lsp.worker.spec import WorkerSpec
 from diffusion_lsp.worker.link import RESTARTS_PER_MINUTE, WorkerLink

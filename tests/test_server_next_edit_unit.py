@@ -12,8 +12,8 @@ from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.next_edit import NextEdit, NextEditor
 from diffusion_lsp.server.positions import UTF8, UTF16
 from diffusion_lsp.server.stats import NextEditStats
-from diffusion_lsp.backend.base import Capabilities
-from diffusion_lsp.backend.orders import Fill, Probed
+from diffusion_lsp.protocol.capabilities import Capabilities
+from diffusion_lsp.protocol.answers import Fill, Probed
 
 URI = "file:///a.py"
 LINE = 'label = "é😀"; total = add(2, 3)\n'

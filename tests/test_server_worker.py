@@ -14,13 +14,14 @@ import time
 
 import pytest
 
-from diffusion_lsp.model.settings import LaunchSettings, SamplerConfig
+from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
 from diffusion_lsp.worker import listener as listener_module
 from diffusion_lsp.worker import wire
 from diffusion_lsp.worker.client import WorkerClient, WorkerUnavailable
 from diffusion_lsp.worker.spec import WorkerSpec
 from diffusion_lsp.worker.listener import bind, serve
-from diffusion_lsp.backend.orders import Fill, FillOrder
+from diffusion_lsp.protocol.answers import Fill
+from diffusion_lsp.protocol.requests import FillOrder
 from diffusion_lsp.worker.process import Worker
 
 WAIT = 30  # seconds: only reached when a test is failing

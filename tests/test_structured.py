@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from diffusion_lsp.backend.orders import StructuredOrder
+from diffusion_lsp.protocol.requests import StructuredOrder
 from diffusion_lsp.bench.schemas import KEYS, random_schema
 from diffusion_lsp.engine import Engine
 from diffusion_lsp.model.canvas import DoesNotFit

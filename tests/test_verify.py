@@ -11,7 +11,7 @@ from diffusion_lsp.model.canvas import FillRequest
 from diffusion_lsp.model.checkpoint import load_checkpoint
 from diffusion_lsp.model.probe import ScoreRow, probe, score_rows
 from diffusion_lsp.model.sampler import fill
-from diffusion_lsp.model.settings import SamplerConfig
+from diffusion_lsp.protocol.settings import SamplerConfig
 from diffusion_lsp.model.verify import kept_prefix
 from test_sampler import PREFIX, SUFFIX, setup_oracle
 
@@ -95,7 +95,8 @@ def test_scoring_rows_together_gives_each_what_it_gets_alone(tiny_checkpoint):
 
 
 def test_candidates_and_the_draft_tally_cross_the_wire_and_bad_ones_are_refused():
-    from diffusion_lsp.backend.orders import Draft, DraftTally, Fill, FillOrder
+    from diffusion_lsp.protocol.answers import Draft, DraftTally, Fill
+    from diffusion_lsp.protocol.requests import FillOrder
 
     order = FillOrder("a", "b", 8, one_line=True, candidates=("x + 1", "y"))
     assert FillOrder.from_message(order.message(1, "k")) == order
@@ -107,4 +108,6 @@ def test_candidates_and_the_draft_tally_cross_the_wire_and_bad_ones_are_refused(
     assert Fill.from_message(message) == fill_ and Draft.from_message(message) is None  # not a step's draft
     assert DraftTally(2, 4, 3).outcome == "part" and DraftTally(1, 4, 4).outcome == "whole"
     assert DraftTally(1, 4, 0).outcome == "rejected" and DraftTally().outcome is None
-    assert Fill.from_message({**message, "drafted": [1, 2, 3]}).draft == DraftTally()  # kept more than it had
+    for bad in ([1, 2, 3], None, [1, 2]):  # kept more than it had; none; short
+        with pytest.raises(ValueError, match="draft tally"):
+            Fill.from_message({**message, "drafted": bad})

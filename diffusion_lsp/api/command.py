@@ -8,7 +8,7 @@ import os
 import sys
 
 from ..errors import UserError
-from ..model.settings import LaunchSettings, SamplerConfig, add_args, from_args
+from ..protocol.settings import LaunchSettings, SamplerConfig, add_args, from_args
 from ..worker.spec import API_IDLE_EXIT_S, API_MAX_BATCH, LOAD_TIMEOUT_S, WorkerSpec
 
 DEFAULT_MODEL_NAME = "diffusion-lsp"
@@ -84,7 +84,7 @@ def listen_check(host: str, port: int) -> None:
 def _next_edit_settings(raw: str):
     import json
 
-    from ..model.settings import parse_tree
+    from ..protocol.settings import parse_tree
     from ..nextedit.suggest import NextEditSettings
 
     try:

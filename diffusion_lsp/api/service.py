@@ -20,13 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from ..backend.base import LogReporter
-from ..backend.failure import BackendError, Failure
-from ..backend.orders import Draft, Fill, FillOrder, StructuredOrder
+from ..protocol.backend import LogReporter
+from ..protocol.failure import BackendError, Failure
+from ..protocol.answers import Draft, Fill
+from ..protocol.requests import FillOrder, StructuredOrder
 from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..model.chat import ChatTemplate
-from ..model.settings import SamplerConfig
+from ..protocol.settings import SamplerConfig
 from ..nextedit import mercury
 from ..nextedit.instruct import order_for
 from ..nextedit.suggest import EditRequest, NextEditSettings, suggest

@@ -15,9 +15,10 @@ import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
-from .base import Capabilities
-from .failure import BackendError, Failure
-from .orders import Answered, Draft, Fill, FillOrder, InstructOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
+from ..protocol.capabilities import Capabilities
+from ..protocol.failure import BackendError, Failure
+from ..protocol.answers import Answered, Draft, Fill, Probed
+from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
 from ..model.stop import OrderStopped
 
 

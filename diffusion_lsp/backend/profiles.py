@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass
 
 from ..model.prompting import fenced
-from ..model.settings import FIM_TEMPLATES, LaunchSettings
+from ..protocol.settings import FIM_TEMPLATES, LaunchSettings
 from ..nextedit.mercury import CURSOR
 
 FIM_ROUTE, COMPLETIONS_ROUTE, CHAT_ROUTE = "/fim/completions", "/completions", "/chat/completions"

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
-from ..model.settings import LaunchSettings
+from ..protocol.settings import LaunchSettings
 from ..remote import FimClient, RemoteError
-from .base import FILL_TIMEOUT_S, Capabilities, Reporter
-from .failure import BackendError, Failure
-from .orders import Answered, Draft, Fill, FillOrder, InstructOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
+from ..protocol.backend import FILL_TIMEOUT_S, Reporter
+from ..protocol.capabilities import Capabilities
+from ..protocol.failure import BackendError, Failure
+from ..protocol.answers import Answered, Draft, Fill, Probed
+from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
 from .profiles import rewrites
 
 ClientFactory = Callable[..., FimClient]

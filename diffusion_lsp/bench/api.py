@@ -375,7 +375,7 @@ def engine_alone(model: str | None, max_tokens: int, seconds: float = 8.0) -> di
     """Requests/s of the engine in process at batch 1 and batch GOAL_AT (no HTTP, no worker)."""
     from ..engine import load_engine
     from ..model.canvas import FillRequest
-    from ..model.settings import LaunchSettings
+    from ..protocol.settings import LaunchSettings
 
     engine = load_engine(LaunchSettings(path=model))
     requests = workload()

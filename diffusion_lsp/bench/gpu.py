@@ -123,7 +123,7 @@ def load_models(plan: Plan, out: dict) -> dict:
     from ..engine import Engine, load_engine
     from ..kernels import dispatch
     from ..model.config import ModelConfig
-    from ..model.settings import LaunchSettings
+    from ..protocol.settings import LaunchSettings
     from .kernels import peak_mb, reset_peak, sync
 
     reset_peak(plan.device)
@@ -213,7 +213,7 @@ def positions(tok, n: int, context: int, seed: int) -> list[tuple[str, str]]:
 def single_rows(engine, spots, device: str) -> list[dict]:
     """A row per policy and kind: spots[0] warms up, the rest are timed one fill at a time."""
     from ..model.canvas import FillRequest, build_row
-    from ..model.settings import SamplerConfig
+    from ..protocol.settings import SamplerConfig
     from .kernels import peak_mb, reset_peak, sync
 
     rows = []

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .. import engine
 from ..errors import UserError
-from ..model.settings import LaunchSettings
+from ..protocol.settings import LaunchSettings
 from ..options import add_launch_args, launch_settings
 from .figures import MODEL_ROWS, print_figures, summarise
 from .next_edit import find_sites, print_next_edits

@@ -134,7 +134,7 @@ def measure(folder: str | None, precision: str, threads: int, fills: int) -> dic
     from ..context.tokens import model_token_counter
     from ..engine import load_engine, model_folder
     from ..model.canvas import FillRequest
-    from ..model.settings import LaunchSettings, SamplerConfig
+    from ..protocol.settings import LaunchSettings, SamplerConfig
 
     import torch  # noqa: F401 (imported before the clock starts: the load time is the checkpoint's)
 

@@ -9,7 +9,7 @@ import time
 
 from ..engine import pick_device
 from ..errors import UserError
-from ..model.settings import FLOAT_DTYPES, SamplerConfig
+from ..protocol.settings import FLOAT_DTYPES, SamplerConfig
 from ..options import add_launch_args, add_sampler_args, engine_for, launch_settings, sampler_config
 from .workload import SPAN_LENGTHS, make_spans, workload_files
 

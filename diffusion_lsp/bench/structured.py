@@ -43,7 +43,7 @@ def run(args) -> int:
 
     from ..model.canvas import DoesNotFit, FillRequest
     from ..model.jsonschema import compile_schema
-    from ..model.settings import SamplerConfig
+    from ..protocol.settings import SamplerConfig
     from ..model.structured import Layout, tables
 
     engine = engine_for(launch_settings(args))

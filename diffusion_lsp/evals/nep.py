@@ -182,7 +182,7 @@ def model_predictor(args):
         from ..nextedit.suggest import NextEditSettings
     except ImportError as e:
         raise UserError(f"no next-edit model predictor ({e}); run with --no-model for the baselines") from None
-    from ..backend.failure import BackendError
+    from ..protocol.failure import BackendError
     from ..context.tokens import approx_tokens, model_token_counter
     from ..engine import model_folder
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import jsonout
-from ..backend.orders import FillOrder
+from ..protocol.requests import FillOrder
 from ..context.drafts import drafts_for
 from ..context.gather import gather
 from ..context.records import ContextBudget, Document

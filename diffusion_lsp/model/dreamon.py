@@ -36,7 +36,7 @@ import torch
 
 from .canvas import FillRequest, Row, build_row, newline_first_table
 from .results import Decoded, FillResult, result_of
-from .settings import SamplerConfig
+from ..protocol.settings import SamplerConfig
 from .tokenizer import Tokenizer
 
 MIN_GEN_LEN = 4  # masks the middle starts with: DreamOn's eval config (eval/configs/eval_infill.yaml)

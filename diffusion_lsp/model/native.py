@@ -35,7 +35,7 @@ from .hf_tokenizer import load_tokenizer_files
 from .pretrained import weight_headers
 from .prompting import Prompter, answer_text, chat_template, rendered
 from .results import Draft, FillResult, answer_of, text_of
-from .settings import SamplerConfig
+from ..protocol.settings import SamplerConfig
 from .tokenizer import Tokenizer
 
 SEED = 0  # every fill starts from this torch seed: the same request gets the same fill

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels.vocab_stats import token_stats  # noqa: F401  (the statistics the policies read)
-from .settings import POLICIES
+from ..protocol.settings import POLICIES
 
 
 def _ranks(score: torch.Tensor, eligible: torch.Tensor, descending: bool) -> torch.Tensor:

@@ -38,7 +38,7 @@ from .canvas import FillRequest, Row, build_row, newline_first_table
 from ..kernels.vocab_stats import Constraint, head_stats
 from .policies import block_eligible, select
 from .reuse import ContextMemo, Entry, Plan, warm_row
-from .settings import SamplerConfig
+from ..protocol.settings import SamplerConfig
 from .results import MASK_GLYPH, Decoded, Draft, FillResult, result_of, unhealed
 from .tokenizer import Tokenizer
 from .transformer import KVCache

@@ -12,7 +12,7 @@ How the model is asked depends on what it is (each backend's `instruct`):
 
 from __future__ import annotations
 
-from ..backend.orders import InstructOrder
+from ..protocol.requests import InstructOrder
 from ..context.tokens import approx_tokens
 from ..model.prompting import instruction as prompt_text
 

@@ -1,5 +1,5 @@
 """Decoding a next edit: `await suggest(request, backend, key)` -> Outcome, a straight pipeline
-over a Backend (backend/base.py): region -> prompt -> await probe -> choose the span -> await fill
+over a Backend (protocol/backend.py): region -> prompt -> await probe -> choose the span -> await fill
 -> filters. The CPU steps (the region's parse, the prompt's token counts, the filters) run where
 `cpu` puts them (a thread, for the language server). The language server, serve-api, `eval nep`
 and tests all run this one pipeline, over the worker, a remote API or an engine in process.
@@ -31,11 +31,13 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ..backend.base import Backend, Capabilities
-from ..backend.orders import Fill, FillOrder, Probed, ProbeOrder, RewriteOrder
+from ..protocol.backend import Backend
+from ..protocol.capabilities import Capabilities
+from ..protocol.answers import Fill, Probed
+from ..protocol.requests import FillOrder, ProbeOrder, RewriteOrder
 from ..context.languages import LanguageSpec
 from ..context.records import CONTEXT_TOKENS, DEBOUNCE_MS
-from ..model.settings import SamplerConfig, _validate, check, one_of, within
+from ..protocol.settings import SamplerConfig, _validate, check, one_of, within
 from .edits import TextEdit, breaks_parse, line_of, minimal_edit, reverts
 from . import mercury, repeat
 from .history import Step

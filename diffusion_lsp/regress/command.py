@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import __version__, jsonout
 from ..engine import model_folder
 from ..errors import UserError
-from ..model.settings import LaunchSettings
+from ..protocol.settings import LaunchSettings
 from ..options import add_launch_args, launch_settings, read_bytes
 from . import baseline
 from .compare import Tolerances, judge, run_calibration

@@ -28,7 +28,7 @@ from pathlib import Path
 from ..bench import next_edit
 from ..bench.figures import Sample
 from ..bench.replay import type_at
-from ..model.settings import LaunchSettings
+from ..protocol.settings import LaunchSettings
 from ..server.stats import percentile
 from .workload import WorkFile, Workload
 

@@ -6,7 +6,7 @@ import logging
 import sys
 
 from ..errors import UserError
-from ..model.settings import LaunchSettings, add_args, from_args
+from ..protocol.settings import LaunchSettings, add_args, from_args
 
 
 # The event loop shares the GIL with the context thread and the stdin reader: at Python's default

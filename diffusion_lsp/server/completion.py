@@ -2,7 +2,7 @@
 
 Top to bottom: locate the position and refuse bad input; the cache; the request's ticket
 (lifecycle.py: superseded by a newer request for the same document, the debounce); the context
-(context/gather.py); the fill through the Backend (backend/base.py: the model worker, or a remote
+(context/gather.py); the fill through the Backend (protocol/backend.py: the model worker, or a remote
 API); post-processing (context/postprocess.py) and one shorter, more careful re-sample of
 a fill that breaks the parse; the range the answer replaces. The context is gathered in a thread
 of its own, so tree-sitter and the tokenizer never block the event loop, and other documents'
@@ -20,9 +20,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..backend.base import Backend
-from ..backend.failure import BackendError, Failure
-from ..backend.orders import Fill, FillOrder, Kept
+from ..protocol.backend import Backend
+from ..protocol.failure import BackendError, Failure
+from ..protocol.answers import Fill, Kept
+from ..protocol.requests import FillOrder
 from ..context.drafts import LastFills, cursor_lines, drafts_for
 from ..context.gather import gather
 from ..context.index import indexed

@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..backend.base import FILL_TIMEOUT_S
+from ..protocol.backend import FILL_TIMEOUT_S
 from ..context.languages import LANGUAGE_IDS, LanguageSpec
 from ..context.records import CONTEXT_TOKENS, DEBOUNCE_MS
 from ..model.claims import Claims
-from ..model.settings import LaunchSettings, SamplerConfig, check, parse_tree, within
+from ..protocol.settings import LaunchSettings, SamplerConfig, check, parse_tree, within
 from ..nextedit.suggest import NextEditSettings
 from ..worker.spec import IDLE_EXIT_S, LOAD_TIMEOUT_S
 

@@ -1,4 +1,4 @@
-"""What a backend failure (backend/failure.py) is to the language server, said once: every request
+"""What a backend failure (protocol/failure.py) is to the language server, said once: every request
 it fails is answered empty and logged at one level. The backend itself has already shown the user
 what needs their attention (a worker that cannot start or crashed, a key the API refused) once, and
 logged its errors, so a request logs at debug; only an order that can never be done (INVALID: this
@@ -7,7 +7,7 @@ logged (the callers check for it first)."""
 
 from __future__ import annotations
 
-from ..backend.failure import BackendError, Failure
+from ..protocol.failure import BackendError, Failure
 
 
 def log_level(error: BackendError) -> str:

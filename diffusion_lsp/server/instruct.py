@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified, JsonRpcException, JsonRpcInvalidParams, JsonRpcRequestCancelled
 
-from ..backend.failure import BackendError, Failure
-from ..backend.orders import InstructOrder
+from ..protocol.failure import BackendError, Failure
+from ..protocol.requests import InstructOrder
 from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..nextedit.edits import LineEnds

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..backend.base import Backend
-from ..backend.failure import BackendError, Failure
+from ..protocol.backend import Backend
+from ..protocol.failure import BackendError, Failure
 from ..context.index import indexed
 from ..context.languages import language_for
 from ..context.tokens import approx_tokens

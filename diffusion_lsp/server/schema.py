@@ -13,8 +13,8 @@ import types
 import typing
 from pathlib import Path
 
-from ..model.settings import hints
-from ..model.settings import camel
+from ..protocol.settings import hints
+from ..protocol.settings import camel
 from .config import Config
 
 SECTION = "diffusionLsp"

@@ -1,8 +1,8 @@
 """One editor session, without LSP types: its settings and statistics, and the parts that serve it,
 each the one owner of its flow: the completer (a completion), the next editor, the backend (the
-model worker, or with model.backend "openai" a remote FIM API: backend/base.py), the indexer
+model worker, or with model.backend "openai" a remote FIM API: protocol/backend.py), the indexer
 (background work on open documents) and the recent edits. The server adapts it to pygls
-(server.py) and reports through a Reporter (backend/base.py)."""
+(server.py) and reports through a Reporter (protocol/backend.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..backend.base import Reporter
+from ..protocol.backend import Reporter
 from ..backend.remote import RemoteBackend
 from ..context.cutting import memoized
 from ..context.tokens import model_token_counter
 from ..context.records import Document
 from ..engine import model_folder
 from ..model.claims import GENERAL, Claims, read_claims
-from ..model.settings import LaunchSettings
+from ..protocol.settings import LaunchSettings
 from ..nextedit.history import EditLog
 from ..worker.link import WorkerLink
 from ..worker.spec import WorkerSpec

@@ -8,7 +8,7 @@ import math
 from collections import deque
 from dataclasses import asdict, dataclass, field, fields
 
-from ..backend.orders import Kept
+from ..protocol.answers import Kept
 
 WINDOW = 1000  # latencies kept for the percentiles
 RECENT = 128  # per-request timings sent with each report
@@ -105,7 +105,7 @@ class Stats:
     next_edit: NextEditStats = field(default_factory=NextEditStats)
 
     def drafted(self, outcome: Kept | None) -> None:
-        """Count a fill's draft outcome (backend/orders.py DraftTally.outcome; None: it had none)."""
+        """Count a fill's draft outcome (protocol/answers.py DraftTally.outcome; None: it had none)."""
         if outcome is None:
             return
         self.drafts_offered += 1

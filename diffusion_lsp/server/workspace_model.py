@@ -16,7 +16,7 @@ from ..data.repo import ADAPTED_DIR
 from ..local_state import trusted
 from ..model.config import read_json
 from ..model.quick_check import problem
-from ..model.settings import LaunchSettings
+from ..protocol.settings import LaunchSettings
 
 
 @dataclass(frozen=True)

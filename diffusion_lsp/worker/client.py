@@ -12,11 +12,11 @@ import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from ..backend.failure import BackendError, Failure
-from ..backend.base import Capabilities
-from ..backend.orders import (Answered, Draft, Fill, FillOrder, InstructOrder, Probed, ProbeOrder, RewriteOrder,
-                              StructuredOrder)
-from ..model.settings import LaunchSettings
+from ..protocol.failure import BackendError, Failure
+from ..protocol.capabilities import Capabilities
+from ..protocol.answers import Answered, Draft, Fill, Probed
+from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
+from ..protocol.settings import LaunchSettings
 from .spec import WorkerSpec
 from .wire import (MAX_LINE, WIRE_VERSION, build_id, check_socket_path, decode, encode, model_name,
                    refused, weights_id)

@@ -1,4 +1,4 @@
-"""The shared model worker as a Backend (backend/base.py): `await link.fill(key, order) -> Fill`.
+"""The shared model worker as a Backend (protocol/backend.py): `await link.fill(key, order) -> Fill`.
 
 Above the socket client, it owns the worker's life cycle: started on demand with a progress report
 while the model loads, one clear message when it cannot start or load, one notice and a restart when
@@ -17,12 +17,13 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
-from ..backend.base import Capabilities, Reporter
-from ..backend.failure import BackendError, Failure
-from ..backend.orders import (Answered, Draft, Fill, FillOrder, InstructOrder, Probed, ProbeOrder, RewriteOrder,
-                              StructuredOrder)
+from ..protocol.capabilities import Capabilities
+from ..protocol.backend import Reporter
+from ..protocol.failure import BackendError, Failure
+from ..protocol.answers import Answered, Draft, Fill, Probed
+from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
 from .client import Pong, WorkerClient, WorkerUnavailable
-from ..backend.base import FILL_TIMEOUT_S
+from ..protocol.backend import FILL_TIMEOUT_S
 from .spec import WorkerSpec
 
 RESTARTS_PER_MINUTE = 3  # beyond this, a crashed worker restarts on the next request only

@@ -26,9 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..backend.orders import Draft, FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
+from ..protocol.answers import Draft
+from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
 from ..model.canvas import DoesNotFit
-from ..model.settings import LaunchSettings
+from ..protocol.settings import LaunchSettings
 from ..model.stop import OrderStopped
 from .listener import Conn, bind, serve
 from .spec import LOAD_TIMEOUT_S, MAX_BATCH, WorkerSpec

@@ -3,7 +3,7 @@ how many fills it decodes together and when it exits. `WorkerSpec` is the only s
 worker's command line (`command`) and of its socket's default name; the language server and
 serve-api each derive theirs from their settings, and the worker process parses its flags back
 into one (`from_args`). Every default of a worker is written here once (the deadline of an
-order, every backend's, in backend/base.py)."""
+order, every backend's, in protocol/backend.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..model.settings import LaunchSettings, add_args, from_args
+from ..protocol.settings import LaunchSettings, add_args, from_args
 from .wire import default_socket
 
 IDLE_EXIT_S = 600.0  # an editors' worker outlives a session, for the next one (and other editors) to share

@@ -25,7 +25,7 @@ Messages, one JSON object per line (`WIRE_VERSION` in hello; a client refuses an
                      one that is stopped does not. stuck_s, only while the model thread holds an order
                      that was stopped: for how long; dead, only when the model thread has ended)
 A fill supersedes any older fill with the same key from the same connection. The orders and answers
-are backend/orders.py's, in their wire form; a "no" becomes the Backend's failure here (`refused`)."""
+are protocol/requests.py and protocol/answers.py, in their wire form; a "no" becomes the Backend's failure here (`refused`)."""
 
 from __future__ import annotations
 
@@ -38,10 +38,10 @@ import tempfile
 from pathlib import Path
 
 from .. import __version__
-from ..backend.failure import BackendError, Failure
+from ..protocol.failure import BackendError, Failure
 from ..engine import model_folder
 from ..model.config import regular_file
-from ..model.settings import LaunchSettings
+from ..protocol.settings import LaunchSettings
 
 WIRE_VERSION = 3
 MAX_LINE = 64 * 1024 * 1024  # bytes; a line longer than this closes the connection

@@ -25,32 +25,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Protocol
 
+from .answers import Answered, Draft, Fill, Probed
+from .capabilities import Capabilities
 from .failure import BackendError
-from .orders import Answered, Draft, Fill, FillOrder, InstructOrder, Probed, ProbeOrder, RewriteOrder, StructuredOrder
+from .requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
 
 
 FILL_TIMEOUT_S = 10.0  # every backend's default deadline for an order (worker.fillTimeoutS)
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    probe: bool = False  # scores given tokens (next edit's remask-and-refine needs it)
-    rewrite: bool = False  # rewrites a region from an edit prompt (an API's edit endpoint, a model asked in chat)
-    drafts: bool = False  # streams the draft after every denoising step
-    chat: bool = False  # answers a conversation: it has a chat template (its own, or one given at launch)
-    structured: bool = False  # decodes JSON under a schema's constraints (model/structured.py): our own sampler
-
-    @classmethod
-    def from_message(cls, raw) -> Capabilities | None:
-        """What a worker's state event says its model can do (an engine's `capabilities`); None when
-        it says nothing valid (still loading, an older worker)."""
-        if not isinstance(raw, dict) or not all(isinstance(raw.get(k), bool) for k in ("probe", "rewrite", "drafts")):
-            return None
-        return cls(raw["probe"], raw["rewrite"], raw["drafts"], raw.get("chat") is True,
-                   raw.get("structured") is True)
 
 
 class Backend(Protocol):
