@@ -20,7 +20,7 @@ COMMANDS = {  # in the order `--help` lists them: using the model first, making 
     "eval": "diffusion_lsp.evals.command",
     "bench": "diffusion_lsp.bench",
     "regress": "diffusion_lsp.regress",
-    "adapt": "diffusion_lsp.train.adapt_command",
+    "adapt": "diffusion_lsp.evals.adapt_command",
     "data": "diffusion_lsp.data.command",
     "train": "diffusion_lsp.train.command",
     "train-recipe": "diffusion_lsp.train.recipe",

@@ -201,7 +201,7 @@ class Engine:
         return canvas_room(self.tokenizer, self.model.config.max_seq_len) - n
 
     def answer_rewrite(self, order, stop=None):
-        """protocol/requests.py RewriteOrder -> Fill: the tagged region (nextedit/mercury.py) in a chat model's
+        """protocol/requests.py RewriteOrder -> Fill: the tagged region (formats/mercury.py) in a chat model's
         prompt (prompting.py), the answer on the canvas; ValueError for a model not asked in chat (ours
         rewrite a region by re-masking it: nextedit/suggest.py); model/stop.py OrderStopped between steps
         once `stop` is set."""
@@ -213,12 +213,12 @@ class Engine:
         return self._answer_one(FillRequest("", "", n, id=0, **self._prompted("", "", n, order.content)), stop)
 
     def answer_instruct(self, order, stop=None):
-        """protocol/requests.py InstructOrder -> Fill, the region as the instruction says (nextedit/instruct.py):
+        """protocol/requests.py InstructOrder -> Fill, the region as the instruction says (formats/instruct.py):
         a model asked in chat gets the instruction and the tagged region in a user turn; any other re-masks
         the region between the code around it, the instruction a comment above it; OrderStopped between
         steps once `stop` is set."""
         from .model.canvas import FillRequest
-        from .nextedit.instruct import chat_content, commented
+        from .formats.instruct import chat_content, commented
 
         n = min(order.max_tokens, self.max_tokens())
         if self.capabilities["rewrite"]:  # prefix-only, asked in chat

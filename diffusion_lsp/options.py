@@ -28,7 +28,7 @@ SAMPLER_FLAGS = ("policy", "threshold", "k", "gamma", "block_size", "use_cache",
 
 def add_launch_args(p: argparse.ArgumentParser) -> None:
     """--model, --device, --threads, --precision; --backend openai with --base-url, --remote-model
-    and --api-key-env for an OpenAI-compatible FIM API (remote.py)."""
+    and --api-key-env for an OpenAI-compatible FIM API (backend/api_client.py)."""
     add_args(p, LaunchSettings)
 
 
@@ -93,7 +93,7 @@ def backend_for(launch: LaunchSettings):
     if launch.backend == "openai":
         from .protocol.backend import LogReporter  # httpx: kept off --help
         from .backend.remote import RemoteBackend
-        from .remote import RemoteError, read_key
+        from .backend.api_client import RemoteError, read_key
 
         try:
             read_key(launch.api_key_env)

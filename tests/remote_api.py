@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from diffusion_lsp.context.records import Document
-from diffusion_lsp.remote import FimClient
+from diffusion_lsp.backend.api_client import FimClient
 
 WAIT = 30  # seconds: only reached when a test is failing
 KEY = "sk-SENTINEL-7f3a9c0d-do-not-leak"

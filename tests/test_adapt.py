@@ -15,7 +15,7 @@ import pytest
 from conftest import RecordingUi
 from diffusion_lsp.cli import main
 from diffusion_lsp.data.git_history import edit_steps, file_pairs
-from diffusion_lsp.data.repo import ADAPTED_DIR, is_held_out
+from diffusion_lsp.context.repo import ADAPTED_DIR, is_held_out
 from diffusion_lsp.local_state import trust
 from diffusion_lsp.model.quick_check import problem
 from diffusion_lsp.protocol.settings import LaunchSettings

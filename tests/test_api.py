@@ -28,7 +28,7 @@ from conftest import open_doc, start_server, stop_server, within
 from diffusion_lsp.api.bodies import BadRequest, cut_at_stop, parse_fim, split_fim, stream_safe
 from diffusion_lsp.bench.api import stop
 from diffusion_lsp.model.results import MASK_GLYPH
-from diffusion_lsp.nextedit import mercury
+from diffusion_lsp.formats import mercury
 from test_server_e2e import echo_checkpoint  # noqa: F401 (a fixture)
 from test_server_range import CAPS, SCRIPT, scripted_checkpoint
 
@@ -192,7 +192,7 @@ def test_a_next_edit_through_the_edit_endpoint(echo_checkpoint, tmp_path):  # no
         assert len(new.splitlines()) == 2 and len(changed) == 1, new
         assert changed[0][1].strip().strip("fo") == "", changed  # the echo model's foo's
         via = asyncio.run(_edit_through_the_language_servers_client(server.base, content))
-        assert mercury.rewritten(via) == new  # the remote backend's own client (remote.py) gets the same
+        assert mercury.rewritten(via) == new  # the remote backend's own client (backend/api_client.py) gets the same
         bad = httpx.post(server.base + "/v1/edit/completions", json={"messages": [{"role": "user", "content": "hi"}]})
         assert bad.status_code == 400 and "<|current_file_content|>" in bad.json()["error"]["message"]
         huge = mercury.edit_request("area.py", "", "x = 1\n" * 20_000, 0, "", [], lambda t: len(t) // 3 + 1, 10 ** 6)
@@ -210,7 +210,7 @@ def test_a_next_edit_through_the_edit_endpoint(echo_checkpoint, tmp_path):  # no
 
 
 async def _edit_through_the_language_servers_client(base: str, content: str) -> str:
-    from diffusion_lsp.remote import FimClient
+    from diffusion_lsp.backend.api_client import FimClient
 
     client = FimClient(base + "/v1", "diffusion-lsp")
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 from diffusion_lsp.bench.figures import Sample
 from diffusion_lsp.bench.lsp import _print_header, server_launch
 from diffusion_lsp.bench.replay import Crowd, Site, find_sites
-from diffusion_lsp.bench.workload import open_documents
+from diffusion_lsp.data.workload import open_documents
 from diffusion_lsp.cli import build_parser, main
 from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.server.config import parse_config

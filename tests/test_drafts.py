@@ -1,5 +1,5 @@
 """Drafts from the code itself (context/drafts.py) on small texts with known answers, and the
-repository's files as `eval repo` reads them (data/repo.py)."""
+repository's files as `eval repo` reads them (context/repo.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 from diffusion_lsp.context.drafts import LastFills, cursor_lines, drafts_for, lookup, similar_line
 from diffusion_lsp.context.records import Document
-from diffusion_lsp.data.repo import is_held_out, repo_files
+from diffusion_lsp.context.repo import is_held_out, repo_files
 
 TWICE = "def a(x):\n    total = compute(x, 1)\n    return total + 1\n\ndef b(y):\n    total = compute(y, 1)\n    ret"
 
@@ -102,7 +102,7 @@ def test_a_file_is_held_out_by_its_path_alone_the_same_in_every_process():
     paths = [f"pkg/m{i}.py" for i in range(1000)]
     held = [p for p in paths if is_held_out(p)]
     assert 150 < len(held) < 250  # about HELD_OUT_SHARE
-    script = ("from diffusion_lsp.data.repo import is_held_out; "
+    script = ("from diffusion_lsp.context.repo import is_held_out; "
               "print(' '.join(p for p in (f'pkg/m{i}.py' for i in range(1000)) if is_held_out(p)))")
     for seed in ("1", "2"):  # another process, another str hash: the split must not move
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,

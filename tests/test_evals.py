@@ -111,7 +111,7 @@ def test_edit_similarity_scores_near_misses_between_exact_and_nothing():
 
 
 def test_eval_repo_measures_every_row_on_held_out_files_only(tiny_checkpoint, tmp_path, capsys):
-    from diffusion_lsp.data.repo import is_held_out
+    from diffusion_lsp.context.repo import is_held_out
     from diffusion_lsp.evals import repo
 
     body = "".join(f"def load_{n}({n}):\n    data = read({n})\n    return parse(data, {n})\n\n"

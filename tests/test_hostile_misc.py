@@ -21,7 +21,7 @@ import pytest
 from diffusion_lsp.cli import build_parser, main
 from diffusion_lsp.regress import baseline, command
 from diffusion_lsp.keyscrub import HIDDEN, scrub_key
-from diffusion_lsp.remote import MAX_SCAN, head
+from diffusion_lsp.backend.api_client import MAX_SCAN, head
 from diffusion_lsp.regress.workload import sample
 
 from remote_api import KEY

@@ -1,4 +1,4 @@
-"""A repository is someone else's data. Its files are read by one reader (data/repo.py, for `adapt`,
+"""A repository is someone else's data. Its files are read by one reader (context/repo.py, for `adapt`,
 `eval repo` and `regress --repo`) that never follows a symlink out of the repository, opens only
 regular files and reads at most a capped number of bytes; `adapt` never writes through a symlink the
 repository brought; and a model folder the repository ships is not used by the language server
@@ -17,7 +17,7 @@ import pytest
 
 from conftest import RecordingUi
 from diffusion_lsp.cli import main
-from diffusion_lsp.data.repo import ADAPTED_DIR, MAX_FILE_BYTES, read_file, repo_files
+from diffusion_lsp.context.repo import ADAPTED_DIR, MAX_FILE_BYTES, read_file, repo_files
 from diffusion_lsp.local_state import trust, trusted
 from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.regress.workload import repository_files, sample

@@ -19,7 +19,7 @@ from diffusion_lsp.model.checkpoint import CheckpointError
 from diffusion_lsp.model.claims import GENERAL, read_claims
 from diffusion_lsp.model.pretrained import load_folder
 from diffusion_lsp.model.quick_check import problem
-from diffusion_lsp.data.repo import ADAPTED_DIR
+from diffusion_lsp.context.repo import ADAPTED_DIR
 
 
 def logits(model, ids):

@@ -25,7 +25,7 @@ from diffusion_lsp.model.checkpoint import CheckpointError
 from diffusion_lsp.model.native import SEED, end_ids, load_native, prompt_room
 from diffusion_lsp.model.prompting import CURSOR, Prompter, answer_text, render_chat
 from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
-from diffusion_lsp.nextedit import mercury
+from diffusion_lsp.formats import mercury
 
 from native_models import GEMMA_TEMPLATE, write_diffusion_gemma
 

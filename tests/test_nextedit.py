@@ -1,5 +1,5 @@
 """nextedit without a model: edit steps and their diffs (history.py), the editable region (region.py),
-the prompt (prompt.py), one minimal edit and its filters (edits.py). Expected values are worked out
+the prompt (formats/edit_prompt.py), one minimal edit and its filters (edits.py). Expected values are worked out
 by hand; token counts use a word counter so that budgets are easy to follow."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.nextedit.edits import TextEdit, breaks_parse, minimal_edit, reverts
 from diffusion_lsp.nextedit.history import HUGE_LINES, EditLog, Step, diffs_between, last_change_end, render, \
     steps_between
-from diffusion_lsp.nextedit.prompt import EDITED, HISTORY, NO_HISTORY, ORIGINAL, edit_prompt, history_block
+from diffusion_lsp.formats.edit_prompt import EDITED, HISTORY, NO_HISTORY, ORIGINAL, edit_prompt, history_block
 from diffusion_lsp.nextedit.region import editable_region
 
 PY, JS = language_for("python"), language_for("javascript")
@@ -369,7 +369,7 @@ def test_last_change_end_after_a_line_break_at_the_end_is_the_next_line():
 def test_a_huge_line_near_the_cursor_is_never_counted():
     """A 2 MB minified line near the cursor was counted nine times for one next edit (3 s each, the
     GIL held: the whole server stalled). Over every budget by its length alone, it is left out uncounted."""
-    from diffusion_lsp.nextedit.prompt import cut_lines
+    from diffusion_lsp.formats.edit_prompt import cut_lines
 
     lines = [f"x{i} = {i}\n" for i in range(40)]
     lines[22] = "y = [" + ", ".join(["1"] * 300_000) + "]\n"

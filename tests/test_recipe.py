@@ -15,7 +15,7 @@ import pytest
 
 from conftest import corpus_texts
 from diffusion_lsp.data.pack import pack, unpack
-from diffusion_lsp.train.data import PackError, TokenFiles, has_split
+from diffusion_lsp.data.token_files import PackError, TokenFiles, has_split
 from diffusion_lsp.train.recipe import TOKENS_PER_PARAM, choose
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from diffusion_lsp.bench import next_edit, replay
-from diffusion_lsp.data.repo import SourceFile
+from diffusion_lsp.context.repo import SourceFile
 from diffusion_lsp.engine import DEFAULT_MODEL
 from diffusion_lsp.regress import command
 from diffusion_lsp.regress.compare import Tolerances, judge

@@ -16,7 +16,7 @@ import pytest
 from remote_api import ENV, KEY, WAIT, Api, assert_no_key, chain, client, complete, ok
 from diffusion_lsp.cli import main
 from diffusion_lsp.protocol.settings import LaunchSettings
-from diffusion_lsp.remote import FimClient, RemoteError, RequestFailed, api_message, retry_after
+from diffusion_lsp.backend.api_client import FimClient, RemoteError, RequestFailed, api_message, retry_after
 
 
 def test_a_fim_request_carries_the_fields_and_the_bearer_key(api):
@@ -255,7 +255,7 @@ def test_fim_prints_an_answer_holding_a_lone_surrogate_instead_of_crashing(api, 
 
 
 def test_an_api_message_cannot_put_escape_codes_or_lines_on_the_users_terminal():
-    from diffusion_lsp.remote import one_line
+    from diffusion_lsp.backend.api_client import one_line
 
     said = one_line("bad\x1b[31mred\x1b[0m\r\nFAKE: diffusion-lsp: error: spoofed")
     assert "\x1b" not in said and "\n" not in said and "\r" not in said and said.startswith("bad [31mred")

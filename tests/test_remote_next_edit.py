@@ -1,5 +1,5 @@
 """Next edits through a remote backend: the API's edit endpoint (Mercury's `/edit/completions`,
-nextedit/mercury.py) against the scripted API of remote_api.py, from the client up to the language
+formats/mercury.py) against the scripted API of remote_api.py, from the client up to the language
 server's NextEditor over a RemoteBackend."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from conftest import RecordingUi
 from remote_api import ENV, KEY, client
 from diffusion_lsp.context.records import Document
 from diffusion_lsp.nextedit.history import EditLog
-from diffusion_lsp.nextedit.mercury import rewritten
-from diffusion_lsp.remote import RemoteError
+from diffusion_lsp.formats.mercury import rewritten
+from diffusion_lsp.backend.api_client import RemoteError
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.next_edit import NextEditor
 from diffusion_lsp.server.positions import UTF16

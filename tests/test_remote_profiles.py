@@ -20,7 +20,7 @@ from diffusion_lsp.backend.profiles import EDIT_SYSTEM, FENCE_TOKENS, FILL_SYSTE
 from diffusion_lsp.backend.remote import RemoteBackend
 from diffusion_lsp.cli import main
 from diffusion_lsp.protocol.settings import FIM_TEMPLATES, LaunchSettings
-from diffusion_lsp.remote import RemoteError, RequestFailed
+from diffusion_lsp.backend.api_client import RemoteError, RequestFailed
 from diffusion_lsp.server.config import parse_config
 
 PREFIX, SUFFIX = "def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n"
@@ -359,7 +359,7 @@ def test_fim_with_server_vllm_as_a_user_runs_it(api, tmp_path, capsys):
 def test_an_instruction_edit_asks_the_chat_endpoint_and_takes_the_code_out_of_its_fence(api, server, routes, limit):
     from diffusion_lsp.protocol.requests import InstructOrder
     from diffusion_lsp.backend.profiles import FENCE_TOKENS, INSTRUCT_SYSTEM
-    from diffusion_lsp.nextedit.instruct import chat_content
+    from diffusion_lsp.formats.instruct import chat_content
 
     Engine(api, routes, output="Sure:\n```python\nreturn sum(xs)\n```\nDone.")
     # the completions format (vLLM's with its FIM template): the edit still goes through chat

@@ -16,7 +16,8 @@ from diffusion_lsp.model.checkpoint import load_checkpoint
 from diffusion_lsp.model.tokenizer import train_bpe
 from diffusion_lsp.train import command
 from diffusion_lsp.train.config import TrainConfig
-from diffusion_lsp.train.data import Batches, TokenFiles, newline_table
+from diffusion_lsp.train.data import Batches, newline_table
+from diffusion_lsp.data.token_files import TokenFiles
 from diffusion_lsp.train.loop import train
 from diffusion_lsp.train.objective import (CANVAS_SIZES, Batch, ObjectiveConfig, fim_row, make_batch,
                                            masked_weights, noise, plain_row, select_masked)

@@ -12,9 +12,10 @@ import torch
 from diffusion_lsp.engine import DEFAULT_MODEL
 from diffusion_lsp.model.config import SpecialTokens
 from diffusion_lsp.model.tokenizer import Tokenizer
-from diffusion_lsp.nextedit.prompt import EDITED, HISTORY, ORIGINAL
+from diffusion_lsp.formats.edit_prompt import EDITED, HISTORY, ORIGINAL
 from diffusion_lsp.train.config import TrainConfig
-from diffusion_lsp.train.data import Batches, TokenFiles, newline_table
+from diffusion_lsp.train.data import Batches, newline_table
+from diffusion_lsp.data.token_files import TokenFiles
 from diffusion_lsp.train.edit_rows import edit_row, load_records
 from diffusion_lsp.train.loop import train
 from diffusion_lsp.train.objective import ObjectiveConfig, block_noise, make_batch

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..model.text import valid_text
-from ..nextedit import mercury
+from ..formats import mercury
 
 MAX_STOPS = 4
 MAX_STOP_CHARS = 64
@@ -175,7 +175,7 @@ def stops_of(body: dict) -> list[str]:
 
 
 def parse_edit(body, cap: int) -> Edit:
-    """/v1/edit/completions: one user message in Inception's next-edit format (nextedit/mercury.py)."""
+    """/v1/edit/completions: one user message in Inception's next-edit format (formats/mercury.py)."""
     known = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "stream", "n", "best_of",
              "logprobs", "echo"}
     model, max_tokens, ignored = _common(body, known, cap)
@@ -213,7 +213,7 @@ class Instruct:
 
 
 def parse_instruct(body, cap: int) -> Instruct:
-    """/v1/edit/completions with `instruction` (nextedit/instruct.py)."""
+    """/v1/edit/completions with `instruction` (formats/instruct.py)."""
     known = {"model", "input", "instruction", "prefix", "suffix", "language", "max_tokens", "max_completion_tokens",
              "temperature", "stream", "n", "best_of", "logprobs", "echo"}
     model, max_tokens, ignored = _common(body, known, cap)

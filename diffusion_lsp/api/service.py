@@ -28,8 +28,8 @@ from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..model.chat import ChatTemplate
 from ..protocol.settings import SamplerConfig
-from ..nextedit import mercury
-from ..nextedit.instruct import order_for
+from ..formats import mercury
+from ..formats.instruct import order_for
 from ..nextedit.suggest import EditRequest, NextEditSettings, suggest
 from ..worker.spec import WorkerSpec
 from ..worker.link import WorkerLink
@@ -243,7 +243,7 @@ class Service:
         return answer
 
     async def instruct(self, req: Instruct) -> Answer:
-        """`input` rewritten as the instruction says, between the file's prefix and suffix (nextedit/instruct.py)."""
+        """`input` rewritten as the instruction says, between the file's prefix and suffix (formats/instruct.py)."""
         t0 = time.monotonic()
         text = req.prefix + req.input + req.suffix
         spec = language_for(req.language, None) if req.language else None

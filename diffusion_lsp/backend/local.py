@@ -88,7 +88,7 @@ class LocalBackend:
             self._forget(key, stop)
 
     async def instruct(self, key: str, order: InstructOrder) -> Fill:
-        """A region rewritten as an instruction says (nextedit/instruct.py)."""
+        """A region rewritten as an instruction says (formats/instruct.py)."""
         stop = self._supersede(key)
         try:
             return await self._run(stop, self.engine.answer_instruct, order, stop)

@@ -11,7 +11,7 @@ A fill is asked in one of two formats (model.remoteFormat):
   answer is choices[0].message.content, the code in a ``` fence (`fenced_code`).
 
 A next edit (`rewrite`) goes to Mercury's /edit/completions where the server has it, else, in the chat
-format, the same tagged user message (nextedit/mercury.py) goes to /chat/completions with a system
+format, the same tagged user message (formats/mercury.py) goes to /chat/completions with a system
 message that explains it; the caller takes the region out of the answer (mercury.rewritten).
 
 Sources, read from each engine's code (stored copies; see docs_serve_a_team.md):
@@ -37,10 +37,10 @@ from dataclasses import dataclass
 
 from ..model.prompting import fenced
 from ..protocol.settings import FIM_TEMPLATES, LaunchSettings
-from ..nextedit.mercury import CURSOR
+from ..formats.mercury import CURSOR
 
 FIM_ROUTE, COMPLETIONS_ROUTE, CHAT_ROUTE = "/fim/completions", "/completions", "/chat/completions"
-EDIT_ROUTE = "/edit/completions"  # Inception's next-edit endpoint (mercury-edit): nextedit/mercury.py
+EDIT_ROUTE = "/edit/completions"  # Inception's next-edit endpoint (mercury-edit): formats/mercury.py
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ class Asking:
         return None
 
     def instruct_request(self, content: str, max_tokens: int) -> Request:
-        """An edit from an instruction (nextedit/instruct.py chat_content): every server is asked through
+        """An edit from an instruction (formats/instruct.py chat_content): every server is asked through
         its chat endpoint (Mercury 2's, vLLM's, SGLang's), whatever remote_format its fills use; the
         region is the code in the answer's fence."""
         return self._chat([{"role": "system", "content": INSTRUCT_SYSTEM}, {"role": "user", "content": content}],

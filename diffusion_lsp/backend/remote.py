@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from ..protocol.settings import LaunchSettings
-from ..remote import FimClient, RemoteError
+from .api_client import FimClient, RemoteError
 from ..protocol.backend import FILL_TIMEOUT_S, Reporter
 from ..protocol.capabilities import Capabilities
 from ..protocol.failure import BackendError, Failure
@@ -106,12 +106,12 @@ class RemoteBackend:
         return list(await asyncio.gather(*map(one, orders)))
 
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
-        """A next edit from the API's edit endpoint, or through chat (nextedit/mercury.py: Mercury's format)."""
+        """A next edit from the API's edit endpoint, or through chat (formats/mercury.py: Mercury's format)."""
         return await self._call("next edit", lambda c: c.edit(order.content, order.max_tokens))
 
     async def instruct(self, key: str, order: InstructOrder) -> Fill:
-        """An edit from an instruction, asked of the API's chat endpoint (nextedit/instruct.py)."""
-        from ..nextedit.instruct import chat_content
+        """An edit from an instruction, asked of the API's chat endpoint (formats/instruct.py)."""
+        from ..formats.instruct import chat_content
 
         return await self._call("edit", lambda c: c.instruct(chat_content(order), order.max_tokens))
 

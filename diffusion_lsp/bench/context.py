@@ -18,7 +18,7 @@ from ..context.gather import gather
 from ..context.postprocess import postprocess
 from ..context.records import ContextBudget, Document, EditSnippet
 from ..model.tokenizer import train_bpe
-from .workload import BIG_SOURCES, STDLIB, big_file
+from ..data.workload import BIG_SOURCES, STDLIB, big_file
 
 
 def _fill(text: str, offset: int) -> tuple[str, list[str], list[float]]:

@@ -9,7 +9,7 @@ Prints figures side by side; asserts nothing.
   on them the threshold policy commits one token per step (forwards per token shows it), so a top-k
   row (4 per step) shows the speed of multi-token commits.
 - Single stream: per model and policy, 32-token infills at line starts of real code (CPython's
-  tests, bench/workload.py) with `--context` tokens around them (3/4 before, 1/4 after), one-line
+  tests, data/workload.py) with `--context` tokens around them (3/4 before, 1/4 after), one-line
   and multi-line: p50/p95 ms, tokens/s, forwards per token, and the positions the model saw (the
   embedded model has 512: it sees the context cut to fit).
 - Batched: 2N requests of 16, 32 and 64 tokens through N rows, continuous batching (sampler.py
@@ -37,7 +37,7 @@ from pathlib import Path
 from .. import jsonout
 from ..errors import UserError
 from ..server.stats import percentile
-from .workload import workload_files
+from ..data.workload import workload_files
 
 SPAN = 32  # tokens per single-stream infill
 BATCH_SPANS = (16, 32, 64)  # max_tokens of the batched requests, in turn: rows finish at different steps

@@ -28,7 +28,7 @@ from .figures import MODEL_ROWS, print_figures, summarise
 from .next_edit import find_sites, print_next_edits
 from .next_edit import replay as replay_next_edits
 from .replay import Crowd, replay
-from .workload import BIG_LINES, big_file, open_documents, workload_files
+from ..data.workload import BIG_LINES, big_file, open_documents, workload_files
 
 OPEN_DOCS = 30  # within the 32 other open documents the server hands the cross-file context
 OPEN_DOCS_REQUESTS = 100  # the crowded replay's default at most: it keeps the whole default run short

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..context.records import CONTEXT_TOKENS  # the server's completion.maxContextTokens
 from ..errors import UserError
-from .workload import workload_files
+from ..data.workload import workload_files
 
 CACHE = Path(tempfile.gettempdir()) / "diffusion-lsp-bench" / "qwen2.5-coder-0.5b-shaped-v1"  # v1: the format
 DONE = ".complete"  # written last: a folder without it was interrupted and is written again

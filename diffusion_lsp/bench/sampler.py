@@ -11,7 +11,7 @@ from ..engine import pick_device
 from ..errors import UserError
 from ..protocol.settings import FLOAT_DTYPES, SamplerConfig
 from ..options import add_launch_args, add_sampler_args, engine_for, launch_settings, sampler_config
-from .workload import SPAN_LENGTHS, make_spans, workload_files
+from ..data.workload import SPAN_LENGTHS, make_spans, workload_files
 
 CONFIGS = [("threshold", True), ("threshold", False), ("one", True), ("one", False)]  # (policy, cache) per row
 # the sampler flags the rows leave to the command line: each row sets its policy and cache, and healing

@@ -62,7 +62,7 @@ def run_pack(args) -> int:
     from ..engine import model_folder
     from ..model.config import SpecialTokens
     from ..model.tokenizer import Tokenizer
-    from ..train.data import PackError
+    from .token_files import PackError
     from .pack import pack
 
     tok_path = model_folder(args.tokenizer) / "tokenizer.json"
@@ -79,7 +79,7 @@ def run_pack(args) -> int:
 
 
 def run_unpack(args) -> int:
-    from ..train.data import PackError
+    from .token_files import PackError
     from .pack import unpack
 
     try:

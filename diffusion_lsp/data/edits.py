@@ -1,7 +1,7 @@
 """Next-edit training records: real edit sequences mined from two pinned releases of a package, and
 synthetic ones derived from corpus files with tree-sitter.
 
-A record is one prompt the model should answer (nextedit/prompt.py lays it out; train/edit_rows.py
+A record is one prompt the model should answer (formats/edit_prompt.py lays it out; train/edit_rows.py
 tokenizes it): the edits made so far (`diffs`, unified diffs oldest first), the file as it is now cut
 into `before` + `old_region` + `after` (the region from nextedit/region.py around the cursor, which
 sits where the last edit ended), and `new_region`, the region after the next edit. When the next

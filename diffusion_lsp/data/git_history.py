@@ -3,7 +3,7 @@ modified a source file gives the file before and after it, and those pairs becom
 material the way two releases of a package do (data/edits.py): after hunks 1..k of the commit,
 the next edit is hunk k + 1.
 
-Only paths the repository has now are read (data/repo.py lists them, and its held-out split says
+Only paths the repository has now are read (context/repo.py lists them, and its held-out split says
 which side a path is on), so an older version of a held-out file never becomes training material.
 Blobs are read with one `git cat-file --batch` per chunk of pairs, not one process per file.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from ..context.languages import language_for
 from ..nextedit.history import last_change_end
 from .edits import apply_hunks, hunks
-from .repo import MAX_FILE_BYTES
+from ..context.repo import MAX_FILE_BYTES
 
 MAX_COMMITS = 500  # the newest commits looked at
 MAX_PAIRS = 400  # (commit, file) pairs read

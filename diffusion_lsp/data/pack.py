@@ -1,12 +1,12 @@
 """A corpus as token ids in one compressed file, small enough to travel with the working tree to a
 machine that has no network (the GPU machine lent to some sessions gets 64 MiB of tree in all).
 
-`pack` tokenizes a corpus folder's splits with a given tokenizer (train/data.py's cache: every file's
+`pack` tokenizes a corpus folder's splits with a given tokenizer (data/token_files.py's cache: every file's
 ids concatenated, uint16 for a vocabulary under 65,536, and the file boundaries), keeps whole train
 files in their corpus order until the estimate of the compressed size reaches the budget (validation
 is kept whole), and writes a tar.xz of the tokenizer, the ids, the boundaries and `pack.json`
 (format, version, the tokenizer's sha256, counts). `unpack` writes a corpus folder that `train
---corpus` reads as it reads a tokenized one: no jsonl, the ids already there (train/data.py reads it)."""
+--corpus` reads as it reads a tokenized one: no jsonl, the ids already there (data/token_files.py reads it)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..train.data import PACK_META, PackError, TokenFiles, tokenizer_sha256
+from .token_files import PACK_META, PackError, TokenFiles, tokenizer_sha256
 
 PACK_FORMAT, PACK_VERSION = "diffusion-lsp-token-pack", 1
 SPLITS = ("train", "val")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 
 from .. import jsonout
-from ..bench.workload import STDLIB
+from ..data.workload import STDLIB
 from ..options import add_fill_args, engine_for, launch_settings, sampler_config
 
 CUTS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)

@@ -1,7 +1,7 @@
 """`diffusion-lsp eval repo REPO`: single-line completion on a repository's held-out files, as the
 editor asks for it, for each way of answering side by side.
 
-A case is a non-blank line of a held-out file (data/repo.py) picked at random: the line's text is
+A case is a non-blank line of a held-out file (context/repo.py) picked at random: the line's text is
 taken out (its line break stays), the cursor sits after its indentation, and the rest of the file
 is there, as when a user writes a line into existing code. The rows:
 - copy-previous-line: the line above, again (the trivial baseline);
@@ -36,7 +36,7 @@ from ..protocol.requests import FillOrder
 from ..context.drafts import drafts_for
 from ..context.gather import gather
 from ..context.records import ContextBudget, Document
-from ..data.repo import SourceFile, repo_files
+from ..context.repo import SourceFile, repo_files
 from ..context.tokens import model_token_counter
 from ..engine import model_folder
 from ..errors import UserError

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from ..context.languages import language_for
 from ..data.git_history import EditStep, edit_steps, file_pairs
-from ..data.repo import SourceFile
+from ..context.repo import SourceFile
 from .nep_baselines import repeat_last_edit
 from .nep_metrics import score, summarize
 

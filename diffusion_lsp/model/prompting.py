@@ -6,7 +6,7 @@ its prompt, and the answer is the canvas after the prompt.
   Qwen2.5-Coder were trained), the tokens as ids so that code that spells a FIM token stays text;
 - "chat": one user turn of the checkpoint's own chat template asking for the code at the cursor
   (prompts/infill_chat.txt), or for a region rewritten (prompts/edit_chat.txt, the content in
-  Mercury Edit's tagged format, nextedit/mercury.py, as Zeta and Mercury Edit prompt for edits).
+  Mercury Edit's tagged format, formats/mercury.py, as Zeta and Mercury Edit prompt for edits).
 
 The chat template is data from the folder (tokenizer_config.json `chat_template`, or
 chat_template.jinja), rendered in jinja2's immutable sandbox the way transformers renders it

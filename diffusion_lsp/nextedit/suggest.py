@@ -4,7 +4,7 @@ over a Backend (protocol/backend.py): region -> prompt -> await probe -> choose 
 `cpu` puts them (a thread, for the language server). The language server, serve-api, `eval nep`
 and tests all run this one pipeline, over the worker, a remote API or an engine in process.
 
-- full re-mask: the old region is shown (prompt.py) and the whole region is a canvas with slack
+- full re-mask: the old region is shown (formats/edit_prompt.py) and the whole region is a canvas with slack
   (fillers) so its length may change; the model writes the region as it should read.
 - remask-and-refine (default; needs a backend that can probe): the region stays in place and is probed (model/probe.py): the lines
   holding tokens the model doubts (its own first choice is `doubt` times likelier) are the only
@@ -39,9 +39,10 @@ from ..context.languages import LanguageSpec
 from ..context.records import CONTEXT_TOKENS, DEBOUNCE_MS
 from ..protocol.settings import SamplerConfig, _validate, check, one_of, within
 from .edits import TextEdit, breaks_parse, line_of, minimal_edit, reverts
-from . import mercury, repeat
+from ..formats import mercury
+from . import repeat
 from .history import Step
-from .prompt import edit_prompt
+from ..formats.edit_prompt import edit_prompt
 from .region import Region, editable_region
 
 MODES = ("refine", "full")

@@ -90,7 +90,7 @@ class ProbeOrder:
 
 @dataclass(frozen=True)
 class RewriteOrder:
-    """A region rewritten by an API's edit endpoint (next edit through a remote API: nextedit/mercury.py)."""
+    """A region rewritten by an API's edit endpoint (next edit through a remote API: formats/mercury.py)."""
 
     content: str  # the user message, in the endpoint's tagged format
     max_tokens: int
@@ -139,7 +139,7 @@ class StructuredOrder:
 
 @dataclass(frozen=True)
 class InstructOrder:
-    """A region rewritten as an instruction says (nextedit/instruct.py): `region` between `prefix` and
+    """A region rewritten as an instruction says (formats/instruct.py): `region` between `prefix` and
     `suffix`, the answer the region as it should read."""
 
     prefix: str

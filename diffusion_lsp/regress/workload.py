@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..bench import next_edit, replay
-from ..bench.workload import workload_files
+from ..data.workload import workload_files
 from ..context.languages import language_for
-from ..data.repo import SourceFile, repo_files
+from ..context.repo import SourceFile, repo_files
 from ..errors import UserError
 
 MAX_WORKLOAD_BYTES = 4 << 20  # the stored texts: a baseline stays a file a CI cache or a commit holds
@@ -159,7 +159,7 @@ def _deal(pools: list[list], budget: int, cost) -> list[list]:
 
 
 def repository_files(root: str) -> list[SourceFile]:
-    """A repository's source files (data/repo.py: what git lists, no generated or huge file)."""
+    """A repository's source files (context/repo.py: what git lists, no generated or huge file)."""
     files, _ = repo_files(root)
     if not files:
         raise UserError(f"no source files in a language the server knows under {root}")

@@ -1,5 +1,5 @@
 """diffusionLsp/editWithInstruction: the user selects code and says what to change; the selection is
-rewritten by the model (nextedit/instruct.py, each backend's `instruct`) and answered as the range,
+rewritten by the model (formats/instruct.py, each backend's `instruct`) and answered as the range,
 its new text and a WorkspaceEdit, which the editor shows as a diff and applies only on accept.
 
     params  {"textDocument": {"uri", "version"?}, "range": Range, "instruction": str}
@@ -27,7 +27,7 @@ from ..protocol.requests import InstructOrder
 from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..nextedit.edits import LineEnds
-from ..nextedit.instruct import CONTEXT_CHARS, order_for
+from ..formats.instruct import CONTEXT_CHARS, order_for
 from . import positions
 from .failures import log_level
 

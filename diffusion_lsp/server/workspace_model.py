@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..data.repo import ADAPTED_DIR
+from ..context.repo import ADAPTED_DIR
 from ..local_state import trusted
 from ..model.config import read_json
 from ..model.quick_check import problem

@@ -1,5 +1,5 @@
 """Adapting a model to one repository (`diffusion-lsp adapt`, `eval repo --adapt-minutes`): the
-repository's files that are not held out (data/repo.py) become a corpus, the edits its git history
+repository's files that are not held out (context/repo.py) become a corpus, the edits its git history
 made to them become next-edit rows (data/git_history.py, data/edits.py), and the model is trained
 on them from its own weights with the objective it was trained with (train/loop.py `--init`), for a
 budget of minutes. Nothing leaves the machine, and the tokenizer is kept, so caches and the
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ..data.edits import cap_no_edit, mine_pair
 from ..data.git_history import file_pairs
-from ..data.repo import ADAPTED_DIR, SourceFile
+from ..context.repo import ADAPTED_DIR, SourceFile
 from ..errors import UserError
 from ..local_state import trust
 
@@ -207,7 +207,7 @@ def publish(run_ckpt: Path, out: Path, extra: dict) -> None:
 
 
 def adapt(plan: Plan, files: list[SourceFile], progress: bool = True) -> dict:
-    """Train plan.base on the repository's training files (`files`: data/repo.py's list, the held-out
+    """Train plan.base on the repository's training files (`files`: context/repo.py's list, the held-out
     ones are kept out) -> a summary; the adapted model is in plan.out."""
     from ..model.checkpoint import CheckpointError
     from .loop import train

@@ -1,5 +1,5 @@
 """Next-edit training rows: records from `diffusion-lsp data edits` (data/edits.py) laid out with the
-prompt the server sends (nextedit/prompt.py), so the model is taught exactly what it is asked.
+prompt the server sends (formats/edit_prompt.py), so the model is taught exactly what it is asked.
 
     [bos] + tok(prefix) + canvas + tok(suffix)
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..nextedit.prompt import edit_prompt
+from ..formats.edit_prompt import edit_prompt
 from .objective import Row, _bos, _pad
 
 HISTORY_TOKENS = 120  # history budget for the embedded model's 512 positions

@@ -25,7 +25,8 @@ from diffusion_lsp.model.tokenizer import Tokenizer
 from diffusion_lsp.model.transformer import DiffusionTransformer
 
 from .config import TrainConfig
-from .data import Batches, TokenFiles, has_split, newline_table
+from .data import Batches, newline_table
+from ..data.token_files import TokenFiles, has_split
 from .edit_rows import EditSet, load_records
 from .objective import Batch, select_masked
 from .runtime import Runtime, setup

@@ -99,7 +99,7 @@ def run(args) -> int:
     import torch
 
     from ..data.pack import unpack
-    from .data import PackError
+    from ..data.token_files import PackError
     from ..model.checkpoint import load_checkpoint, save_checkpoint
     from .loop import measure_rate, train
     from .state import TrainError

@@ -126,7 +126,7 @@ class WorkerClient:
         return await self._answer(key, order, Fill)
 
     async def instruct(self, key: str, order: InstructOrder) -> Fill:
-        """A region rewritten as an instruction says (nextedit/instruct.py); raises like `fill`."""
+        """A region rewritten as an instruction says (formats/instruct.py); raises like `fill`."""
         return await self._answer(key, order, Fill)
 
     async def structured(self, key: str, order: StructuredOrder) -> Answered:

@@ -157,7 +157,7 @@ class WorkerLink:
         return await self._call("rewrite", lambda c: c.rewrite(key, order))
 
     async def instruct(self, key: str, order: InstructOrder) -> Fill:
-        """A region rewritten as an instruction says: every model answers one (nextedit/instruct.py)."""
+        """A region rewritten as an instruction says: every model answers one (formats/instruct.py)."""
         return await self._call("instruct", lambda c: c.instruct(key, order))
 
     async def structured(self, key: str, order: StructuredOrder) -> Answered:

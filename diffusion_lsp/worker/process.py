@@ -333,7 +333,7 @@ class Worker:
 
     def _single(self, job: Job) -> None:
         """A probe (model/probe.py), a structured answer (model/structured.py), an edit from an instruction
-        (nextedit/instruct.py) or a rewrite (a model asked through its prompt: model/native.py)."""
+        (formats/instruct.py) or a rewrite (a model asked through its prompt: model/native.py)."""
         try:
             if isinstance(job.order, ProbeOrder):
                 answer = self.engine.answer_probe(job.order, job.key)

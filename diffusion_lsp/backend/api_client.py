@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import httpx
 
-from .backend.profiles import Asking, fenced_code, profile_for
-from .keyscrub import KeyScrubber
-from .context.tokens import valid_text
-from .protocol.settings import LaunchSettings
+from .profiles import Asking, fenced_code, profile_for
+from ..keyscrub import KeyScrubber
+from ..context.tokens import valid_text
+from ..protocol.settings import LaunchSettings
 
 MAX_BODY = 4 * 1024 * 1024  # bytes read from an answer: a 4096-token fill is well under 100 KB
 MAX_MESSAGE = 200  # characters of the API's own error message kept in ours
@@ -200,7 +200,7 @@ class FimClient:
 
     async def edit(self, content: str, max_tokens: int) -> Completion:
         """A next edit from the API's edit endpoint (or, for a server without one, through chat): one
-        user message in Inception's tagged format (nextedit/mercury.py); the answer, chat-shaped, is the
+        user message in Inception's tagged format (formats/mercury.py); the answer, chat-shaped, is the
         rewritten code_to_edit section."""
         request = self.asking.edit_request(content, max_tokens)
         if request is None:

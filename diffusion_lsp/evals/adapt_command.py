@@ -51,13 +51,13 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..context.tokens import model_token_counter
-    from ..data.repo import repo_files
+    from ..context.repo import repo_files
     from ..engine import model_folder
-    from ..evals.repo import compare, material, print_report
+    from .repo import compare, material, print_report
     from ..options import engine_for, launch_settings
-    from ..data.repo import ADAPTED_DIR
+    from ..context.repo import ADAPTED_DIR
     from ..local_state import REPORT
-    from .adapt import Plan, adapt, base_config, default_out
+    from ..train.adapt import Plan, adapt, base_config, default_out
 
     launch = launch_settings(args)
     if launch.backend != "local":

@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .prompt import cut_lines
+from .edit_prompt import cut_lines
 
 CURSOR = "<|cursor|>"
 _FENCE = re.compile(r"^\s*```[^\n]*\n(.*?)\n?```\s*$", re.S)

@@ -25,7 +25,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..context.languages import LanguageSpec, language_for
+from .languages import LanguageSpec, language_for
 from ..errors import UserError
 
 ADAPTED_DIR = Path(".diffusion-lsp") / "model"  # relative to a repository: `adapt` writes, the server looks
