@@ -1,0 +1,120 @@
+"""The folders in layers: each room of the package (a folder, or a module directly in diffusion_lsp/)
+imports only rooms of lower layers, never one of its own layer or above, so no two rooms import
+each other in a loop. Imports inside functions count as much as those at the top of a module
+(hiding one in a function dodges a cycle at import time, not the dependency). The file-level
+cycle test is tests/test_cli.py's; this one holds the folders' order."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "diffusion_lsp"
+
+# bottom to top; a room may import the rooms of the layers below its own
+LAYERS = [
+    # what crosses every boundary, and leaf utilities: they import nothing of the project
+    {"protocol", "errors", "jsonout", "cpus", "keyscrub", "local_state"},
+    {"kernels"},  # Triton kernels and their references
+    {"model"},  # the torch side: checkpoints, the transformer, the sampler
+    {"context"},  # tree-sitter context, tokens, post-processing, a repository's files
+    {"formats"},  # prompt formats: data below the engine and the backends that write them
+    {"engine"},  # a loaded model answering the protocol's requests
+    {"worker"},  # the engine in its own process, and its link as a Backend
+    {"backend"},  # the other Backends (in process, a remote API)
+    {"nextedit", "lifecycle"},  # the next-edit pipeline over a Backend; one request's life
+    {"options"},  # the command line's shared flags and the backend they describe
+    {"server", "api", "fim_batch", "model_check"},  # the language server, serve-api, the commands
+    {"fim"},
+    # the offline tier: may import the serving code, imported by none of it
+    {"data"},
+    {"train"},
+    {"evals"},
+    {"bench"},
+    {"regress"},
+    {"cli"},
+    {"__main__"},
+]
+LAYER = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
+
+
+def module_of(path: Path) -> str:
+    parts = ["diffusion_lsp", *path.relative_to(PACKAGE).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def room_of(module: str) -> str | None:
+    """The room a module is in: its folder under diffusion_lsp/, or the module itself at the top;
+    None for the package's own __init__."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def imported(path: Path) -> list[tuple[str, int]]:
+    """Every module of the package that `path` imports, at any depth of its code -> (module, line).
+    `from . import x` names module x where x is one."""
+    module, here = module_of(path), path.name == "__init__.py"
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if here else module.split(".")[:-1]
+                base = base[: len(base) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for a in node.names:
+                sub = f"{source}.{a.name}"
+                is_module = (PACKAGE.parent / (sub.replace(".", "/") + ".py")).exists() or \
+                    (PACKAGE.parent / sub.replace(".", "/")).is_dir()
+                found.append((sub if is_module else source, node.lineno))
+    return [(m, line) for m, line in found if m == "diffusion_lsp" or m.startswith("diffusion_lsp.")]
+
+
+def violations() -> list[str]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        room = room_of(module_of(path))
+        if room is None:
+            continue
+        for target, line in imported(path):
+            other = room_of(target)
+            if other is None or other == room:
+                continue
+            if LAYER[other] >= LAYER[room]:
+                out.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}: {room} (layer "
+                           f"{LAYER[room]}) may not import {other} (layer {LAYER[other]})")
+    return out
+
+
+def test_every_room_has_a_layer():
+    rooms = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    rooms |= {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    assert rooms - set(LAYER) == set(), "a new room: give it its place in LAYERS"
+    assert set(LAYER) - rooms == set(), "LAYERS names a room that is gone"
+
+
+def test_no_room_imports_its_own_layer_or_above():
+    assert violations() == []
+
+
+def test_the_check_sees_imports_inside_functions_and_relative_ones(tmp_path, monkeypatch):
+    """The walk itself: an upward import hidden in a function, written relative, is found."""
+    source = "def f():\n    from ..server import stats\n    from . import policies\n"
+    fake = PACKAGE / "model" / "_layers_probe.py"
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: source if self == fake else _read(self, *a, **k))
+    assert imported(fake) == [("diffusion_lsp.server.stats", 2), ("diffusion_lsp.model.policies", 3)]
+
+
+_read = Path.read_text
+
+
+@pytest.mark.parametrize("room", ["protocol", "errors", "jsonout", "cpus", "keyscrub", "local_state"])
+def test_the_bottom_imports_nothing_of_the_project(room):
+    paths = sorted((PACKAGE / room).rglob("*.py")) if (PACKAGE / room).is_dir() else [PACKAGE / f"{room}.py"]
+    assert paths
+    assert [(p.name, m) for p in paths for m, _ in imported(p) if room_of(m) not in (None, room)] == []
