@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from diffusion_lsp.context.records import Document, EditSnippet, Suggestion
-from diffusion_lsp.server.completion import Answer, BadInput, Completer, locate, replace_range
+from diffusion_lsp.server.completion import Answer, Completer, locate, replace_range
+from diffusion_lsp.server.failures import BadInput
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.indexer import Indexer
 from diffusion_lsp.protocol.failure import BackendError, Failure

@@ -35,15 +35,11 @@ from .cache import CompletionCache
 from ..context.languages import language_for
 from ..lifecycle import Ticket, Tickets
 from .config import Config, serves_language
-from .failures import log_level
+from .failures import BadInput, answering
 from .stats import Stats, Timing
 
 Position = tuple[int, int]  # LSP (line, character) in the negotiated encoding
 RESAMPLE_THRESHOLD = 0.97  # the parse-error re-sample commits only tokens this sure
-
-
-class BadInput(Exception):
-    """An expected refusal (unknown document, position past the end, ...): answered empty, logged."""
 
 
 @dataclass(frozen=True)
@@ -126,26 +122,13 @@ class Completer:
         try:
             if not self.cfg.completion.enable:
                 return None
-            if doc is None:
-                raise BadInput("unknown document (not open)")
-            offset = locate(doc.text, line, column, encoding, self.cfg.completion.max_line_chars)
-            sug = await self._suggest(doc, offset, open_docs)
-            if sug is not None and sug.text:
-                answer = Answer(sug.text, replace_range(doc.text, offset, sug, encoding))
-        except BadInput as e:
-            stats.bad_input += 1
-            self.log("info", f"no completion: {e}")
-        except BackendError as e:
-            if e.kind is Failure.DROPPED:
-                stats.superseded += 1
-            else:
-                self.log(log_level(e), f"no completion: {e}")
-        except asyncio.CancelledError:
-            stats.cancelled += 1
-            raise
-        except Exception as e:  # a bug must cost one completion, not the session
-            stats.errors += 1
-            self.log("error", f"completion failed: {type(e).__name__}: {e}")
+            with answering(stats, self.log, "completion"):
+                if doc is None:
+                    raise BadInput("unknown document (not open)")
+                offset = locate(doc.text, line, column, encoding, self.cfg.completion.max_line_chars)
+                sug = await self._suggest(doc, offset, open_docs)
+                if sug is not None and sug.text:
+                    answer = Answer(sug.text, replace_range(doc.text, offset, sug, encoding))
         finally:
             stats.latency_ms.append((time.perf_counter() - t0) * 1e3)
         stats.empty += answer is None

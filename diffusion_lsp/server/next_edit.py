@@ -27,9 +27,9 @@ from ..nextedit.history import EditLog
 from ..lifecycle import Tickets
 from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, suggest
 from . import positions
-from .completion import BadInput, check_language, locate
+from .completion import check_language, locate
 from .config import Config
-from .failures import log_level
+from .failures import BadInput, answering
 from .stats import NextEditStats
 
 Position = tuple[int, int]
@@ -100,21 +100,9 @@ class NextEditor:
         stats.requests += 1
         answer, out = None, None
         try:
-            offset = locate(doc.text, line, column, encoding, self.cfg.completion.max_line_chars)
-            answer, out = await self._decide(doc, offset, encoding, path, open_docs)
-        except BadInput as e:
-            self.log("info", f"no next edit: {e}")
-        except BackendError as e:
-            if e.kind is Failure.DROPPED:
-                stats.superseded += 1
-            else:
-                self.log(log_level(e), f"no next edit: {e}")
-        except asyncio.CancelledError:
-            stats.cancelled += 1
-            raise
-        except Exception as e:  # a bug costs one suggestion, not the session
-            stats.errors += 1
-            self.log("error", f"next edit failed: {type(e).__name__}: {e}")
+            with answering(stats, self.log, "next edit"):
+                offset = locate(doc.text, line, column, encoding, self.cfg.completion.max_line_chars)
+                answer, out = await self._decide(doc, offset, encoding, path, open_docs)
         finally:
             ms = (time.perf_counter() - t0) * 1e3
             stats.latency_ms.append(ms)

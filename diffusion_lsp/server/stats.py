@@ -52,6 +52,7 @@ class NextEditStats:
     stale: int = 0  # the request's version was not the document's: answered empty at once
     superseded: int = 0
     cancelled: int = 0
+    bad_input: int = 0  # position past the end, huge line, binary, language
     errors: int = 0
     shown: int = 0  # textDocument/didShowInlineEdit
     accepted: int = 0  # the edit's accept command ran
