@@ -13,7 +13,7 @@ from .protocol.answers import Fill
 from .protocol.requests import FillOrder
 from .errors import UserError
 from .fim_batch import result_record, run_batch
-from .options import add_fill_args, backend_for, context_cutter, launch_settings, read_source, sampler_config
+from .options import add_fill_args, command_backend, context_cutter, launch_settings, read_source, sampler_config
 
 
 def register(sub):
@@ -59,7 +59,7 @@ def run(args) -> int:
     if args.max_tokens < 1:
         raise UserError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     prefix, suffix = context_cutter(args, launch)(*split_at(read_source(args.file), args.at))
-    backend = backend_for(launch)
+    backend = command_backend(launch)
     fill = asyncio.run(fill_one(backend, FillOrder(prefix, suffix, args.max_tokens, args.one_line, cfg)))
     if args.json:
         print(jsonout.dumps(result_record(fill, with_confidence=True)))

@@ -18,7 +18,7 @@ from .protocol.answers import Fill
 from .protocol.requests import FillOrder
 from .errors import UserError
 from .protocol.settings import LaunchSettings, SamplerConfig
-from .options import backend_for, context_cutter, ended_run, read_bytes
+from .options import command_backend, context_cutter, ended_run, read_bytes
 
 
 @dataclass
@@ -66,7 +66,7 @@ def run_batch(args, cfg: SamplerConfig, launch: LaunchSettings) -> int:
     for item in items:
         if not isinstance(item, dict):
             item.prefix, item.suffix = cut(item.prefix, item.suffix)
-    backend = backend_for(launch)
+    backend = command_backend(launch)
     errors = 0
     for record in fill_records(backend, items, cfg, args.batch_size):
         errors += "error" in record

@@ -86,26 +86,23 @@ def engine_for(launch: LaunchSettings) -> Engine:
         raise UserError(str(e)) from None
 
 
-def backend_for(launch: LaunchSettings):
-    """The Backend (protocol/backend.py) the flags describe: the model in this process, or with
-    --backend openai the API (no model is loaded; a missing key variable is a UserError now, before
-    any input is read). Its failures are the caller's to say: it reports nothing itself."""
-    if launch.backend == "openai":
-        from .protocol.backend import LogReporter  # httpx: kept off --help
-        from .backend.remote import RemoteBackend
-        from .backend.api_client import RemoteError, read_key
+def command_backend(launch: LaunchSettings):
+    """The Backend a command's flags describe (backend/factory.py): the model in this process, or
+    with --backend openai the API (no model is loaded; a missing key variable is a UserError now,
+    before any input is read). Its failures are the caller's to say: it reports nothing itself."""
+    from .backend.api_client import RemoteError, read_key  # httpx: kept off --help
+    from .backend.factory import backend_for
+    from .protocol.backend import LogReporter
 
+    if launch.backend == "openai":
         try:
             read_key(launch.api_key_env)
         except RemoteError as e:
             raise UserError(str(e)) from None
-        quiet = logging.getLogger("diffusion-lsp.command-line")
-        quiet.addHandler(logging.NullHandler())
-        quiet.propagate = False
-        return RemoteBackend(LogReporter(quiet), launch, fill_timeout_s=120.0)
-    from .backend.local import LocalBackend
-
-    return LocalBackend.loading(functools.partial(engine_for, launch))
+    quiet = logging.getLogger("diffusion-lsp.command-line")
+    quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False
+    return backend_for(launch, LogReporter(quiet), 120.0, load=functools.partial(engine_for, launch))
 
 
 def ended_run(error) -> bool:

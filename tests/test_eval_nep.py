@@ -241,7 +241,7 @@ def test_command_calls_the_model_predictor(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "diffusion_lsp.nextedit.run", types.SimpleNamespace(predict_file=predict_file))
     monkeypatch.setitem(sys.modules, "diffusion_lsp.nextedit.suggest",
                         types.SimpleNamespace(NextEditSettings=FakeSettings))
-    monkeypatch.setattr(nep, "backend_for", lambda launch: "BACKEND")
+    monkeypatch.setattr(nep, "command_backend", lambda launch: "BACKEND")
     data = write_jsonl(tmp_path / "d.jsonl", [RECORD])
     out_path = tmp_path / "pred.jsonl"
     code, out, _ = run_cli(capsys, "--data", data, "--json", "--predictions", out_path, "--mode", "full",

@@ -385,8 +385,8 @@ class NanBackend:
 def test_fim_json_and_batch_print_strict_json_when_a_figure_is_not_finite(tmp_path, capsys, monkeypatch):
     from diffusion_lsp import fim, fim_batch
 
-    monkeypatch.setattr(fim, "backend_for", lambda launch: NanBackend())
-    monkeypatch.setattr(fim_batch, "backend_for", lambda launch: NanBackend())
+    monkeypatch.setattr(fim, "command_backend", lambda launch: NanBackend())
+    monkeypatch.setattr(fim_batch, "command_backend", lambda launch: NanBackend())
     source = tmp_path / "a.py"
     source.write_text("y = \n")
     assert main(["fim", str(source), "--at", "1:5", "--json", "--context-tokens", "0"]) == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 from .. import jsonout
 from ..errors import UserError
 from ..fim_batch import Item, decode_all
-from ..options import add_fill_args, backend_for, launch_settings, paragraphs, sampler_config
+from ..options import add_fill_args, command_backend, launch_settings, paragraphs, sampler_config
 from . import confidence, heldout, humaneval, nep, repo, typing_session
 from .execute import run_all
 
@@ -69,7 +69,7 @@ def run_humaneval(args) -> int:
                                      args.sample)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
-    backend = backend_for(launch)
+    backend = command_backend(launch)
     max_tokens = args.max_tokens or humaneval.CANVAS[args.split]
     one_line = args.split == "single-line"
     requests = [Item(t["task_id"], t["prompt"], t["suffix"], max_tokens, one_line) for t in tasks]

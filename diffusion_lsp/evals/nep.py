@@ -26,7 +26,7 @@ from .. import jsonout
 from ..context.languages import LanguageSpec, language_for
 from ..errors import UserError
 from ..nextedit.history import last_change_end
-from ..options import add_launch_args, backend_for, launch_settings, paragraphs
+from ..options import add_launch_args, command_backend, launch_settings, paragraphs
 from .humaneval import DATA_ENV, default_data_dir
 from .nep_baselines import no_edit, repeat_last_edit
 from .nep_metrics import score, summarize
@@ -187,7 +187,7 @@ def model_predictor(args):
     from ..engine import model_folder
 
     settings = NextEditSettings(drafts=not args.no_drafts, **({} if args.mode is None else {"mode": args.mode}))
-    backend = backend_for(launch)
+    backend = command_backend(launch)
     count = approx_tokens if launch.backend == "openai" else model_token_counter(model_folder(launch.path))
     runner = asyncio.Runner()  # one loop for the whole run: a remote backend's connections live in it
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..protocol.backend import Reporter
+from ..backend.factory import backend_for
 from ..backend.remote import RemoteBackend
 from ..context.cutting import memoized
 from ..context.tokens import model_token_counter
@@ -44,13 +45,6 @@ def worker_spec(cfg: Config) -> WorkerSpec:
                          load_timeout_s=cfg.worker.load_timeout_s)
 
 
-def backend_for(cfg: Config, ui: Reporter) -> WorkerLink | RemoteBackend:
-    """The backend model.backend asks for: the model worker, or an OpenAI-compatible FIM API."""
-    if cfg.model.backend == "openai":
-        return RemoteBackend(ui, cfg.model, fill_timeout_s=cfg.worker.fill_timeout_s)
-    return WorkerLink(ui, worker_spec(cfg), fill_timeout_s=cfg.worker.fill_timeout_s)
-
-
 def configure_backend(backend: WorkerLink | RemoteBackend, cfg: Config) -> None:
     """New settings for the backend made for the same model.backend."""
     enabled, timeout = cfg.completion.enable, cfg.worker.fill_timeout_s
@@ -80,7 +74,7 @@ class Session:
         self._said_demo = False
         self.stats = Stats()
         self.edits = EditLog()  # the workspace's edits: completion's context and next edit's history
-        self.backend = backend_for(self.cfg, ui)
+        self.backend = backend_for(self.cfg.model, ui, self.cfg.worker.fill_timeout_s, worker=worker_spec(self.cfg))
         self.completer = Completer(self.backend, self.stats, ui.log, self.edits.snippets,
                                    counter_for(self.cfg.model.path))
         self.next_edit = NextEditor(self.backend, self.stats.next_edit, ui.log, self.edits,
@@ -108,7 +102,8 @@ class Session:
             notice.remember(notice.DEMO)
         model_changed = cfg.model.path != self.cfg.model.path
         if cfg.model.backend != self.cfg.model.backend:  # another kind of backend; the old one closes
-            old, self.backend = self.backend, backend_for(cfg, self.ui)
+            old, self.backend = self.backend, backend_for(cfg.model, self.ui, cfg.worker.fill_timeout_s,
+                                                            worker=worker_spec(cfg))
             self.completer.backend = self.next_edit.backend = self.backend
             asyncio.ensure_future(old.close())
         self.cfg = cfg
