@@ -13,6 +13,7 @@ from diffusion_lsp.evals.execute import run_all
 needs_data = pytest.mark.skipif(not humaneval.default_data_dir().is_dir(), reason="shared/data not present")
 
 
+@pytest.mark.slow
 @needs_data
 @pytest.mark.parametrize("split", ["single-line", "multi-line"])
 def test_reference_passes_and_wrong_completions_fail(split):
@@ -31,6 +32,7 @@ def test_sample_spreads_over_the_functions_of_a_split():
     assert len({t["task_id"].split("/")[2] for t in spread}) == 10 > len({t["task_id"].split("/")[2] for t in first})
 
 
+@pytest.mark.slow
 def test_timeouts_and_crashes_fail():
     assert run_all(["while True: pass", "raise SystemExit(3)", "x = 1"], timeout=1.0) == [False, False, True]
 
@@ -40,6 +42,7 @@ def test_single_line_postprocess_keeps_one_line():
     assert humaneval.postprocess("multi-line", "a\nb") == "a\nb"
 
 
+@pytest.mark.slow
 @needs_data
 def test_eval_command_reports_model_and_baselines(tiny_checkpoint, capsys):
     code = main(["eval", "humaneval-infill", "--model", str(tiny_checkpoint), "--limit", "2",

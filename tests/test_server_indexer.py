@@ -31,6 +31,7 @@ def test_a_burst_of_edits_is_indexed_once_with_the_latest_text():
     assert built == [5]
 
 
+@pytest.mark.slow
 def test_the_index_and_token_counts_are_made_in_a_child_process_and_looked_up_without_parsing():
     doc = Document("file:///child.py", SOURCE, "python", 7)
     memo = MemoCounter(len)  # a different count than the tokenizer's: shows where the counts came from
@@ -51,7 +52,7 @@ def test_the_index_and_token_counts_are_made_in_a_child_process_and_looked_up_wi
     assert memo.memo[line] == counter_for(None)(line) != len(line) and memo.missing(SOURCE) == []
 
 
-@pytest.mark.slow  # starts a process
+@pytest.mark.slow
 def test_the_indexing_child_and_the_resource_tracker_die_with_a_killed_server():
     """After `kill -9` of the server its indexing child (and with it multiprocessing's resource
     tracker, which waits for both to close its pipe) lived on: pairs from killed sessions were still
