@@ -1,7 +1,12 @@
 """Shared fixtures: a tiny real checkpoint written in our on-disk format, and an oracle model; and the
-two tiers: `pytest -m "not slow"` runs the in-process tests (under a minute), `pytest` all of them,
-the ones that start the server, the worker, serve-api, an editor or a benchmark too (SLOW_MODULES,
-and tests marked slow one by one)."""
+two tiers: `pytest -m "not slow"` runs the in-process tests (about a minute), `pytest` all of them.
+
+A test that starts a process (the language server, the worker, serve-api, an editor, a benchmark, any
+`python` or other program but git) is slow, and says so one way: `pytestmark = pytest.mark.slow` at
+the top of a module whose every test starts one, `@pytest.mark.slow` on the test elsewhere. git is
+the exception: the data pipeline calls it as it would a library, a few ms a call. A test may be slow
+for its running time alone (more than about ten seconds on two cores); its mark's comment says so.
+The check below fails a test that starts a process and is not marked slow, naming the command."""
 
 from __future__ import annotations
 
@@ -33,17 +38,76 @@ def pytest_configure(config):
     os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="diffusion-lsp-state-")
 
 
-# modules whose every test drives a real process: the language server, the worker, serve-api, an
-# editor, a benchmark. Tests elsewhere that start one are marked @pytest.mark.slow themselves.
-SLOW_MODULES = {"test_api", "test_bench_api", "test_bench_lsp", "test_bench_pretrained", "test_neovim", "test_neovim_next_edit",
-                "test_neovim_plugin", "test_server_e2e", "test_server_next_edit", "test_server_pretrained",
-                "test_server_protocol", "test_server_range", "test_vscode_code_server", "test_vscode_extension"}
+# ---- the slow marker's check: a test that starts a process and is not marked slow fails ----
+
+ALLOWED_PROGRAMS = {"git"}  # the one program a fast test may start (the module docstring says why)
 
 
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.module.__name__ in SLOW_MODULES:
-            item.add_marker(pytest.mark.slow)
+def _command(argv) -> list[str]:
+    argv = [argv] if isinstance(argv, (str, bytes, os.PathLike)) else list(argv)
+    return [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in argv]
+
+
+class ProcessStarts:
+    """Notes every process started while it is entered. Every way Python starts one goes through
+    these: `subprocess.Popen` (subprocess.run, asyncio's subprocesses and so pytest-lsp's client,
+    os.popen), multiprocessing's spawn (`spawnv_passfds`), `os.fork` (its fork and forkserver, and
+    os.spawn*), `os.posix_spawn[p]` and `os.system`. Each is wrapped to note the command and go on:
+    the test runs as it would, and fails after."""
+
+    def __init__(self):
+        import multiprocessing.util
+        import subprocess
+
+        self.commands: list[list[str]] = []
+        self._wrapped = [(subprocess.Popen, "_execute_child", lambda a: a[1]),  # (self, args, executable, ...)
+                         (multiprocessing.util, "spawnv_passfds", lambda a: a[1]),  # (path, args, passfds)
+                         (os, "posix_spawn", lambda a: a[1]), (os, "posix_spawnp", lambda a: a[1]),
+                         (os, "fork", lambda a: ["(a fork)"]), (os, "system", lambda a: a[0].split())]
+        self._saved: list[tuple] = []
+
+    def __enter__(self) -> ProcessStarts:
+        for owner, name, argv_of in self._wrapped:
+            real = getattr(owner, name)
+            self._saved.append((owner, name, real))
+            setattr(owner, name, self._noting(real, argv_of))
+        return self
+
+    def _noting(self, real, argv_of):
+        def start(*args, **kwargs):
+            self.commands.append(_command(argv_of(args)))
+            return real(*args, **kwargs)
+        return start
+
+    def __exit__(self, *exc) -> None:
+        for owner, name, real in reversed(self._saved):
+            setattr(owner, name, real)
+        self._saved.clear()
+
+    def unmarked(self) -> list[str]:
+        """The commands a test not marked slow may not run."""
+        return [" ".join(c)[:200] for c in self.commands if Path(c[0]).name not in ALLOWED_PROGRAMS]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _unless_slow(item, "its fixtures"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _unless_slow(item, "it"))
+
+
+def _unless_slow(item, who: str):
+    if item.get_closest_marker("slow") is not None:
+        return (yield)
+    with ProcessStarts() as starts:
+        result = yield
+    if started := starts.unmarked():
+        pytest.fail(f"{who} started a process ({'; '.join(started[:3])}): a test that starts one is marked "
+                    "slow (tests/conftest.py)", pytrace=False)
+    return result
 
 
 pytest_plugins = ["remote_api"]  # the scripted OpenAI-compatible API fixture `api`

@@ -25,15 +25,37 @@ import pytest
 from lsprotocol import types
 
 from conftest import open_doc, start_server, stop_server, within
-from diffusion_lsp.api.bodies import BadRequest, cut_at_stop, parse_fim, split_fim, stream_safe
 from diffusion_lsp.bench.api import stop
 from diffusion_lsp.model.results import MASK_GLYPH
 from diffusion_lsp.formats import mercury
 from test_server_e2e import echo_checkpoint  # noqa: F401 (a fixture)
 from test_server_range import CAPS, SCRIPT, scripted_checkpoint
 
+pytestmark = pytest.mark.slow
 PREFIX, SUFFIX, ANSWER = "def f(self):\n    y = self.", "\n", "foo(value) + 1"
 KEY_ENV, KEY = "DIFFUSION_LSP_TEST_API_KEY", "sk-test-0123456789"
+
+
+WAIT_S = 120  # seconds: only reached when a test is failing (a model load included)
+
+
+def until(check, what: str, wait_s: float = WAIT_S):
+    """`check()`'s first true value. serve-api is another process: what it exposes to wait on is what
+    /health and /metrics say, so they are read until they say it, up to `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {wait_s:g} s")
+        time.sleep(0.05)
+    return value
+
+
+def health(base: str) -> httpx.Response | None:
+    """/health's answer, or None while nothing listens yet."""
+    try:
+        return httpx.get(base + "/health", timeout=2)
+    except httpx.HTTPError:
+        return None
 
 
 def free_port() -> int:
@@ -53,16 +75,11 @@ class Api:
                "warning", *flags]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             assert self.proc.poll() is None, self.log.read_text()
-            try:
-                if httpx.get(self.base + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError("serve-api did not get ready: " + self.log.read_text())
+            return getattr(health(self.base), "status_code", None) == 200
+
+        until(ready, "ready serve-api")
 
     def client(self, **options) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.base + "/v1", api_key=options.pop("api_key", "unused"), **options)
@@ -85,41 +102,6 @@ def api(tokenizer, tmp_path_factory):
                  "--timeout", "10")
     yield server
     server.close()
-
-
-# ---- requests, without a server ----
-
-@pytest.mark.parametrize("prompt", [
-    f"<|fim_prefix|>{PREFIX}<|fim_suffix|>{SUFFIX}<|fim_middle|>",
-    f"<fim_prefix>{PREFIX}<fim_suffix>{SUFFIX}<fim_middle>",
-    f"<PRE> {PREFIX} <SUF>{SUFFIX} <MID>",
-    f"<｜fim▁begin｜>{PREFIX}<｜fim▁hole｜>{SUFFIX}<｜fim▁end｜>",
-    f"[SUFFIX]{SUFFIX}[PREFIX]{PREFIX}",
-    f"<|code_prefix|>{PREFIX}<|code_suffix|>{SUFFIX}<|code_middle|>",
-])
-def test_every_fim_template_is_taken_apart(prompt):
-    assert split_fim(prompt) == (PREFIX, SUFFIX)
-
-
-def test_a_request_body_is_checked_field_by_field():
-    ok = parse_fim({"prompt": "a", "suffix": "b", "max_tokens": 5, "stop": "\n", "user": "u", "frobnicate": 1}, 64)
-    assert (ok.prefix, ok.suffix, ok.max_tokens, ok.stop, ok.ignored) == ("a", "b", 5, ["\n"], ["frobnicate"])
-    for body, param in [({"prompt": 3}, "prompt"), ({"prompt": "a", "max_tokens": 0}, "max_tokens"),
-                        ({"prompt": "a", "max_tokens": True}, "max_tokens"), ({"prompt": "a", "stop": [1]}, "stop"),
-                        ({"prompt": "a", "temperature": "hot"}, "temperature"), ({"prompt": "a", "n": 2}, "n"),
-                        ({"prompt": "a", "stream": "yes"}, "stream"), ({"prompt": "a", "logprobs": 5}, "logprobs")]:
-        with pytest.raises(BadRequest) as e:
-            parse_fim(body, 64)
-        assert e.value.param == param, body
-    with pytest.raises(BadRequest):
-        parse_fim(["not", "an", "object"], 64)
-
-
-def test_stop_sequences_cut_the_text_and_hold_back_what_may_start_one():
-    assert cut_at_stop("abc\ndef", ["\n"]) == ("abc", True)
-    assert cut_at_stop("abc", ["\n"]) == ("abc", False)
-    assert stream_safe("x = 1 # TO", ["# TODO"]) == "x = 1 "
-    assert stream_safe("x = 1", ["# TODO"]) == "x = 1"
 
 
 # ---- the API with the official client ----
@@ -259,10 +241,7 @@ async def _hold_and_probe(api: Api, pid: int):
     async with httpx.AsyncClient(timeout=30) as http:
         first = asyncio.ensure_future(http.post(api.base + "/v1/completions",
                                                 json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 16}))
-        for _ in range(200):  # until the first is admitted
-            if api.metric("diffusion_lsp_api_queue_depth") >= 1:
-                break
-            await asyncio.sleep(0.05)
+        await asyncio.to_thread(until, lambda: api.metric("diffusion_lsp_api_queue_depth") == 1, "admitted request")
         with pytest.raises(openai.RateLimitError) as refused:  # the official client, not retrying
             api.client(max_retries=0).completions.create(model="diffusion-lsp", prompt=PREFIX, max_tokens=4)
         os.kill(pid, signal.SIGCONT)
@@ -314,8 +293,9 @@ def test_input_the_model_can_never_take_is_a_400_naming_the_field_not_a_retryabl
 
 def test_a_client_that_leaves_cancels_its_request_and_the_server_goes_on(api):
     """With the worker stalled, a plain request and then a stream whose clients give up are seen to
-    leave at once (not at the request's deadline), and each gives its place back."""
+    leave (not kept to the request's deadline, a 504), and each gives its place back."""
     before = api.metric("diffusion_lsp_api_client_disconnects_total")
+    timeouts = api.metric("diffusion_lsp_api_timeouts_total")
     body = {"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 16}
     pid = api.worker_pid()
     os.kill(pid, signal.SIGSTOP)
@@ -324,10 +304,10 @@ def test_a_client_that_leaves_cancels_its_request_and_the_server_goes_on(api):
             with pytest.raises(httpx.ReadTimeout), httpx.Client(timeout=httpx.Timeout(30, read=1)) as http:
                 with http.stream("POST", api.base + "/v1/completions", json={**body, "stream": stream}) as r:
                     next(r.iter_lines())  # no event comes: the client gives up
-            deadline = time.monotonic() + 5  # well before the request's own deadline (10 s)
-            while (api.metric("diffusion_lsp_api_client_disconnects_total") < before + n
-                   or api.metric("diffusion_lsp_api_queue_depth") > 0) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            until(lambda: (api.metric("diffusion_lsp_api_client_disconnects_total") == before + n
+                           and api.metric("diffusion_lsp_api_queue_depth") == 0)
+                  or api.metric("diffusion_lsp_api_timeouts_total") > timeouts, "disconnect or timeout")
+            assert api.metric("diffusion_lsp_api_timeouts_total") == timeouts, stream  # it left before its deadline
             assert api.metric("diffusion_lsp_api_client_disconnects_total") == before + n, stream
             assert api.metric("diffusion_lsp_api_queue_depth") == 0, stream  # its place was given back
     finally:
@@ -360,12 +340,12 @@ def test_a_worker_that_stops_answering_is_killed_and_restarted_after_a_missed_de
         os.kill(pid, signal.SIGSTOP)
         late = httpx.post(server.base + "/v1/completions", json=body, timeout=30)
         assert late.status_code == 504, late.text
-        deadline = time.monotonic() + 60  # the ping's 2 s, then a new worker loads the model
-        while time.monotonic() < deadline and not (
-                (h := httpx.get(server.base + "/health").json()["worker"])["pid"] not in (pid, None)
-                and h["state"] == "ready"):
-            time.sleep(0.1)
-        assert h["pid"] not in (pid, None) and h["state"] == "ready", h
+
+        def restarted() -> dict | None:  # the ping's 2 s, then a new worker loads the model
+            h = httpx.get(server.base + "/health").json()["worker"]
+            return h if h["pid"] not in (pid, None) and h["state"] == "ready" else None
+
+        until(restarted, "new ready worker")
         again = httpx.post(server.base + "/v1/completions", json=body, timeout=30)
         assert again.status_code == 200 and again.json()["choices"][0]["text"] == ANSWER
     finally:
@@ -380,8 +360,8 @@ def test_a_worker_killed_mid_request_is_restarted_and_the_request_retried(api):
         async with httpx.AsyncClient(timeout=30) as http:
             task = asyncio.ensure_future(http.post(api.base + "/v1/completions",
                                                    json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 16}))
-            while api.metric("diffusion_lsp_api_queue_depth") < 1:
-                await asyncio.sleep(0.05)
+            await asyncio.to_thread(until, lambda: api.metric("diffusion_lsp_api_queue_depth") == 1,
+                                    "admitted request")
             os.kill(pid, signal.SIGKILL)
             return await task
 
@@ -427,27 +407,23 @@ def test_slow_or_vanishing_senders_are_cut_off_and_counted_not_500s(tokenizer, t
         trickling = [socket.create_connection((host, port)) for _ in range(5)]
         for s in trickling:
             s.settimeout(10)
-        t0 = time.monotonic()
-        closed_after = []
-        for i in range(40):  # a byte of headers every 0.1 s from each: never done within 1.5 s
+        closed = 0
+        for i in range(40):  # a byte of headers every 0.1 s from each (the client's pace): never done in 1.5 s
             for s in list(trickling):
                 try:
                     s.sendall(head[i:i + 1])
                 except OSError:  # the server closed it
-                    closed_after.append(time.monotonic() - t0)
+                    closed += 1
                     trickling.remove(s)
             time.sleep(0.1)
-        for s in trickling:  # whatever is left must be closed now: its read gives EOF
+        for s in trickling:  # headers never ended: whatever is left is closed by the server, its read gives EOF
             assert s.recv(1024) == b"", "a trickling connection stayed open"
-            closed_after.append(time.monotonic() - t0)
-        assert len(closed_after) == 5 and max(closed_after) < 6
+            closed += 1
+        assert closed == 5
         before = server.metric("diffusion_lsp_api_client_disconnects_total")
         with socket.create_connection((host, port)) as s:  # headers, half a body, then gone
             s.sendall(head + b"\r\n" + b'{"prompt": "def f(')
-            time.sleep(0.3)
-        deadline = time.monotonic() + 10
-        while server.metric("diffusion_lsp_api_client_disconnects_total") == before and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until(lambda: server.metric("diffusion_lsp_api_client_disconnects_total") > before, "disconnect")
         assert server.metric("diffusion_lsp_api_client_disconnects_total") == before + 1
         assert server.metric('diffusion_lsp_api_requests_total{route="/v1/completions",status="499"}') == 1
         assert server.metric('diffusion_lsp_api_requests_total{route="/v1/completions",status="500"}') == 0
@@ -514,17 +490,11 @@ def test_a_worker_socket_served_by_another_model_is_a_503_saying_so(tmp_path):
                              "--worker-socket", str(path), "--log-level", "warning"], stdout=log, stderr=log)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                health = httpx.get(base + "/health", timeout=2)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        first = until(lambda: health(base), "answer from /health")
         answer = httpx.post(base + "/v1/completions", json={"prompt": "x = ", "max_tokens": 4}, timeout=30)
         assert answer.status_code == 503 and "serves the model /models/another" in answer.json()["error"]["message"]
         assert "serves the model /models/another" in httpx.get(base + "/health").json()["worker"]["error"]
-        assert health.status_code == 503
+        assert first.status_code == 503
     finally:
         stop(proc)
         server.close()

@@ -8,7 +8,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from test_server_range import SCRIPT, scripted_checkpoint
+
+pytestmark = pytest.mark.slow
 
 
 def test_bench_api_prints_load_and_fault_figures(tokenizer, tmp_path):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from diffusion_lsp.bench.figures import Sample
 from diffusion_lsp.bench.lsp import _print_header, server_launch
 from diffusion_lsp.bench.replay import Crowd, Site, find_sites
@@ -114,6 +116,7 @@ def test_a_missing_default_model_is_one_clear_line(monkeypatch, tmp_path, capsys
     assert len(err.splitlines()) == 1 and "embedded default model is missing" in err and "--model" in err
 
 
+@pytest.mark.slow
 def test_bench_lsp_runs_end_to_end_and_prints_the_rows(tiny_checkpoint, capsys):
     argv = ["bench", "lsp", "--model", str(tiny_checkpoint), "--requests", "4", "--chars", "2", "--threads", "1",
             "--next-edits", "2"]

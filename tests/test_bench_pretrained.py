@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from safetensors import safe_open
 
@@ -34,6 +35,7 @@ def test_the_written_folder_has_the_published_layout_and_loads(tmp_path):
     assert engine.model.embed.weight.dtype == torch.float32
 
 
+@pytest.mark.slow
 def test_the_benchmark_prints_its_table_on_a_tiny_folder(tmp_path, capsys):
     folder = write_folder(tmp_path / "tiny", TINY, tokenizer_vocab=400)
     assert main(["bench", "pretrained", "--folder", str(folder), "--fills", "2", "--threads", "1"]) == 0

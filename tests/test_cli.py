@@ -159,7 +159,7 @@ def test_batch_mode_reports_bad_lines_and_continues(tiny_checkpoint, tmp_path, c
     assert "5 of 8 requests failed" in err
 
 
-@pytest.mark.slow  # starts a process
+@pytest.mark.slow
 def test_console_script_end_to_end(tiny_checkpoint, src):
     proc = subprocess.run(["diffusion-lsp", "fim", str(src), "--at", "2:5", "--model", str(tiny_checkpoint),
                            "--json", "--max-tokens", "4"], capture_output=True, text=True, timeout=120)
@@ -171,7 +171,7 @@ def test_console_script_end_to_end(tiny_checkpoint, src):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "past the end" in proc.stderr
 
 
-@pytest.mark.slow  # starts a process
+@pytest.mark.slow
 def test_bench_sampler_prints_every_configuration(tiny_checkpoint, capsys):
     from diffusion_lsp.model.quantize import int8_available
 
@@ -227,7 +227,7 @@ def test_every_model_command_checks_the_shared_settings_first(src, capsys, comma
     assert code == 2 and err.startswith(f"diffusion-lsp: error: {message}") and "\n" not in err
 
 
-@pytest.mark.slow  # starts a process
+@pytest.mark.slow
 def test_help_imports_no_torch_tokenizer_tqdm_or_lsp_client():
     code = ("import sys; from diffusion_lsp.cli import build_parser; build_parser(); "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'tokenizers', 'tqdm', 'numpy', "
@@ -304,7 +304,7 @@ def source_names() -> set[str]:
     return {f.name for root in roots for f in root.rglob("*.py")}
 
 
-@pytest.mark.slow  # starts a process
+@pytest.mark.slow
 def test_no_help_cites_the_source_or_speaks_to_its_developers(capsys):
     names = source_names()
     paths = list(command_paths(build_parser()))
@@ -333,6 +333,7 @@ def test_train_help_shows_its_examples_as_written(capsys):
     assert "\n      --out runs/base --preset base --minutes 60\n" in out
 
 
+@pytest.mark.slow
 def test_version_is_the_package_version_everywhere(monkeypatch):
     proc = subprocess.run(["diffusion-lsp", "--version"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == f"diffusion-lsp {metadata.version('diffusion-lsp')}\n"
@@ -349,7 +350,7 @@ def test_version_is_the_package_version_everywhere(monkeypatch):
     assert diffusion_lsp._version() == pyproject["project"]["version"]
 
 
-@pytest.mark.slow  # starts a process
+@pytest.mark.slow
 def test_a_test_run_starts_without_a_deprecation_warning():
     """pytest-asyncio warns at every run while asyncio_default_fixture_loop_scope is unset (shown
     when Python shows deprecation warnings)."""
@@ -364,7 +365,7 @@ def _fim(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
                           timeout=120, input=stdin)
 
 
-@pytest.mark.slow  # starts a process
+@pytest.mark.slow
 def test_fim_refuses_a_fifo_and_a_device_and_a_missing_device_in_one_line(tmp_path):
     """From our probe: a FIFO as FILE (or --batch) hung, /dev/zero read until memory ran out, and
     --device cuda:99 on a machine without it was a traceback from deep inside the loader."""
@@ -383,7 +384,7 @@ def test_fim_refuses_a_fifo_and_a_device_and_a_missing_device_in_one_line(tmp_pa
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
-@pytest.mark.slow  # starts a process
+@pytest.mark.slow
 def test_fim_lines_end_where_the_language_servers_do_and_a_deep_batch_line_is_one_record(tmp_path):
     """str.splitlines also broke lines at form feeds and U+2028 ("column 5 is past the end of line 2");
     a batch line nested 100,000 deep was a RecursionError that lost the whole batch."""

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from diffusion_lsp.context.drafts import LastFills, cursor_lines, drafts_for, lookup, similar_line
 from diffusion_lsp.context.records import Document
 from diffusion_lsp.context.repo import is_held_out, repo_files
@@ -98,6 +100,7 @@ def test_repo_files_follow_git_and_skip_what_is_no_source(tmp_path):
     assert repo_files(tmp_path, {"python"})[0][0].path == "pkg/a.py"
 
 
+@pytest.mark.slow
 def test_a_file_is_held_out_by_its_path_alone_the_same_in_every_process():
     paths = [f"pkg/m{i}.py" for i in range(1000)]
     held = [p for p in paths if is_held_out(p)]

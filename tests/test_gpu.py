@@ -106,6 +106,7 @@ def test_a_cached_step_equals_the_full_pass_on_cuda(tokenizer, dtype, tol):
     torch.testing.assert_close(cached.float(), full.float(), atol=tol, rtol=tol)
 
 
+@pytest.mark.slow
 def test_the_worker_fills_on_cuda_over_its_socket(tmp_path):
     from diffusion_lsp.protocol.requests import FillOrder
     from diffusion_lsp.protocol.settings import LaunchSettings

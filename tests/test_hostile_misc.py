@@ -136,6 +136,7 @@ def test_deeply_nested_json_is_refused_without_a_recursion_error(tmp_path, capsy
     baseline.parse(json.dumps(good_baseline()).encode())  # a real one is a few levels deep
 
 
+@pytest.mark.slow
 def test_a_fifo_as_the_baseline_is_refused_not_waited_on(tmp_path):
     fifo = tmp_path / "base.json"
     os.mkfifo(fifo)

@@ -269,6 +269,7 @@ def test_a_recorded_model_is_trusted_only_for_its_workspace_and_with_the_files_a
     assert (state / "diffusion-lsp" / "trusted-models.json").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["trusted-models.json", "said.json"])
 def test_a_fifo_in_the_state_folder_is_read_as_nothing_without_waiting(tiny_checkpoint, tmp_path, state, name):
     """The re-run probe's case: with trusted-models.json a FIFO the language server never answered

@@ -229,7 +229,7 @@ def test_a_rewrite_puts_the_tagged_region_in_the_prompt_and_a_probe_is_refused(e
     assert e.value.kind is Failure.INVALID and "no probe" in str(e.value)
 
 
-@pytest.mark.slow  # starts the server and its worker
+@pytest.mark.slow
 def test_the_server_completes_and_asks_next_edits_through_a_rewrite_prompt(folder, tmp_path):
     from lsprotocol import types
 

@@ -19,6 +19,7 @@ import pytest
 
 from test_server_range import SCRIPT, scripted_checkpoint
 
+pytestmark = pytest.mark.slow
 NVIM_DIR = Path(__file__).parent / "nvim"
 SESSION_S = 150  # the whole editor session, model load included; the driver's watchdog fires first
 OPTIONS = {"sampling": {"heal": False}, "completion": {"confidenceCut": 0.0}, "worker": {"idleExitS": 0}}

@@ -12,9 +12,12 @@ from __future__ import annotations
 import re
 import sys
 
+import pytest
+
 from test_neovim import SESSION_S, nvim_binary, run_session
 from test_server_e2e import WORD, echo_checkpoint  # noqa: F401 (a fixture)
 
+pytestmark = pytest.mark.slow
 OPTIONS = {"nextEdit": {"enable": True, "maxSpanLines": 1, "minConfidence": 0.5}, "sampling": {"heal": False},
            "completion": {"confidenceCut": 0.0}, "worker": {"idleExitS": 0}}
 SOURCE = "def area(w, h):\n    return w * h\n\n\nprint(area(2, 3))\n"

@@ -15,10 +15,13 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from test_neovim import SESSION_S, nvim_binary, run_session
 from test_server_e2e import echo_checkpoint  # noqa: F401 (a fixture)
 from test_server_range import SCRIPT, scripted_checkpoint
 
+pytestmark = pytest.mark.slow
 PLUGIN = Path(__file__).parent.parent / "editors" / "neovim"
 INFO = 2  # vim.log.levels.INFO
 OPTIONS = {"sampling": {"heal": False}, "completion": {"confidenceCut": 0.0}, "worker": {"idleExitS": 0},

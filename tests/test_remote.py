@@ -242,7 +242,7 @@ def test_the_backend_answers_many_orders_in_the_one_result_shape(api):
     assert KEY not in repr(backend.__dict__) and KEY not in repr(described)
 
 
-@pytest.mark.slow  # starts a process
+@pytest.mark.slow
 def test_fim_prints_an_answer_holding_a_lone_surrogate_instead_of_crashing(api, tmp_path):
     """JSON can carry "\\ud800" and UTF-8 cannot: printing it was a UnicodeEncodeError traceback, exit 1."""
     import subprocess

@@ -115,7 +115,7 @@ def test_a_newer_request_supersedes_and_abandons_the_older_fill():
         link.release.set()
         return await newer
 
-    assert asyncio.run(go()) is not None
+    assert asyncio.run(go()) == Answer("os.getcwd()")  # the newer request's own fill
     assert completer.stats.superseded == 1 and link.cancelled == 1
 
 

@@ -109,7 +109,7 @@ def test_settings_have_upper_bounds(section, key, value):
     assert cfg == Config() and len(problems) == 1 and f"{section}.{key}" in problems[0]
 
 
-@pytest.mark.slow  # starts a process
+@pytest.mark.slow
 def test_the_server_never_imports_torch():
     code = "import sys, diffusion_lsp.server.server, diffusion_lsp.server.session; print('torch' in sys.modules, 'transformers' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False False\n"

@@ -163,7 +163,7 @@ async def refusals(client: LanguageClient, line: int, character: int) -> list[st
 
 
 @pytest.mark.asyncio
-@pytest.mark.slow  # starts the server
+@pytest.mark.slow
 async def test_an_edit_below_a_form_feed_keeps_the_servers_copy_right(client):
     """pygls' copy became "a = 1\\fdef f(x):bbbbb\\n" (it saw three lines where the editor has two),
     so 1:9 was "past the end of its line". The line ends the server now sees are probed by the
@@ -180,7 +180,7 @@ async def test_an_edit_below_a_form_feed_keeps_the_servers_copy_right(client):
 
 
 @pytest.mark.asyncio
-@pytest.mark.slow  # starts the server
+@pytest.mark.slow
 async def test_a_change_not_newer_than_the_document_is_dropped_and_said(client):
     """v1 -> v5 -> v3: pygls took the copy back to v3's text, silently, and next edits then took it
     as current. A change must carry a newer version; an older or repeated one is dropped."""

@@ -21,7 +21,7 @@ from test_server_range import SCRIPTED_CLAIMS
 from conftest import complete, completion_params, loads_ended, open_doc, start_server, stop_server, within
 from diffusion_lsp.model.checkpoint import load_checkpoint, save_checkpoint
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 WORD = "foo"  # one token of the test tokenizer
 OPTIONS = {"sampling": {"heal": False}, "completion": {"confidenceCut": 0.0, "debounceMs": 0},
            "worker": {"idleExitS": 0}}

@@ -31,6 +31,7 @@ def test_a_burst_of_edits_is_indexed_once_with_the_latest_text():
     assert built == [5]
 
 
+@pytest.mark.slow
 def test_the_index_and_token_counts_are_made_in_a_child_process_and_looked_up_without_parsing():
     doc = Document("file:///child.py", SOURCE, "python", 7)
     memo = MemoCounter(len)  # a different count than the tokenizer's: shows where the counts came from
@@ -51,12 +52,13 @@ def test_the_index_and_token_counts_are_made_in_a_child_process_and_looked_up_wi
     assert memo.memo[line] == counter_for(None)(line) != len(line) and memo.missing(SOURCE) == []
 
 
-@pytest.mark.slow  # starts a process
+@pytest.mark.slow
 def test_the_indexing_child_and_the_resource_tracker_die_with_a_killed_server():
     """After `kill -9` of the server its indexing child (and with it multiprocessing's resource
     tracker, which waits for both to close its pipe) lived on: pairs from killed sessions were still
     running 30 minutes later."""
     import os
+    import select
     import signal
     import subprocess
     import sys
@@ -72,12 +74,17 @@ def test_the_indexing_child_and_the_resource_tracker_die_with_a_killed_server():
     family = [int(p) for p in subprocess.run(["ps", "-o", "pid=", "--ppid", str(server.pid)], capture_output=True,
                                              text=True).stdout.split()]
     assert child in family and len(family) == 2  # the indexing child and the resource tracker
+    ends = {os.pidfd_open(p): p for p in family}  # each readable once its process has ended
     os.kill(server.pid, signal.SIGKILL)
     server.wait()
     deadline = time.monotonic() + 10  # the child looks for its parent every 0.5 s
-    while any(_alive(p) for p in family) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [p for p in family if _alive(p)]
+    while ends and (left := deadline - time.monotonic()) > 0:
+        for fd in select.select(list(ends), [], [], left)[0]:
+            ends.pop(fd)
+            os.close(fd)
+    assert not [p for p in ends.values() if _alive(p)]
+    for fd in ends:
+        os.close(fd)
 
 
 def _alive(pid: int) -> bool:

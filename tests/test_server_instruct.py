@@ -114,10 +114,6 @@ def test_the_answer_is_a_versioned_edit_for_a_client_that_takes_document_changes
 
 # ---- through the real server ----
 
-def e2e(test):
-    return pytest.mark.slow(pytest.mark.asyncio(loop_scope="module")(test))
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client(echo_checkpoint, tmp_path_factory):  # noqa: F811
     client = await start_server(echo_checkpoint, tmp_path_factory.mktemp("sock") / "worker.sock", CAPS, OPTIONS)
@@ -158,7 +154,8 @@ def the_edit(result, uri: str, version: int):
     return edit
 
 
-@e2e
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
 async def test_a_selection_of_whole_lines_comes_back_rewritten_as_an_edit_that_applies(client):
     uri = "file:///double.py"
     open_doc(client, uri, SOURCE)
@@ -172,7 +169,8 @@ async def test_a_selection_of_whole_lines_comes_back_rewritten_as_an_edit_that_a
     assert after.splitlines() == [lines[0], edit.newText.rstrip("\n"), lines[4]]
 
 
-@e2e
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
 async def test_non_ascii_text_before_the_range_moves_no_offset(client):
     uri = "file:///emoji.py"
     text = "# é😀 naïve\nname = '😀😀'; total = a + b\nprint(total)\n"
@@ -186,7 +184,8 @@ async def test_non_ascii_text_before_the_range_moves_no_offset(client):
     assert apply_utf16(text, edit.range, edit.newText) == f"# é😀 naïve\n{before}{edit.newText}\nprint(total)\n"
 
 
-@e2e
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
 async def test_bad_requests_are_invalid_params_and_the_server_keeps_serving(client):
     uri = "file:///bad.py"
     open_doc(client, uri, SOURCE)
@@ -203,7 +202,8 @@ async def test_bad_requests_are_invalid_params_and_the_server_keeps_serving(clie
     assert re.fullmatch(f"({WORD})+\n", result.newText), result.newText
 
 
-@e2e
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
 async def test_a_version_the_document_has_left_is_content_modified(client):
     uri = "file:///version.py"
     open_doc(client, uri, SOURCE)
@@ -213,7 +213,8 @@ async def test_a_version_the_document_has_left_is_content_modified(client):
     assert e.value.code == types.LSPErrorCodes.ContentModified.value
 
 
-@e2e
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
 async def test_a_backend_that_cannot_answer_is_request_failed_with_its_message(client):
     def configure(settings: dict) -> None:
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"diffusionLsp": settings}))

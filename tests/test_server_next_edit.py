@@ -17,7 +17,7 @@ from pytest_lsp import LanguageClient
 from conftest import loads_ended, open_doc, start_server, stop_server, within
 from test_server_e2e import CAPS, WORD, echo_checkpoint  # noqa: F401 (a fixture)
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 NEXT_EDIT = "textDocument/copilotInlineEdit"
 ACCEPT = "diffusionLsp.didAcceptNextEdit"
 OPTIONS = {"sampling": {"heal": False}, "completion": {"confidenceCut": 0.0, "debounceMs": 0},

@@ -11,7 +11,7 @@ from lsprotocol import types
 from conftest import complete, loads_ended, open_doc, start_server, stop_server, within
 from test_pretrained import TOKENS, build
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 OPTIONS = {"completion": {"confidenceCut": 0.0, "debounceMs": 0}, "worker": {"idleExitS": 0},
            "model": {"threads": 1}}
 CAPS = types.ClientCapabilities(

@@ -106,6 +106,7 @@ async def raw(tmp_path):
         await proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("garbage, parse_error", [
     (frame(body=STATS_BYTES, length=len(STATS_BYTES) - 10), True),  # the rest glues onto the next header
     (frame(body=STATS_BYTES, length=len(STATS_BYTES) + 50), True),  # swallows the next header
@@ -130,6 +131,7 @@ async def test_after_garbage_the_server_still_answers(raw, garbage, parse_error)
     assert raw.responses() == []
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_large_message_within_the_limit_is_read(raw):
     await raw.initialize()
@@ -137,6 +139,7 @@ async def test_a_large_message_within_the_limit_is_read(raw):
     await raw.stats_answered(2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("message, code, answered_id", [
     ({"jsonrpc": "2.0", "id": 7, "params": {}}, INVALID_REQUEST, 7),  # no method
     ({"jsonrpc": "2.0", "id": 7, "method": 5}, INVALID_REQUEST, 7),
@@ -167,6 +170,7 @@ async def test_a_malformed_request_gets_its_json_rpc_error(raw, message, code, a
     assert raw.responses() == []
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_malformed_next_edit_request_is_one_warning_line_not_a_traceback(raw, tmp_path):
     """pygls logged the handler's invalid-params error as a crash: an ERROR line and a 10-line traceback
@@ -184,6 +188,7 @@ async def test_a_malformed_next_edit_request_is_one_warning_line_not_a_traceback
     assert log.count("answered textDocument/copilotInlineEdit") == 4
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_an_unknown_command_is_invalid_params_and_one_warning_line(raw, tmp_path):
     """pygls answered a command it does not have with -32602, and logged it as an ERROR with a
@@ -200,6 +205,7 @@ async def test_an_unknown_command_is_invalid_params_and_one_warning_line(raw, tm
     assert "Traceback" not in log and " ERROR " not in log, log
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_cancel_or_progress_cancel_naming_no_usable_id_is_dropped(raw):
     """pygls hashes the id: {"id": {"a": 1}} killed the server (exit 1), a progress token object was
@@ -212,6 +218,7 @@ async def test_a_cancel_or_progress_cancel_naming_no_usable_id_is_dropped(raw):
     assert raw.responses() == [] and raw.proc.returncode is None
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_custom_request_may_leave_out_params(raw):
     await raw.initialize()
@@ -220,6 +227,7 @@ async def test_a_custom_request_may_leave_out_params(raw):
     assert "counts" in answer["result"], answer
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_broken_notifications_get_no_reply_and_no_window(raw):
     await raw.initialize()
@@ -237,6 +245,7 @@ async def test_broken_notifications_get_no_reply_and_no_window(raw):
     assert raw.responses() == []
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_requests_before_initialize_and_after_shutdown_are_refused(raw):
     raw.send(frame(request(1, "diffusionLsp/stats", {})),
@@ -257,6 +266,7 @@ async def test_requests_before_initialize_and_after_shutdown_are_refused(raw):
     assert await asyncio.wait_for(raw.proc.wait(), TIMEOUT) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_exit_without_shutdown_exits_with_1(raw):
     await raw.initialize()
@@ -264,6 +274,7 @@ async def test_exit_without_shutdown_exits_with_1(raw):
     assert await asyncio.wait_for(raw.proc.wait(), TIMEOUT) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_over_tcp_too(tmp_path):
     proc = await asyncio.create_subprocess_exec(

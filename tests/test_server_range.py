@@ -16,7 +16,7 @@ from diffusion_lsp.model.checkpoint import save_checkpoint
 from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.transformer import DiffusionTransformer
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 SCRIPT = ".foo(value) + 1"  # the chain: after ".", "foo(value) + 1"; after "(", "value) + 1"
 OPTIONS = {"sampling": {"heal": False}, "completion": {"confidenceCut": 0.0, "debounceMs": 0},
            "worker": {"idleExitS": 0}}

@@ -99,7 +99,7 @@ def missing() -> list[str]:
 
 
 MISSING = missing()
-pytestmark = pytest.mark.skipif(bool(MISSING), reason="real VS Code test needs " + "; ".join(MISSING))
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(MISSING), reason="real VS Code test needs " + "; ".join(MISSING))]
 
 
 @pytest.fixture(scope="module")

@@ -47,6 +47,7 @@ def node_modules() -> Path:
     return stamp.parent
 
 
+@pytest.mark.slow
 def test_node_suite_and_client_layer_against_the_real_server(node_modules, tokenizer, echo_checkpoint,  # noqa: F811
                                                               tmp_path):
     scripted = scripted_checkpoint(tokenizer, SCRIPT, tmp_path / "model")
@@ -67,6 +68,7 @@ def test_node_suite_and_client_layer_against_the_real_server(node_modules, token
     assert counts["fail"] == 0 and counts["skipped"] == 0 and counts["pass"] >= 13, (counts, out[-3000:])
 
 
+@pytest.mark.slow
 def test_npm_run_package_makes_a_vsix(node_modules, tmp_path):
     done = npm("run", "package")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -92,6 +94,7 @@ def test_the_extension_contributes_every_server_setting_as_the_server_defines_it
     assert own and all(k.split(".")[1] in ("server", "client", "trace") for k in own), own
 
 
+@pytest.mark.slow
 def test_settings_schema_command_prints_the_schema():
     done = subprocess.run([sys.executable, "-m", "diffusion_lsp", "settings-schema"], capture_output=True, text=True,
                           timeout=120)
@@ -116,6 +119,7 @@ def test_the_manifest_defaults_are_the_server_defaults_and_draw_no_complaint():
     assert problems == [] and cfg == Config()
 
 
+@pytest.mark.slow
 def test_the_install_scripts_version_check_reads_past_a_first_start_log_line(tmp_path):
     """code-server's first start prints "Wrote default config file" before its version (and writes it
     into the user's home): the script's first run on a fresh machine failed, comparing the log line."""
