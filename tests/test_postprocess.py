@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from diffusion_lsp.context.gather import gather
+from diffusion_lsp.protocol.reasons import Cut
 from diffusion_lsp.context.postprocess import creates_parse_error, drop_low_confidence, postprocess
 from diffusion_lsp.context.overlap import drop_duplicate_lines
 from diffusion_lsp.context.records import Document, SpanKind, Suggestion
@@ -34,7 +35,7 @@ def test_low_confidence_tail_is_cut_back_to_a_whole_line():
     pieces = ["y", " =", " x", " +", " 1", "\n", "    return", " y", ".", "up"]
     conf = [0.9] * 8 + [0.2, 0.9]
     s, reasons = run(ctx, "".join(pieces), pieces=pieces, confidence=conf, threshold=0.5)
-    assert s.text == "y = x + 1" and "tail:2" in reasons
+    assert s.text == "y = x + 1" and Cut.TAIL in reasons
 
 
 def test_low_confidence_tail_is_cut_back_to_a_whole_word():
@@ -183,7 +184,7 @@ def test_a_fill_that_adds_a_parse_error_is_rejected(language, src, good, bad):
 def test_a_fill_that_dangles_leaves_a_bracket_open_or_closes_one_it_never_opened_is_cut(language, src, fill, kept):
     ctx = ctx_for(src, language)
     s, reasons = run(ctx, fill)
-    assert s.text == kept and reasons[-1] == f"unbalanced:{len(fill) - len(kept)}"
+    assert s.text == kept and reasons[-1] is Cut.UNBALANCED
     assert not creates_parse_error(ctx.document.text, ctx.offset, s, language)
     assert creates_parse_error(ctx.document.text, ctx.offset, Suggestion(fill), language)
 

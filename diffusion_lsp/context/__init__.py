@@ -8,10 +8,10 @@ and post-processing of the model's fill. Pure modules: no LSP, no model.
 from .gather import gather
 from .index import index_document
 from .languages import language_for
-from .postprocess import REJECTIONS, creates_parse_error, postprocess
+from .postprocess import creates_parse_error, postprocess
 from .spans import CANVAS_TOKENS
 from .records import CompletionContext, ContextBudget, Document, EditSnippet, SpanKind, Suggestion
 
-__all__ = ["gather", "postprocess", "creates_parse_error", "index_document", "language_for", "REJECTIONS",
+__all__ = ["gather", "postprocess", "creates_parse_error", "index_document", "language_for",
            "CANVAS_TOKENS", "CompletionContext", "ContextBudget", "Document", "EditSnippet", "SpanKind",
            "Suggestion"]

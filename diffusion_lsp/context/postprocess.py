@@ -15,20 +15,20 @@
    too is it rejected (the server re-samples once; `creates_parse_error` is the same check on
    its own).
 
-Each rule that changes or rejects the fill appends a reason to `reasons`; rejections are one of
-REJECTIONS, so the caller can tell "parse-error" (worth a re-sample) from the rest."""
+Each rule that changes or rejects the fill appends its `Cut` (protocol/reasons.py) to `reasons`;
+a rejection's `rejects`, so the caller can tell PARSE_ERROR (worth a re-sample) from the rest."""
 
 from __future__ import annotations
 
 import re
 
+from ..protocol.reasons import Cut
 from .languages import language_for
 from .lines import indent_at, unbalanced_cuts, width
 from .overlap import balance_closers, drop_duplicate_lines, drop_line_overlap, reduce_replace
 from .parsing import error_count, errors_with_insertion, parse_window
 from .records import CompletionContext, SpanKind, Suggestion
 
-REJECTIONS = ("empty", "low-confidence", "out-of-scope", "duplicate", "parse-error")
 CHECK_LINES_BEFORE, CHECK_LINES_AFTER = 60, 30  # window of creates_parse_error without a context
 _PARTIAL_WORD = re.compile(r"[A-Za-z0-9_]+$")
 _DANGLING = re.compile(r"[\s.,;:=+\-*/%&|^<>!~@?\\]+$")  # operators and separators that need something after
@@ -105,42 +105,42 @@ def _tidy_end(ctx: CompletionContext, text: str) -> str:
 
 def postprocess(ctx: CompletionContext, text: str, pieces: list[str] | None = None,
                 confidence: list[float] | None = None, threshold: float = 0.0,
-                reasons: list[str] | None = None, check_syntax: bool = True) -> Suggestion | None:
+                reasons: list[Cut] | None = None, check_syntax: bool = True) -> Suggestion | None:
     """The suggestion to show for a fill, or None (with the rejection appended to `reasons`)."""
     reasons = reasons if reasons is not None else []
 
-    def reject(why: str) -> None:
+    def reject(why: Cut) -> None:
         reasons.append(why)
         return None
 
     if not text.strip():
-        return reject("empty")
+        return reject(Cut.EMPTY)
     text, dropped = drop_low_confidence(text, pieces, confidence, threshold)
     if dropped:
-        reasons.append(f"tail:{dropped}")
+        reasons.append(Cut.TAIL)
         if not text.strip():
-            return reject("low-confidence")
+            return reject(Cut.LOW_CONFIDENCE)
     scoped = keep_scope(ctx, text)
     if scoped != text:
-        reasons.append("scope")
+        reasons.append(Cut.SCOPE)
         if not scoped.strip():
-            return reject("out-of-scope")
+            return reject(Cut.OUT_OF_SCOPE)
     text = scoped
     line_prefix = _line_prefix(ctx)
     text, k = drop_duplicate_lines(text, line_prefix, ctx.suffix)
     if k:
-        reasons.append(f"duplicate-lines:{k}")
+        reasons.append(Cut.DUPLICATE_LINES)
     replace = 0
     if ctx.kind is not SpanKind.BLOCK:
         text, replace = balance_closers(text, line_prefix, ctx.line_suffix)
         text, n = drop_line_overlap(text, ctx.line_suffix[replace:])
         text, replace = reduce_replace(text, replace, ctx.line_suffix)
         if n:
-            reasons.append(f"overlap:{n}")
+            reasons.append(Cut.OVERLAP)
         if replace:
-            reasons.append(f"replace:{replace}")
+            reasons.append(Cut.REPLACE)
     if not text.strip():
-        return reject("duplicate")
+        return reject(Cut.DUPLICATE)
     text = _tidy_end(ctx, text)
     suggestion = Suggestion(text, replace)
     if check_syntax and ctx.document is not None and ctx.parse_window is not None and \
@@ -149,10 +149,10 @@ def postprocess(ctx: CompletionContext, text: str, pieces: list[str] | None = No
     return suggestion
 
 
-def _cut_unbalanced(ctx: CompletionContext, text: str, replace: int, reasons: list[str]) -> Suggestion | None:
+def _cut_unbalanced(ctx: CompletionContext, text: str, replace: int, reasons: list[Cut]) -> Suggestion | None:
     """A fill that broke the syntax, cut to its longest start that does not: first without a
     dangling operator at the end (`x = self.`), then before what it leaves open or closes without
-    opening. None, with the "parse-error" rejection, when no cut helps."""
+    opening. None, with the PARSE_ERROR rejection, when no cut helps."""
     cuts = [] if replace else [len(text)] + unbalanced_cuts(text)
     tried, solid = {text}, len("".join(text.split()))
     for cut in cuts:
@@ -161,9 +161,9 @@ def _cut_unbalanced(ctx: CompletionContext, text: str, replace: int, reasons: li
             continue
         tried.add(kept)
         if not _worse_syntax(ctx, suggestion := Suggestion(_tidy_end(ctx, kept))):
-            reasons.append(f"unbalanced:{len(text) - len(kept)}")
+            reasons.append(Cut.UNBALANCED)
             return suggestion
-    reasons.append("parse-error")
+    reasons.append(Cut.PARSE_ERROR)
     return None
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from ..protocol.backend import Backend
 from ..protocol.capabilities import Capabilities
 from ..protocol.answers import Fill, Probed
+from ..protocol.reasons import EditOutcome
 from ..protocol.requests import FillOrder, ProbeOrder, RewriteOrder
 from ..context.languages import LanguageSpec
 from ..context.records import CONTEXT_TOKENS, DEBOUNCE_MS
@@ -102,7 +103,7 @@ class EditRequest:
 @dataclass
 class Outcome:
     edit: TextEdit | None
-    reason: str  # "edit", "draft" (an edit from a draft), "no-doubt", "unchanged", "undo", "parse", "low-confidence"
+    reason: EditOutcome
     mode: str
     region: Region
     forwards: int = 0
@@ -278,7 +279,7 @@ async def suggest(req: EditRequest, backend: Backend, key: str, cpu: Cpu = inlin
             return out
         span = choose_span(doubted_lines(old, probed, s.doubt), req.cursor[0] - region.first, s.max_span_lines)
         if span is None:
-            return Outcome(None, "no-doubt", mode, region, forwards, model_ms, drafts=len(drafts))
+            return Outcome(None, EditOutcome.NO_DOUBT, mode, region, forwards, model_ms, drafts=len(drafts))
         a, b = narrow(old, probed, s.doubt, span)
         head, middle, tail = old[:a], old[a:b], old[b:]
         n_mid = await cpu(count, middle)
@@ -351,16 +352,16 @@ def _judge(req: EditRequest, mode: str, region: Region, old: str, new: str, conf
     parse or (not drafted) is not sure enough."""
     s, text = req.settings, req.text
     edit = minimal_edit(old, new, region.start_offset)
-    out = Outcome(edit, "draft" if drafted else "edit", mode, region, forwards, model_ms, confidence=confidence)
+    out = Outcome(edit, EditOutcome.DRAFT if drafted else EditOutcome.EDIT, mode, region, forwards, model_ms, confidence=confidence)
     if edit is None:
-        out.reason = "unchanged"
+        out.reason = EditOutcome.UNCHANGED
         return out
     out.edited_tokens = max(req.count(text[edit.start:edit.end]), req.count(edit.text), 1)
     out.jump = abs(line_of(text, edit.start) - req.cursor[0]) > s.jump_lines
     if reverts(req.last_step, text, edit):
-        out.reason, out.edit = "undo", None
+        out.reason, out.edit = EditOutcome.UNDO, None
     elif breaks_parse(req.spec, text, edit):
-        out.reason, out.edit = "parse", None
+        out.reason, out.edit = EditOutcome.PARSE, None
     elif confidence < s.min_confidence and not drafted:
-        out.reason, out.edit = "low-confidence", None
+        out.reason, out.edit = EditOutcome.LOW_CONFIDENCE, None
     return out

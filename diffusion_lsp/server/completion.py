@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..protocol.backend import Backend
 from ..protocol.failure import BackendError, Failure
 from ..protocol.answers import Fill, Kept
+from ..protocol.reasons import Cut
 from ..protocol.requests import FillOrder
 from ..context.drafts import LastFills, cursor_lines, drafts_for
 from ..context.gather import gather
@@ -85,10 +86,10 @@ def finish(ctx: CompletionContext, fill: Fill, confidence_cut: float, check_synt
     """Post-process a fill -> (suggestion, broke): broke when it was dropped for breaking the parse.
     The confidence cut judges the model's own tokens: a draft it kept whole (model/verify.py) is the
     fill, and is shown whole."""
-    reasons: list[str] = []
+    reasons: list[Cut] = []
     cut = 0.0 if fill.draft.outcome is Kept.WHOLE else confidence_cut
     sug = postprocess(ctx, fill.text, fill.pieces, fill.confidence, cut, reasons=reasons, check_syntax=check_syntax)
-    return sug, sug is None and "parse-error" in reasons
+    return sug, sug is None and Cut.PARSE_ERROR in reasons
 
 
 class Completer:

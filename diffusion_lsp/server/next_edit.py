@@ -29,6 +29,7 @@ from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, suggest
 from . import positions
 from .completion import check_language, locate
 from .config import Config
+from ..protocol.reasons import EditOutcome
 from .failures import BadInput, answering
 from .stats import NextEditStats
 
@@ -137,7 +138,7 @@ class NextEditor:
         self.stats.model_ms.append(out.model_ms)
         self.stats.forwards.append(out.forwards)
         self.stats.drafts_offered += out.drafts
-        self.stats.drafts_kept += out.reason == "draft" and out.edit is not None
+        self.stats.drafts_kept += out.reason is EditOutcome.DRAFT and out.edit is not None
         if out.edit is None:
             return None, out
         self.stats.jumps += out.jump
