@@ -1,17 +1,18 @@
-"""One request's life, the same for an inline completion, a next edit and an HTTP request: a newer
-request for the same document supersedes it (`Tickets`), it may wait for typing to pause first
-(`Ticket.quiet`), and its work races whatever ends it early -- a newer request, the client leaving,
-a shutdown (`first`). The work itself is a coroutine that calls down (a pipeline over a Backend);
-it is cancelled, never called back, when it loses the race, and cancelling it cancels the order in
-the backend."""
+"""One request's life, written once for the language server, serve-api and the backends: a newer
+request for the same key supersedes it (`Latest`: its holder's flag is set), it may wait for typing
+to pause first (`Ticket.debounce`), its work races whatever ends it early -- a newer request, the
+client leaving, a shutdown (`race`) -- and it has a deadline (`within`). The work itself is a
+coroutine that calls down (a pipeline over a Backend); it is cancelled, never called back, when it
+loses the race, and cancelling it cancels the request in the backend. How it ended is a
+BackendError of protocol/failure.py: DROPPED when superseded, TIMEOUT past its deadline."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from .protocol.failure import BackendError, Failure
 
@@ -22,7 +23,7 @@ class Stopped(Exception):
     """Something that ends the request came before its work's answer; the work was cancelled."""
 
 
-async def first(work: Awaitable[T], *stops: Awaitable) -> T:
+async def race(work: Awaitable[T], *stops: Awaitable) -> T:
     """`work`'s result, unless one of `stops` completes first: then `work` is cancelled and Stopped
     raised. Cancelling this coroutine cancels `work` too. A stop given as a coroutine is cancelled
     when this returns; one given as a future (a watch the caller reuses) is left running."""
@@ -42,6 +43,48 @@ async def first(work: Awaitable[T], *stops: Awaitable) -> T:
     return task.result()
 
 
+async def within(work: Awaitable[T], seconds: float, message: str, on_timeout: Callable[[], None] = lambda: None) -> T:
+    """`work`'s result, or BackendError(TIMEOUT, message) once `seconds` pass (the work is then
+    cancelled, and `on_timeout` told: a count, a report)."""
+    try:
+        return await asyncio.wait_for(work, seconds)
+    except asyncio.TimeoutError:
+        on_timeout()
+        raise BackendError(Failure.TIMEOUT, message) from None
+
+
+class Flag(Protocol):
+    """What a superseded request is told through: an asyncio.Event, a threading.Event (the model's
+    thread reads it between steps), a Ticket."""
+
+    def set(self) -> None: ...
+
+
+F = TypeVar("F", bound=Flag)
+
+
+class Latest(Generic[F]):
+    """At most one live request per key: taking a key's place sets the flag of the request that
+    held it. An empty key supersedes nothing and is superseded by nothing."""
+
+    def __init__(self, make: Callable[[str], F]):
+        self._make = make
+        self._latest: dict[str, F] = {}
+
+    @contextmanager
+    def take(self, key: str) -> Iterator[F]:
+        flag = self._make(key)
+        if key:
+            if (old := self._latest.get(key)) is not None:
+                old.set()
+            self._latest[key] = flag
+        try:
+            yield flag
+        finally:
+            if key and self._latest.get(key) is flag:
+                del self._latest[key]
+
+
 @dataclass
 class Ticket:
     """One request's place: `superseded` is set when a newer request for its key arrives."""
@@ -49,8 +92,12 @@ class Ticket:
     key: str
     superseded: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def quiet(self, seconds: float) -> bool:
-        """The debounce: wait `seconds`; False when a newer request came meanwhile."""
+    def set(self) -> None:
+        """A newer request for the key arrived."""
+        self.superseded.set()
+
+    async def debounce(self, seconds: float) -> bool:
+        """Wait `seconds` for typing to pause; False when a newer request came meanwhile."""
         if seconds <= 0:
             return not self.superseded.is_set()
         try:
@@ -66,25 +113,11 @@ class Ticket:
                 work.close()
             raise BackendError(Failure.DROPPED, "superseded by a newer request")
         try:
-            return await first(work, self.superseded.wait())
+            return await race(work, self.superseded.wait())
         except Stopped:
             raise BackendError(Failure.DROPPED, "superseded by a newer request") from None
 
 
-class Tickets:
-    """At most one live request per key: taking a ticket supersedes the key's older one."""
-
-    def __init__(self):
-        self._latest: dict[str, Ticket] = {}
-
-    @contextmanager
-    def take(self, key: str) -> Iterator[Ticket]:
-        ticket = Ticket(key)
-        if (old := self._latest.get(key)) is not None:
-            old.superseded.set()
-        self._latest[key] = ticket
-        try:
-            yield ticket
-        finally:
-            if self._latest.get(key) is ticket:
-                del self._latest[key]
+def tickets() -> Latest[Ticket]:
+    """The language server's requests, one live Ticket per document."""
+    return Latest(Ticket)

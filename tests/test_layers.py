@@ -17,14 +17,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "diffusion_lsp"
 LAYERS = [
     # what crosses every boundary, and leaf utilities: they import nothing of the project
     {"protocol", "errors", "jsonout", "cpus", "keyscrub", "local_state"},
-    {"kernels"},  # Triton kernels and their references
+    {"kernels", "lifecycle"},  # Triton kernels and their references; one request's life
     {"model"},  # the torch side: checkpoints, the transformer, the sampler
     {"context"},  # tree-sitter context, tokens, post-processing, a repository's files
     {"formats"},  # prompt formats: data below the engine and the backends that write them
     {"engine"},  # a loaded model answering the protocol's requests
     {"worker"},  # the engine in its own process, and its link as a Backend
     {"backend"},  # the other Backends (in process, a remote API)
-    {"nextedit", "lifecycle"},  # the next-edit pipeline over a Backend; one request's life
+    {"nextedit"},  # the next-edit pipeline over a Backend
     {"options"},  # the command line's shared flags and the backend they describe
     {"server", "api", "fim_batch", "model_check"},  # the language server, serve-api, the commands
     {"fim"},

@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..lifecycle import Stopped, first
+from ..lifecycle import Stopped, race
 from .bodies import Fim, cut_at_stop, parse_edit, parse_fim, parse_instruct, stream_safe
 from .chat import Chat, message_of, parse_chat
 from .gate import ApiError, Gate, unless_gone, until_disconnect
@@ -101,7 +101,7 @@ class Routes:
         try:
             while True:
                 try:
-                    item = await first(items.__anext__(), gone)
+                    item = await race(items.__anext__(), gone)
                 except Stopped:
                     self.metrics.disconnects.inc()
                     return
@@ -184,7 +184,7 @@ class Routes:
             yield chunk({"role": "assistant", "content": ""})
             while True:
                 try:
-                    item = await first(items.__anext__(), gone)
+                    item = await race(items.__anext__(), gone)
                 except Stopped:
                     self.metrics.disconnects.inc()
                     return

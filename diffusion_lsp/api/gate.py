@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..lifecycle import Stopped, first
+from ..lifecycle import Stopped, race
 from .bodies import BadRequest
 from .metrics import Metrics
 from .service import Busy, Failed
@@ -142,6 +142,6 @@ async def until_disconnect(request: Request) -> None:
 async def unless_gone(request: Request, work):
     """`work`'s result; a client that disconnects first cancels it (and its fill in the worker)."""
     try:
-        return await first(work, until_disconnect(request))
+        return await race(work, until_disconnect(request))
     except Stopped:
         raise ClientGone() from None

@@ -19,6 +19,7 @@ from ..protocol.capabilities import Capabilities
 from ..protocol.failure import BackendError, Failure
 from ..protocol.answers import Answered, Draft, Fill, Probed
 from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
+from ..lifecycle import Latest
 from ..model.stop import OrderStopped
 
 
@@ -32,7 +33,7 @@ class LocalBackend:
     def __init__(self, engine):
         self.engine = engine  # diffusion_lsp.engine.Engine
         self._thread: ThreadPoolExecutor | None = None  # the model's thread, made on first use
-        self._latest: dict[str, threading.Event] = {}  # by key: the stop flag of its newest order
+        self._latest = Latest(lambda key: threading.Event())  # by key: the stop flag of its newest order
 
     @classmethod
     def loading(cls, load) -> LocalBackend:
@@ -58,11 +59,8 @@ class LocalBackend:
         """The engine is loaded before the backend is made."""
 
     async def fill(self, key: str, order: FillOrder) -> Fill:
-        stop = self._supersede(key)
-        try:
+        with self._latest.take(key) as stop:
             (fill,) = await self._run(stop, self.engine.answer, [order], [key], [stop])
-        finally:
-            self._forget(key, stop)
         if fill is None:
             raise BackendError(Failure.DROPPED, "superseded by a newer fill")
         return fill
@@ -72,37 +70,25 @@ class LocalBackend:
         yield await self.fill(key, order)
 
     async def probe(self, key: str, order: ProbeOrder) -> Probed:
-        stop = self._supersede(key)
-        try:
+        with self._latest.take(key) as stop:
             return await self._run(stop, self.engine.answer_probe, order, key)
-        finally:
-            self._forget(key, stop)
 
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
         """A region rewritten from an edit prompt (a model asked in chat: model/native.py); INVALID for
         our own models, which re-mask a region instead (capabilities.rewrite)."""
-        stop = self._supersede(key)
-        try:
+        with self._latest.take(key) as stop:
             return await self._run(stop, self.engine.answer_rewrite, order, stop)
-        finally:
-            self._forget(key, stop)
 
     async def instruct(self, key: str, order: InstructOrder) -> Fill:
         """A region rewritten as an instruction says (formats/instruct.py)."""
-        stop = self._supersede(key)
-        try:
+        with self._latest.take(key) as stop:
             return await self._run(stop, self.engine.answer_instruct, order, stop)
-        finally:
-            self._forget(key, stop)
 
     async def structured(self, key: str, order: StructuredOrder) -> Answered:
         """JSON or tool calls under constraints (model/structured.py); INVALID for a model without a chat
         template or whose decoding is transformers' (capabilities.structured)."""
-        stop = self._supersede(key)
-        try:
+        with self._latest.take(key) as stop:
             return await self._run(stop, self.engine.answer_structured, order, stop)
-        finally:
-            self._forget(key, stop)
 
     async def fill_many(self, orders: list[FillOrder]) -> list[Fill | BackendError]:
         """One batch (one forward pass per step for all); when the batch as a whole is refused, each
@@ -117,18 +103,6 @@ class LocalBackend:
             if len(orders) == 1:
                 return [e]
         return [(await self.fill_many([o]))[0] for o in orders]
-
-    def _supersede(self, key: str) -> threading.Event:
-        stop = threading.Event()
-        if key:
-            if (old := self._latest.get(key)) is not None:
-                old.set()
-            self._latest[key] = stop
-        return stop
-
-    def _forget(self, key: str, stop: threading.Event) -> None:
-        if self._latest.get(key) is stop:
-            del self._latest[key]
 
     async def _run(self, stop: threading.Event, fn, *args):
         """fn(*args) in the model's thread; cancelling the caller sets `stop` (the sampler checks it

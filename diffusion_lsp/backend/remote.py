@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
+from ..lifecycle import within
 from ..protocol.settings import LaunchSettings
 from .api_client import FimClient, RemoteError
 from ..protocol.backend import FILL_TIMEOUT_S, Reporter
@@ -134,13 +135,13 @@ class RemoteBackend:
 
     async def _call(self, what: str, ask) -> Fill:
         client = await self._client()
-        try:
-            done = await asyncio.wait_for(ask(client), self.fill_timeout_s)
-        except asyncio.TimeoutError:  # shown once, like every other failure (it was only logged)
+        message = f"the remote API gave no {what} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)"
+
+        def missed() -> None:  # shown once, like every other failure
             self.counts["fill_timeouts"] += 1
-            message = f"the remote API gave no {what} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)"
             self._report_failure("timeout", message)
-            raise BackendError(Failure.TIMEOUT, message) from None
+        try:
+            done = await within(ask(client), self.fill_timeout_s, message, missed)
         except RemoteError as e:
             self._report_failure(e.kind, str(e))
             raise BackendError(KINDS.get(e.kind, Failure.UNAVAILABLE), str(e)) from None

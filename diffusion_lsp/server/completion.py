@@ -34,7 +34,7 @@ from ..context.records import CompletionContext, ContextBudget, Document, EditSn
 from . import positions
 from .cache import CompletionCache
 from ..context.languages import language_for
-from ..lifecycle import Ticket, Tickets
+from ..lifecycle import Ticket, tickets
 from .config import Config, serves_language
 from .failures import BadInput, answering
 from .stats import Stats, Timing
@@ -104,7 +104,7 @@ class Completer:
         self.cfg = Config()
         self.cache = CompletionCache(self.cfg.completion.cache_size)
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="diffusion-lsp-context")
-        self.tickets = Tickets()
+        self.tickets = tickets()
         self.last_fills = LastFills()  # each document's last suggestion: a draft while it still applies
         self.said_no_drafts = False
 
@@ -161,7 +161,7 @@ class Completer:
             timing.source = "cache"
             return cached
         t0 = time.perf_counter()
-        if not await ticket.quiet(cc.debounce_ms / 1000):
+        if not await ticket.debounce(cc.debounce_ms / 1000):
             raise BackendError(Failure.DROPPED, "superseded while waiting for typing to pause")
         t1 = time.perf_counter()
         ctx, candidates = await self._in_thread(self._context, doc, offset, open_docs, self.recent_edits())

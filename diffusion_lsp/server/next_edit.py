@@ -24,7 +24,7 @@ from ..context.tokens import approx_tokens
 from ..context.records import Document
 from ..nextedit.edits import LineEnds
 from ..nextedit.history import EditLog
-from ..lifecycle import Tickets
+from ..lifecycle import tickets
 from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, suggest
 from . import positions
 from .completion import check_language, locate
@@ -59,7 +59,7 @@ class NextEditor:
         self.count_tokens = count_tokens
         self.cfg = Config()
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="diffusion-lsp-nextedit")
-        self.tickets = Tickets()
+        self.tickets = tickets()
         self._running: dict[tuple, asyncio.Future] = {}
         self.last: dict[str, NextEdit] = {}  # per document, the newest answer
 
@@ -125,7 +125,7 @@ class NextEditor:
             raise BadInput(f"unsupported language {doc.language_id!r}")
         check_language(self.cfg, doc)
         with self.tickets.take(doc.uri) as ticket:
-            if not await ticket.quiet(s.debounce_ms / 1000):
+            if not await ticket.debounce(s.debounce_ms / 1000):
                 raise BackendError(Failure.DROPPED, "superseded while waiting for typing to pause")
             ends = LineEnds(doc.text)  # the pipeline sees "\n" line ends; its edit is mapped back
             before = LineEnds(doc.text[:offset]).unix

@@ -23,6 +23,7 @@ from ..protocol.failure import BackendError, Failure
 from ..protocol.answers import Answered, Draft, Fill, Probed
 from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
 from .client import Pong, WorkerClient, WorkerUnavailable
+from ..lifecycle import within
 from ..protocol.backend import FILL_TIMEOUT_S
 from .spec import WorkerSpec
 
@@ -176,8 +177,8 @@ class WorkerLink:
         try:
             while True:
                 try:
-                    item = await self._guard("fill", client, asyncio.wait_for(
-                        items.__anext__(), max(0.0, deadline - time.monotonic())))
+                    item = await self._guard("fill", client, self._within(items.__anext__(), "fill",
+                                                                          deadline - time.monotonic()))
                 except StopAsyncIteration:
                     return
                 yield item
@@ -202,16 +203,20 @@ class WorkerLink:
 
     async def _call(self, op: str, ask):
         client = await self._client()
-        return await self._guard(op, client, asyncio.wait_for(ask(client), self.fill_timeout_s))
+        return await self._guard(op, client, self._within(ask(client), op, self.fill_timeout_s))
 
-    async def _guard(self, op: str, client: WorkerClient, call):
-        """`call`'s answer, its failures as BackendErrors: a missed deadline starts a liveness check."""
-        try:
-            return await call
-        except asyncio.TimeoutError:
+    def _within(self, work, op: str, seconds: float):
+        """`work` with the order's deadline: a missed one is counted and starts a liveness check."""
+        def missed() -> None:
             self.counts["fill_timeouts"] += 1
             self.suspect()
-            raise BackendError(Failure.TIMEOUT, f"no {op} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)") from None
+        return within(work, max(0.0, seconds), f"no {op} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)",
+                      missed)
+
+    async def _guard(self, op: str, client: WorkerClient, call):
+        """`call`'s answer, its failures as BackendErrors."""
+        try:
+            return await call
         except WorkerUnavailable as e:
             kind = Failure.STARTING if client.connected and client.state == "loading" else Failure.LOST
             raise BackendError(kind, str(e)) from None
