@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cpus import default_threads
+from .model.decoding import run
 from .model.settings import FLOAT_DTYPES, LaunchSettings
 
 DEFAULT_MODEL = Path(__file__).parent / "checkpoints" / "default"
@@ -46,7 +47,7 @@ class Engine:
 
     def decoding(self, requests, cfg=None):
         """A decoding of `requests` (model/canvas.py FillRequest) for its caller to drive step by step
-        (model/sampler.py Decoding; DreamOn's variable-length VariableDecoding, whose canvas changes
+        (model/decoding.py Decoding: model/sampler.py's; DreamOn's variable-length VariableDecoding, whose canvas changes
         size, gives no drafts)."""
         from .model.dreamon import VariableDecoding, expands
         from .model.sampler import Decoding
@@ -58,8 +59,7 @@ class Engine:
     def fill(self, requests, cfg=None) -> list:
         """Fill `requests` to the end -> model/sampler.py FillResult per request."""
         decoding = self.decoding(requests, cfg)
-        for _ in decoding:
-            pass
+        run(decoding)
         return decoding.results()
 
     def decode_orders(self, orders, keys):
@@ -69,7 +69,7 @@ class Engine:
 
     def join(self, decoding, orders, keys) -> list[int]:
         """Orders that join a running decoding (`decoding.joins`; the same sampling) -> their indices."""
-        return decoding.add(self._requests(orders, keys, len(decoding.fills)))
+        return decoding.add(self._requests(orders, keys, len(decoding)))
 
     def _requests(self, orders, keys, first: int) -> list:
         from .model.canvas import FillRequest
@@ -231,11 +231,7 @@ class Engine:
         """One canvas.FillRequest decoded to its end -> its Fill; OrderStopped between steps once `stop`
         is set (a fill's own way: the decoding stops its row)."""
         decoding = self.decoding([request])
-        steps = 0
-        for _ in decoding:
-            steps += 1
-            if stop is not None and stop.is_set():
-                decoding.stop(0)
+        steps = run(decoding, stop)
         return self._answered(self.answer_of(decoding, 0), f"after {steps} step{'s' * (steps != 1)}")
 
     @staticmethod
@@ -262,16 +258,13 @@ class Engine:
     @classmethod
     def answers(cls, decoding) -> list:
         """A driven decoding's results as the Backend's answers: a Fill per order, None for a stopped one."""
-        return [cls.answer_of(decoding, i) for i in range(len(decoding.fills))]
+        return [cls.answer_of(decoding, i) for i in range(len(decoding))]
 
     def answer(self, orders, keys, stops=None) -> list:
         """Fill `orders` to the end -> a Fill per order; with `stops` (a threading.Event per order),
         an order whose event is set is abandoned between steps (None)."""
         decoding = self.decode_orders(orders, keys)
-        for _ in decoding:
-            for i, stop in enumerate(stops or ()):
-                if stop.is_set():
-                    decoding.stop(i)
+        run(decoding, stops)
         return self.answers(decoding)
 
     def answer_probe(self, order, key: str | None = None):

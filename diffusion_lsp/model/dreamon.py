@@ -35,6 +35,7 @@ from collections.abc import Iterator
 import torch
 
 from .canvas import FillRequest, Row, build_row, newline_first_table
+from .decoding import run
 from .results import Decoded, FillResult, result_of
 from .settings import SamplerConfig
 from .tokenizer import Tokenizer
@@ -205,7 +206,7 @@ def _decode(model, tok: Tokenizer, req: FillRequest, cfg: SamplerConfig, f: Deco
 
 
 class VariableDecoding:
-    """DreamOn's decoding of `requests`, one after another, driven as sampler.Decoding is: each turn
+    """DreamOn's decoding of `requests` (decoding.py's Decoding), one after another: each turn
     of the loop is one step (no drafts: []), `stop(i)` abandons request i, `results()` at the end.
     time_budget_ms counts from its start, as sampler.Decoding's does for its batch."""
 
@@ -222,8 +223,14 @@ class VariableDecoding:
 
     joins = False  # one request at a time: nothing to join
 
+    def add(self, requests: list[FillRequest]) -> list[int]:
+        raise ValueError("DreamOn's decoding cannot be joined")
+
     def stop(self, i: int) -> None:
         self.stopped.add(i)
+
+    def __len__(self) -> int:
+        return len(self.fills)
 
     def take_finished(self) -> list[int]:
         """The requests that ended since the last call (said at the turn after their last step)."""
@@ -252,6 +259,5 @@ def fill_variable(model, tok: Tokenizer, requests: list[FillRequest], cfg: Sampl
                   ) -> list[FillResult]:
     """Infill every request with DreamOn's variable-length decoding, to the end."""
     decoding = VariableDecoding(model, tok, requests, cfg)
-    for _ in decoding:
-        pass
+    run(decoding)
     return decoding.results()

@@ -218,7 +218,7 @@ class _Fill:
 
 
 class NativeDecoding:
-    """A native model's decoding (sampler.Decoding's interface): requests one after another, each a
+    """A native model's decoding (decoding.py's Decoding): requests one after another, each a
     `generate` call taken apart one denoising step per turn; no request joins a running one (joins)."""
 
     joins = False
@@ -235,6 +235,9 @@ class NativeDecoding:
 
     def stop(self, i: int) -> None:
         self.fills[i].stopped = True
+
+    def __len__(self) -> int:
+        return len(self.fills)
 
     def take_finished(self) -> list[int]:
         done, self.finished = self.finished, []

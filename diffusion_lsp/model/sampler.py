@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .canvas import FillRequest, Row, build_row, newline_first_table
+from .decoding import run
 from ..kernels.vocab_stats import Constraint, head_stats
 from .policies import block_eligible, select
 from .reuse import ContextMemo, Entry, Plan, warm_row
@@ -424,7 +425,7 @@ def _canvas(batch: _Batch, b: int, f: Decoded, tok: Tokenizer) -> list[int]:
 
 
 class Decoding:
-    """One batch of requests being decoded, driven by its caller: each turn of `for drafts in
+    """One batch of requests being decoded (decoding.py's Decoding), driven by its caller: each turn of `for drafts in
     decoding` runs one denoising step (one forward pass for every unfinished row) and gives the
     drafts of the unfinished rows that asked for them (FillRequest.drafts) as (request index, Draft);
     `stop(i)` between steps abandons request i (its result is cancelled, the rest of the batch goes
@@ -489,6 +490,9 @@ class Decoding:
     def active(self) -> int:
         """Requests neither finished nor stopped yet, joining ones included."""
         return sum(1 for f in self.fills if not f.canvas and not f.cancelled)
+
+    def __len__(self) -> int:
+        return len(self.fills)
 
     @torch.inference_mode()
     def __iter__(self) -> Iterator[list[tuple[int, Draft]]]:
@@ -588,8 +592,7 @@ def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig 
          memo: ContextMemo | None = None) -> list[FillResult]:
     """Infill every request to the end (Decoding, driven without stops or drafts)."""
     decoding = Decoding(model, tok, requests, cfg, memo)
-    for _ in decoding:
-        pass
+    run(decoding)
     return decoding.results()
 
 
