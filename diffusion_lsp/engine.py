@@ -47,8 +47,8 @@ class Engine:
 
     def decoding(self, requests, cfg=None):
         """A decoding of `requests` (model/canvas.py FillRequest) for its caller to drive step by step
-        (model/decoding.py Decoding: model/sampler.py's; DreamOn's variable-length VariableDecoding, whose canvas changes
-        size, gives no drafts)."""
+        (model/decoding.py Decoding: model/sampler.py's; DreamOn's variable-length VariableDecoding, whose
+        canvas changes size, gives no drafts)."""
         from .model.dreamon import VariableDecoding, expands
         from .model.sampler import Decoding
 
