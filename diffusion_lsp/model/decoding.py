@@ -52,13 +52,13 @@ class Decoding(Protocol):
     def results(self) -> list[FillResult]: ...
 
 
-def stopped(stop: Stop, n: int) -> list[int]:
-    """The requests among the first n whose stop flag is set."""
+def stopped(stop: Stop, decoding: Decoding) -> list[int]:
+    """The requests of `decoding` whose stop flag is set."""
     if stop is None:
         return []
     if isinstance(stop, threading.Event):
-        return list(range(n)) if stop.is_set() else []
-    return [i for i, s in enumerate(stop[:n]) if s.is_set()]
+        return list(range(len(decoding))) if stop.is_set() else []
+    return [i for i, s in enumerate(stop) if s.is_set()]
 
 
 def steps(decoding: Decoding, stop: Stop = None) -> Iterator[list[tuple[int, Draft]]]:
@@ -66,9 +66,9 @@ def steps(decoding: Decoding, stop: Stop = None) -> Iterator[list[tuple[int, Dra
     the first step always runs) the requests whose flag is set are stopped, before the next step. A
     sequence of flags may grow while it runs (requests joining)."""
     for drafts in decoding:
-        gone = set(stopped(stop, len(decoding)))
+        gone = set(stopped(stop, decoding))
         yield [(i, d) for i, d in drafts if i not in gone]
-        for i in stopped(stop, len(decoding)):
+        for i in stopped(stop, decoding):
             decoding.stop(i)
 
 

@@ -1,6 +1,6 @@
 """Diffusion models that transformers implements natively (DiffusionGemma first), run through
 transformers' own modeling and generation code inside our worker, behind the same engine interface
-as our own models (engine.py: `decode_orders`, `answer_of`, `max_tokens`, ...). transformers is an
+as our own models (engine/answering.py: `decode_orders`, `answer_of`, `max_tokens`, ...). transformers is an
 extra (`pip install 'diffusion-lsp[transformers]'`), imported here only: never by the language server.
 
 Why the model's own generation and not our sampler: DiffusionGemma is block diffusion over a prompt
@@ -57,8 +57,9 @@ def _tokens(hf, folder: Path) -> SpecialTokens:
 def load_native(folder: str | Path, device: str = "cpu",
                 dtype: torch.dtype | None = None) -> tuple[object, Tokenizer, dict, Prompter]:
     """(the transformers model, our tokenizer, config.json plus "family", the prompter) of a native
-    folder (engine.py NativeEngine holds them); CheckpointError when transformers is missing or the folder does
-    not load (weights from model.safetensors only: use_safetensors, nothing unpickled, no remote code)."""
+    folder (engine/answering.py NativeEngine holds them); CheckpointError when transformers is missing or
+    the folder does not load (weights from model.safetensors only: use_safetensors, nothing unpickled, no
+    remote code)."""
     folder = Path(folder)
     try:
         config = read_json(folder / "config.json")
@@ -224,7 +225,7 @@ class NativeDecoding:
     joins = False
 
     def __init__(self, model, tok: Tokenizer, requests: list, cfg: SamplerConfig | None = None):
-        """requests: canvas.FillRequest with their prompt_ids (engine.py NativeEngine makes them)."""
+        """requests: canvas.FillRequest with their prompt_ids (engine/answering.py NativeEngine makes them)."""
         self.model, self.tok, self.cfg = model, tok, cfg or SamplerConfig()
         self.ends = end_ids(model, tok)
         self.fills = [_Fill(r) for r in requests]
