@@ -53,7 +53,8 @@ def check_native(path: Path, reference: bool = True) -> dict:
     from .backend.orders import FillOrder
     from .engine import NativeEngine
     from .model.decoding import run
-    from .model.native import SEED, end_ids, load_native, prompt_room
+    from .model.native import SEED, end_ids, prompt_room
+    from .model.native_load import load_native
 
     t0 = time.perf_counter()
     model, tok, meta, prompter = load_native(path, "cpu")

@@ -96,7 +96,7 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
     if precision == "int8" and device != "cpu":
         raise ValueError(f"int8 weights are for CPU inference, not {device}")
     if is_native_folder(folder):  # a family only transformers runs (model/native.py): its own dtypes, no int8
-        from ..model.native import load_native
+        from ..model.native_load import load_native
 
         if precision == "int8":
             raise ValueError(NATIVE_INT8)
