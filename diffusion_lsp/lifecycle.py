@@ -71,6 +71,12 @@ class Latest(Generic[F]):
         self._make = make
         self._latest: dict[str, F] = {}
 
+    def supersede_all(self) -> None:
+        """Every live request is superseded (a shutdown); the keys are free again."""
+        for flag in self._latest.values():
+            flag.set()
+        self._latest.clear()
+
     @contextmanager
     def take(self, key: str) -> Iterator[F]:
         flag = self._make(key)

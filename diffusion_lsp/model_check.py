@@ -52,7 +52,9 @@ def check_native(path: Path, reference: bool = True) -> dict:
 
     from .protocol.requests import FillOrder
     from .engine import NativeEngine
-    from .model.native import SEED, end_ids, load_native, prompt_room
+    from .model.decoding import run
+    from .model.native import SEED, end_ids, prompt_room
+    from .model.native_load import load_native
 
     t0 = time.perf_counter()
     model, tok, meta, prompter = load_native(path, "cpu")
@@ -75,8 +77,7 @@ def check_native(path: Path, reference: bool = True) -> dict:
         prefix, suffix = SAMPLE[:SAMPLE.index("total")], SAMPLE[SAMPLE.index("total"):]
         t0 = time.perf_counter()
         decoding = engine.decode_orders([FillOrder(prefix, suffix, n)], [""])
-        for _ in decoding:
-            pass
+        run(decoding)
         ours = decoding.result(0)
         ms = (time.perf_counter() - t0) * 1e3
         prompt = prompter.fill(prefix, suffix, prompt_room(model, n))

@@ -90,7 +90,7 @@ def test_fp32_fills_on_cuda_are_the_cpus_and_bf16_stays_close():
 def test_a_cached_step_equals_the_full_pass_on_cuda(tokenizer, dtype, tol):
     from diffusion_lsp.model.canvas import build_row
     from diffusion_lsp.model.config import ModelConfig
-    from diffusion_lsp.model.sampler import _Batch
+    from diffusion_lsp.model.batch import Batch
     from diffusion_lsp.protocol.settings import SamplerConfig
     from diffusion_lsp.model.transformer import DiffusionTransformer
     from test_sampler_cache import REQUESTS as CACHE_REQUESTS, step
@@ -99,7 +99,7 @@ def test_a_cached_step_equals_the_full_pass_on_cuda(tokenizer, dtype, tol):
     model = DiffusionTransformer(ModelConfig.preset("tiny", vocab_size=tokenizer.vocab_size, shift_logits=True))
     model = model.to("cuda", dtype).eval()
     rows = [build_row(r, tokenizer, 512, heal=False) for r in CACHE_REQUESTS]
-    batch = _Batch.build(rows, [False, False], tokenizer, model.config.vocab_size, 1, "cuda")
+    batch = Batch.build(rows, [False, False], tokenizer, model.config.vocab_size, 1, "cuda")
     cfg = SamplerConfig(block_size=4)
     _, _, full = step(model, batch, cfg, 0)
     _, _, cached = step(model, batch, cfg, 1)

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from diffusion_lsp.cli import main
 from diffusion_lsp.model import lora
 from diffusion_lsp.model.checkpoint import CheckpointError
-from diffusion_lsp.model.native import load_native
+from diffusion_lsp.model.native_load import load_native
 from diffusion_lsp.model.pretrained import load_folder
 from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.worker.process import Worker, load_model

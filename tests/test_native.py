@@ -22,7 +22,8 @@ from diffusion_lsp.protocol.requests import FillOrder, ProbeOrder, RewriteOrder
 from diffusion_lsp.cli import main
 from diffusion_lsp.engine import NativeEngine, load_engine
 from diffusion_lsp.model.checkpoint import CheckpointError
-from diffusion_lsp.model.native import SEED, end_ids, load_native, prompt_room
+from diffusion_lsp.model.native import SEED, end_ids, prompt_room
+from diffusion_lsp.model.native_load import load_native
 from diffusion_lsp.model.prompting import CURSOR, Prompter, answer_text, render_chat
 from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
 from diffusion_lsp.formats import mercury

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from test_checkpoint_limits import hf_folder  # noqa: F401 (a fixture)
-from diffusion_lsp.engine import _float_dtype, load_engine
+from diffusion_lsp.engine import load_engine
+from diffusion_lsp.engine.loading import _float_dtype
 from diffusion_lsp.model import lora
 from diffusion_lsp.model import quantize
 from diffusion_lsp.model.canvas import FillRequest

@@ -355,7 +355,7 @@ def test_the_gpus_static_step_gives_the_same_fills(tokenizer, oracle, monkeypatc
     depend on the data: no nonzero, no host sync); the positions that are not eligible are dropped,
     so every fill is what the CPU's step gives, with the oracle and with the embedded model."""
     from diffusion_lsp.engine import load_engine
-    from diffusion_lsp.model import sampler
+    from diffusion_lsp.model import denoise
     from diffusion_lsp.protocol.settings import LaunchSettings
 
     requests = [FillRequest(PREFIX, SUFFIX, 8, id="a"), FillRequest("import os\n", "", 3, id="b"),
@@ -364,15 +364,15 @@ def test_the_gpus_static_step_gives_the_same_fills(tokenizer, oracle, monkeypatc
     engine = load_engine(LaunchSettings(precision="fp32"))
     real = [FillRequest("def add(a, b):\n    return ", "\n", 8), FillRequest("import os\nx = [", "]\n", 24)]
     runs, heads = [], []
-    stats = sampler.head_stats
+    stats = denoise.head_stats
 
     def counted(model, h, *args, **kw):  # how many positions each step runs through the head
         heads[-1].append(h.shape[0])
         return stats(model, h, *args, **kw)
 
-    monkeypatch.setattr(sampler, "head_stats", counted)
+    monkeypatch.setattr(denoise, "head_stats", counted)
     for static in (False, True):
-        monkeypatch.setattr(sampler, "STATIC_STEP", static)
+        monkeypatch.setattr(denoise, "STATIC_STEP", static)
         heads.append([])
         got = fill(oracle(tokenizer, table), tokenizer, requests, cfg)
         runs.append([(r.text, r.forwards, r.confidence) for r in got]

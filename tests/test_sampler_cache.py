@@ -13,7 +13,8 @@ from torch.overrides import TorchFunctionMode
 from diffusion_lsp.model.canvas import FillRequest, build_row
 from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.policies import block_eligible
-from diffusion_lsp.model.sampler import _Batch, _hidden_at
+from diffusion_lsp.model.batch import Batch
+from diffusion_lsp.model.denoise import hidden_at
 from diffusion_lsp.protocol.settings import SamplerConfig
 from diffusion_lsp.model.transformer import DiffusionTransformer, KVCache
 
@@ -25,13 +26,13 @@ def setup(tok, shift: bool):
     torch.manual_seed(0)
     model = DiffusionTransformer(ModelConfig.preset("tiny", vocab_size=tok.vocab_size, shift_logits=shift)).eval()
     rows = [build_row(r, tok, 512, heal=False) for r in REQUESTS]
-    return model, _Batch.build(rows, [False, False], tok, model.config.vocab_size, int(shift), "cpu")
+    return model, Batch.build(rows, [False, False], tok, model.config.vocab_size, int(shift), "cpu")
 
 
 def step(model, batch, cfg, n, whole=False):
     eligible = batch.masked if whole else block_eligible(batch.masked, cfg.block_size)
     rows, cols = eligible.nonzero(as_tuple=True)
-    return rows, cols, _hidden_at(model, batch, cfg, n, rows, cols, whole)
+    return rows, cols, hidden_at(model, batch, cfg, n, rows, cols, whole)
 
 
 @pytest.mark.parametrize("shift", [False, True])
@@ -117,7 +118,7 @@ def test_a_batch_without_padding_attends_unmasked_to_the_same_result(tokenizer):
     the batch is built) and its cached steps attend without a mask, as the same row does beside a
     shorter one (masked): the same hidden states."""
     model, pair = setup(tokenizer, False)
-    alone = _Batch.build(pair.rows[:1], [False], tokenizer, model.config.vocab_size, 0, "cpu")
+    alone = Batch.build(pair.rows[:1], [False], tokenizer, model.config.vocab_size, 0, "cpu")
     assert alone.dense and not pair.dense and alone.junk == pair.junk  # row 0 is the longer one
     cfg = SamplerConfig(block_size=4)
     for n in range(3):

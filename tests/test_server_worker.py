@@ -22,6 +22,7 @@ from diffusion_lsp.worker.spec import WorkerSpec
 from diffusion_lsp.worker.listener import bind, serve
 from diffusion_lsp.protocol.answers import Fill
 from diffusion_lsp.protocol.requests import FillOrder
+from diffusion_lsp.engine import OrderBatch
 from diffusion_lsp.worker.process import Worker
 
 WAIT = 30  # seconds: only reached when a test is failing
@@ -110,6 +111,9 @@ class FakeEngine:
 
     def decode_orders(self, orders, keys):  # diffusion_lsp.engine.Engine's
         return FakeDecoding(self, orders)
+
+    def batch(self, orders, keys, stops):  # diffusion_lsp.engine.Engine's, over this fake's decoding
+        return OrderBatch(self, orders, keys, stops)
 
     @staticmethod
     def join(decoding, orders, keys):

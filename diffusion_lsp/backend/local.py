@@ -125,6 +125,4 @@ class LocalBackend:
     async def close(self) -> None:
         """Stop what is still running. The model's thread stays (it holds the model's torch state,
         see the module's docstring) and ends with the process; the backend can be used again."""
-        for stop in self._latest.values():
-            stop.set()
-        self._latest.clear()
+        self._latest.supersede_all()

@@ -20,7 +20,7 @@ The middle starts at `MIN_GEN_LEN` masks and grows to the request's max_tokens a
 max_tokens (the reference's max_gen_len). Semi-autoregressive blocks do not map onto a canvas that changes
 length, and neither do the parallel policies nor the context cache: DreamOn commits one position per step
 over the whole window, with a full forward pass each time, and `SamplerConfig`'s policy, block_size and cache
-fields are not used. What is honoured: `heal` (canvas[0] must start with the healed text, as in sampler.py's
+fields are not used. What is honoured: `heal` (canvas[0] must start with the healed text, as in denoise.py's
 `_constraint`), `time_budget_ms` (past it, every masked position is committed in one greedy step with the
 expand token blocked), `stop_below`, `one_line` (done once a committed newline has no mask before it) and
 `Decoding.stop` (the request is abandoned between steps). Requests are decoded one after another;
@@ -35,6 +35,7 @@ from collections.abc import Iterator
 import torch
 
 from .canvas import FillRequest, Row, build_row, newline_first_table
+from .decoding import run
 from .results import Decoded, FillResult, result_of
 from ..protocol.settings import SamplerConfig
 from .tokenizer import Tokenizer
@@ -113,7 +114,7 @@ def expand(middle: list[int], conf: list[float], expand_id: int, mask: int) -> t
 
 def settled(middle: list[int], hit: list[bool], mask: int) -> bool:
     """Some committed position where `hit` holds has no masked position before it: nothing decoded later
-    can change the fill up to there (sampler.py's `_settled` on one row)."""
+    can change the fill up to there (denoise.py's `_settled` on one row)."""
     first_mask = next((j for j, t in enumerate(middle) if t == mask), len(middle))
     return any(hit[:first_mask])
 
@@ -140,7 +141,7 @@ def is_done(middle: list[int], conf: list[float], tok: Tokenizer, one_line: bool
 def final_canvas(middle: list[int], tok: Tokenizer, one_line: bool, newline: set[int],
                  newline_first: set[int]) -> list[int]:
     """Masks left by an early stop become fillers, and in a one-line fill so does everything after the
-    first newline token (sampler.py's `_canvas`)."""
+    first newline token (readout.py's `canvas_of`)."""
     ids = [tok.filler_id if t == tok.mask_id else t for t in middle]
     if not one_line:
         return ids
@@ -205,7 +206,7 @@ def _decode(model, tok: Tokenizer, req: FillRequest, cfg: SamplerConfig, f: Deco
 
 
 class VariableDecoding:
-    """DreamOn's decoding of `requests`, one after another, driven as sampler.Decoding is: each turn
+    """DreamOn's decoding of `requests` (decoding.py's Decoding), one after another: each turn
     of the loop is one step (no drafts: []), `stop(i)` abandons request i, `results()` at the end.
     time_budget_ms counts from its start, as sampler.Decoding's does for its batch."""
 
@@ -222,8 +223,14 @@ class VariableDecoding:
 
     joins = False  # one request at a time: nothing to join
 
+    def add(self, requests: list[FillRequest]) -> list[int]:
+        raise ValueError("DreamOn's decoding cannot be joined")
+
     def stop(self, i: int) -> None:
         self.stopped.add(i)
+
+    def __len__(self) -> int:
+        return len(self.fills)
 
     def take_finished(self) -> list[int]:
         """The requests that ended since the last call (said at the turn after their last step)."""
@@ -252,6 +259,5 @@ def fill_variable(model, tok: Tokenizer, requests: list[FillRequest], cfg: Sampl
                   ) -> list[FillResult]:
     """Infill every request with DreamOn's variable-length decoding, to the end."""
     decoding = VariableDecoding(model, tok, requests, cfg)
-    for _ in decoding:
-        pass
+    run(decoding)
     return decoding.results()

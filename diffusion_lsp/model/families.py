@@ -338,7 +338,7 @@ class NativeFamily:
     model_class: str  # the transformers class that runs it
     prompt: str  # families.PROMPTS: how a fill is put to it
     # config.json -> (ModelConfig field whose bound applies, key, value) for each size, checked before transformers
-    # builds anything (native.check_config)
+    # builds anything (native_load.check_config)
     sizes: Callable[[dict], list[tuple[str, str, object]]]
     # config.json keys holding token ids the model's code looks up (an image placeholder): each must be set
     # and within text_config.vocab_size (transformers' defaults are the published vocab's ids)

@@ -1,7 +1,7 @@
 """Diffusion models that transformers implements natively (DiffusionGemma first), run through
 transformers' own modeling and generation code inside our worker, behind the same engine interface
-as our own models (engine.py: `decode_orders`, `answer_of`, `max_tokens`, ...). transformers is an
-extra (`pip install 'diffusion-lsp[transformers]'`), imported here only: never by the language server.
+as our own models (engine/answering.py: `decode_orders`, `answer_of`, `max_tokens`, ...); loaded and
+checked by native_load.py, which alone imports transformers (an extra, never imported by the language server).
 
 Why the model's own generation and not our sampler: DiffusionGemma is block diffusion over a prompt
 that its encoder caches, with a canvas of uniform random tokens (no mask token) that is denoised with
@@ -21,191 +21,17 @@ positions; a fill keeps the tokens before the first end-of-sequence token, at mo
 from __future__ import annotations
 
 import math
-import reprlib
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from .checkpoint import CheckpointError, check_finite
-from .config import SpecialTokens, read_json, regular_file, size_problem
-from .families import native_family
-from .hf_tokenizer import load_tokenizer_files
-from .pretrained import weight_headers
-from .prompting import Prompter, answer_text, chat_template, rendered
+from .prompting import answer_text
 from .results import Draft, FillResult, answer_of, text_of
 from ..protocol.settings import SamplerConfig
 from .tokenizer import Tokenizer
 
 SEED = 0  # every fill starts from this torch seed: the same request gets the same fill
-INSTALL = "pip install 'diffusion-lsp[transformers]'"
-
-
-def _tokens(hf, folder: Path) -> SpecialTokens:
-    """Gemma's vocab: <pad> 0, <eos> 1, <bos> 2, <mask> 4 by name. Tokenizer wants a mask and a filler:
-    the filler is the eos (decode drops it), the mask <mask> or the pad (neither is ever on a canvas)."""
-    def first(*names):
-        return next((n for n in names if hf.token_to_id(n) is not None), None)
-
-    eos, bos, mask = first("<eos>", "</s>"), first("<bos>", "<s>"), first("<mask>", "<pad>")
-    if eos is None or mask is None:
-        raise CheckpointError(f"checkpoint {folder}: the tokenizer has no <eos> or no <mask>/<pad> token")
-    return SpecialTokens(mask=mask, filler=eos, bos=bos)
-
-
-def load_native(folder: str | Path, device: str = "cpu",
-                dtype: torch.dtype | None = None) -> tuple[object, Tokenizer, dict, Prompter]:
-    """(the transformers model, our tokenizer, config.json plus "family", the prompter) of a native
-    folder (engine.py NativeEngine holds them); CheckpointError when transformers is missing or the folder does
-    not load (weights from model.safetensors only: use_safetensors, nothing unpickled, no remote code)."""
-    folder = Path(folder)
-    try:
-        config = read_json(folder / "config.json")
-    except ValueError as e:
-        raise CheckpointError(f"checkpoint {folder}: {e}") from None
-    family = native_family(config) if isinstance(config, dict) else None
-    if family is None:
-        raise CheckpointError(f"checkpoint {folder}: not a family transformers runs natively")
-    check_config(config, family, folder)
-    try:
-        import transformers
-    except ImportError:
-        raise CheckpointError(f"checkpoint {folder}: {family.name} runs through transformers' own modeling code, "
-                              f"which is not installed ({INSTALL})") from None
-    cls = getattr(transformers, family.model_class)
-    where = check_weights(cls, config, folder)
-    check_generation(folder)
-    try:
-        hf = load_tokenizer_files(folder)
-        tok = Tokenizer(hf, _tokens(hf, folder))
-        template = chat_template(folder) if family.prompt == "chat" else None
-    except ValueError as e:
-        raise CheckpointError(f"checkpoint {folder}: {e}") from None
-    if dtype is None:
-        dtype = torch.float32 if torch.device(device).type == "cpu" else "auto"
-    transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars on the worker's log
-    transformers.utils.logging.set_verbosity_error()
-    try:
-        model = cls.from_pretrained(
-            str(folder), dtype=dtype, local_files_only=True, use_safetensors=True, trust_remote_code=False)
-    except Exception as e:  # transformers raises OSError, ValueError, KeyError, safetensors errors ...
-        raise CheckpointError(f"checkpoint {folder}: transformers could not load it "
-                              f"({type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]})") from None
-    state = model.state_dict()  # every name a tied tensor has, the file's among them
-    for name, (path, _) in where.items():
-        if name in state:
-            check_finite(name, state[name], f"checkpoint {folder}: {path.name}")
-    special = (("bos_token", tok.special.bos), ("eos_token", tok.special.filler))
-    try:
-        prompter = rendered(Prompter(family.prompt, tok, template=template, special=special))
-    except ValueError as e:
-        raise CheckpointError(f"checkpoint {folder}: {e}") from None
-    return model.to(device).eval(), tok, {**config, "family": family.name}, prompter
-
-
-# The longest canvas: FillOrder's largest fill (4096 tokens); published DiffusionGemma's is 256
-MAX_CANVAS = 4096
-
-
-def check_config(config: dict, family, folder: Path) -> None:
-    """config.json's sizes within config.py's bounds, its canvas within the positions and its token ids
-    within the vocab, from config.json alone: transformers builds whatever its config says (a million
-    layers take minutes on the way to running out of memory) and looks an absent image_token_id up as
-    the published vocab's, past a smaller vocab's end, only once it generates."""
-    def fault(key, problem):
-        return CheckpointError(f"checkpoint {folder}: config.json {key} {problem}")
-
-    for field, key, value in family.sizes(config):
-        problem = size_problem(field, value)
-        if problem:
-            raise fault(key, problem)
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    layers, types = text.get("num_hidden_layers"), text.get("layer_types")
-    if types is not None and (not isinstance(types, list) or (layers is not None and len(types) != layers)):
-        raise fault("text_config.layer_types", f"should be a list of num_hidden_layers ({layers}) layer types, "
-                                               f"got {reprlib.repr(types)}")
-    positions = text.get("max_position_embeddings", 131072)  # DiffusionGemmaTextConfig's default
-    canvas, most = config.get("canvas_length", 256), min(MAX_CANVAS, positions // 2)
-    if type(canvas) is not int or not 1 <= canvas <= most:
-        raise fault("canvas_length", f"should be an integer from 1 to {most} (at most {MAX_CANVAS}, and two canvases "
-                                     f"within text_config.max_position_embeddings {positions}), "
-                                     f"got {reprlib.repr(canvas)}")
-    vocab = text.get("vocab_size", 262144)
-    for key in family.token_ids:
-        value = config.get(key)
-        if value is None:
-            raise fault(key, f"is missing (a {family.name} config names its image tokens; transformers' default is "
-                             f"the published vocab's id)")
-        if type(value) is not int or not 0 <= value < vocab:
-            raise fault(key, f"should be a token id from 0 to {vocab - 1} (text_config.vocab_size), "
-                             f"got {reprlib.repr(value)}")
-
-
-# Denoising steps per canvas: a fill without a time budget runs them all (published DiffusionGemma: 48)
-MAX_STEPS = 1024
-
-
-def check_generation(folder: Path) -> None:
-    """generation_config.json (read by transformers for each fill): at most MAX_STEPS denoising steps,
-    and every number in it finite (a NaN temperature bound would make every step's logits NaN)."""
-    path = folder / "generation_config.json"
-    if not path.exists():
-        return
-    try:
-        gen = read_json(path)
-    except ValueError as e:
-        raise CheckpointError(f"checkpoint {folder}: {e}") from None
-    if not isinstance(gen, dict):
-        raise CheckpointError(f"checkpoint {folder}: generation_config.json holds a {type(gen).__name__}, "
-                              f"not an object")
-    steps = gen.get("max_denoising_steps")
-    if steps is not None and (type(steps) is not int or not 1 <= steps <= MAX_STEPS):
-        raise CheckpointError(f"checkpoint {folder}: generation_config.json max_denoising_steps should be an integer "
-                              f"from 1 to {MAX_STEPS}, got {reprlib.repr(steps)}")
-
-    def numbers(value, key):  # (key path, float) of every float, nested objects included
-        if isinstance(value, float):
-            yield key, value
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                yield from numbers(v, f"{key}.{k}" if key else str(k))
-
-    bad = next(((k, v) for k, v in numbers(gen, "") if not math.isfinite(v)), None)
-    if bad:
-        raise CheckpointError(f"checkpoint {folder}: generation_config.json {bad[0]} should be a finite number, "
-                              f"got {bad[1]}")
-
-
-def check_weights(cls, config: dict, folder: Path) -> dict[str, tuple[Path, list[int]]]:
-    """The model config.json describes, built on the meta device (nothing allocated), against the
-    safetensors headers (each file a regular one): every tensor it needs is there with its shape, so
-    transformers neither builds a model larger than its files nor fills a missing tensor with random
-    values. Also checks that every other file transformers may open is a regular file. Returns
-    weight_headers' tensor name -> (file, shape)."""
-    for path in sorted(folder.iterdir()):
-        if path.suffix in (".json", ".safetensors", ".jinja"):  # what from_pretrained and the tokenizer read
-            try:
-                regular_file(path)
-            except ValueError as e:
-                raise CheckpointError(f"checkpoint {folder}: {e}") from None
-    where = weight_headers(folder)
-    try:
-        cfg = cls.config_class.from_dict(config)
-        with torch.device("meta"):
-            shell = cls(cfg)
-    except Exception as e:  # transformers' strict configs raise their own errors
-        raise CheckpointError(f"checkpoint {folder}: bad config.json ({type(e).__name__}: "
-                              f"{(str(e).splitlines() or [''])[0][:300]})") from None
-    tied = set(getattr(shell, "all_tied_weights_keys", None) or {})
-    for name, t in shell.state_dict().items():
-        if name not in where and name not in tied:
-            raise CheckpointError(f"checkpoint {folder}: config.json and the weights do not match (the model it "
-                                  f"describes has {name}, which the weights do not hold)")
-        if name in where and list(where[name][1]) != list(t.shape):
-            raise CheckpointError(f"checkpoint {folder}: config.json and the weights do not match ({name} is "
-                                  f"{list(where[name][1])}, config.json gives {list(t.shape)})")
-    return where
 
 
 @dataclass
@@ -218,13 +44,13 @@ class _Fill:
 
 
 class NativeDecoding:
-    """A native model's decoding (sampler.Decoding's interface): requests one after another, each a
+    """A native model's decoding (decoding.py's Decoding): requests one after another, each a
     `generate` call taken apart one denoising step per turn; no request joins a running one (joins)."""
 
     joins = False
 
     def __init__(self, model, tok: Tokenizer, requests: list, cfg: SamplerConfig | None = None):
-        """requests: canvas.FillRequest with their prompt_ids (engine.py NativeEngine makes them)."""
+        """requests: canvas.FillRequest with their prompt_ids (engine/answering.py NativeEngine makes them)."""
         self.model, self.tok, self.cfg = model, tok, cfg or SamplerConfig()
         self.ends = end_ids(model, tok)
         self.fills = [_Fill(r) for r in requests]
@@ -235,6 +61,9 @@ class NativeDecoding:
 
     def stop(self, i: int) -> None:
         self.fills[i].stopped = True
+
+    def __len__(self) -> int:
+        return len(self.fills)
 
     def take_finished(self) -> list[int]:
         done, self.finished = self.finished, []
@@ -267,30 +96,20 @@ class NativeDecoding:
         yielded as drafts (the argmax canvas, as its own streamer's put_draft gets it); f.result at the end."""
         model, req = self.model, f.req
         t0 = time.perf_counter()
-        C = model.config.canvas_length
-        canvases = math.ceil(req.max_tokens / C)
-        room, prompt = prompt_room(model, req.max_tokens), req.prompt_ids
-        device = model.device
-        input_ids = torch.tensor([prompt[len(prompt) - room:] if len(prompt) > room else prompt], device=device)
-        gc, _ = model._prepare_generation_config(None, max_new_tokens=req.max_tokens)
+        C, device = model.config.canvas_length, model.device
+        input_ids = _prompt(model, req)
+        g = _Generation.of(model, req.max_tokens)
+        gc, sampler, diffusion_stop = g.gc, g.sampler, g.diffusion_stop
         cur_len = initial = input_ids.shape[1]
         max_length, _ = model._prepare_generated_length(gc, cur_len)
         cache = model._prepare_cache_for_generation(generation_config=gc, batch_size=1, max_length=max_length)
-        eos = torch.tensor(gc.eos_token_id, device=device) if gc.eos_token_id is not None else None
-        enc_pos = torch.arange(0, cur_len, dtype=torch.int32, device=device)[None]
-        dec_pos = torch.arange(cur_len, cur_len + C, dtype=torch.int32, device=device)[None]
-        attention = torch.ones((1, cur_len), dtype=torch.bool, device=device)
-        dec_attention = torch.nn.functional.pad(attention, (0, C), value=True)
-        sampler = model._prepare_sampler(gc)
-        processors = model._prepare_logits_processor(gc, None)
-        ar_stop = model._prepare_ar_stopping_criteria(gc, None)
-        diffusion_stop = model._prepare_diffusion_stopping_criteria(gc)
+        enc_pos, dec_pos, attention, dec_attention = _first_positions(cur_len, C, device)
         forwards, budget_hit, late = 0, False, False
         finished = torch.zeros(1, dtype=torch.bool, device=device)
         conf = []
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(SEED)
-            for canvas in range(canvases):
+            for canvas in range(math.ceil(req.max_tokens / C)):
                 ids, enc_masks = model._prepare_encoder_inputs(
                     input_ids=input_ids, attention_mask=attention, encoder_position_ids=enc_pos, cache=cache,
                     is_prefill=canvas == 0, canvas_length=C, batch_size=1)
@@ -306,7 +125,7 @@ class NativeDecoding:
                         decoder_forward=model.forward, current_canvas=current, argmax_canvas=argmax,
                         input_ids=input_ids, decoder_position_ids=dec_pos, self_conditioning_logits=self_cond,
                         mask_mapping=masks, cache=cache, finished_denoising=done, cur_step=step, sampler=sampler,
-                        logits_processor=processors, diffusion_stopping_criteria=diffusion_stop)
+                        logits_processor=g.processors, diffusion_stopping_criteria=diffusion_stop)
                     late = (self.cfg.time_budget_ms is not None
                             and (time.perf_counter() - t0) * 1e3 > self.cfg.time_budget_ms)
                     if bool(done.all()) or f.stopped or late:
@@ -320,8 +139,8 @@ class NativeDecoding:
                 conf += probs.gather(-1, argmax[..., None])[0, :, 0].tolist()
                 input_ids = torch.cat([input_ids, argmax], dim=-1)
                 input_ids, finished = model._finalize_canvas(input_ids=input_ids, finished_sequences=finished,
-                                                             generation_config=gc, stopping_criteria=ar_stop,
-                                                             canvas_length=C, eos_tensor=eos)
+                                                             generation_config=gc, stopping_criteria=g.ar_stop,
+                                                             canvas_length=C, eos_tensor=g.eos)
                 if bool(finished.all()) or late or (req.one_line and self._line_written(req, input_ids[0, initial:])):
                     break
                 cur_len, dec_attention, attention, enc_pos, dec_pos = model._prepare_kwargs_for_next_canvas(
@@ -357,6 +176,41 @@ class NativeDecoding:
         ids = ids[: len(pieces)]
         return FillResult(req.id, text, ids, pieces, conf[: len(ids)], forwards, ms, budget_hit=budget_hit,
                           canvas=ids)
+
+
+@dataclass
+class _Generation:
+    """What transformers' generate prepares from the generation config for a fill (generation_diffusion_gemma.py):
+    the config itself, its sampler, logits processors and stopping criteria, and the end-of-sequence ids."""
+
+    gc: object
+    sampler: object
+    processors: object
+    ar_stop: object
+    diffusion_stop: object
+    eos: torch.Tensor | None
+
+    @classmethod
+    def of(cls, model, max_tokens: int) -> _Generation:
+        gc, _ = model._prepare_generation_config(None, max_new_tokens=max_tokens)
+        eos = torch.tensor(gc.eos_token_id, device=model.device) if gc.eos_token_id is not None else None
+        return cls(gc, model._prepare_sampler(gc), model._prepare_logits_processor(gc, None),
+                   model._prepare_ar_stopping_criteria(gc, None), model._prepare_diffusion_stopping_criteria(gc), eos)
+
+
+def _prompt(model, req) -> torch.Tensor:
+    """The request's prompt ids [1, P], its start cut where the fill's canvases leave it too few positions."""
+    room, prompt = prompt_room(model, req.max_tokens), req.prompt_ids
+    return torch.tensor([prompt[len(prompt) - room:] if len(prompt) > room else prompt], device=model.device)
+
+
+def _first_positions(cur_len: int, C: int, device):
+    """generate's first canvas after a prompt of cur_len: (encoder positions [1, P], decoder positions
+    [1, C], attention mask [1, P], decoder attention mask [1, P + C])."""
+    enc_pos = torch.arange(0, cur_len, dtype=torch.int32, device=device)[None]
+    dec_pos = torch.arange(cur_len, cur_len + C, dtype=torch.int32, device=device)[None]
+    attention = torch.ones((1, cur_len), dtype=torch.bool, device=device)
+    return enc_pos, dec_pos, attention, torch.nn.functional.pad(attention, (0, C), value=True)
 
 
 def end_ids(model, tok: Tokenizer) -> frozenset[int]:

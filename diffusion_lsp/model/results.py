@@ -99,8 +99,8 @@ def text_of(tok: Tokenizer, ids: list[int], healed: str) -> tuple[str, list[str]
 
 
 def first_line(text: str, pieces: list[str]) -> tuple[str, list[str]]:
-    """A one-line fill's (text, pieces) up to its first line break. `sampler.py `_canvas` left the token that
-    writes the break last; it keeps the text before the break, or goes when it wrote none (a line
+    """A one-line fill's (text, pieces) up to its first line break. readout.py's `canvas_of` left the token
+    that writes the break last; it keeps the text before the break, or goes when it wrote none (a line
     break and the next line's indentation)."""
     nl = text.find("\n")
     if nl < 0:

@@ -1,4 +1,4 @@
-"""The model worker process: `python -m diffusion_lsp.worker --socket PATH [--model DIR]`.
+"""The model worker process (`python -m diffusion_lsp.worker --socket PATH [--model DIR]`: __main__.py).
 
 It owns the model (and the GPU), so the language server's event loop never blocks on it and
 several editor sessions can share one loaded model. The socket side is listener.py; here, one model
@@ -6,18 +6,17 @@ thread: fills queued at the same time with the same sampling settings are decode
 with continuous batching (the default) a fill that arrives while a batch decodes joins it at the
 next step, and a finished fill is answered at once and leaves its place to the next.
 A newer fill for the same document (key) supersedes older ones: a queued one is answered at once, a
-running one is abandoned between denoising steps (the model thread drives the sampler's Decoding step by
-step, and stops the rows whose jobs were stopped); a structured answer, a rewrite or an edit from an
-instruction is given its job's stop flag and ends at its next step or forward (model/stop.py; a probe, a
-few forwards, runs to its end). A fill whose settings are bad is refused on arrival, alone, before it
-can join (and fail) a batch; an order that fails in the model fails alone or with its batch, never the
-model thread. A ping says how long the model thread has held an order that was stopped and not let it
-go, or that the thread is gone: its clients restart such a worker (link.py). A model that has not loaded
-within `load_timeout_s` is "failed", with that reason. Protocol: wire.py."""
+running one is abandoned between denoising steps (the engine's batch, engine/batch.py, is given every
+job's stop flag); a structured answer, a rewrite or an edit from an instruction is given its job's stop
+flag and ends at its next step or forward (model/stop.py; a probe, a few forwards, runs to its end). A
+fill whose settings are bad is refused on arrival, alone, before it can join (and fail) a batch; an
+order that fails in the model fails alone or with its batch, never the model thread. A ping says how
+long the model thread has held an order that was stopped and not let it go, or that the thread is gone:
+its clients restart such a worker (link.py). A model that has not loaded within `load_timeout_s` is
+"failed", with that reason. Protocol: wire.py."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import threading
@@ -26,13 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..protocol.answers import Draft
 from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
 from ..model.canvas import DoesNotFit
 from ..protocol.settings import LaunchSettings
 from ..model.stop import OrderStopped
-from .listener import Conn, bind, serve
-from .spec import LOAD_TIMEOUT_S, MAX_BATCH, WorkerSpec
+from .listener import Conn
+from .spec import LOAD_TIMEOUT_S, MAX_BATCH
 from .wire import WIRE_VERSION, build_id, model_name, refusal_message, weights_id
 
 log = logging.getLogger("diffusion-lsp.worker")
@@ -62,7 +60,7 @@ class Job:
 
 
 class Worker:
-    """`load()` returns an engine (diffusion_lsp.engine: `answer`, `answer_probe`) or raises;
+    """`load()` returns an engine (diffusion_lsp.engine: `batch`, `answer_probe`, ...) or raises;
     LoadFailed and ModelMissing carry a message for the user, anything else is shown with its type."""
 
     def __init__(self, load: Callable[[], object], launch: LaunchSettings = LaunchSettings(),
@@ -287,8 +285,9 @@ class Worker:
         return self._admit(jobs)
 
     def _decode(self, batch: list[Job]) -> None:
-        """Decode `batch`, step by step; between steps, stopped jobs leave, finished ones are answered
-        at once, and queued ones with the same settings join while there is room."""
+        """Decode `batch` through the engine (engine/batch.py), step by step; between steps, stopped jobs
+        leave, finished ones are answered at once, and queued ones with the same settings join while there
+        is room."""
         jobs = self._admit(batch)  # jobs[i] is the decoding's request i
         if not jobs:
             return
@@ -300,36 +299,34 @@ class Worker:
                 self._forget(jobs[i])
                 jobs[i].conn.send(message)
 
+        def answer_finished() -> None:
+            for i, fill in fills.finished():
+                job = jobs[i]
+                reply(i, refusal_message(job.id, job.reason) if fill is None or job.stop.is_set()
+                      else fill.message(job.id))
+
         try:
-            decoding = self.engine.decode_orders([j.order for j in jobs], [j.key for j in jobs])
-            for drafts in decoding:  # one denoising step each
+            fills = self.engine.batch([j.order for j in jobs], [j.key for j in jobs], [j.stop for j in jobs])
+            for drafts in fills:  # one denoising step each
                 for i, d in drafts:
-                    if not jobs[i].stop.is_set():
-                        jobs[i].conn.send(Draft(d.step, d.committed, d.text, d.masked).message(jobs[i].id))
+                    jobs[i].conn.send(d.message(jobs[i].id))
                 if self.continuous:
-                    self._answer_finished(decoding, jobs, reply)
-                for i, job in enumerate(jobs):
-                    if job.stop.is_set() and i not in answered:  # superseded, cancelled or disconnected meanwhile
-                        decoding.stop(i)
+                    answer_finished()
+                for job in jobs:  # superseded, cancelled or disconnected meanwhile: stopped before the next step
+                    if job.stop.is_set():
                         job.let_go = True
-                room = self.max_batch - decoding.active()
-                if self.continuous and decoding.joins and (new := self._joiners(sampling, room)):
+                room = self.max_batch - fills.active()
+                if self.continuous and fills.joins and (new := self._joiners(sampling, room)):
                     with self.cond:
                         self.running += new
-                    self.engine.join(decoding, [j.order for j in new], [j.key for j in new])
+                    fills.join([j.order for j in new], [j.key for j in new], [j.stop for j in new])
                     jobs += new
-            self._answer_finished(decoding, jobs, reply)
+            answer_finished()
         except Exception as e:  # a request the checks let through fails its batch, not the worker
             log.exception("fill failed")
             for i, job in enumerate(jobs):
                 if i not in answered:
                     reply(i, refusal_message(job.id, "error", f"{type(e).__name__}: {e}"))
-
-    def _answer_finished(self, decoding, jobs: list[Job], reply) -> None:
-        for i in decoding.take_finished():
-            fill = self.engine.answer_of(decoding, i)
-            job = jobs[i]
-            reply(i, refusal_message(job.id, job.reason) if fill is None or job.stop.is_set() else fill.message(job.id))
 
     def _single(self, job: Job) -> None:
         """A probe (model/probe.py), a structured answer (model/structured.py), an edit from an instruction
@@ -379,28 +376,3 @@ def load_model(launch: LaunchSettings):
         return load_engine(launch)
     except CheckpointError as e:
         raise LoadFailed(str(e)) from None
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m diffusion_lsp.worker")
-    WorkerSpec.add_args(p)
-    spec = WorkerSpec.from_args(p.parse_args(argv))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
-    path = spec.socket
-    bound = bind(path)
-    if bound is None:
-        print("busy", flush=True)  # the spawner connects to the worker that holds the lock
-        return 0
-    listener, _lock = bound
-    worker = Worker(lambda: load_model(spec.model), spec.model, spec.max_batch, spec.continuous, spec.load_timeout_s)
-    print(f"ready {os.getpid()}", flush=True)
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # whoever read that line may be gone
-    start(worker)
-    log.info("serving %s (model %s)", path, worker.model)
-    try:
-        serve(listener, worker, spec.idle_exit_s)
-    finally:
-        path.unlink(missing_ok=True)
-    log.info("no client for %.0f s, exiting", spec.idle_exit_s)
-    return 0
-
