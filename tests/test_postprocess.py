@@ -34,30 +34,30 @@ def test_low_confidence_tail_is_cut_back_to_a_whole_line():
     ctx = ctx_for("def f(x):\n    █\n")
     pieces = ["y", " =", " x", " +", " 1", "\n", "    return", " y", ".", "up"]
     conf = [0.9] * 8 + [0.2, 0.9]
-    s, reasons = run(ctx, "".join(pieces), pieces=pieces, confidence=conf, threshold=0.5)
+    s, reasons = run(ctx, "".join(pieces), pieces=pieces, confidence=conf, confidence_cut=0.5)
     assert s.text == "y = x + 1" and Cut.TAIL in reasons
 
 
 def test_low_confidence_tail_is_cut_back_to_a_whole_word():
     ctx = ctx_for("result = █\n")
     pieces = ["comp", "ute", "(", "val", "ue", ")"]
-    s, _ = run(ctx, "compute(value)", pieces=pieces, confidence=[0.9, 0.9, 0.9, 0.9, 0.1, 0.9], threshold=0.5)
+    s, _ = run(ctx, "compute(value)", pieces=pieces, confidence=[0.9, 0.9, 0.9, 0.9, 0.1, 0.9], confidence_cut=0.5)
     assert s.text == "compute("
 
 
 def test_pieces_locate_the_cut_and_must_line_up_with_the_text():
     # token healing: the sampler already cut the typed "sel" from the first piece
-    text, cut = drop_low_confidence("f.x = 1", ["f", ".x", " =", " 1"], [0.9, 0.9, 0.9, 0.1], 0.5)
-    assert text == "f.x =" and cut == 1
+    text, dropped = drop_low_confidence("f.x = 1", ["f", ".x", " =", " 1"], [0.9, 0.9, 0.9, 0.1], 0.5)
+    assert text == "f.x =" and dropped == 1
     with pytest.raises(ValueError, match="do not line up"):
         drop_low_confidence("f.x = 1", ["self", ".x", " =", " 1"], [0.9, 0.9, 0.9, 0.1], 0.5)
 
 
-def test_all_low_confidence_is_rejected_and_zero_threshold_keeps_everything():
+def test_all_low_confidence_is_rejected_and_a_zero_cut_keeps_everything():
     ctx = ctx_for("x = █\n")
-    s, reasons = run(ctx, "42", pieces=["42"], confidence=[0.1], threshold=0.5)
+    s, reasons = run(ctx, "42", pieces=["42"], confidence=[0.1], confidence_cut=0.5)
     assert s is None and reasons[-1] == "low-confidence"
-    s, _ = run(ctx, "42", pieces=["42"], confidence=[0.1], threshold=0.0)
+    s, _ = run(ctx, "42", pieces=["42"], confidence=[0.1], confidence_cut=0.0)
     assert s.text == "42"
 
 
@@ -212,7 +212,7 @@ def test_binary_text_and_huge_lines_do_not_crash():
     blob = bytes(range(256)).decode("latin-1") * 50 + "\udcff"
     doc = Document("file:///w/b.py", blob, "python")
     ctx = gather(doc, len(blob) // 2)
-    postprocess(ctx, "\x00\x01 x)", pieces=["\x00", "\x01 x)"], confidence=[0.9, 0.9], threshold=0.5)
+    postprocess(ctx, "\x00\x01 x)", pieces=["\x00", "\x01 x)"], confidence=[0.9, 0.9], confidence_cut=0.5)
     huge = "x = f(" + "a, " * 100_000 + ")\n"
     ctx = gather(Document("file:///w/h.py", huge, "python"), len(huge) - 2)
     assert postprocess(ctx, "b)", check_syntax=True) == Suggestion("b")  # the line's own ")" is not typed twice

@@ -52,7 +52,7 @@ def run(n: int, seed: int) -> None:
         ctx = gather(doc, offset, others, edits, budget, count)
         t1 = time.perf_counter()
         fill, pieces, conf = _fill(doc.text, offset)
-        postprocess(ctx, fill, pieces, conf, 0.5)
+        postprocess(ctx, fill, pieces, conf, confidence_cut=0.5)
         c2, t2 = time.thread_time(), time.perf_counter()
         for key, ms in (("gather", t1 - t0), ("postprocess", t2 - t1), ("total", t2 - t0),
                         ("total (cpu)", c2 - c0)):

@@ -37,7 +37,6 @@ DONE = ".complete"  # written last: a folder without it was interrupted and is w
 QWEN_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                 intermediate_size=4864, vocab_size=151936, rope_theta=1000000.0, rms_norm_eps=1e-6,
                 max_position_embeddings=32768, tie_word_embeddings=True, hidden_act="silu", use_sliding_window=False)
-SPECIAL = ("<|endoftext|>", "<|beginoftext|>", "<|mask|>", "<|im_start|>", "<|im_end|>")
 GOAL_MS = 1000.0  # single-line fill p50 with int8 weights
 
 

@@ -2,7 +2,7 @@
 and post-processing of the model's fill. Pure modules: no LSP, no model.
 
     ctx = gather(doc, offset, open_docs, recent_edits, budget, count_tokens)
-    suggestion = postprocess(ctx, fill.text, pieces, fill.confidence, threshold, reasons)
+    suggestion = postprocess(ctx, fill.text, pieces, fill.confidence, confidence_cut, reasons)
 """
 
 from .gather import gather

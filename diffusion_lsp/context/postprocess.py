@@ -1,7 +1,8 @@
 """From the model's fill to the suggestion shown, by rules applied in this order:
 
-1. drop a low-confidence tail: cut at the first token committed with confidence < threshold, then
-   back to a clean boundary (the last whole line, else the last whole word);
+1. drop a low-confidence tail: cut at the first token committed with confidence < confidence_cut
+   (completion.confidenceCut), then back to a clean boundary (the last whole line, else the last
+   whole word);
 2. stay within the scope: LINE and REST_OF_LINE stop at the first newline; BLOCK stops at a line
    dedented below the block (keeping a closing-bracket line only when the suffix does not close it);
 3. drop text the suffix already has: last lines that repeat the next lines;
@@ -39,12 +40,12 @@ def _line_prefix(ctx: CompletionContext) -> str:
 
 
 def drop_low_confidence(text: str, pieces: list[str] | None, confidence: list[float] | None,
-                        threshold: float) -> tuple[str, int]:
+                        confidence_cut: float) -> tuple[str, int]:
     """(text, tokens dropped). `pieces` (each token's text, adding up to `text`: the sampler makes
     them so, healing included) locate the cut; without them it is placed proportionally."""
-    if not confidence or threshold <= 0:
+    if not confidence or confidence_cut <= 0:
         return text, 0
-    low = next((i for i, c in enumerate(confidence) if c < threshold), None)
+    low = next((i for i, c in enumerate(confidence) if c < confidence_cut), None)
     if low is None:
         return text, 0
     if pieces is not None:
@@ -104,7 +105,7 @@ def _tidy_end(ctx: CompletionContext, text: str) -> str:
 
 
 def postprocess(ctx: CompletionContext, text: str, pieces: list[str] | None = None,
-                confidence: list[float] | None = None, threshold: float = 0.0,
+                confidence: list[float] | None = None, confidence_cut: float = 0.0,
                 reasons: list[Cut] | None = None, check_syntax: bool = True) -> Suggestion | None:
     """The suggestion to show for a fill, or None (with the rejection appended to `reasons`)."""
     reasons = reasons if reasons is not None else []
@@ -115,7 +116,7 @@ def postprocess(ctx: CompletionContext, text: str, pieces: list[str] | None = No
 
     if not text.strip():
         return reject(Cut.EMPTY)
-    text, dropped = drop_low_confidence(text, pieces, confidence, threshold)
+    text, dropped = drop_low_confidence(text, pieces, confidence, confidence_cut)
     if dropped:
         reasons.append(Cut.TAIL)
         if not text.strip():

@@ -17,7 +17,7 @@ from .. import jsonout
 from ..data.workload import STDLIB
 from ..options import add_fill_args, engine_for, launch_settings, sampler_config
 
-CUTS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+CONFIDENCE_CUTS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 def register(ev) -> None:
@@ -65,9 +65,9 @@ def run(args) -> int:
 
     launch, cfg = launch_settings(args), sampler_config(args).replace(stop_below=0.0)
     engine, count = engine_for(launch), model_token_counter(model_folder(launch.path))
-    shown = {c: 0 for c in CUTS}
-    right = {c: 0 for c in CUTS}
-    exact = {c: 0 for c in CUTS}
+    shown = {c: 0 for c in CONFIDENCE_CUTS}
+    right = {c: 0 for c in CONFIDENCE_CUTS}
+    exact = {c: 0 for c in CONFIDENCE_CUTS}
     n = 0
     for text, offset, rest in sites(args.lines, args.typed, args.seed):
         ctx = gather(Document("file:///test.py", text, "python", 1), offset, (), (), ContextBudget.split(512), count)
@@ -76,15 +76,15 @@ def run(args) -> int:
         (res,) = engine.fill([FillRequest(ctx.prefix, ctx.suffix, args.max_tokens or ctx.max_tokens, one_line=True)],
                              cfg)
         n += 1
-        for c in CUTS:
-            sug = postprocess(ctx, res.text, res.pieces, res.confidence, c)
+        for confidence_cut in CONFIDENCE_CUTS:
+            sug = postprocess(ctx, res.text, res.pieces, res.confidence, confidence_cut=confidence_cut)
             if sug is None or not sug.text.strip():
                 continue
-            shown[c] += 1
-            right[c] += rest.startswith(sug.text.rstrip())
-            exact[c] += sug.text.strip() == rest.strip()
+            shown[confidence_cut] += 1
+            right[confidence_cut] += rest.startswith(sug.text.rstrip())
+            exact[confidence_cut] += sug.text.strip() == rest.strip()
     rows = [{"cut": c, "shown": shown[c] / max(n, 1), "right": right[c] / max(shown[c], 1),
-             "exact": exact[c] / max(shown[c], 1), "n_shown": shown[c]} for c in CUTS]
+             "exact": exact[c] / max(shown[c], 1), "n_shown": shown[c]} for c in CONFIDENCE_CUTS]
     if args.json:
         print(jsonout.dumps({"lines": n, "typed": args.typed, "rows": rows}))
         return 0

@@ -25,9 +25,6 @@ class Claims:
     next_edits: bool = False
     demo: bool = False
 
-    def covers(self, language: str) -> bool:
-        return self.languages is None or language in self.languages
-
     def to_dict(self) -> dict:
         return {"languages": None if self.languages is None else list(self.languages),
                 "next_edits": self.next_edits, "demo": self.demo}

@@ -30,7 +30,6 @@ COUNTS = dict(n_experts=(0, 1 << 10), n_experts_per_tok=(1, 1 << 10), n_shared_e
 # overflows (a scale of 1e308 makes every MoE output inf, which int8's activation quantizer cannot take) or
 # an eps below float32's smallest normal divides a zero row by zero.
 SCALES = dict(rope_theta=(1.0, 1e12), norm_eps=(1e-12, 1.0), routed_scaling=(1e-6, 1e3))
-POSITIVE = tuple(SCALES)
 OPTIONAL = ("n_kv_heads", "head_dim", "hidden_dim")  # None in a config: derived from the others
 # The most a checkpoint's JSON side file (config.json, the safetensors index, tokenizer_config.json) is
 # read into memory: published ones are a few KB to a few MB.

@@ -113,10 +113,6 @@ class Outcome:
     jump: bool = False  # the edit starts more than jump_lines lines from the cursor
     drafts: int = 0  # drafts probed (repeat.py)
 
-    @property
-    def forwards_per_token(self) -> float | None:
-        return self.forwards / self.edited_tokens if self.edited_tokens else None
-
 
 def _slack(n: int) -> int:
     return max(8, n // 4)

@@ -87,8 +87,10 @@ def finish(ctx: CompletionContext, fill: Fill, confidence_cut: float, check_synt
     The confidence cut judges the model's own tokens: a draft it kept whole (model/verify.py) is the
     fill, and is shown whole."""
     reasons: list[Cut] = []
-    cut = 0.0 if fill.draft.outcome is Kept.WHOLE else confidence_cut
-    sug = postprocess(ctx, fill.text, fill.pieces, fill.confidence, cut, reasons=reasons, check_syntax=check_syntax)
+    if fill.draft.outcome is Kept.WHOLE:
+        confidence_cut = 0.0
+    sug = postprocess(ctx, fill.text, fill.pieces, fill.confidence, confidence_cut=confidence_cut, reasons=reasons,
+                      check_syntax=check_syntax)
     return sug, sug is None and Cut.PARSE_ERROR in reasons
 
 

@@ -46,9 +46,6 @@ class NextEdit:
     end: int
     jump: bool = False
 
-    def is_insertion_at(self, offset: int) -> bool:
-        return self.start == self.end == offset and bool(self.text)
-
 
 class NextEditor:
     """`suggest` never raises but CancelledError: a refusal or failure is one log line and None."""
