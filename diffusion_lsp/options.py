@@ -21,7 +21,7 @@ from .errors import UserError
 from .model.config import regular_file
 from .protocol.settings import LaunchSettings, SamplerConfig, add_args, from_args
 
-# the sampler fields a command line sets (stop_below and reuse_context are the server's)
+# the sampler fields a command line sets (confidence_cut and reuse_context are the server's)
 SAMPLER_FLAGS = ("policy", "threshold", "k", "gamma", "block_size", "use_cache", "refresh_every", "time_budget_ms",
                  "heal", "trailing_fillers")
 

@@ -93,7 +93,7 @@ def test_a_conversation_whose_prompt_overflows_the_stack_fails_alone_and_the_mod
     worker.handle(conn, fill(2, key="b.py", prefix="next"))
     engine.release.set()
     first = conn.reply(1)
-    assert first["ok"] is False and first["reason"] == "error" and "RecursionError" in first["error"]
+    assert first["ok"] is False and first["failure"] == "refused" and "RecursionError" in first["error"]
     assert conn.reply(2)["text"] == "NEXT"
     worker.handle(conn, {"op": "ping", "id": 3})
     assert "dead" not in conn.reply(3)
@@ -126,7 +126,7 @@ def test_a_running_structured_answer_is_cancelled_at_its_next_forward(hostile):
     assert engine.started.wait(WAIT)
     worker.handle(conn, fill(2, key="b.py", prefix="after"))
     worker.handle(conn, {"op": "cancel", "id": 1})
-    assert conn.reply(1) == {"id": 1, "ok": False, "reason": "cancelled"}  # without the release
+    assert conn.reply(1) == {"id": 1, "ok": False, "failure": "dropped", "error": "cancelled"}  # without the release
     engine.release.set()
     assert conn.reply(2)["text"] == "AFTER"
 
@@ -144,7 +144,7 @@ def test_a_model_thread_that_holds_a_cancelled_order_is_said_stuck_in_a_ping(hos
     worker.handle(conn, {"op": "ping", "id": 3})
     assert "stuck_s" in conn.reply(3)
     engine.release.set()  # it lets go at last
-    assert conn.reply(1)["reason"] == "cancelled"
+    assert conn.reply(1) == {"id": 1, "ok": False, "failure": "dropped", "error": "cancelled"}
     assert worker.stuck_s(later) is None
 
 
@@ -318,7 +318,7 @@ def test_a_model_that_does_not_load_in_time_is_failed_and_says_why():
         assert "did not load within 0.1 s" in conn.sent[-1]["error"]
         worker.handle(conn, fill(1))
         refused = conn.reply(1)
-        assert refused["reason"] == "model" and "did not load within 0.1 s" in refused["error"]
+        assert refused["failure"] == "unavailable" and "did not load within 0.1 s" in refused["error"]
     finally:
         load.go.set()
 

@@ -90,17 +90,17 @@ def test_one_line_request_stops_once_its_first_line_is_written(tokenizer, oracle
     assert line.forwards < whole.forwards
 
 
-def test_a_fill_stops_at_its_first_token_below_stop_below(tokenizer, oracle):
+def test_a_fill_stops_at_its_first_token_below_the_confidence_cut(tokenizer, oracle):
     # every token is committed at 0.25 or 0.2: below 0.3, the caller would drop the fill from its first one
     model, ids = setup_oracle(tokenizer, oracle, max_tokens=8, p_hi=0.25, p_lo=0.2)
     whole = run(model, tokenizer, SamplerConfig(heal=False))
     assert whole.text == ANSWER and whole.forwards > 3
-    early = run(model, tokenizer, SamplerConfig(heal=False, stop_below=0.3))
+    early = run(model, tokenizer, SamplerConfig(heal=False, confidence_cut=0.3))
     assert early.forwards == 1 and early.text == tokenizer.decode(ids[:1])  # the low token is kept, masks dropped
     assert early.confidence == [pytest.approx(0.25, abs=0.01)]
-    assert run(model, tokenizer, SamplerConfig(heal=False, stop_below=0.2)).text == ANSWER  # none below 0.2
-    with pytest.raises(ValueError, match="stop_below"):
-        SamplerConfig(stop_below=1.5)
+    assert run(model, tokenizer, SamplerConfig(heal=False, confidence_cut=0.2)).text == ANSWER  # none below 0.2
+    with pytest.raises(ValueError, match="confidence_cut"):
+        SamplerConfig(confidence_cut=1.5)
 
 
 def test_topk_commits_k_per_step(tokenizer, oracle):

@@ -105,7 +105,7 @@ def engine(tiny_checkpoint):
 
 
 @pytest.mark.parametrize("cfg", [SamplerConfig(), SamplerConfig(heal=False, policy="one"),
-                                 SamplerConfig(stop_below=0.5), SamplerConfig(time_budget_ms=0.0)])
+                                 SamplerConfig(confidence_cut=0.5), SamplerConfig(time_budget_ms=0.0)])
 def test_pieces_always_add_up_to_the_text(engine, cfg):
     # a random model writes arbitrary bytes: characters split across tokens, and fills cut inside one
     reqs = [FillRequest("def f(x):\n    return", "\n", 12), FillRequest("import os\n", "x = 1\n", 8, one_line=True),

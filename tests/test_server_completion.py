@@ -174,7 +174,7 @@ def test_single_line_fills_get_the_line_budget_and_a_late_parse_error_is_not_res
     assert first.sampling.time_budget_ms == 60_000 and 0 < second.sampling.time_budget_ms < 60_000  # what is left
     link = FakeLink()
     asyncio.run(make(link, lineBudgetMs=None).complete(DOC, *CURSOR, UTF16))
-    assert link.orders[0].sampling.time_budget_ms is None and link.orders[0].sampling.stop_below == 0.0
+    assert link.orders[0].sampling.time_budget_ms is None and link.orders[0].sampling.confidence_cut == 0.0
 
 
 def test_bad_input_is_logged_and_answered_empty():

@@ -90,7 +90,7 @@ def test_sampling_settings_make_the_worker_s_order():
     ctx = CompletionContext("x = ", "\n", SpanKind.LINE, 16, "python", 4, "", "")
     completer.configure(Config())
     cut = Config().completion.confidence_cut  # completion.confidenceCut
-    assert completer._order(ctx, 16, None).sampling == SamplerConfig(stop_below=cut)
+    assert completer._order(ctx, 16, None).sampling == SamplerConfig(confidence_cut=cut)
     cfg, problems = parse_config({"sampling": {"blockSize": 0, "policy": "one", "timeBudgetMs": 500},
                                   "completion": {"confidenceCut": 0}})
     completer.configure(cfg)

@@ -17,7 +17,6 @@ from diffusion_lsp.protocol.requests import FillOrder
 from diffusion_lsp.worker.client import Pong, WorkerUnavailable
 from diffusion_lsp.worker.spec import WorkerSpec
 from diffusion_lsp.worker.link import RESTARTS_PER_MINUTE, WorkerLink
-from diffusion_lsp.worker.wire import refusal_message, refused
 
 ORDER = FillOrder("x = ", "\n", 4)
 
@@ -149,14 +148,20 @@ def test_a_worker_that_cannot_start_is_reported_once_and_requests_stay_empty():
     assert ui.shown == [("error", "diffusion-lsp: could not start the model worker: no worker answers on /tmp/w.sock")]
 
 
-@pytest.mark.parametrize("reason, kind", [("superseded", Failure.DROPPED), ("cancelled", Failure.DROPPED),
-                                          ("model", Failure.UNAVAILABLE), ("error", Failure.REFUSED),
-                                          ("invalid", Failure.INVALID), ("something new", Failure.REFUSED)])
-def test_the_workers_refusals_are_the_backends_failures(reason, kind):
-    link, ui, stats = make_link(answer=refused(refusal_message(1, reason, "why", "max_tokens")))
+@pytest.mark.parametrize("kind", list(Failure))
+def test_a_refusal_crosses_the_wire_as_it_was_said(kind):
+    back = BackendError.from_message(BackendError(kind, "why", "max_tokens").message(1))
+    assert (back.kind, str(back), back.param) == (kind, "why", "max_tokens")
+
+
+@pytest.mark.parametrize("failure, kind", [(k.value, k) for k in Failure] + [("something new", Failure.REFUSED)])
+def test_the_workers_refusals_are_the_backends_failures(failure, kind):
+    said = {"id": 1, "ok": False, "failure": failure, "error": "why", "param": "max_tokens"}
+    link, ui, stats = make_link(answer=BackendError.from_message(said))
     with pytest.raises(BackendError) as e:
         asyncio.run(link.fill("a.py", ORDER))
-    assert e.value.kind is kind and e.value.retryable is False
+    assert e.value.kind is kind and e.value.retryable is (kind in (Failure.STARTING, Failure.LOST, Failure.TIMEOUT,
+                                                                    Failure.BUSY))
     assert e.value.param == "max_tokens" and str(e.value).endswith("why")
     assert (("error", "fill failed: why") in ui.logged) == (kind is Failure.REFUSED)
 

@@ -179,7 +179,7 @@ def test_a_running_fill_is_superseded_between_steps(running):
     worker.handle(conn, fill(1, prefix="old"))
     assert engine.started.wait(WAIT)
     worker.handle(conn, fill(2, prefix="new"))
-    assert conn.reply(1) == {"id": 1, "ok": False, "reason": "superseded"}
+    assert conn.reply(1) == {"id": 1, "ok": False, "failure": "dropped", "error": "superseded by a newer request"}
     engine.release.set()
     assert conn.reply(2)["text"] == "NEW" and conn.reply(2)["pieces"] == ["N", "E", "W"]
 
@@ -190,7 +190,7 @@ def test_a_queued_fill_is_superseded_without_running_and_the_rest_are_batched(st
     assert engine.started.wait(WAIT)
     for rid, key in [(2, "a.py"), (3, "b.py"), (4, "a.py")]:
         worker.handle(conn, fill(rid, key=key, prefix=f"p{rid}"))
-    assert conn.reply(2) == {"id": 2, "ok": False, "reason": "superseded"}
+    assert conn.reply(2) == {"id": 2, "ok": False, "failure": "dropped", "error": "superseded by a newer request"}
     engine.release.set()
     assert [conn.reply(i)["ok"] for i in (1, 3, 4)] == [True, True, True]
     assert engine.batches == [["busy"], ["p3", "p4"]]
@@ -205,7 +205,7 @@ def test_a_fill_past_the_models_positions_is_invalid_and_its_batch_goes_on(stati
     worker.handle(conn, fill(2, key="a.py", prefix="big", max_tokens=17))
     worker.handle(conn, fill(3, key="b.py", prefix="ok", max_tokens=16))
     engine.release.set()
-    assert conn.reply(2) == {"id": 2, "ok": False, "reason": "invalid", "param": "max_tokens",
+    assert conn.reply(2) == {"id": 2, "ok": False, "failure": "invalid", "param": "max_tokens",
                              "error": "max_tokens 17 does not fit the model: at most 16"}
     assert conn.reply(3)["text"] == "OK" and engine.batches == [["busy"], ["ok"]]
 
@@ -215,7 +215,7 @@ def test_cancel_and_disconnect_stop_fills(running):
     worker.handle(conn, fill(1))
     assert engine.started.wait(WAIT)
     worker.handle(conn, {"op": "cancel", "id": 1})
-    assert conn.reply(1) == {"id": 1, "ok": False, "reason": "cancelled"}
+    assert conn.reply(1) == {"id": 1, "ok": False, "failure": "dropped", "error": "cancelled"}
     other, _ = FakeConn(), engine.started.clear()
     worker.connect(other)
     worker.handle(other, fill(2, key="busy.py"))
@@ -224,7 +224,7 @@ def test_cancel_and_disconnect_stop_fills(running):
     worker.disconnect(conn)  # its queued fill is dropped, nobody to answer
     assert all(j.conn is other for j in worker.jobs.values()) and all(j.conn is other for j in worker.queue)
     worker.disconnect(other)  # its running fill stops between steps
-    assert other.reply(2)["reason"] == "cancelled"
+    assert other.reply(2) == {"id": 2, "ok": False, "failure": "dropped", "error": "cancelled"}
 
 
 def test_bad_requests_are_answered_not_fatal(running):
@@ -233,7 +233,7 @@ def test_bad_requests_are_answered_not_fatal(running):
     worker.handle(conn, {"op": "dance", "id": 2})
     worker.handle(conn, {**fill(3), "sampling": {"policy": "beam"}})
     worker.handle(conn, {**fill(4), "max_tokens": True})
-    assert [conn.reply(i)["reason"] for i in (1, 2, 3, 4)] == ["error"] * 4
+    assert [conn.reply(i)["failure"] for i in (1, 2, 3, 4)] == ["refused"] * 4
     assert "beam" in conn.reply(3)["error"] and "max_tokens" in conn.reply(4)["error"]
 
 
@@ -244,7 +244,7 @@ def test_a_bad_sampling_value_is_refused_alone_while_its_neighbours_decode(stati
     worker.handle(conn, fill(2, key="a.py", prefix="good"))
     worker.handle(conn, {**fill(3, key="b.py", prefix="bad"), "sampling": {**SAMPLING, "block_size": 10**12}})
     worker.handle(conn, fill(4, key="c.py", prefix="fine"))
-    assert conn.reply(3)["reason"] == "error" and "block_size" in conn.reply(3)["error"]
+    assert conn.reply(3)["failure"] == "refused" and "block_size" in conn.reply(3)["error"]
     engine.release.set()
     assert [conn.reply(i)["text"] for i in (1, 2, 4)] == ["BUSY", "GOOD", "FINE"]
     assert engine.batches == [["busy"], ["good", "fine"]]
@@ -330,7 +330,7 @@ def test_a_model_that_fails_to_load_answers_every_fill_with_the_reason():
     worker.run()  # returns once the load has failed
     assert conn.sent[-1] == {"event": "state", "state": "failed", "error": "FileNotFoundError: no weights here"}
     worker.handle(conn, fill(1))
-    assert conn.reply(1)["reason"] == "model"
+    assert conn.reply(1)["failure"] == "unavailable"
 
 
 def test_servers_with_other_batching_flags_never_share_a_worker(tmp_path, monkeypatch):

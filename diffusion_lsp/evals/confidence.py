@@ -63,7 +63,7 @@ def run(args) -> int:
     from ..engine import model_folder
     from ..model.canvas import FillRequest
 
-    launch, cfg = launch_settings(args), sampler_config(args).replace(stop_below=0.0)
+    launch, cfg = launch_settings(args), sampler_config(args).replace(confidence_cut=0.0)
     engine, count = engine_for(launch), model_token_counter(model_folder(launch.path))
     shown = {c: 0 for c in CONFIDENCE_CUTS}
     right = {c: 0 for c in CONFIDENCE_CUTS}

@@ -7,7 +7,7 @@ masked positions go through the output head; its statistics come from kernels/vo
 GPU). The model writes real tokens followed by filler tokens; as in training, a fill is at least one real
 token and fillers only ever trail it: committing one at position k commits fillers at every later position,
 and neither position 0 nor one before a committed real token may become one. A one-line row is done as soon
-as a committed newline has no masked position before it; with `stop_below`, any row is done once a token
+as a committed newline has no masked position before it; with `confidence_cut`, any row is done once a token
 committed below that confidence has none before it (a caller that drops the tail from such a token has its
 answer). With the context cache (Fast-dLLM dual cache) a step after the first full pass recomputes only a
 window of the canvas (batch.py `Batch.window`), and each layer writes the window's keys/values into the cache
@@ -170,16 +170,16 @@ def _settled(batch: Batch, hit: torch.Tensor) -> torch.Tensor:
     return first_hit < torch.where(batch.masked, at, n).min(-1).values
 
 
-def _done(batch: Batch, cur: torch.Tensor, filler: int, stop_below: float) -> torch.Tensor:
+def _done(batch: Batch, cur: torch.Tensor, filler: int, confidence_cut: float) -> torch.Tensor:
     """[B] bool: rows with nothing masked, one-line rows whose first line is written, and rows whose
-    first real token below stop_below is settled (the caller drops the fill from it). cur: [B, N]."""
+    first real token below confidence_cut is settled (the caller drops the fill from it). cur: [B, N]."""
     done = ~batch.masked.any(-1)
     if batch.newline is not None:
         is_nl = batch.newline[cur]
         is_nl[:, 0] = batch.newline_first.gather(1, cur[:, :1]).squeeze(1)
         done |= batch.one_line & _settled(batch, is_nl)
-    if stop_below > 0:
-        done |= _settled(batch, (cur != filler) & (batch.conf < stop_below))
+    if confidence_cut > 0:
+        done |= _settled(batch, (cur != filler) & (batch.conf < confidence_cut))
     return done
 
 
@@ -199,7 +199,7 @@ def take_step(model, tok: Tokenizer, batch: Batch, cfg: SamplerConfig, step: int
     if greedy is not None:
         commit = torch.where(greedy[:, None], eligible, commit)
     cur = _commit(batch, cur, commit, pred, p, tok.filler_id, cfg.trailing_fillers)
-    return _done(batch, cur, tok.filler_id, cfg.stop_below)
+    return _done(batch, cur, tok.filler_id, cfg.confidence_cut)
 
 
 def check_drafts(model, tok: Tokenizer, batch: Batch, cfg: SamplerConfig, fills: list[Decoded]) -> torch.Tensor:
@@ -218,4 +218,4 @@ def check_drafts(model, tok: Tokenizer, batch: Batch, cfg: SamplerConfig, fills:
             pred[b, :k] = torch.tensor(v.kept, device=pred.device)
             p[b, :k] = torch.tensor(v.conf, device=p.device)
     cur = _commit(batch, cur, commit, pred, p, tok.filler_id, cfg.trailing_fillers)
-    return _done(batch, cur, tok.filler_id, cfg.stop_below)
+    return _done(batch, cur, tok.filler_id, cfg.confidence_cut)

@@ -22,7 +22,7 @@ length, and neither do the parallel policies nor the context cache: DreamOn comm
 over the whole window, with a full forward pass each time, and `SamplerConfig`'s policy, block_size and cache
 fields are not used. What is honoured: `heal` (canvas[0] must start with the healed text, as in denoise.py's
 `_constraint`), `time_budget_ms` (past it, every masked position is committed in one greedy step with the
-expand token blocked), `stop_below`, `one_line` (done once a committed newline has no mask before it) and
+expand token blocked), `confidence_cut`, `one_line` (done once a committed newline has no mask before it) and
 `Decoding.stop` (the request is abandoned between steps). Requests are decoded one after another;
 `VariableDecoding` is driven as sampler.py's `Decoding` is (no drafts: the canvas changes size).
 """
@@ -34,7 +34,7 @@ from collections.abc import Iterator
 
 import torch
 
-from .canvas import FillRequest, Row, build_row, newline_first_table
+from .canvas import FillRequest, build_row, newline_first_table
 from .decoding import run
 from .results import Decoded, FillResult, result_of
 from ..protocol.settings import SamplerConfig
@@ -46,11 +46,6 @@ MIN_GEN_LEN = 4  # masks the middle starts with: DreamOn's eval config (eval/con
 def expands(tok) -> bool:
     """Whether the tokenizer has DreamOn's expand token (pretrained.py names it "expand" when loading)."""
     return "expand" in tok.special.extra
-
-
-def initial_window(row: Row, initial: int, mask: int, eos: int) -> list[int]:
-    """bos + prefix + initial x mask + suffix + eos: build_row's row with a shorter middle, eos appended."""
-    return row.ids[: row.start] + [mask] * initial + row.ids[row.start + row.length:] + [eos]
 
 
 def expand_blocked(length: int, limit: int, budget: int) -> bool:
@@ -125,15 +120,15 @@ def newline_hits(middle: list[int], newline: set[int], newline_first: set[int]) 
 
 
 def is_done(middle: list[int], conf: list[float], tok: Tokenizer, one_line: bool, newline: set[int],
-            newline_first: set[int], stop_below: float) -> bool:
+            newline_first: set[int], confidence_cut: float) -> bool:
     """Nothing is masked; or a one-line fill's first line is written; or its first real token below
-    stop_below is settled (the caller drops the fill from it)."""
+    confidence_cut is settled (the caller drops the fill from it)."""
     if tok.mask_id not in middle:
         return True
     if one_line and settled(middle, newline_hits(middle, newline, newline_first), tok.mask_id):
         return True
-    if stop_below > 0:
-        low = [t not in (tok.mask_id, tok.filler_id) and c < stop_below for t, c in zip(middle, conf)]
+    if confidence_cut > 0:
+        low = [t not in (tok.mask_id, tok.filler_id) and c < confidence_cut for t, c in zip(middle, conf)]
         return settled(middle, low, tok.mask_id)
     return False
 
@@ -183,7 +178,7 @@ def _decode(model, tok: Tokenizer, req: FillRequest, cfg: SamplerConfig, f: Deco
     f.row = row
     # each step lowers (masked positions + 2 x expansions left) by at least one: this many steps end it
     for _ in range(len(middle) + 2 * budget):
-        if is_done(middle, conf, tok, req.one_line, newline, newline_first, cfg.stop_below):
+        if is_done(middle, conf, tok, req.one_line, newline, newline_first, cfg.confidence_cut):
             break
         if f.forwards and i in stopped:  # between steps, as sampler.Decoding does
             f.cancelled, f.ms = True, (time.perf_counter() - t0) * 1e3

@@ -27,6 +27,24 @@ class BackendError(Exception):
         super().__init__(message or kind.value)
         self.kind, self.param = kind, param
 
+    def message(self, rid) -> dict:
+        """The worker's "no" to a request, in the wire form `from_message` reads back."""
+        msg = {"id": rid, "ok": False, "failure": self.kind.value, "error": str(self)}
+        if self.param is not None:
+            msg["param"] = self.param
+        return msg
+
+    @classmethod
+    def from_message(cls, msg: dict) -> BackendError:
+        """A "no" (ok: false) as the failure it names; one this side does not know is REFUSED."""
+        try:
+            kind = Failure(msg.get("failure"))
+        except ValueError:
+            kind = Failure.REFUSED
+        error, param = msg.get("error"), msg.get("param")
+        return cls(kind, error if isinstance(error, str) and error else f"the worker said {kind.value}",
+                   param if isinstance(param, str) else None)
+
     @property
     def retryable(self) -> bool:
         """Asking again later may succeed (the same order never does when it is INVALID or REFUSED)."""

@@ -224,7 +224,7 @@ class SamplerConfig:
              "first choice)"))
     # done once a real token committed below this confidence has no masked position before it: a caller
     # that drops a fill's tail from its first token below this (the server's confidenceCut) needs no more
-    stop_below: float = field(default=0.0, metadata=check(lambda v: 0 <= v <= 1, "in [0, 1]", editor=False,
+    confidence_cut: float = field(default=0.0, metadata=check(lambda v: 0 <= v <= 1, "in [0, 1]", editor=False,
                                                            help="stop at the first token below this confidence"))
 
     def __post_init__(self):

@@ -213,7 +213,7 @@ class Completer:
         s = self.cfg.sampling
         budgets = [b for b in (s.time_budget_ms, budget_ms) if b is not None]
         sampling = s.replace(time_budget_ms=max(min(budgets), 0.0) if budgets else None,
-                             stop_below=self.cfg.completion.confidence_cut,
+                             confidence_cut=self.cfg.completion.confidence_cut,
                              threshold=max(s.threshold, RESAMPLE_THRESHOLD) if careful else s.threshold)
         return FillOrder(valid_text(ctx.prefix), valid_text(ctx.suffix), max_tokens,
                          one_line=ctx.kind is not SpanKind.BLOCK, sampling=sampling, candidates=candidates)

@@ -19,7 +19,7 @@ from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrd
 from ..protocol.settings import LaunchSettings
 from .spec import WorkerSpec
 from .wire import (MAX_LINE, WIRE_VERSION, build_id, check_socket_path, decode, encode, model_name,
-                   refused, weights_id)
+                   weights_id)
 
 SPAWN_TIMEOUT_S = 60.0  # the worker prints "ready" once its socket listens, before loading the model
 CONNECT_TRIES = 40  # when another session is starting the worker: 40 x 0.25 s
@@ -161,7 +161,7 @@ class WorkerClient:
             raise WorkerUnavailable(f"{self._killed}; it is being restarted" if self._killed
                                     else "the connection to the model worker was lost")
         if not message.get("ok"):
-            raise refused(message)
+            raise BackendError.from_message(message)
         try:
             yield answer.from_message(message)
         except (TypeError, ValueError) as e:

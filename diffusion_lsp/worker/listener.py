@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from ..protocol.failure import BackendError, Failure
 from .wire import MAX_LINE, decode, encode, ensure_private_dir
 
 STARTUP_GRACE_S = 30.0  # stay up this long waiting for the first connection
@@ -83,7 +84,7 @@ def _read(worker: Handler, conn: Conn) -> None:
                 try:
                     worker.handle(conn, decode(line))
                 except Exception as e:  # a bad message costs its answer, not the connection
-                    conn.send({"ok": False, "reason": "error", "error": f"bad message: {type(e).__name__}: {e}"})
+                    conn.send(BackendError(Failure.REFUSED, f"bad message: {type(e).__name__}: {e}").message(None))
     except OSError:
         pass
     finally:

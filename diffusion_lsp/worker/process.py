@@ -25,18 +25,29 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..protocol.failure import BackendError, Failure
 from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
 from ..model.canvas import DoesNotFit
 from ..protocol.settings import LaunchSettings
 from ..model.stop import OrderStopped
 from .listener import Conn
 from .spec import LOAD_TIMEOUT_S, MAX_BATCH
-from .wire import WIRE_VERSION, build_id, model_name, refusal_message, weights_id
+from .wire import WIRE_VERSION, build_id, model_name, weights_id
 
 log = logging.getLogger("diffusion-lsp.worker")
 WARM_UP = FillOrder("def f(x):\n", "\n", 4)  # first-call kernel set-up, before the worker says ready
 ORDERS = {"fill": FillOrder, "probe": ProbeOrder, "rewrite": RewriteOrder, "structured": StructuredOrder,
           "instruct": InstructOrder}  # by their op
+
+
+def dropped(why: str) -> BackendError:
+    """A request the worker let go: superseded by a newer one for its key, or cancelled."""
+    return BackendError(Failure.DROPPED, "superseded by a newer request" if why == "superseded" else why)
+
+
+def unloaded(error: str | None) -> BackendError:
+    """Every request while the model failed to load: the user's next step is in `error`."""
+    return BackendError(Failure.UNAVAILABLE, f"the model failed to load: {error}")
 
 
 class ModelMissing(Exception):
@@ -112,7 +123,7 @@ class Worker:
                        **({} if (stuck := self.stuck_s(now)) is None else {"stuck_s": round(stuck, 3)}),
                        **({"dead": self.died} if self.died else {})})
         else:
-            conn.send(refusal_message(rid, "error", f"unknown op {op!r}"))
+            conn.send(BackendError(Failure.REFUSED, f"unknown op {op!r}").message(rid))
 
     def _submit(self, conn: Conn, msg: dict) -> None:
         rid, key = msg.get("id"), str(msg.get("key", ""))
@@ -120,12 +131,12 @@ class Worker:
         try:
             order = kind.from_message(msg)
         except ValueError as e:
-            conn.send(refusal_message(rid, "error", f"bad {msg.get('op')} request: {e}"))
+            conn.send(BackendError(Failure.REFUSED, f"bad {msg.get('op')} request: {e}").message(rid))
             return
         job = Job(conn, rid, key, order)
         with self.cond:
             if self.state == "failed":
-                conn.send(refusal_message(rid, "model", self.error))
+                conn.send(unloaded(self.error).message(rid))
                 return
             if (old := self.latest.get((conn.id, key))) is not None:
                 self._stop(old, "superseded")
@@ -150,7 +161,7 @@ class Worker:
             self.queue.remove(job)
             self._forget(job)
             if reply:
-                job.conn.send(refusal_message(job.id, reason))
+                job.conn.send(dropped(reason).message(job.id))
 
     def _forget(self, job: Job) -> None:
         job.let_go = True
@@ -173,7 +184,7 @@ class Worker:
                 for job in list(self.queue):
                     self.queue.remove(job)
                     self._forget(job)
-                    job.conn.send(refusal_message(job.id, "model", error))
+                    job.conn.send(unloaded(error).message(job.id))
 
     def load_overdue(self) -> None:
         """The load deadline (a timer `start` sets): a model still loading is "failed", with the reason,
@@ -244,7 +255,7 @@ class Worker:
             for job in jobs:
                 if self.jobs.get((job.conn.id, job.id)) is job:
                     self._forget(job)
-                    job.conn.send(refusal_message(job.id, "error", why))
+                    job.conn.send(BackendError(Failure.REFUSED, why).message(job.id))
 
     def _admit(self, jobs: list[Job]) -> list[Job]:
         """The jobs whose canvas fits the model; the others are answered "invalid" (the same on every try)."""
@@ -265,7 +276,7 @@ class Worker:
         with self.cond:
             for job, why, param in refused:
                 self._forget(job)
-                job.conn.send(refusal_message(job.id, "invalid", why, param))
+                job.conn.send(BackendError(Failure.INVALID, why, param).message(job.id))
         dropped = {id(j) for j, _, _ in refused} | {id(j) for j in failed}
         return [j for j in jobs if id(j) not in dropped]
 
@@ -302,7 +313,7 @@ class Worker:
         def answer_finished() -> None:
             for i, fill in fills.finished():
                 job = jobs[i]
-                reply(i, refusal_message(job.id, job.reason) if fill is None or job.stop.is_set()
+                reply(i, dropped(job.reason).message(job.id) if fill is None or job.stop.is_set()
                       else fill.message(job.id))
 
         try:
@@ -326,7 +337,7 @@ class Worker:
             log.exception("fill failed")
             for i, job in enumerate(jobs):
                 if i not in answered:
-                    reply(i, refusal_message(job.id, "error", f"{type(e).__name__}: {e}"))
+                    reply(i, BackendError(Failure.REFUSED, f"{type(e).__name__}: {e}").message(job.id))
 
     def _single(self, job: Job) -> None:
         """A probe (model/probe.py), a structured answer (model/structured.py), an edit from an instruction
@@ -340,18 +351,18 @@ class Worker:
                 answer = self.engine.answer_instruct(job.order, job.stop)
             else:
                 answer = self.engine.answer_rewrite(job.order, job.stop)
-            reply = answer.message(job.id) if not job.stop.is_set() else refusal_message(job.id, job.reason)
+            reply = answer.message(job.id) if not job.stop.is_set() else dropped(job.reason).message(job.id)
         except OrderStopped as e:  # cancelled, superseded or its client gone, at its next step or forward
             log.info("%s %s: %s (%s)", type(job.order).__name__, job.id, job.reason, e)
-            reply = refusal_message(job.id, job.reason)
+            reply = dropped(job.reason).message(job.id)
         except DoesNotFit as e:  # the same on every try
-            reply = refusal_message(job.id, "invalid", str(e),
-                                    e.param or ("middle" if isinstance(job.order, ProbeOrder) else "messages"))
+            reply = BackendError(Failure.INVALID, str(e),
+                                 e.param or ("middle" if isinstance(job.order, ProbeOrder) else "messages")).message(job.id)
         except ValueError as e:  # an order this model cannot answer (no probe, no rewrite): the same on every try
-            reply = refusal_message(job.id, "invalid", str(e))
+            reply = BackendError(Failure.INVALID, str(e)).message(job.id)
         except Exception as e:
             log.exception("%s failed", type(job.order).__name__)
-            reply = refusal_message(job.id, "error", f"{type(e).__name__}: {e}")
+            reply = BackendError(Failure.REFUSED, f"{type(e).__name__}: {e}").message(job.id)
         with self.cond:
             self._forget(job)
             job.conn.send(reply)

@@ -9,7 +9,7 @@ Messages, one JSON object per line (`WIRE_VERSION` in hello; a client refuses an
                      "drafts": true (optional: the draft after every denoising step, as below)}
                     {"op": "cancel", "id": 7}
                     {"op": "ping", "id": 8}
-  worker -> client  {"event": "hello", "version": 3, "pid": 123, "state": "loading", "model": "...",
+  worker -> client  {"event": "hello", "version": 4, "pid": 123, "state": "loading", "model": "...",
                      "build": "0.1.0+3f2a...", "weights": "9c1e..."} (a client refuses another build
                      or other weights: the worker runs other code, or an older copy of the model)
                     {"event": "state", "state": "ready" | "failed", "error": "...", "max_tokens": 511}
@@ -18,14 +18,16 @@ Messages, one JSON object per line (`WIRE_VERSION` in hello; a client refuses an
                      "masked": 2}  (only for a fill with drafts, before its answer)
                     {"id": 7, "ok": true, "text": "...", "pieces": [...], "confidence": [...], "ms": 12.5,
                      "forwards": 3, "reused": 120, "batch": 4}
-                    {"id": 7, "ok": false, "reason": "superseded" | "cancelled" | "model" | "error" | "invalid",
-                     "error": "...", "param": "max_tokens"} (invalid: the same on every try; param: its field)
+                    {"id": 7, "ok": false, "failure": "dropped" | "unavailable" | "refused" | "invalid" | ...,
+                     "error": "...", "param": "max_tokens"} (protocol/failure.py BackendError.message: the
+                     Failure vocabulary itself; invalid: the same on every try; param: its field)
                     {"id": 8, "ok": true, "pong": true, "busy_s": 0.4, "stuck_s": 0.0, "dead": "..."}
                      (answered by the socket thread, so a worker whose model thread is busy still answers;
                      one that is stopped does not. stuck_s, only while the model thread holds an order
                      that was stopped: for how long; dead, only when the model thread has ended)
 A fill supersedes any older fill with the same key from the same connection. The orders and answers
-are protocol/requests.py and protocol/answers.py, in their wire form; a "no" becomes the Backend's failure here (`refused`)."""
+are protocol/requests.py and protocol/answers.py, in their wire form, and a "no" is the Backend's
+failure (protocol/failure.py BackendError) in its own."""
 
 from __future__ import annotations
 
@@ -38,12 +40,11 @@ import tempfile
 from pathlib import Path
 
 from .. import __version__
-from ..protocol.failure import BackendError, Failure
 from ..engine import model_folder
 from ..model.config import regular_file
 from ..protocol.settings import LaunchSettings
 
-WIRE_VERSION = 3
+WIRE_VERSION = 4
 MAX_LINE = 64 * 1024 * 1024  # bytes; a line longer than this closes the connection
 
 
@@ -142,26 +143,3 @@ def check_socket_path(path: Path) -> None:
                            f"{stat.filemode(info.st_mode)}, uid {info.st_uid}); remove it or choose another worker.socket")
 
 
-REASONS = {"superseded": Failure.DROPPED, "cancelled": Failure.DROPPED, "model": Failure.UNAVAILABLE,
-           "error": Failure.REFUSED, "invalid": Failure.INVALID}
-
-
-def refusal_message(rid, reason: str, error: str | None = None, param: str | None = None) -> dict:
-    """The worker's "no" to an order (`reason` one of REASONS)."""
-    msg = {"id": rid, "ok": False, "reason": reason}
-    if error is not None:
-        msg["error"] = error
-    if param is not None:
-        msg["param"] = param
-    return msg
-
-
-def refused(msg: dict) -> BackendError:
-    """A worker's "no" (ok: false) as the Backend's failure."""
-    reason, error, param = msg.get("reason"), msg.get("error"), msg.get("param")
-    kind = REASONS.get(reason, Failure.REFUSED)
-    if kind is Failure.UNAVAILABLE:
-        text = f"the model failed to load: {error}"
-    else:
-        text = str(error) if error else f"the worker {reason or 'refused the order'}"
-    return BackendError(kind, text, param if isinstance(param, str) else None)
