@@ -39,15 +39,15 @@ from ..lifecycle import Stopped, race
 from .bodies import Fim, cut_at_stop, parse_edit, parse_fim, parse_instruct, stream_safe
 from .chat import Chat, message_of, parse_chat
 from .gate import ApiError, Gate, unless_gone, until_disconnect
-from .service import Answer, ChatAnswer, Failed, Service
+from .service import ChatReply, Failed, Reply, Service
 
 
-def usage(answer: Answer) -> dict:
+def usage(answer: Reply) -> dict:
     return {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
             "total_tokens": answer.prompt_tokens + answer.completion_tokens}
 
 
-def completion_body(model: str, rid: str, answer: Answer) -> dict:
+def completion_body(model: str, rid: str, answer: Reply) -> dict:
     return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "text": answer.text, "finish_reason": answer.finish_reason, "logprobs": None}],
             "usage": usage(answer)}
@@ -64,7 +64,7 @@ def error_event(e: Failed) -> str:
     return f"data: {json.dumps({'error': {'message': str(e), 'type': e.kind, 'param': e.param}})}\n\n"
 
 
-def from_usage(include: bool, kind: str, rid: str, model: str, answer: Answer) -> str:
+def from_usage(include: bool, kind: str, rid: str, model: str, answer: Reply) -> str:
     """A stream's last events: the usage chunk (stream_options.include_usage), then [DONE]."""
     chunk = {"id": rid, "object": kind, "created": int(time.time()), "model": model, "choices": [],
              "usage": usage(answer)}
@@ -108,7 +108,7 @@ class Routes:
                 except Failed as e:  # a 400 the model found once the stream had started (it was still loading)
                     yield error_event(e)
                     return
-                if isinstance(item, Answer):
+                if isinstance(item, Reply):
                     break
                 if fim.diffusing:
                     yield event(rid, model, cut_at_stop(item.text, fim.stop)[0], None)
@@ -193,7 +193,7 @@ class Routes:
                 except Failed as e:
                     yield error_event(e)
                     return
-                if isinstance(item, ChatAnswer):
+                if isinstance(item, ChatReply):
                     break
                 draft, stops = item, chat.stop
                 if chat.diffusing:

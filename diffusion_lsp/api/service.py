@@ -77,7 +77,7 @@ class Failed(Exception):
 
 
 @dataclass
-class Answer:
+class Reply:
     text: str
     finish_reason: str  # stop | length
     completion_tokens: int
@@ -88,7 +88,7 @@ class Answer:
 
 
 @dataclass
-class ChatAnswer(Answer):
+class ChatReply(Reply):
     calls: list[dict] = dataclasses.field(default_factory=list)  # tool calls: [{"name", "arguments"}]
 
 
@@ -179,7 +179,7 @@ class Service:
             raise Failed(f"max_tokens {req.max_tokens} does not fit the model: at most {limit}", 400,
                          param="max_tokens")
 
-    async def complete(self, req: Fim) -> Answer:
+    async def complete(self, req: Fim) -> Reply:
         """The fill for `req`."""
         t0 = time.monotonic()
         order = FillOrder(req.prefix, req.suffix, req.max_tokens, sampling=self.sampling)
@@ -187,7 +187,7 @@ class Service:
         fill = await self._ask(functools.partial(self.backend.fill, key, order), t0 + self.timeout_s)
         return self.answer(req, fill, t0)
 
-    async def stream(self, req: Fim) -> AsyncIterator[Draft | Answer]:
+    async def stream(self, req: Fim) -> AsyncIterator[Draft | Reply]:
         """The worker's draft after every denoising step, then the answer; the deadline is the whole
         stream's. Failures as `complete`'s (no retry once a draft was sent)."""
         t0 = time.monotonic()
@@ -205,16 +205,16 @@ class Service:
         finally:
             await items.aclose()
 
-    def answer(self, req: Fim, fill: Fill, t0: float) -> Answer:
+    def answer(self, req: Fim, fill: Fill, t0: float) -> Reply:
         text, stopped = cut_at_stop(fill.text, req.stop)
         tokens = fill.tokens  # one per token the model wrote, at most max_tokens (sampler.FillResult.tokens)
         finish = "stop" if stopped or tokens < req.max_tokens else "length"
-        answer = Answer(text, finish, tokens, approx_tokens(req.prefix) + approx_tokens(req.suffix), fill.forwards,
+        answer = Reply(text, finish, tokens, approx_tokens(req.prefix) + approx_tokens(req.suffix), fill.forwards,
                         fill.batch, (time.monotonic() - t0) * 1e3)
         self.metrics.observe_fill(answer)
         return answer
 
-    async def edit(self, req: Edit) -> Answer:
+    async def edit(self, req: Edit) -> Reply:
         """The region of a next-edit request as it should read, through the next-edit decoding
         (nextedit/suggest.py, remask-and-refine) with the request's region and cursor."""
         t0 = time.monotonic()
@@ -237,12 +237,12 @@ class Service:
             new = out.edit.apply(text)
             region = new[start:len(new) - len(e.after)]
         forwards = out.forwards
-        answer = Answer(mercury.fenced(region), "stop", approx_tokens(region), approx_tokens(text), forwards, 1,
+        answer = Reply(mercury.fenced(region), "stop", approx_tokens(region), approx_tokens(text), forwards, 1,
                         (time.monotonic() - t0) * 1e3)
         self.metrics.observe_fill(answer)
         return answer
 
-    async def instruct(self, req: Instruct) -> Answer:
+    async def instruct(self, req: Instruct) -> Reply:
         """`input` rewritten as the instruction says, between the file's prefix and suffix (formats/instruct.py)."""
         t0 = time.monotonic()
         text = req.prefix + req.input + req.suffix
@@ -254,7 +254,7 @@ class Service:
             raise Failed(str(e), 400, param="instruction") from None
         fill = await self._ask(functools.partial(self.backend.instruct, f"api-instruct:{next(self._ids)}", order),
                                t0 + self.timeout_s, param="input")
-        answer = Answer(fill.text, "stop" if fill.tokens < order.max_tokens else "length", fill.tokens,
+        answer = Reply(fill.text, "stop" if fill.tokens < order.max_tokens else "length", fill.tokens,
                         approx_tokens(text) + approx_tokens(req.instruction), fill.forwards, fill.batch,
                         (time.monotonic() - t0) * 1e3)
         self.metrics.observe_fill(answer)
@@ -289,7 +289,7 @@ class Service:
             raise Failed(str(e), 400, param="messages") from None
         return dataclasses.replace(req, rendered=json.dumps({**raw, "rendered": segments}, ensure_ascii=False))
 
-    async def chat(self, req: Chat) -> ChatAnswer:
+    async def chat(self, req: Chat) -> ChatReply:
         """A conversation's answer: free text on the canvas after the chat template's generation prompt, or
         JSON / tool calls under constraints (model/structured.py)."""
         t0 = time.monotonic()
@@ -311,20 +311,20 @@ class Service:
         text, stopped = cut_at_stop(got.text, req.stop) if got.kind == "text" else (got.text, False)
         finish = "tool_calls" if got.calls else "stop" if got.kind != "text" or stopped or got.tokens < req.max_tokens \
             else "length"
-        answer = ChatAnswer(text, finish, got.tokens, prompt_tokens, got.forwards, 1.0, (time.monotonic() - t0) * 1e3,
+        answer = ChatReply(text, finish, got.tokens, prompt_tokens, got.forwards, 1.0, (time.monotonic() - t0) * 1e3,
                             got.calls)
         self.metrics.observe_fill(answer)
         return answer
 
-    def chat_answer(self, req: Chat, fill: Fill, t0: float) -> ChatAnswer:
+    def chat_answer(self, req: Chat, fill: Fill, t0: float) -> ChatReply:
         text, stopped = cut_at_stop(fill.text, req.stop)
         finish = "stop" if stopped or fill.tokens < req.max_tokens else "length"
-        answer = ChatAnswer(text, finish, fill.tokens, approx_tokens(req.chat), fill.forwards, fill.batch,
+        answer = ChatReply(text, finish, fill.tokens, approx_tokens(req.chat), fill.forwards, fill.batch,
                             (time.monotonic() - t0) * 1e3)
         self.metrics.observe_fill(answer)
         return answer
 
-    async def chat_stream(self, req: Chat) -> AsyncIterator[Draft | ChatAnswer]:
+    async def chat_stream(self, req: Chat) -> AsyncIterator[Draft | ChatReply]:
         """A free-text answer's drafts after every denoising step, then the answer; a constrained one
         (response_format, tools) is the answer alone."""
         if req.output is not None:

@@ -12,7 +12,7 @@ from ..model.decoding import steps
 
 
 class OrderBatch:
-    """Fill orders (backend/orders.py FillOrder, one sampling config for all) decoding together. Each turn
+    """Fill orders (FillOrder, one sampling config for all) decoding together. Each turn
     of `for drafts in batch` is one step and gives (order index, Draft) for the orders that asked
     (FillOrder.drafts); `finished()` gives the orders that ended since it was last asked, each with its
     Fill (None: stopped); `join` adds orders between turns where the decoding `joins`. stops[i] is order
@@ -38,8 +38,7 @@ class OrderBatch:
         self.stops += stops
 
     def __iter__(self) -> Iterator[list[tuple[int, Draft]]]:
-        for drafts in steps(self.decoding, self.stops):
-            yield [(i, Draft(d.step, d.committed, d.text, d.masked)) for i, d in drafts]
+        yield from steps(self.decoding, self.stops)
 
     def finished(self) -> list[tuple[int, Fill | None]]:
         return [(i, self.engine.answer_of(self.decoding, i)) for i in self.decoding.take_finished()]

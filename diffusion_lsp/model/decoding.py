@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # torch: imported with the model, not with this module
     from .canvas import FillRequest
-    from .results import Draft, FillResult
+    from ..protocol.answers import Draft
+    from .results import FillResult
 
 # None: nothing stops; an Event: every request once it is set; a sequence: request i's is stop[i] (one
 # that joined past the sequence's end has none). Read between steps, so a step always finishes.

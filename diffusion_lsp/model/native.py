@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import torch
 
 from .prompting import answer_text
-from .results import Draft, FillResult, answer_of, text_of
+from ..protocol.answers import Draft
+from .results import FillResult, answer_of, text_of
 from ..protocol.settings import SamplerConfig
 from .tokenizer import Tokenizer
 

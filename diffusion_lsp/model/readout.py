@@ -6,7 +6,8 @@ the healed text."""
 from __future__ import annotations
 
 from .batch import Batch
-from .results import MASK_GLYPH, Decoded, Draft, unhealed
+from ..protocol.answers import Draft
+from .results import MASK_GLYPH, Decoded, unhealed
 from .reuse import ContextMemo, Entry
 from .tokenizer import Tokenizer
 

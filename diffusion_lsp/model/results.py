@@ -1,7 +1,8 @@
 """What a decoding gives back: the record kept per request while it decodes (`Decoded`), its
 result (`FillResult`, made once by `result_of`: the text by incremental decoding minus the healed
-text, `text_of`, and per token the piece it writes), and the draft after a step (`Draft`). Shared
-by the batched sampler (sampler.py) and DreamOn's variable-length decoding (dreamon.py)."""
+text, `text_of`, and per token the piece it writes), and how a draft after a step shows a masked
+position (the draft itself is protocol/answers.py's Draft, one type from the sampler to serve-api's
+streams). Shared by the batched sampler (sampler.py) and DreamOn's variable-length decoding (dreamon.py)."""
 
 from __future__ import annotations
 
@@ -59,18 +60,6 @@ class Decoded:
 
 
 MASK_GLYPH = "\u2592"  # how a still-masked position shows in a draft (one per position)
-
-
-@dataclass(frozen=True)
-class Draft:
-    """A request's canvas after a denoising step: `committed` is the text up to its first masked
-    position (a prefix of the final text, so it can stream as deltas); `text` is the whole canvas,
-    each masked position shown as MASK_GLYPH, fillers left out."""
-
-    step: int
-    committed: str
-    text: str
-    masked: int  # positions still masked
 
 
 def unhealed(text: str, healed: str) -> str:

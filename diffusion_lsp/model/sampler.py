@@ -22,7 +22,8 @@ from .batch import Batch
 from .canvas import FillRequest, build_row
 from .decoding import run
 from .readout import canvas_of, draft_of, remember
-from .results import Decoded, Draft, FillResult, result_of
+from ..protocol.answers import Draft
+from .results import Decoded, FillResult, result_of
 from .reuse import ContextMemo
 from ..protocol.settings import SamplerConfig
 from .tokenizer import Tokenizer
