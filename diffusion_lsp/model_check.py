@@ -65,7 +65,7 @@ def check_native(path: Path, reference: bool = True) -> dict:
         "path": str(path), "format": "huggingface (transformers' own modeling code)", "family": engine.meta["family"],
         "parameters": sum(p.numel() for p in params), "dtype_on_disk": engine.meta.get("dtype") or "float32",
         "dtype_loaded": str(params[0].dtype).replace("torch.", ""), "shift_logits": None,
-        "vocab_size": tok.vocab_size, "prompt": engine.prompter.convention, "capabilities": engine.capabilities,
+        "vocab_size": tok.vocab_size, "prompt": engine.prompter.convention, "capabilities": engine.capabilities.message(),
         "canvas_length": model.config.canvas_length, "chat": _chat(path, tok),
         "special_tokens": {"eos": sorted(ends), "bos": tok.bos_id},
         "memory_mb": {"weights": round(sum(p.numel() * p.element_size() for p in params) / 2**20, 1),

@@ -191,7 +191,7 @@ def test_an_instruct_checkpoints_own_template_is_the_prompt(tmp_path):
     (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
     engine = load_engine(LaunchSettings(path=str(folder), precision="fp32"))
     caps = engine.capabilities
-    assert caps["chat"] and caps["structured"]
+    assert caps.chat and caps.structured
     messages = [{"role": "user", "content": 'Say "<|im_start|>" please'}]
     ids = engine.chat_prompt(json.dumps({"messages": messages}), 8)
     hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))

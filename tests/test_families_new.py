@@ -318,7 +318,7 @@ def test_a_fill_puts_the_suffix_in_the_prompt_and_decodes_after_it(folders, name
     fill = engine.answer_of(decoding, 0)
     assert fill is not None and len(fill.pieces) == len(fill.confidence) and "".join(fill.pieces) == fill.text
     caps = engine.capabilities
-    assert (caps["probe"], caps["rewrite"], caps["drafts"]) == (False, name == "llada2", True)
+    assert (caps.probe, caps.rewrite, caps.drafts) == (False, name == "llada2", True)
 
 
 def test_int8_weights_leave_the_experts_router_in_float(folders):

@@ -409,6 +409,7 @@ def test_a_structured_request_whose_client_leaves_is_cancelled_in_the_worker(tmp
 
 
 WEDGED_WORKER = """
+import dataclasses
 import sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
@@ -418,7 +419,7 @@ from diffusion_lsp.worker.process import Worker, start
 
 engine = HostileEngine()
 engine.wedged = True  # its structured answers never look at their stop flag
-engine.capabilities = {**engine.capabilities, "chat": True, "structured": True}
+engine.capabilities = dataclasses.replace(engine.capabilities, chat=True, structured=True)
 worker = Worker(lambda: engine)
 listener, lock = bind(Path(sys.argv[1]))
 print("ready", flush=True)

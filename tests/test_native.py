@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from diffusion_lsp.protocol.capabilities import Capabilities
 from diffusion_lsp.protocol.failure import BackendError, Failure
 from diffusion_lsp.backend.local import LocalBackend
 from diffusion_lsp.protocol.requests import FillOrder, ProbeOrder, RewriteOrder
@@ -175,7 +174,7 @@ def test_an_instruct_answer_keeps_the_code_of_its_fence():
 def test_load_engine_picks_transformers_for_a_native_folder_and_refuses_int8(folder):
     engine = load_engine(LaunchSettings(path=str(folder)))
     assert isinstance(engine, NativeEngine) and engine.meta["family"] == "diffusiongemma"
-    caps = Capabilities.from_message(engine.capabilities)
+    caps = engine.capabilities
     assert (caps.probe, caps.rewrite, caps.drafts, caps.chat, caps.structured) == (False, True, True, True, False)
     assert engine.tokenizer.hf.token_to_id("<end_of_turn>") in engine.chat_format.ends  # ends a chat answer
     with pytest.raises(ValueError, match="int8"):

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from diffusion_lsp.protocol.capabilities import Capabilities
 from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
 from diffusion_lsp.worker import listener as listener_module
 from diffusion_lsp.worker import wire
@@ -101,7 +102,7 @@ class FakeEngine:
     def step(self):
         self.steps.release()
 
-    capabilities = {"probe": True, "rewrite": False, "drafts": True}  # diffusion_lsp.engine.Engine's
+    capabilities = Capabilities(probe=True, drafts=True)  # diffusion_lsp.engine.Engine's
 
     def max_tokens(self) -> int:
         return 16  # the largest canvas this fake model takes

@@ -27,7 +27,7 @@ class LocalBackend:
     @property
     def capabilities(self) -> Capabilities:
         """The engine's (no drafts: `stream` gives the fill alone)."""
-        said = Capabilities.from_message(self.engine.capabilities)
+        said = self.engine.capabilities
         return Capabilities(probe=said.probe, rewrite=said.rewrite)
 
     def __init__(self, engine):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ..protocol.capabilities import Capabilities
 from ..protocol.answers import DraftTally, Fill, Probed
 from ..model.decoding import run
 from ..model.stop import OrderStopped
@@ -31,14 +32,14 @@ class Engine:
     structured = True  # our sampler decodes JSON under constraints (model/structured.py)
 
     @property
-    def capabilities(self) -> dict:
-        """backend/base.py Capabilities, as the worker says them. A probe scores given tokens between
-        prefix and suffix on the row, which only an infill model has (no drafts from the user's code,
-        no remask-and-refine otherwise); a model asked in chat rewrites a region from an edit prompt."""
+    def capabilities(self) -> Capabilities:
+        """What the model can do. A probe scores given tokens between prefix and suffix on the row,
+        which only an infill model has (no drafts from the user's code, no remask-and-refine
+        otherwise); a model asked in chat rewrites a region from an edit prompt."""
         convention = "infill" if self.prompter is None else self.prompter.convention
         chat = self.chat_format is not None
-        return {"probe": convention == "infill", "rewrite": convention == "chat", "drafts": True, "chat": chat,
-                "structured": chat and self.structured}
+        return Capabilities(probe=convention == "infill", rewrite=convention == "chat", drafts=True, chat=chat,
+                            structured=chat and self.structured)
 
     def decoding(self, requests, cfg=None):
         """A decoding of `requests` (model/canvas.py FillRequest) for its caller to drive step by step
@@ -131,7 +132,7 @@ class Engine:
         prompt (prompting.py), the answer on the canvas; ValueError for a model not asked in chat (ours
         rewrite a region by re-masking it: nextedit/suggest.py); model/stop.py OrderStopped between steps
         once `stop` is set."""
-        if not self.capabilities["rewrite"]:
+        if not self.capabilities.rewrite:
             raise ValueError("this model rewrites a region by re-masking it, not from an edit prompt")
         from ..model.canvas import FillRequest
 
@@ -147,7 +148,7 @@ class Engine:
         from ..formats.instruct import chat_content, commented
 
         n = min(order.max_tokens, self.max_tokens())
-        if self.capabilities["rewrite"]:  # prefix-only, asked in chat
+        if self.capabilities.rewrite:  # prefix-only, asked in chat
             ids = self.prompter.ask(chat_content(order), self.prompt_room(n))
             return self._answer_one(FillRequest("", "", n, id=0, prompt_ids=ids, chat=True), stop)
         prefix = commented(order)
@@ -189,7 +190,7 @@ class Engine:
     def answer_probe(self, order, key: str | None = None):
         """backend/orders.py ProbeOrder -> Probed (model/probe.py); ValueError for a prefix-only model.
         No stop: a probe is a few forwards, and its model is read by the kernels it calls too."""
-        if not self.capabilities["probe"]:
+        if not self.capabilities.probe:
             raise ValueError(f"a {self.meta.get('family')} model sees no suffix on its row: it cannot score "
                              "given tokens where they stand (no probe)")
         r = self.probe(order.prefix, order.middle, order.suffix, order.stride, doc=key or None)

@@ -323,4 +323,4 @@ class WorkerLink:
                 "error": self._restarting or (c.error if c else None) or self._shown_failure,
                 "socket": str(self.spec.socket),
                 "max_tokens": c.max_tokens if c else None,
-                "capabilities": vars(c.capabilities) if c and c.capabilities else None}  # once the model says
+                "capabilities": c.capabilities.message() if c and c.capabilities else None}  # once the model says

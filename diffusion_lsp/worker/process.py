@@ -171,7 +171,7 @@ class Worker:
 
     def _state(self) -> dict:
         """The state event; once loaded, with the largest canvas a fill may ask for (max_tokens)."""
-        more = ({"max_tokens": self.engine.max_tokens(), "capabilities": self.engine.capabilities}
+        more = ({"max_tokens": self.engine.max_tokens(), "capabilities": self.engine.capabilities.message()}
                 if self.state == "ready" else {})
         return {"event": "state", "state": self.state, "error": self.error, **more}
 
