@@ -5,7 +5,8 @@ tokens, memory and load time; then, where transformers is installed and the fold
 one, our logits beside transformers' own forward under full bidirectional attention on a sample of
 code (model/reference.py): the largest absolute difference and how often the argmax agrees. A
 correctly loaded float32 checkpoint differs by ~1e-5 (tiny random checkpoints); a wrong tensor name,
-RoPE base or logit shift shows as differences of the logits' own size."""
+RoPE base or logit shift shows as differences of the logits' own size.
+Native families: model/native.py."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def register(sub):
 
 
 def check_native(path: Path, reference: bool = True) -> dict:
-    """`check` for a family transformers runs (model/native.py): its forward is transformers' own, so
+    """`check` for a family transformers runs (a native model): its forward is transformers' own, so
     the reference is its generation: a fill of SAMPLE through our engine beside `generate` from the
     same seed and prompt, token for token."""
     import torch

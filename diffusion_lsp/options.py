@@ -1,7 +1,8 @@
 """Command-line pieces the model commands share (fim, bench, eval): their model/launch and sampler
 flags, made from the one definition of those settings (protocol/settings.py), the settings built back
 from the parsed flags (a bad value is a UserError: commands build them before any other work), the
-backend they describe (protocol/backend.py), and reading an input file or stdin. Torch-free, so `--help` stays fast."""
+backend they describe (protocol/backend.py), and reading an input file or stdin. Torch-free, so `--help` stays fast.
+The backends: backend/factory.py, backend/api_client.py."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ SAMPLER_FLAGS = ("policy", "threshold", "k", "gamma", "block_size", "use_cache",
 
 def add_launch_args(p: argparse.ArgumentParser) -> None:
     """--model, --device, --threads, --precision; --backend openai with --base-url, --remote-model
-    and --api-key-env for an OpenAI-compatible FIM API (backend/api_client.py)."""
+    and --api-key-env for an OpenAI-compatible FIM API."""
     add_args(p, LaunchSettings)
 
 
@@ -87,7 +88,7 @@ def engine_for(launch: LaunchSettings) -> Engine:
 
 
 def command_backend(launch: LaunchSettings):
-    """The Backend a command's flags describe (backend/factory.py): the model in this process, or
+    """The Backend a command's flags describe (backend_for): the model in this process, or
     with --backend openai the API (no model is loaded; a missing key variable is a UserError now,
     before any input is read). Its failures are the caller's to say: it reports nothing itself."""
     from .backend.api_client import RemoteError, read_key  # httpx: kept off --help

@@ -6,6 +6,7 @@ use a word counter."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 
 import pytest
@@ -279,7 +280,7 @@ class Recording:
 
 def backend_for(engine, can_probe=True):
     if not can_probe:  # the backend says what its engine says it can do
-        engine.capabilities = {**engine.capabilities, "probe": False}
+        engine.capabilities = dataclasses.replace(engine.capabilities, probe=False)
     return LocalBackend(engine)
 
 

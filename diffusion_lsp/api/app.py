@@ -125,7 +125,7 @@ class Routes:
             answer = item
             if fim.diffusing:
                 yield event(rid, model, answer.text, answer.finish_reason)
-            else:  # a draft's committed text is a prefix of the final text (model/sampler.py _draft)
+            else:  # a draft's committed text is a prefix of the final text (the sampler's drafts)
                 yield event(rid, model, answer.text[len(sent):], answer.finish_reason)
             yield from_usage(fim.include_usage, "text_completion", rid, model, answer)
         except asyncio.CancelledError:

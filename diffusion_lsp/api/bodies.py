@@ -6,7 +6,8 @@ in OpenAI's error shape; a field this API does not know is ignored and counted (
 
 A prompt may carry its suffix in a fill-in-the-middle template instead of in `suffix`: the
 templates of Qwen / CodeGemma, StarCoder, CodeLlama, DeepSeek-Coder, Codestral and GLM are taken
-apart (what Zed's OpenAI-compatible edit-prediction provider sends, with its `prompt_format`)."""
+apart (what Zed's OpenAI-compatible edit-prediction provider sends, with its `prompt_format`).
+The formats: Mercury Edit's (formats/mercury.py), an instruction's (formats/instruct.py)."""
 
 from __future__ import annotations
 
@@ -175,7 +176,7 @@ def stops_of(body: dict) -> list[str]:
 
 
 def parse_edit(body, cap: int) -> Edit:
-    """/v1/edit/completions: one user message in Inception's next-edit format (formats/mercury.py)."""
+    """/v1/edit/completions: one user message in Inception's next-edit format."""
     known = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "stream", "n", "best_of",
              "logprobs", "echo"}
     model, max_tokens, ignored = _common(body, known, cap)
@@ -213,7 +214,7 @@ class Instruct:
 
 
 def parse_instruct(body, cap: int) -> Instruct:
-    """/v1/edit/completions with `instruction` (formats/instruct.py)."""
+    """/v1/edit/completions with `instruction`."""
     known = {"model", "input", "instruction", "prefix", "suffix", "language", "max_tokens", "max_completion_tokens",
              "temperature", "stream", "n", "best_of", "logprobs", "echo"}
     model, max_tokens, ignored = _common(body, known, cap)

@@ -101,7 +101,7 @@ def _next_edit_settings(raw: str):
 
 
 def _chat_template(launch: LaunchSettings):
-    """The chat template conversations are put in (model/chat.py launch_template), rendered by the API;
+    """The chat template conversations are put in (launch_template), rendered by the API;
     UserError when it, or the folder's own one (the prompt of a family asked in a chat turn), cannot be
     read or breaks a bound on a short conversation: one line now, not a worker that never loads."""
     from ..engine import model_folder

@@ -1,6 +1,7 @@
 """What every `serve-api` route shares before and after its own work: the key (constant-time
 compare), reading a body up to its limit, the model name, the request checks (bodies.py), errors
-in OpenAI's shape (`ApiError`), counting, and noticing a client that left (`unless_gone`)."""
+in OpenAI's shape (`ApiError`), counting, and noticing a client that left (`unless_gone`).
+A body is read by receive.py."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ class Gate:
                 if len(body) > limit:
                     self.metrics.rejected.labels("too_large").inc()
                     raise ApiError(413, f"the body is over {limit} bytes", "invalid_request_error")
-        except ClientDisconnect:  # it left mid-body (or was too slow: receive.py closed it)
+        except ClientDisconnect:  # it left mid-body (or was too slow: the receiver closed it)
             raise ClientGone() from None
         try:
             return json.loads(body)
@@ -89,7 +90,7 @@ class Gate:
                        "invalid_request_error", "model", "model_not_found")
 
     def parsed(self, fn, body):
-        """The request `fn` (bodies.py) parses from `body`; 400 naming the field it rejects."""
+        """The request `fn` parses from `body`; 400 naming the field it rejects."""
         try:
             req = fn(body, self.max_tokens)
         except BadRequest as e:

@@ -4,7 +4,9 @@ worker, the same WorkerLink as the language server's: it decodes the fills queue
 batch, one forward pass per step; next edits through the one next-edit pipeline,
 nextedit/suggest.py), the deadline, and one retry when the worker is lost mid-request (killed,
 crashed: the link restarts it). A backend failure becomes an HTTP status here, once (STATUS).
-Every outcome is counted in `Metrics`."""
+Every outcome is counted in `Metrics`.
+The chat template (model/chat.py) renders in the bounds of model/sandbox.py; structured answers are
+model/structured.py's, an edit from an instruction formats/instruct.py's."""
 
 from __future__ import annotations
 
@@ -96,7 +98,7 @@ class Service:
     def __init__(self, spec: WorkerSpec, metrics: Metrics, *, timeout_s: float = 30.0, max_in_flight: int = 64,
                  sampling: SamplerConfig = SamplerConfig(), next_edit: NextEditSettings = NextEditSettings(),
                  chat: ChatTemplate | None = None):
-        """chat: the template the worker's conversations are put in (model/chat.py launch_template for
+        """chat: the template the worker's conversations are put in (launch_template for
         spec.model), rendered here; None: the worker renders them."""
         self.metrics, self.timeout_s, self.max_in_flight = metrics, timeout_s, max_in_flight
         self.chat_template = chat
@@ -216,7 +218,7 @@ class Service:
 
     async def edit(self, req: Edit) -> Reply:
         """The region of a next-edit request as it should read, through the next-edit decoding
-        (nextedit/suggest.py, remask-and-refine) with the request's region and cursor."""
+        (remask-and-refine) with the request's region and cursor."""
         t0 = time.monotonic()
         deadline = t0 + self.timeout_s
         e = req.request
@@ -243,7 +245,7 @@ class Service:
         return answer
 
     async def instruct(self, req: Instruct) -> Reply:
-        """`input` rewritten as the instruction says, between the file's prefix and suffix (formats/instruct.py)."""
+        """`input` rewritten as the instruction says, between the file's prefix and suffix."""
         t0 = time.monotonic()
         text = req.prefix + req.input + req.suffix
         spec = language_for(req.language, None) if req.language else None
@@ -274,8 +276,8 @@ class Service:
         return sampling
 
     async def render(self, req: Chat) -> Chat:
-        """`req` with its conversation rendered in the chat template (model/chat.py ChatTemplate.segments):
-        here, in a thread of the API, within the bounds of model/sandbox.py, so that no template or
+        """`req` with its conversation rendered in the chat template (ChatTemplate.segments):
+        here, in a thread of the API, within the sandbox's bounds, so that no template or
         message holds the model's thread, and before anything starts (a stream, say). A conversation the
         template fails on or breaks a bound with is a 400 naming messages."""
         if self.chat_template is None:
@@ -291,7 +293,7 @@ class Service:
 
     async def chat(self, req: Chat) -> ChatReply:
         """A conversation's answer: free text on the canvas after the chat template's generation prompt, or
-        JSON / tool calls under constraints (model/structured.py)."""
+        JSON / tool calls under constraints."""
         t0 = time.monotonic()
         deadline = t0 + self.timeout_s
         await self._ask(self.backend.ready, deadline, wait_ready=False)

@@ -13,7 +13,8 @@ The API key is read from the environment variable the settings name (never a set
 sent as `Authorization: Bearer`, and kept out of every message, exception, repr and count: messages
 are built from status codes and the API's own error text with the key scrubbed out (in every form
 an API echoes it: KeyScrubber), and an httpx exception (whose request carries the header) is never
-chained to ours."""
+chained to ours.
+Mercury Edit's tagged format: formats/mercury.py."""
 
 from __future__ import annotations
 
@@ -200,7 +201,7 @@ class FimClient:
 
     async def edit(self, content: str, max_tokens: int) -> Completion:
         """A next edit from the API's edit endpoint (or, for a server without one, through chat): one
-        user message in Inception's tagged format (formats/mercury.py); the answer, chat-shaped, is the
+        user message in Inception's tagged format; the answer, chat-shaped, is the
         rewritten code_to_edit section."""
         request = self.asking.edit_request(content, max_tokens)
         if request is None:
@@ -209,7 +210,7 @@ class FimClient:
         return await self._one(request, "the API has no next-edit endpoint")
 
     async def instruct(self, content: str, max_tokens: int) -> Completion:
-        """An edit from an instruction, through the API's chat endpoint (profiles.py instruct_request):
+        """An edit from an instruction, through the API's chat endpoint (instruct_request):
         the code in the answer's fence."""
         return await self._one(self.asking.instruct_request(content, max_tokens),
                                "an edit from an instruction needs the API's chat endpoint")

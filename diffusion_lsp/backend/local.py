@@ -1,11 +1,12 @@
-"""An engine in this process as a Backend (base.py): what the command line (`fim`), the evaluations
+"""An engine in this process as a Backend (protocol/backend.py): what the command line (`fim`), the evaluations
 and tests use. The model runs in one thread of its own, one call at a time, so the event loop that
 awaits it stays free, and it is loaded there too (`loading`): torch's OpenMP threads are per calling
 thread, and a model loaded on one thread and run on another ran slower here (a 16-token fill on the
 embedded model, 2 threads: 62-75 ms loaded and run on one thread, 108-143 ms loaded on the main
 thread and run on another; with 1 thread both 65-87 ms). A newer order with the same key supersedes
 an older one as in the worker (one still running is abandoned between denoising steps), and
-cancelling a call abandons its order the same way. `fill_many` decodes the orders as one batch."""
+cancelling a call abandons its order the same way. `fill_many` decodes the orders as one batch.
+Stopped between steps as model/stop.py says; rewrites are for native models (model/native.py)."""
 
 from __future__ import annotations
 
@@ -74,18 +75,18 @@ class LocalBackend:
             return await self._run(stop, self.engine.answer_probe, order, key)
 
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
-        """A region rewritten from an edit prompt (a model asked in chat: model/native.py); INVALID for
+        """A region rewritten from an edit prompt (a model asked in chat: a native model); INVALID for
         our own models, which re-mask a region instead (capabilities.rewrite)."""
         with self._latest.take(key) as stop:
             return await self._run(stop, self.engine.answer_rewrite, order, stop)
 
     async def instruct(self, key: str, order: InstructOrder) -> Fill:
-        """A region rewritten as an instruction says (formats/instruct.py)."""
+        """A region rewritten as an instruction says."""
         with self._latest.take(key) as stop:
             return await self._run(stop, self.engine.answer_instruct, order, stop)
 
     async def structured(self, key: str, order: StructuredOrder) -> Answered:
-        """JSON or tool calls under constraints (model/structured.py); INVALID for a model without a chat
+        """JSON or tool calls under constraints; INVALID for a model without a chat
         template or whose decoding is transformers' (capabilities.structured)."""
         with self._latest.take(key) as stop:
             return await self._run(stop, self.engine.answer_structured, order, stop)
@@ -106,7 +107,7 @@ class LocalBackend:
 
     async def _run(self, stop: threading.Event, fn, *args):
         """fn(*args) in the model's thread; cancelling the caller sets `stop` (the sampler checks it
-        between steps, a structured answer before each forward: model/stop.py). A ValueError
+        between steps, a structured answer before each forward). A ValueError
         (an order that does not fit the model) is INVALID; anything else is a bug, raised as it is."""
         loop = asyncio.get_running_loop()
         try:

@@ -24,7 +24,8 @@ Sources, read from each engine's code (stored copies; see docs_serve_a_team.md):
   only when launched with --completion-template; parser/code_completion_parser.py
   `generate_completion_prompt_from_request` returns the prompt untouched when `suffix == ""` and
   writes a missing (None) suffix into the template as the text "None"; without the flag `suffix` is
-  never read. protocol.py ChatCompletionRequest: `max_tokens` deprecated for `max_completion_tokens`.
+  never read. python/sglang/srt/entrypoints/openai/protocol.py ChatCompletionRequest: `max_tokens`
+  deprecated for `max_completion_tokens`.
   https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/parser/code_completion_parser.py
 - Mercury: POST /v1/fim/completions {model, prompt, suffix, max_tokens}, POST /v1/edit/completions
   with exactly one user message and no streaming (https://docs.inceptionlabs.ai/capabilities/next-edit;
@@ -40,7 +41,7 @@ from ..protocol.settings import FIM_TEMPLATES, LaunchSettings
 from ..formats.mercury import CURSOR
 
 FIM_ROUTE, COMPLETIONS_ROUTE, CHAT_ROUTE = "/fim/completions", "/completions", "/chat/completions"
-EDIT_ROUTE = "/edit/completions"  # Inception's next-edit endpoint (mercury-edit): formats/mercury.py
+EDIT_ROUTE = "/edit/completions"  # Inception's next-edit endpoint (mercury-edit)
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ class Asking:
         return None
 
     def instruct_request(self, content: str, max_tokens: int) -> Request:
-        """An edit from an instruction (formats/instruct.py chat_content): every server is asked through
+        """An edit from an instruction (chat_content): every server is asked through
         its chat endpoint (Mercury 2's, vLLM's, SGLang's), whatever remote_format its fills use; the
         region is the code in the answer's fence."""
         return self._chat([{"role": "system", "content": INSTRUCT_SYSTEM}, {"role": "user", "content": content}],

@@ -1,4 +1,4 @@
-"""An OpenAI-compatible FIM API as a Backend (base.py; `model.backend: "openai"`): fills through
+"""An OpenAI-compatible FIM API as a Backend (protocol/backend.py; `model.backend: "openai"`): fills through
 remote.FimClient instead of a worker process, and next edits through the API's edit endpoint or, for
 an instruct model, its chat (`rewrite`); an API returns text, not the model's probabilities, so it
 cannot probe. What each request holds depends on model.server (backend/profiles.py).
@@ -8,7 +8,8 @@ model.apiKeyEnv names) and made again when they change. Every fill has the worke
 worker.fillTimeoutS; cancelling a fill (the completer does, on supersession and $/cancelRequest)
 closes its HTTP request. A failure is logged, and shown once per kind (refused key, unknown
 endpoint, unreachable, ...) until a fill succeeds again. The key appears nowhere: not in messages,
-not in `describe()`."""
+not in `describe()`.
+The formats: formats/mercury.py (a next edit), formats/instruct.py (an instruction)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ class RemoteBackend:
 
     @property
     def capabilities(self) -> Capabilities:
-        """Next edits where the server has an edit endpoint, or through chat (backend/profiles.py)."""
+        """Next edits where the server has an edit endpoint, or through chat (the server's profile)."""
         return Capabilities(rewrite=rewrites(self.settings.server, self.settings.remote_format))
 
     async def ensure(self) -> FimClient | None:
@@ -107,11 +108,11 @@ class RemoteBackend:
         return list(await asyncio.gather(*map(one, orders)))
 
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
-        """A next edit from the API's edit endpoint, or through chat (formats/mercury.py: Mercury's format)."""
+        """A next edit from the API's edit endpoint, or through chat (Mercury's format)."""
         return await self._call("next edit", lambda c: c.edit(order.content, order.max_tokens))
 
     async def instruct(self, key: str, order: InstructOrder) -> Fill:
-        """An edit from an instruction, asked of the API's chat endpoint (formats/instruct.py)."""
+        """An edit from an instruction, asked of the API's chat endpoint."""
         from ..formats.instruct import chat_content
 
         return await self._call("edit", lambda c: c.instruct(chat_content(order), order.max_tokens))

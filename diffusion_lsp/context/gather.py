@@ -2,7 +2,8 @@
 
 Cost is bounded by the budget, not the file: lines are taken outwards from the cursor and counted
 as they are kept, only that window is parsed (parsing.py says why), and other documents are
-indexed once per version (index.py)."""
+indexed once per version (index.py).
+Units are found by queries/<lang>/units.scm."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ NEAR_LINES_AFTER = 3
 
 
 def tree_unit_starts(spec: LanguageSpec, win: Window, start: int, stop: int) -> list[int]:
-    """Line starts in [start, stop] where a unit from queries/<lang>/units.scm begins its line."""
+    """Line starts in [start, stop] where a unit (the language's units query) begins its line."""
     query = query_for(spec, "units")
     if query is None:
         return []

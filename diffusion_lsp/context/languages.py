@@ -117,7 +117,7 @@ def query_source(spec: LanguageSpec, name: str) -> str | None:
 
 @lru_cache(maxsize=None)
 def query_for(spec: LanguageSpec, name: str):
-    """A compiled query from queries/<dir>/<name>.scm; None when the file or grammar is missing.
+    """The compiled query `name` of the language's folder of queries; None when the file or grammar is missing.
     A query that does not compile is our bug, so it raises naming the file."""
     if name not in QUERY_NAMES:
         raise ValueError(f"unknown query {name!r}; expected one of {QUERY_NAMES}")

@@ -10,6 +10,7 @@ edit lies outside the region the answer is the unchanged region ("no edit" rows,
 Mined (Zeta-style, from consecutive releases): a file's hunks are applied one at a time in file order;
 after hunk k the history is the diffs of hunks 1..k and the target applies hunk k+1.
 Synthetic ones are derived with tree-sitter in synthetic_edits.py.
+Hunks are split as nextedit/history.py splits them.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def make_record(kind: str, source: str, path: str, old: str, current: str, targe
 
 def hunks(old: str, new: str) -> list[list[tuple]]:
     """The changed opcodes of old -> new (over lines), in the hunks `diffs_between` renders
-    (nextedit/history.py hunk_groups, the one splitter)."""
+    (hunk_groups, the one splitter)."""
     a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
     return [[op for op in group if op[0] != "equal"] for group in hunk_groups(a, b)]
 

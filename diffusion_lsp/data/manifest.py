@@ -1,6 +1,7 @@
 """The pinned corpus manifest (`manifest.json`): which sources go into the training corpus, under which
 licence, and which whole packages are held out for validation. Loading validates everything up front,
-so a bad manifest fails before any download."""
+so a bad manifest fails before any download.
+The edits mined from two releases: data/edits.py."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def _normalize_expression(expression: str) -> str:
 
 @dataclass(frozen=True)
 class Previous:
-    """An earlier release of a package, pinned like the current one: mined edits (data/edits.py) are the
+    """An earlier release of a package, pinned like the current one: mined edits are the
     differences between the two. Its licence is checked against the package's pinned licence."""
 
     version: str

@@ -21,7 +21,7 @@ import numpy as np
 CACHE_VERSION = 1
 
 
-PACK_META = "pack.json"  # in a corpus folder unpacked from a token pack (data/pack.py)
+PACK_META = "pack.json"  # in a corpus folder unpacked from a token pack
 
 
 class PackError(ValueError):
@@ -105,7 +105,7 @@ class TokenFiles:
     def load(cls, source: str | Path, tok, rebuild: bool = False) -> "TokenFiles":
         """Tokenize `source` (jsonl) or read its cache; only one process should build the cache."""
         source = Path(source)
-        if not source.exists():  # an unpacked token pack (data/pack.py): the ids without the jsonl
+        if not source.exists():  # an unpacked token pack: the ids without the jsonl
             packed = _packed_split(source.parent, source.stem, tok)
             if packed is not None:
                 return cls(*packed)

@@ -1,7 +1,12 @@
 """What an engine answers: fills (`fill`, and the Backend's fill orders: `answer`, `decode_orders`, `batch`),
 probes, rewrites and edits from an instruction; structured answers are structured.py's. `answer` and
-`answer_probe` take the Backend's orders and give its answers (backend/orders.py); `fill` and `probe` are
-the model's own. torch is imported with the model, not with this module."""
+`answer_probe` take the Backend's orders and give its answers (protocol/requests.py,
+protocol/answers.py); `fill` and `probe` are
+the model's own. torch is imported with the model, not with this module.
+The model's side: FillRequest and canvas_room (model/canvas.py), Decoding (model/decoding.py), FillResult
+(model/results.py), probe (model/probe.py) and a document's context kept (model/reuse.py), Prompter
+(model/prompting.py), ChatFormat (model/chat.py), OrderStopped (model/stop.py), native models
+(model/native.py); a rewrite's format is formats/mercury.py's, an instruction's formats/instruct.py's."""
 
 from __future__ import annotations
 
@@ -21,15 +26,15 @@ class Engine:
     model: object  # DiffusionTransformer
     tokenizer: object  # diffusion_lsp.model.tokenizer.Tokenizer
     meta: dict  # the checkpoint's config.json
-    memo: object = field(default_factory=lambda: _context_memo())  # model/reuse.py: a `doc`'s last
+    memo: object = field(default_factory=lambda: _context_memo())  # a `doc`'s last
     # fill (or probe) seeds its next fill
-    # a prefix-only model's (model/prompting.py Prompter: families.py `prompt` "fim" or "chat"): a fill's
+    # a prefix-only model's (Prompter: its family's `prompt` "fim" or "chat"): a fill's
     # suffix goes into its prompt; None: infill, the suffix on the row after the canvas
     prompter: object = None
-    # model/chat.py ChatFormat: the chat template a conversation is put in (the checkpoint's, or the one
+    # ChatFormat: the chat template a conversation is put in (the checkpoint's, or the one
     # given at launch); None: the model answers no conversation
     chat_format: object = None
-    structured = True  # our sampler decodes JSON under constraints (model/structured.py)
+    structured = True  # our sampler decodes JSON under constraints
 
     @property
     def capabilities(self) -> Capabilities:
@@ -42,8 +47,8 @@ class Engine:
                             structured=chat and self.structured)
 
     def decoding(self, requests, cfg=None):
-        """A decoding of `requests` (model/canvas.py FillRequest) for its caller to drive step by step
-        (model/decoding.py Decoding: model/sampler.py's; DreamOn's variable-length VariableDecoding, whose
+        """A decoding of `requests` (FillRequest) for its caller to drive step by step
+        (a Decoding: the sampler's; DreamOn's variable-length VariableDecoding, whose
         canvas changes size, gives no drafts)."""
         from ..model.dreamon import VariableDecoding, expands
         from ..model.sampler import Decoding
@@ -54,17 +59,17 @@ class Engine:
 
     def batch(self, orders, keys, stops) -> OrderBatch:
         """The Backend's fill orders decoded as one batch, a step per turn, for a caller that answers each
-        order as it ends and lets more join (the worker; batch.py); stops[i]: order i's stop flag."""
+        order as it ends and lets more join (the worker; OrderBatch); stops[i]: order i's stop flag."""
         return OrderBatch(self, orders, keys, stops)
 
     def fill(self, requests, cfg=None) -> list:
-        """Fill `requests` to the end -> model/sampler.py FillResult per request."""
+        """Fill `requests` to the end -> a FillResult per request."""
         decoding = self.decoding(requests, cfg)
         run(decoding)
         return decoding.results()
 
     def decode_orders(self, orders, keys):
-        """A decoding of the Backend's orders (backend/orders.py FillOrder, one sampling config for all)
+        """A decoding of the Backend's orders (FillOrder, one sampling config for all)
         as one batch; keys[i] names order i's document (its context is remembered for its next fill)."""
         return self.decoding(self._requests(orders, keys, 0), orders[0].sampling)
 
@@ -91,7 +96,7 @@ class Engine:
         if self.chat_format is None:
             raise ValueError("the model has no chat template (give one with --chat-template FILE)")
         raw = json.loads(chat)
-        if raw.get("rendered") is not None:  # rendered by serve-api, off this thread (model/chat.py segments)
+        if raw.get("rendered") is not None:  # rendered by serve-api, off this thread (ChatFormat's segments)
             ids = self.chat_format.tokens(raw["rendered"])
         else:
             messages, tools = conversation(raw.get("messages"), raw.get("tools"))
@@ -107,7 +112,7 @@ class Engine:
         return {"prompt_ids": self.chat_prompt(chat, n), "doc": None, "candidates": (), "ends": self.chat_format.ends}
 
     def answer_structured(self, order, stop=None):
-        """backend/orders.py StructuredOrder -> Answered: JSON under a schema, or tool calls (structured.py)."""
+        """StructuredOrder -> Answered: JSON under a schema, or tool calls."""
         return answer_structured(self, order, stop)
 
     def _prompted(self, prefix: str, suffix: str, n: int, content: str | None = None) -> dict:
@@ -117,7 +122,7 @@ class Engine:
             return {}
         room = self.prompt_room(n)
         ids = self.prompter.fill(prefix, suffix, room) if content is None else self.prompter.rewrite(content, room)
-        # no doc: reuse.py lines a row up with the document's last fill by its prefix and suffix tokens, which a
+        # no doc: the reuse lines a row up with the document's last fill by its prefix and suffix tokens, which a
         # prompt row does not hold where they stand; no candidates: drafts are verified by scoring (a probe)
         return {"prompt_ids": ids, "chat": self.prompter.convention == "chat", "doc": None, "candidates": ()}
 
@@ -128,9 +133,9 @@ class Engine:
         return canvas_room(self.tokenizer, self.model.config.max_seq_len) - n
 
     def answer_rewrite(self, order, stop=None):
-        """backend/orders.py RewriteOrder -> Fill: the tagged region (nextedit/mercury.py) in a chat model's
-        prompt (prompting.py), the answer on the canvas; ValueError for a model not asked in chat (ours
-        rewrite a region by re-masking it: nextedit/suggest.py); model/stop.py OrderStopped between steps
+        """RewriteOrder -> Fill: the tagged region (Mercury's format) in a chat model's
+        prompt (its Prompter), the answer on the canvas; ValueError for a model not asked in chat (ours
+        rewrite a region by re-masking it: the next-edit pipeline); OrderStopped between steps
         once `stop` is set."""
         if not self.capabilities.rewrite:
             raise ValueError("this model rewrites a region by re-masking it, not from an edit prompt")
@@ -140,7 +145,7 @@ class Engine:
         return self._answer_one(FillRequest("", "", n, id=0, **self._prompted("", "", n, order.content)), stop)
 
     def answer_instruct(self, order, stop=None):
-        """backend/orders.py InstructOrder -> Fill, the region as the instruction says (nextedit/instruct.py):
+        """InstructOrder -> Fill, the region as the instruction says:
         a model asked in chat gets the instruction and the tagged region in a user turn; any other re-masks
         the region between the code around it, the instruction a comment above it; OrderStopped between
         steps once `stop` is set."""
@@ -188,7 +193,7 @@ class Engine:
         return self.answers(decoding)
 
     def answer_probe(self, order, key: str | None = None):
-        """backend/orders.py ProbeOrder -> Probed (model/probe.py); ValueError for a prefix-only model.
+        """ProbeOrder -> Probed; ValueError for a prefix-only model.
         No stop: a probe is a few forwards, and its model is read by the kernels it calls too."""
         if not self.capabilities.probe:
             raise ValueError(f"a {self.meta.get('family')} model sees no suffix on its row: it cannot score "
@@ -198,7 +203,7 @@ class Engine:
 
     def max_tokens(self) -> int:
         """The largest canvas a fill may ask for: the model's positions less its fixed first token
-        (model/canvas.py canvas_room), and for DreamOn the end of text after the suffix."""
+        (canvas_room), and for DreamOn the end of text after the suffix."""
         from ..model.canvas import canvas_room
         from ..model.dreamon import expands
 
@@ -206,8 +211,8 @@ class Engine:
         return room - 1 if expands(self.tokenizer) else room
 
     def probe(self, prefix: str, middle: str, suffix: str, stride: int = 4, doc: str | None = None):
-        """model/probe.py: how sure the model is of `middle`'s tokens where they stand; with `doc`,
-        the next fill for `doc` starts from the probe's context (reuse.py)."""
+        """How sure the model is of `middle`'s tokens where they stand; with `doc`,
+        the next fill for `doc` starts from the probe's context."""
         from ..model.probe import probe
 
         return probe(self.model, self.tokenizer, prefix, middle, suffix, stride, self.memo, doc)
@@ -215,7 +220,7 @@ class Engine:
 
 @dataclass
 class NativeEngine(Engine):
-    """A model transformers runs (model/native.py: DiffusionGemma): its own generation a step at a
+    """A model transformers runs (a native model: DiffusionGemma): its own generation a step at a
     time, a fill's suffix in its prompt. It cannot probe (scoring given tokens where they stand needs
     a mask to put beside them, and its canvas has none), so no drafts from the user's code; a region
     is rewritten from an edit prompt (`answer_rewrite`) when it is asked in chat. No request joins a

@@ -1,7 +1,8 @@
 """The Backend's fill orders decoded as one batch for a caller that answers each order as it ends: the
 worker (worker/process.py), which streams the drafts, answers a finished order at once and lets queued
 orders join while there is room (continuous batching). It steps no sampler itself: each turn of the batch
-is one step of the engine's decoding (model/decoding.py), driven with the orders' stop flags."""
+is one step of the engine's decoding (model/decoding.py), driven with the orders' stop flags.
+The orders are protocol/requests.py's FillOrder."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Loading a checkpoint into an engine: the device (`pick_device`), the dtype its weights load in
 (`_float_dtype`, `_stored_16bit`; int8 on a CPU that has the kernels) and the folder, our own format, a
 Hugging Face folder (model/pretrained.py) or a family transformers runs (model/native.py), with its chat
-template and its prompter. torch is imported on first use: the language server imports `model_folder`."""
+template and its prompter. torch is imported on first use: the language server imports `model_folder`.
+int8 is model/quantize.py's; ChatFormat model/chat.py's, Prompter model/prompting.py's."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def _stored_16bit(folder: Path):
 
 def _float_dtype(precision: str, device: str, folder: Path):
     """The dtype a float `precision` (not int8) loads weights in; None: the loader's own choice
-    (float32 for our own format, a Hugging Face folder's torch_dtype off the CPU, model/pretrained.py)."""
+    (float32 for our own format, a Hugging Face folder's torch_dtype off the CPU)."""
     import torch
 
     from ..model.pretrained import is_hf_folder
@@ -74,9 +75,9 @@ def _float_dtype(precision: str, device: str, folder: Path):
 
 def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
     """Load a checkpoint folder (default: the embedded model): our own format or a Hugging Face folder
-    of a supported family (model/pretrained.py). Raises CheckpointError when the folder is missing,
+    of a supported family. Raises CheckpointError when the folder is missing,
     corrupt or unsupported. precision "auto": int8 weights on a CPU that has the kernels
-    (model/quantize.py), else float32 on CPU; on a CUDA GPU bf16 for our own format (where the GPU has
+    (quantized after loading), else float32 on CPU; on a CUDA GPU bf16 for our own format (where the GPU has
     it) and the checkpoint's own for a Hugging Face folder (bf16 stays bf16); "fp32", "bf16", "fp16":
     that dtype for every format on every device; "int8" only on CPU."""
     import torch
@@ -95,7 +96,7 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
         raise CheckpointError(f"the embedded default model is missing ({folder}); pass --model DIR")
     if precision == "int8" and device != "cpu":
         raise ValueError(f"int8 weights are for CPU inference, not {device}")
-    if is_native_folder(folder):  # a family only transformers runs (model/native.py): its own dtypes, no int8
+    if is_native_folder(folder):  # a family only transformers runs: its own dtypes, no int8
         from ..model.native_load import load_native
 
         if precision == "int8":
@@ -120,7 +121,7 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
 
 
 def _chat_format(folder: Path, tokenizer, given: str | None):
-    """model/chat.py ChatFormat: the template given at launch, else the checkpoint's (an adapter's is its
+    """The ChatFormat: the template given at launch, else the checkpoint's (an adapter's is its
     base model's); None without either. CheckpointError when a template cannot be read."""
     from ..model.checkpoint import CheckpointError
     from ..model.chat import chat_format
@@ -132,7 +133,7 @@ def _chat_format(folder: Path, tokenizer, given: str | None):
 
 
 def _prompter(folder: Path, meta: dict, tokenizer):
-    """A prefix-only family's Prompter (model/prompting.py; an adapter's is its base model's); None
+    """A prefix-only family's Prompter (an adapter's is its base model's); None
     for an infill one and for our own format. CheckpointError when the folder lacks what it needs."""
     from ..model.checkpoint import CheckpointError
     from ..model.prompting import prompter_for

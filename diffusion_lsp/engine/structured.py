@@ -1,7 +1,8 @@
 """Structured answers: JSON under a schema (model/jsonschema.py) decoded with its skeleton on the canvas
 (model/structured.py), or tool calls, the function chosen first when it is not given, then its arguments
 under its parameters; with parallel calls, another one while the model's first choice after a call is
-another opening tag. torch is imported with the model, not with this module."""
+another opening tag. torch is imported with the model, not with this module.
+The orders are protocol/requests.py's StructuredOrder; OrderStopped is model/stop.py's."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ class _Decodes:
         return r
 
     def opens(self, tag: str, max_tokens: int) -> bool:
-        """Whether the model's first choice on the canvas is `tag`'s first token (model/structured.py)."""
+        """Whether the model's first choice on the canvas is `tag`'s first token."""
         from ..model.structured import opens_with
 
         opened, forwards, ms = opens_with(self.model, self.tok, self.prompt, self.tok.encode_markup(tag)[:1],
@@ -54,9 +55,9 @@ class _Decodes:
 
 
 def answer_structured(engine, order, stop=None) -> Answered:
-    """backend/orders.py StructuredOrder -> Answered, JSON or tool calls (or text, where the model chooses
+    """StructuredOrder -> Answered, JSON or tool calls (or text, where the model chooses
     to answer rather than call); ValueError for a request the model cannot answer (jsonschema.Unsupported:
-    a schema it cannot express); model/stop.py OrderStopped at the next forward once `stop` (a
+    a schema it cannot express); OrderStopped at the next forward once `stop` (a
     threading.Event) is set."""
     from ..model.canvas import DoesNotFit
 

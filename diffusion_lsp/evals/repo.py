@@ -151,7 +151,7 @@ class Material:
     the held-out texts for the masked-token loss."""
 
     cases: list[Case]
-    steps: list  # data/git_history.py EditStep
+    steps: list  # EditStep
     texts: list[str]
     seed: int = 0
 

@@ -1,6 +1,7 @@
 """Next edits on a repository's own history (`adapt`, `eval repo`): the held-out files' recent
 commits replayed hunk by hunk (data/git_history.py), each next hunk scored as `eval nep` scores it
-(nep_metrics.py: exact, partial and position match), for the model beside repeating the last edit."""
+(nep_metrics.py: exact, partial and position match), for the model beside repeating the last edit.
+The baseline is nep_baselines.py's; the model's edits are nextedit/run.py's."""
 
 from __future__ import annotations
 
@@ -28,13 +29,13 @@ def history_cases(root, files: list[SourceFile], n: int = MAX_CASES, seed: int =
 
 
 def baseline_row(steps: list[EditStep]) -> dict:
-    """Repeating the last edit where it applies (nep_baselines.py)."""
+    """Repeating the last edit where it applies (repeat_last_edit)."""
     return summarize("repeat last edit", [score(s.current, s.new, repeat_last_edit(s.old, s.current, s.cursor))
                                           for s in steps])
 
 
 async def model_row(backend, steps: Iterable[EditStep], count) -> dict:
-    """The model's next edit at each step (nextedit/run.py, the editor's default settings)."""
+    """The model's next edit at each step (the editor's default settings)."""
     from ..nextedit.run import predict_file  # the model's libraries: only here
 
     scores = []

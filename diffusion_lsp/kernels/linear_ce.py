@@ -38,7 +38,7 @@ def weighted_ce(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tens
 
 def masked_cross_entropy(model, h: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor,
                          n_scored: int) -> torch.Tensor:
-    """The dispatch point (dispatch.py): the fused kernel on CUDA, the reference elsewhere."""
+    """The dispatch point: the fused kernel on CUDA, the reference elsewhere."""
     weight = model.head_weight()
     if weight is None:  # a head that is not one matrix
         return weighted_ce(model.logits(h), targets, weights, n_scored)

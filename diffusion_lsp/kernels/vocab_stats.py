@@ -10,6 +10,7 @@ With few positions (a one-line step has 1-16) one program per row block would le
 so the vocabulary is split across programs as flash-decoding splits keys, and the [M, splits]
 partials are combined on the host side of the launch (in torch, no sync). From them:
 lse = m + log s, conf = exp(m - lse) = 1 / s, entropy = lse - t / s, p(target) = exp(l_target - lse).
+Dispatched by dispatch.py.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def reference(h: torch.Tensor, weight: torch.Tensor, c: Constraint, entropy: boo
 
 def head_stats(model, h: torch.Tensor, c: Constraint, entropy: bool = False,
                target: torch.Tensor | None = None) -> HeadStats:
-    """The dispatch point (dispatch.py): the kernel on CUDA, the reference elsewhere; a head that is
+    """The dispatch point: the kernel on CUDA, the reference elsewhere; a head that is
     not one matrix (the int8 head of CPU inference) always takes the reference's reduction."""
     weight = model.head_weight()
     if weight is None:

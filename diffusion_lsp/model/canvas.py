@@ -4,6 +4,8 @@ Token healing: when the cursor sits inside a token (`self.fo|`), the prefix's la
 into the canvas and the canvas's first token is constrained to start with its text, so the fill
 continues the word instead of starting a new token after a half-typed one. The re-typed token takes
 one of the canvas's max_tokens positions: a fill never has more tokens than its request asked for.
+A row's context may be reused (reuse.py), its candidates verified (verify.py); prompting.py makes
+a prefix-only model's prompt.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ class FillRequest:
     max_tokens: int = 32  # canvas size N: the fill has at most this many tokens
     id: object = None
     one_line: bool = False  # the fill is the first line only, without its line break: stop once it is written
-    doc: str | None = None  # the document: its next fill may reuse this one's context (reuse.py)
+    doc: str | None = None  # the document: its next fill may reuse this one's context
     drafts: bool = False  # the draft after every denoising step (what sampler.Decoding yields)
-    candidates: tuple[str, ...] = ()  # guesses at the fill, verified before decoding (verify.py)
-    prompt_ids: list[int] | None = None  # a prefix-only model's whole prompt, made already (prompting.py)
+    candidates: tuple[str, ...] = ()  # guesses at the fill, verified before decoding
+    prompt_ids: list[int] | None = None  # a prefix-only model's whole prompt, made already (Prompter)
     chat: bool = False  # the canvas is an instruct model's answer: results.answer_of keeps its code
     ends: frozenset[int] = frozenset()  # a conversation's answer ends at the first of these (its end of turn)
 
@@ -96,7 +98,7 @@ def build_row(req: FillRequest, tok: Tokenizer, max_seq_len: int, heal: bool) ->
     if req.max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {req.max_tokens}")
     bos = [] if tok.bos_id is None else [tok.bos_id]
-    if req.prompt_ids is not None:  # a prefix-only model: its prompt, then the canvas (prompting.py fits it)
+    if req.prompt_ids is not None:  # a prefix-only model: its prompt, then the canvas (its Prompter fits it)
         bos = [] if req.prompt_ids[:1] == bos else bos  # a chat template's own bos_token
         room = max_seq_len - req.max_tokens - len(bos)
         if room < 0:

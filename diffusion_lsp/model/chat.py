@@ -7,7 +7,8 @@ The template's markup is read as its special tokens and every message's content 
 template is rendered around a stand-in for each content, so a user who writes "<|im_end|>" in a
 message writes those characters, not an end of turn. Tool definitions go to the template
 (`tools`); a template that does not show them gets them in a system message instead, so the model
-sees what it may call either way."""
+sees what it may call either way.
+Bounded by sandbox.py."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 @dataclass(frozen=True)
 class ChatTemplate:
     """A chat template as it is rendered, with no tokenizer (serve-api renders a request's conversation
-    in its own process, off the model's thread: model/sandbox.py bounds the render)."""
+    in its own process, off the model's thread: the sandbox bounds the render)."""
 
     template: str
     special: tuple[tuple[str, str | None], ...] = ()  # bos_token, eos_token, ... for the template
@@ -192,7 +193,7 @@ def _call(c, where: str) -> dict:
 
 def shallow(value, where: str) -> None:
     """ValueError naming `where` when `value` (JSON-like data from a client) nests past MAX_DEPTH
-    levels: nothing that builds a prompt recurses on it deeper than that (prompting.py
+    levels: nothing that builds a prompt recurses on it deeper than that (
     _plain_template_data, a template's tojson). Walked without recursion."""
     stack = [(value, 1)]
     while stack:

@@ -9,7 +9,8 @@ Our format keeps them under "claims":
 - next_edits: its next-edit suggestions are worth showing (trained and measured for them).
 - demo: a small demonstration model; the server says so once (server/notice.py).
 A Hugging Face folder of an open family (Dream, DiffuCoder, LLaDA, CoDA, ...) claims any language
-and no next edits: none of them was trained for next-edit suggestions."""
+and no next edits: none of them was trained for next-edit suggestions.
+Adapters: lora.py."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def read_claims(folder: str | Path) -> Claims:
     """The claims of a checkpoint folder; GENERAL when it makes none (or cannot be read: loading it
     says what is wrong, in the worker)."""
     base = adapter_base(folder)
-    if base is not None:  # low-rank adapters (model/lora.py) claim what their base model does
+    if base is not None:  # low-rank adapters claim what their base model does
         folder = base
     try:
         config = read_json(Path(folder) / "config.json")  # never opens a FIFO, never reads 1 GB

@@ -1,7 +1,8 @@
 """Model configuration: one dataclass whose flags describe our own small models and the open
 diffusion checkpoints (Dream / DiffuCoder / DreamOn on Qwen2, CoDA on Qwen3, LLaDA), the bounds its
 sizes must keep, and the guarded reads of a checkpoint's small files (torch-free: the tokenizer
-loader and the language server read them too)."""
+loader and the language server read them too).
+Our own folders: checkpoint.py; adapter folders: lora.py."""
 
 from __future__ import annotations
 
@@ -244,13 +245,13 @@ def read_json(path: Path, limit: int = MAX_JSON):
         raise ValueError(f"{path.name} is not valid JSON ({e})") from None
 
 
-CHECKPOINT_FORMAT, CHECKPOINT_VERSION = "diffusion-lsp-checkpoint", 1  # model/checkpoint.py: our own folders
-ADAPTER_META = "adapter.json"  # model/lora.py: a folder of low-rank adapters names its base model here
+CHECKPOINT_FORMAT, CHECKPOINT_VERSION = "diffusion-lsp-checkpoint", 1  # our own folders
+ADAPTER_META = "adapter.json"  # a folder of low-rank adapters names its base model here
 ADAPTER_FORMAT, ADAPTER_VERSION = "diffusion-lsp-adapter", 1
 
 
 def adapter_base(folder: str | Path) -> Path | None:
-    """The base model folder an adapter folder (model/lora.py) names; None for any other folder, or
+    """The base model folder an adapter folder names; None for any other folder, or
     when its adapter.json cannot be read (loading it says why)."""
     path = Path(folder) / ADAPTER_META
     if not path.is_file():

@@ -203,7 +203,7 @@ def take_step(model, tok: Tokenizer, batch: Batch, cfg: SamplerConfig, step: int
 
 
 def check_drafts(model, tok: Tokenizer, batch: Batch, cfg: SamplerConfig, fills: list[Decoded]) -> torch.Tensor:
-    """Verify the requests' drafts (verify.py) and commit each kept prefix into its row, as if decoded
+    """Verify the requests' drafts and commit each kept prefix into its row, as if decoded
     -> [B] bool, the rows that are done (a one-line draft kept through the filler that ends it)."""
     verdicts = verify(model, tok, batch.rows, [f.req.candidates for f in fills], [f.req.stops_at_line for f in fills],
                       cfg.draft_stride, cfg.draft_keep, cfg.draft_accept)

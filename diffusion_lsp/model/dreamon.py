@@ -25,6 +25,7 @@ fields are not used. What is honoured: `heal` (canvas[0] must start with the hea
 expand token blocked), `confidence_cut`, `one_line` (done once a committed newline has no mask before it) and
 `Decoding.stop` (the request is abandoned between steps). Requests are decoded one after another;
 `VariableDecoding` is driven as sampler.py's `Decoding` is (no drafts: the canvas changes size).
+Its decoding is decoding.py's Decoding; `canvas_of` is readout.py's; pretrained.py names the token.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ MIN_GEN_LEN = 4  # masks the middle starts with: DreamOn's eval config (eval/con
 
 
 def expands(tok) -> bool:
-    """Whether the tokenizer has DreamOn's expand token (pretrained.py names it "expand" when loading)."""
+    """Whether the tokenizer has DreamOn's expand token (the loader names it "expand")."""
     return "expand" in tok.special.extra
 
 
@@ -109,7 +110,7 @@ def expand(middle: list[int], conf: list[float], expand_id: int, mask: int) -> t
 
 def settled(middle: list[int], hit: list[bool], mask: int) -> bool:
     """Some committed position where `hit` holds has no masked position before it: nothing decoded later
-    can change the fill up to there (denoise.py's `_settled` on one row)."""
+    can change the fill up to there (`_settled` on one row)."""
     first_mask = next((j for j, t in enumerate(middle) if t == mask), len(middle))
     return any(hit[:first_mask])
 
@@ -136,7 +137,7 @@ def is_done(middle: list[int], conf: list[float], tok: Tokenizer, one_line: bool
 def final_canvas(middle: list[int], tok: Tokenizer, one_line: bool, newline: set[int],
                  newline_first: set[int]) -> list[int]:
     """Masks left by an early stop become fillers, and in a one-line fill so does everything after the
-    first newline token (readout.py's `canvas_of`)."""
+    first newline token (`canvas_of`)."""
     ids = [tok.filler_id if t == tok.mask_id else t for t in middle]
     if not one_line:
         return ids
@@ -201,7 +202,7 @@ def _decode(model, tok: Tokenizer, req: FillRequest, cfg: SamplerConfig, f: Deco
 
 
 class VariableDecoding:
-    """DreamOn's decoding of `requests` (decoding.py's Decoding), one after another: each turn
+    """DreamOn's decoding of `requests` (a Decoding), one after another: each turn
     of the loop is one step (no drafts: []), `stop(i)` abandons request i, `results()` at the end.
     time_budget_ms counts from its start, as sampler.Decoding's does for its batch."""
 

@@ -19,6 +19,8 @@ Families (each read from the published config.json and modeling files; nothing f
 
 Structural flags (q/k/v bias, q/k norm, tied head) are read from which tensors the checkpoint has,
 not from config keys, so a checkpoint cannot say one thing and hold another.
+DreamOn decodes in dreamon.py, a fill is put to the model by prompting.py, native families run in
+native.py.
 """
 
 from __future__ import annotations
@@ -241,11 +243,11 @@ class Family:
     unsupported: Callable[[dict], list[str]]  # config.json -> features this loader cannot run
     tensors: dict[str, str]  # our state_dict name -> the checkpoint's
     tie_key: str  # the config.json key that ties the output head to the embedding
-    # DreamOn (a Dream checkpoint): a vocab with an expand token decodes with variable length (dreamon.py);
+    # DreamOn (a Dream checkpoint): a vocab with an expand token decodes with variable length (VariableDecoding);
     # `end` names the end-of-text token that, committed inside the span, deletes a position
     expand: tuple[str, ...] = ()
     end: tuple[str, ...] = ()
-    # how a fill is put to the model (model/prompting.py): "infill" puts the suffix on the row after the canvas
+    # how a fill is put to the model (its Prompter): "infill" puts the suffix on the row after the canvas
     # (prefix | canvas | suffix, attention both ways); a prefix-only model (block diffusion, an encoder over the
     # prompt) sees nothing after its canvas, so "fim" writes prefix and suffix into the prompt between the
     # family's FIM tokens (`fim`: prefix, suffix, middle candidates) and "chat" asks for the code at the cursor
@@ -329,7 +331,7 @@ def _diffusion_gemma_sizes(c: dict) -> list[tuple[str, str, object]]:
     return out
 
 
-# Families that only transformers runs (model/native.py: its own modeling and generation code, an extra):
+# Families that only transformers runs (its own modeling and generation code, an extra):
 # how to recognise one, the class that runs it, and how a fill is put to it (PROMPTS)
 @dataclass(frozen=True)
 class NativeFamily:
@@ -362,7 +364,7 @@ def native_family(config: dict) -> NativeFamily | None:
 
 
 def is_native_folder(folder) -> bool:
-    """config.json names a family that only transformers runs (model/native.py), read without torch."""
+    """config.json names a family that only transformers runs, read without torch."""
     from pathlib import Path
 
     from .config import read_json

@@ -378,8 +378,8 @@ def _dumps(value) -> str:
 
 def for_object() -> Node:
     """`response_format: json_object` without a schema: an object of up to DEFAULT_MAX_ITEMS entries,
-    each a short string key and a string value, the model choosing the keys (structured.py
-    renders it)."""
+    each a short string key and a string value, the model choosing the keys (the
+    decoding renders it)."""
     return Arr(Str(0, None, DEFAULT_STRING_TOKENS), 1, DEFAULT_MAX_ITEMS, key=Str(1, None, 6))
 
 

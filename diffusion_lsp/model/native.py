@@ -45,13 +45,13 @@ class _Fill:
 
 
 class NativeDecoding:
-    """A native model's decoding (decoding.py's Decoding): requests one after another, each a
+    """A native model's decoding (a Decoding): requests one after another, each a
     `generate` call taken apart one denoising step per turn; no request joins a running one (joins)."""
 
     joins = False
 
     def __init__(self, model, tok: Tokenizer, requests: list, cfg: SamplerConfig | None = None):
-        """requests: canvas.FillRequest with their prompt_ids (engine/answering.py NativeEngine makes them)."""
+        """requests: canvas.FillRequest with their prompt_ids (NativeEngine makes them)."""
         self.model, self.tok, self.cfg = model, tok, cfg or SamplerConfig()
         self.ends = end_ids(model, tok)
         self.fills = [_Fill(r) for r in requests]

@@ -2,7 +2,8 @@
 checked before transformers builds anything: config.json's sizes, canvas and token ids within bounds
 (`check_config`), generation_config.json's steps and numbers (`check_generation`), and every tensor the
 model needs in the safetensors headers with its shape (`check_weights`). transformers is an extra
-(`pip install 'diffusion-lsp[transformers]'`), imported here only: never by the language server."""
+(`pip install 'diffusion-lsp[transformers]'`), imported here only: never by the language server.
+The bounds are config.py's."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def _tokens(hf, folder: Path) -> SpecialTokens:
 def load_native(folder: str | Path, device: str = "cpu",
                 dtype: torch.dtype | None = None) -> tuple[object, Tokenizer, dict, Prompter]:
     """(the transformers model, our tokenizer, config.json plus "family", the prompter) of a native
-    folder (engine/answering.py NativeEngine holds them); CheckpointError when transformers is missing or
+    folder (NativeEngine holds them); CheckpointError when transformers is missing or
     the folder does not load (weights from model.safetensors only: use_safetensors, nothing unpickled, no
     remote code)."""
     folder = Path(folder)
@@ -91,7 +92,7 @@ MAX_CANVAS = 4096
 
 
 def check_config(config: dict, family, folder: Path) -> None:
-    """config.json's sizes within config.py's bounds, its canvas within the positions and its token ids
+    """config.json's sizes within ModelConfig's bounds, its canvas within the positions and its token ids
     within the vocab, from config.json alone: transformers builds whatever its config says (a million
     layers take minutes on the way to running out of memory) and looks an absent image_token_id up as
     the published vocab's, past a smaller vocab's end, only once it generates."""

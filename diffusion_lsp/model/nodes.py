@@ -117,7 +117,7 @@ def _choice(options) -> Size:
 
 
 def measure(node: Node) -> Size:
-    """The Size of `node`'s layout (structured.py lays it out the same way)."""
+    """The Size of `node`'s layout (the decoding lays it out the same way)."""
     if isinstance(node, Const):
         return _text(node.text)
     if isinstance(node, Choice):
@@ -148,7 +148,7 @@ def over_budget(size: Size) -> list[str]:
 
 @dataclass(frozen=True)
 class Room:
-    """How far a layout may be shrunk to fit max_tokens (structured.py tries ROOMS in turn): a string
+    """How far a layout may be shrunk to fit max_tokens (the decoding tries ROOMS in turn): a string
     slot to at most `string_tokens` positions and an array to at most `items` items, never below
     the schema's own minLength and minItems, so the answer still validates."""
 

@@ -6,6 +6,7 @@ Nothing from the folder is run (no auto_map code) and nothing is unpickled: safe
 are read one tensor at a time (plain reads at the offsets the safetensors header gives) into a model
 built on the meta device, so the peak memory is about the model's own size, not twice it (measured on
 a 0.5 B bf16 folder: fp32 load peak 2.20 GB for 1.98 GB of weights; int8 load 1.71 GB).
+int8 is quantize.py's, adapters lora.py's, DreamOn's decoding dreamon.py's.
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ def model_config(config: dict, family: Family, shapes: dict[str, list[int]], fol
         read = family.config(config)  # field -> (config.json key, value)
     except KeyError as e:
         raise CheckpointError(f"checkpoint {folder}: config.json has no {e.args[0]!r} ({family.name} family)") from None
-    except ValueError as e:  # a value no size can be derived from (families.py names its key)
+    except ValueError as e:  # a value no size can be derived from (the family names its key)
         raise CheckpointError(f"checkpoint {folder}: config.json {e}") from None
     check_bounds(read, folder)
     flags = dict(
@@ -215,7 +216,7 @@ def model_config(config: dict, family: Family, shapes: dict[str, list[int]], fol
 
 
 def weights_dtype(config: dict, device, dtype: torch.dtype | None = None) -> torch.dtype:
-    """dtype when given; else float32 on CPU (int8 is quantize.py's, after loading) and the checkpoint's
+    """dtype when given; else float32 on CPU (int8 is quantized after loading) and the checkpoint's
     own elsewhere: torch_dtype (transformers 4.x) or dtype (5.x), float32 when neither names a float type."""
     if dtype is not None:
         return dtype
@@ -321,14 +322,14 @@ def load_hf_folder(folder: str | Path, device: str | torch.device = "cpu",
     with torch.device("meta"):
         model = DiffusionTransformer(cfg)
     model.load_state_dict(_read_weights(model, family, where, device, dtype, folder), strict=True, assign=True)
-    name = "dreamon" if "expand" in tokenizer.special.extra else family.name  # variable length: model/dreamon.py
+    name = "dreamon" if "expand" in tokenizer.special.extra else family.name  # variable length: DreamOn's decoding
     return model.eval(), tokenizer, {**config, "family": name}
 
 
 def load_folder(folder: str | Path, device: str | torch.device = "cpu",
                 dtype: torch.dtype | None = None) -> tuple[DiffusionTransformer, Tokenizer, dict]:
     """Our own checkpoint format, a Hugging Face folder (told apart by config.json), or a folder of
-    low-rank adapters (model/lora.py) merged into the base model it names; weights in `dtype`, or
+    low-rank adapters merged into the base model it names; weights in `dtype`, or
     when None float32 for our own format and as `weights_dtype` says for a Hugging Face one."""
     folder = Path(folder)
     if (folder / ADAPTER_META).is_file():

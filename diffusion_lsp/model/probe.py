@@ -8,7 +8,8 @@ training asks. The passes share one batched forward, but each is a forward pass 
 one. Pass 0 runs in full; the others run only the middle against its keys/values (as the sampler's
 cached steps do), so the probe costs about one full pass plus (stride - 1) passes over the middle.
 Tokens the model doubts are then re-masked and denoised (diffusion_lsp/nextedit/suggest.py);
-the rest stay as they are (the remasking idea of ReMDM, Wang et al. 2025, applied to an edit)."""
+the rest stay as they are (the remasking idea of ReMDM, Wang et al. 2025, applied to an edit).
+The context is kept by reuse.py."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def score_rows(model, tok: Tokenizer, rows: list[ScoreRow], stride: int) -> tupl
     n = max(r.length for r in rows)
     shift = int(model.config.shift_logits)
     device = next(model.parameters()).device
-    x = torch.full((R, S + 1), tok.mask_id, dtype=torch.long)  # on the host, then one copy (sampler.py)
+    x = torch.full((R, S + 1), tok.mask_id, dtype=torch.long)  # on the host, then one copy (as the sampler)
     key_mask = torch.zeros(R, S + 1, dtype=torch.bool)
     for i, r in enumerate(rows):
         x[i, :len(r.ids)] = torch.tensor(r.ids)
@@ -99,7 +100,7 @@ def probe(model, tok: Tokenizer, prefix: str, middle: str, suffix: str, stride: 
           memo: ContextMemo | None = None, doc: str | None = None) -> Probe:
     """Probabilities of `middle`'s tokens between `prefix` and `suffix`, `stride` passes. With a
     memo, pass 0's keys/values are remembered under `doc`: the fill that follows (the doubted span
-    re-masked, the same context) starts from them instead of a full pass (reuse.py)."""
+    re-masked, the same context) starts from them instead of a full pass."""
     if stride < 1:
         raise ValueError(f"stride must be at least 1, got {stride}")
     t0 = time.perf_counter()

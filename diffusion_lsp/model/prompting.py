@@ -11,7 +11,9 @@ its prompt, and the answer is the canvas after the prompt.
 The chat template is data from the folder (tokenizer_config.json `chat_template`, or
 chat_template.jinja), rendered in jinja2's immutable sandbox the way transformers renders it
 (`apply_chat_template`); no code from the folder runs. An instruct model answers in prose or a code
-fence now and then: `answer_text` keeps the code."""
+fence now and then: `answer_text` keeps the code.
+A prompt's text: prompts/NAME.txt; its bounds are sandbox.py's; the remote backend's chat answers
+are read as backend/profiles.py says."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ _FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:\n?```|\Z)", re.S)  # the first fence;
 
 
 def instruction(name: str) -> str:
-    """A prompt's text: model/prompts/NAME.txt (prompts are data)."""
+    """A prompt's text, from the prompts folder (prompts are data)."""
     return resources.files(__package__).joinpath("prompts", f"{name}.txt").read_text(encoding="utf-8")
 
 
@@ -57,7 +59,7 @@ def chat_template(folder: Path) -> str | None:
 
 
 class TemplateOverBound(ValueError):
-    """A chat template whose render broke a bound of model/sandbox.py (its clock, a size)."""
+    """A chat template whose render broke a bound of the sandbox (its clock, a size)."""
 
 
 _PROBE = [{"role": "user", "content": "Hello"}]  # the short conversation a template is tried on when it is read
@@ -90,7 +92,7 @@ def render_chat(template: str, messages: list[dict], special: dict[str, str | No
     `documents` as given, None when absent (defined, as there); `add_generation_prompt`;
     `special`'s bos_token, eos_token, ... by name (a None one: not defined). All of it is rebuilt
     from plain data first (strings, numbers, dicts, lists; anything else an inert "<TypeName>").
-    The render is bounded (model/sandbox.py: a wall-clock budget, a size budget, no `lipsum`).
+    The render is bounded (the sandbox: a wall-clock budget, a size budget, no `lipsum`).
     ValueError (one line) when the template fails, raises or breaks a bound, or an input is not of
     that shape (also nested past MAX_DEPTH)."""
     if tools is not None and not all(isinstance(t, dict) for t in tools):
@@ -165,7 +167,7 @@ class Prompter:
     convention: str  # families.PROMPTS
     tok: Tokenizer
     fim_ids: tuple[int, int, int] = ()  # prefix, suffix, middle ("fim")
-    fim_order: str = "psm"  # families.py Family.fim_order
+    fim_order: str = "psm"  # Family.fim_order
     template: str | None = None  # "chat": the checkpoint's chat template (None: a plain user/answer layout)
     special: tuple[tuple[str, str | None], ...] = ()  # bos_token, eos_token, ... for the template
 
@@ -212,7 +214,7 @@ class Prompter:
 
 
 def prompter_for(family, tok: Tokenizer, folder: Path) -> Prompter | None:
-    """The Prompter of a family (families.py Family) whose folder is `folder`; None for an infill one.
+    """The Prompter of a family (Family) whose folder is `folder`; None for an infill one.
     ValueError naming what the folder lacks (a FIM token, a readable chat template)."""
     if family is None or family.prompt == "infill":
         return None
@@ -244,7 +246,7 @@ def _token_name(value) -> str | None:
 
 def fenced(answer: str) -> str | None:
     """The body of the first ``` code fence of an instruct model's answer; None when it wrote none
-    (also the remote backend's chat answers: backend/profiles.py)."""
+    (also the remote backend's chat answers)."""
     m = _FENCE.search(answer)
     return None if m is None else m.group(1)
 

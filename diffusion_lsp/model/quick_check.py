@@ -7,7 +7,8 @@ What it reads: config.json (format, version, the model's sizes, the special toke
 tokenizer.json (parsed), and the safetensors header: its JSON, that every tensor's bytes lie
 inside the file and the file ends where the last one does (a truncated copy), and that the embedding
 and the layer count agree with config.json. A tensor whose bytes were overwritten in place still
-passes: only loading it would tell."""
+passes: only loading it would tell.
+Adapters: lora.py."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def _tensors(path: Path) -> dict[str, list[int]]:
 
 
 def adapter_problem(folder: Path) -> str | None:
-    """The same for a folder of low-rank adapters (model/lora.py): adapter.json, the adapter weights'
+    """The same for a folder of low-rank adapters: adapter.json, the adapter weights'
     header, and the base model it names (ours checked as above; a Hugging Face one for its config)."""
     try:
         meta = read_json(folder / ADAPTER_META)

@@ -2,7 +2,9 @@
 result (`FillResult`, made once by `result_of`: the text by incremental decoding minus the healed
 text, `text_of`, and per token the piece it writes), and how a draft after a step shows a masked
 position (the draft itself is protocol/answers.py's Draft, one type from the sampler to serve-api's
-streams). Shared by the batched sampler (sampler.py) and DreamOn's variable-length decoding (dreamon.py)."""
+streams). Shared by the batched sampler (sampler.py) and DreamOn's variable-length decoding (dreamon.py).
+Context reused: reuse.py; drafts verified: verify.py; canvas_of: readout.py; the canvas: canvas.py;
+prompts: prompting.py."""
 
 from __future__ import annotations
 
@@ -27,10 +29,10 @@ class FillResult:
     ms: float
     budget_hit: bool = False
     cancelled: bool = False  # abandoned between steps (Decoding.stop); text is empty
-    reused: int = 0  # positions whose keys/values came from the document's last fill (reuse.py)
+    reused: int = 0  # positions whose keys/values came from the document's last fill
     canvas: list[int] = field(default_factory=list, repr=False)  # all canvas ids, fillers included
     end_confidence: float = 1.0  # how sure the model was where the text ends (its surest filler; 1.0: none)
-    draft: Verdict | None = None  # what the model kept of the request's drafts (verify.py); None: none offered
+    draft: Verdict | None = None  # what the model kept of the request's drafts; None: none offered
     batch: float = 1.0  # the mean rows of the steps it took part in (its batch-mates and itself)
 
     @property
@@ -47,14 +49,14 @@ class Decoded:
 
     req: FillRequest
     row: Row
-    plan: Plan | None = None  # how its row lines up with the document's last fill (reuse.py)
+    plan: Plan | None = None  # how its row lines up with the document's last fill
     forwards: int = 0
     ms: float = 0.0
     budget_hit: bool = False
     cancelled: bool = False
     canvas: list[int] = field(default_factory=list)  # [N] once done, fillers included
     conf: list[float] = field(default_factory=list)  # [N] once done
-    verdict: Verdict | None = None  # its drafts, verified (verify.py)
+    verdict: Verdict | None = None  # its drafts, verified
     row_steps: int = 0  # rows of every step it took part in, added up (continuous batching: they come and go)
     steps: int = 0
 
@@ -64,7 +66,7 @@ MASK_GLYPH = "\u2592"  # how a still-masked position shows in a draft (one per p
 
 def unhealed(text: str, healed: str) -> str:
     """The text without the healed prefix the fill re-types. Healed blanks the fill re-typed only in
-    part (canvas.py lets "\n    " be re-typed as "\n   ", its next token bringing the blank) are cut
+    part (the canvas lets "\n    " be re-typed as "\n   ", its next token bringing the blank) are cut
     as far as they go: the user's blanks stand."""
     if text.startswith(healed) or healed.strip():
         return text[len(healed):] if text.startswith(healed) else text
@@ -88,7 +90,7 @@ def text_of(tok: Tokenizer, ids: list[int], healed: str) -> tuple[str, list[str]
 
 
 def first_line(text: str, pieces: list[str]) -> tuple[str, list[str]]:
-    """A one-line fill's (text, pieces) up to its first line break. readout.py's `canvas_of` left the token
+    """A one-line fill's (text, pieces) up to its first line break. `canvas_of` left the token
     that writes the break last; it keeps the text before the break, or goes when it wrote none (a line
     break and the next line's indentation)."""
     nl = text.find("\n")
@@ -102,7 +104,7 @@ def first_line(text: str, pieces: list[str]) -> tuple[str, list[str]]:
 
 
 def answer_of(text: str, pieces: list[str], chat: bool, one_line: bool) -> tuple[str, list[str]]:
-    """(text, pieces) of a prefix-only model's canvas (prompting.py): an instruct model's answer
+    """(text, pieces) of a prefix-only model's canvas (its Prompter's): an instruct model's answer
     (`chat`) without its code fence (the answer then one piece), then for a one-line fill the line
     up to its first break, cut at the token that writes it (the decoding did not stop there)."""
     if chat and (answer := answer_text(text, "chat")) != text:

@@ -30,7 +30,7 @@ from .tokenizer import Tokenizer
 
 
 class Decoding:
-    """One batch of requests being decoded (decoding.py's Decoding), driven by its caller: each turn
+    """One batch of requests being decoded (a Decoding), driven by its caller: each turn
     of `for drafts in decoding` runs one denoising step (one forward pass for every unfinished row) and gives the
     drafts of the unfinished rows that asked for them (FillRequest.drafts) as (request index, Draft);
     `stop(i)` between steps abandons request i (its result is cancelled, the rest of the batch goes

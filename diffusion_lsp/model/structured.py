@@ -315,7 +315,7 @@ def _number(node: Num, whole: str, frac: str) -> str:
 
 def decode_json(model, tok: Tokenizer, prompt: list[int], node, threshold: float = 0.9,
                 lead: str = "", trail: str = "", limit: int | None = None) -> Structured:
-    """`node` (jsonschema.py) decoded on the canvas after `prompt`; `lead` / `trail`: markup on the
+    """`node` (compiled from a schema) decoded on the canvas after `prompt`; `lead` / `trail`: markup on the
     canvas around the JSON (a template's <tool_call> tags). The layout is the widest of
     nodes.ROOMS that takes at most `limit` positions (the request's max_tokens; None: no limit)
     and fits the model after the prompt; DoesNotFit naming what to change where none does

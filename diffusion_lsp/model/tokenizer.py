@@ -1,4 +1,5 @@
-"""Thin wrapper over a Hugging Face `tokenizers.Tokenizer` that exposes special tokens by name."""
+"""Thin wrapper over a Hugging Face `tokenizers.Tokenizer` that exposes special tokens by name.
+Chat turns are marked up by prompting.py."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ class Tokenizer:
 
     def encode_markup(self, text: str) -> list[int]:
         """The ids of `text` with special tokens' names read as those tokens: a prompt's own markup (a
-        chat template's turns, model/prompting.py), never a user's text."""
+        chat template's turns), never a user's text."""
         return self.hf.encode(valid_text(text), add_special_tokens=False).ids if text else []
 
     @cached_property

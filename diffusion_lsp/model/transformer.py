@@ -12,6 +12,7 @@ two modes used by the sampler (Fast-dLLM "dual cache", Wu et al. 2025):
   it per layer per step was most of a cached step's memory traffic), and nothing is written back
   afterwards. When nothing changed since the cache was filled, this equals the full pass on those
   positions.
+The int8 head is quantize.py's.
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ class DiffusionTransformer(nn.Module):
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.rope = RopeTable(cfg.rope_dim, cfg.rope_theta, cfg.max_seq_len + 1)
-        self.int8_head = None  # quantize.py: the output head as an int8 Linear (CPU inference)
+        self.int8_head = None  # the output head as an int8 Linear (CPU inference)
         self.apply(self._init)
 
     @staticmethod

@@ -20,9 +20,11 @@ log-probability over the changed span, each text judged in place with its neighb
 so kept skips `min_confidence` (the model preferred it to what is there); the other filters apply.
 
 Through a remote API that cannot probe but has an edit endpoint, the region is rewritten there
-(mercury.py); one that has neither gets a full re-mask. Either way the result is diffed against the old region into one minimal edit (edits.py) and
+(formats/mercury.py); one that has neither gets a full re-mask. Either way the result is diffed against the old region into one minimal edit (edits.py) and
 filtered: unchanged -> nothing; an undo of the last step, a parse it breaks, or a fill less sure
-than `min_confidence` -> nothing, each with its reason."""
+than `min_confidence` -> nothing, each with its reason.
+Drafts made again at analogous sites: repeat.py; a probe's context reused: model/reuse.py; what a
+model claims: model/claims.py."""
 
 from __future__ import annotations
 
@@ -47,14 +49,14 @@ from ..formats.edit_prompt import edit_prompt
 from .region import Region, editable_region
 
 MODES = ("refine", "full")
-DOC_KEY = "nextedit"  # in process, the probe's context is reused by the fill after it (model/reuse.py)
+DOC_KEY = "nextedit"  # in process, the probe's context is reused by the fill after it
 
 
 @dataclass(frozen=True)
 class NextEditSettings:
     """Editor settings `nextEdit.*`."""
 
-    # None: on only for a model that claims next edits (model/claims.py; the embedded one does not)
+    # None: on only for a model that claims next edits (the embedded one does not)
     enable: bool | None = field(default=None, metadata=check(
         None, "true, false or null", doc="next-edit suggestions; null: only for a model that claims them"))
     debounce_ms: int = field(default=DEBOUNCE_MS, metadata=within(0, 5000, doc="wait this long for more typing first"))
@@ -111,7 +113,7 @@ class Outcome:
     edited_tokens: int = 0  # tokens of the region the edit rewrote (old and new, the larger)
     confidence: float = 0.0  # mean confidence of the fill's tokens and of where it ends
     jump: bool = False  # the edit starts more than jump_lines lines from the cursor
-    drafts: int = 0  # drafts probed (repeat.py)
+    drafts: int = 0  # drafts probed (the last step made again)
 
 
 def _slack(n: int) -> int:
@@ -291,7 +293,7 @@ async def suggest(req: EditRequest, backend: Backend, key: str, cpu: Cpu = inlin
 
 
 def _drafts(req: EditRequest, p: _Prepared) -> list[str]:
-    """The region with the user's last step made again at its analogous sites (repeat.py)."""
+    """The region with the user's last step made again at its analogous sites."""
     last = req.last_step
     change = None if last is None else repeat.last_change(last.old, last.new)  # the step's lines hold context
     if change is None:

@@ -1,6 +1,7 @@
 """What a backend answers (backend.py): a filled canvas (`Fill`), the draft after a step (`Draft`,
 the one draft type from the sampler to serve-api's streams), a probe's probabilities (`Probed`) and
-a structured answer (`Answered`); each with its wire form (`message` / `from_message`)."""
+a structured answer (`Answered`); each with its wire form (`message` / `from_message`).
+Made by the model's side: Verdict (model/verify.py), FillResult and Draft (model/sampler.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ class Kept(str, Enum):
 
 @dataclass(frozen=True)
 class DraftTally:
-    """What became of a fill order's candidates (model/verify.py Verdict): how many were scored, the
+    """What became of a fill order's candidates (the verifier's Verdict): how many were scored, the
     tokens of the one chosen, and how many of them the model kept."""
 
     offered: int = 0
@@ -55,7 +56,7 @@ class Fill:
     end_confidence: float = 1.0  # how sure the model was that the text ends where it does
     batch: float = 1.0  # mean rows of the steps that decoded it (one forward pass per step for all of them)
     budget_hit: bool = False  # stopped by sampling.time_budget_ms before every position was decoded
-    # the tokens the model wrote (model/sampler.py FillResult.tokens): one per piece from our own model;
+    # the tokens the model wrote (FillResult.tokens): one per piece from our own model;
     # a remote API's answer is one piece, and its count is the API's usage (0 when it does not say)
     tokens: int | None = None
     draft: DraftTally = field(default_factory=lambda: DraftTally())  # what was kept of the order's candidates
@@ -115,7 +116,7 @@ class Probed:
 
 @dataclass(frozen=True)
 class Draft:
-    """A fill's draft after a denoising step (FillOrder.drafts; model/sampler.py's Draft)."""
+    """A fill's draft after a denoising step (FillOrder.drafts; the sampler's Draft)."""
 
     step: int
     committed: str  # the text up to the first masked position: a prefix of the final text

@@ -1,5 +1,6 @@
 """What a backend can do, declared (never found by looking for a method): the language server,
-serve-api and the next-edit pipeline read it to choose what to ask."""
+serve-api and the next-edit pipeline read it to choose what to ask.
+Structured answers are model/structured.py's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ class Capabilities:
     rewrite: bool = False  # rewrites a region from an edit prompt (an API's edit endpoint, a model asked in chat)
     drafts: bool = False  # streams the draft after every denoising step
     chat: bool = False  # answers a conversation: it has a chat template (its own, or one given at launch)
-    structured: bool = False  # decodes JSON under a schema's constraints (model/structured.py): our own sampler
+    structured: bool = False  # decodes JSON under a schema's constraints: our own sampler
 
     def message(self) -> dict:
         return dataclasses.asdict(self)

@@ -1,6 +1,6 @@
 """The one failure type that crosses the Backend: why a backend gave no answer, as a kind from one
 vocabulary. Each caller maps a kind once: the language server to a log level and an empty answer
-(server/failures.py), serve-api to an HTTP status (api/failures.py)."""
+(server/failures.py), serve-api to an HTTP status (api/service.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """What a backend is asked (backend.py): the requests, the same to the worker, a remote API and the
 in-process engine. Each has its wire form (`message` / `from_message`) for the worker's socket
-(worker/wire.py frames them); the answers are in answers.py."""
+(worker/wire.py frames them); the answers are in answers.py.
+Answered by the model's side: a probe (model/probe.py), a rewrite (model/native.py), a structured
+answer (model/structured.py), drafts verified (model/verify.py) from context/drafts.py, a conversation's
+template (model/chat.py); formats/mercury.py and formats/instruct.py write the prompts."""
 
 from __future__ import annotations
 
@@ -21,11 +24,11 @@ class FillOrder:
     one_line: bool = False  # the caller keeps the first line only: the worker stops once it is written
     sampling: SamplerConfig = field(default_factory=SamplerConfig)
     drafts: bool = False  # the worker sends the draft after every denoising step (serve-api's streams)
-    # guesses at the fill from the user's own code (context/drafts.py), for the model to verify
-    # (model/verify.py) before it decodes; a backend that cannot probe is never given any
+    # guesses at the fill from the user's own code, for the model to verify
+    # before it decodes; a backend that cannot probe is never given any
     candidates: tuple[str, ...] = ()
     # a conversation instead of prefix and suffix (serve-api's chat): {"messages": [...], "tools": [...]}
-    # as JSON text (model/chat.py), the answer on the canvas after the chat template's generation prompt
+    # as JSON text, the answer on the canvas after the chat template's generation prompt
     chat: str = ""
 
     def message(self, rid: int, key: str) -> dict:
@@ -65,7 +68,7 @@ class FillOrder:
 
 @dataclass(frozen=True)
 class ProbeOrder:
-    """How sure the model is of `middle`'s tokens between prefix and suffix (model/probe.py)."""
+    """How sure the model is of `middle`'s tokens between prefix and suffix."""
 
     prefix: str
     middle: str
@@ -90,13 +93,13 @@ class ProbeOrder:
 
 @dataclass(frozen=True)
 class RewriteOrder:
-    """A region rewritten by an API's edit endpoint (next edit through a remote API: formats/mercury.py)."""
+    """A region rewritten by an API's edit endpoint (next edit through a remote API: Mercury's format)."""
 
     content: str  # the user message, in the endpoint's tagged format
     max_tokens: int
 
     def message(self, rid: int, key: str) -> dict:
-        """The worker's form (a model asked through its prompt: model/native.py answer_rewrite)."""
+        """The worker's form (a model asked through its prompt: NativeEngine.answer_rewrite)."""
         return {"op": "rewrite", "id": rid, "key": key, "content": self.content, "max_tokens": self.max_tokens}
 
     @classmethod
@@ -112,7 +115,7 @@ class RewriteOrder:
 
 @dataclass(frozen=True)
 class StructuredOrder:
-    """A conversation answered in JSON under constraints (model/structured.py): `output` says what JSON,
+    """A conversation answered in JSON under constraints: `output` says what JSON,
     as JSON text: {"schema": {...}} (response_format json_schema), {"object": true} (json_object), or
     {"tools": [...], "choice": "auto" | "required" | NAME, "parallel": bool} (tool calls); each with
     "limit": the request's own max_tokens, which the answer's layout keeps within, where it gave one."""
@@ -139,7 +142,7 @@ class StructuredOrder:
 
 @dataclass(frozen=True)
 class InstructOrder:
-    """A region rewritten as an instruction says (formats/instruct.py): `region` between `prefix` and
+    """A region rewritten as an instruction says: `region` between `prefix` and
     `suffix`, the answer the region as it should read."""
 
     prefix: str

@@ -6,7 +6,10 @@ over the socket (`to_wire` / `from_wire`), the worker batches requests by it (it
 is its own batch key), and the command line and the benchmarks make their flags from the same
 fields (`add_args` / `from_args`). Each field carries its own check in its metadata
 (`check(test, need)`): `__post_init__` refuses a bad value with a ValueError naming it, and the
-editor settings parser (server/config.py) falls back to the default and reports it instead."""
+editor settings parser (server/config.py) falls back to the default and reports it instead.
+Read by: the settings schema (server/schema.py), the sampler (model/sampler.py, its policies
+model/policies.py, drafts verified by model/verify.py), the servers' profiles (backend/profiles.py) and
+serve-api's bodies (api/bodies.py)."""
 
 from __future__ import annotations
 
@@ -19,15 +22,15 @@ import types
 import typing
 from dataclasses import dataclass, field
 
-POLICIES = ("threshold", "topk", "eb", "one")  # model/policies.py implements them
+POLICIES = ("threshold", "topk", "eb", "one")  # the sampler's unmasking policies
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # a float precision -> its torch dtype
 BACKENDS = ("local", "openai")  # the model in a worker process, or an OpenAI-compatible FIM API
-SERVERS = ("generic", "vllm", "sglang", "mercury")  # what speaks that API: backend/profiles.py has each one's requests
+SERVERS = ("generic", "vllm", "sglang", "mercury")  # what speaks that API: each has its profile of requests
 REMOTE_FORMATS = ("completions", "chat")  # a fill as a completion (FIM), or asked of an instruct model in a chat turn
 # a fill-in-the-middle prompt template by name -> the template ({prefix} and {suffix} where they go), each the
 # model family's own order: Qwen2.5-Coder / CodeGemma, StarCoder(2), DeepSeek-Coder (SGLang's
-# code_completion_parser.py registers these three alike), CodeLlama and Codestral (as api/bodies.py reads
+# code_completion_parser.py registers these three alike), CodeLlama and Codestral (as serve-api reads
 # them), Seed-Coder (suffix first: its tech report trains SPM, <[fim-suffix]>SUFFIX<[fim-prefix]>PREFIX<[fim-middle]>)
 FIM_TEMPLATES = {
     "qwen": "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>",
@@ -46,7 +49,7 @@ def check(test, need: str, **more) -> dict:
     More keys: `flag` (the command-line flag, when not --field-name / --no-field-name), `dest` (its
     argparse name, when not the field's), `help` (the flag's), `doc` (the editor setting's, when the
     flag's help does not fit it), `minimum` / `maximum` / `exclusive_minimum` / `enum` (for the
-    settings schema, server/schema.py; `within` and `one_of` set them), `editor=False` (not an
+    settings schema; `within` and `one_of` set them), `editor=False` (not an
     editor setting: the server derives it)."""
     return {"check": test, "need": need, **more}
 
@@ -57,7 +60,7 @@ def _num(x) -> str:
 
 def within(lo, hi, note: str = "", need: str | None = None, **more) -> dict:
     """`check` for a number in [lo, hi]; the bounds also travel as `minimum` / `maximum` (the
-    editors' settings schemas, server/schema.py)."""
+    editors' settings schemas)."""
     need = need or f"between {_num(lo)} and {_num(hi)}" + (f" ({note})" if note else "")
     return check(lambda v: lo <= v <= hi, need, minimum=lo, maximum=hi, **more)
 
@@ -179,7 +182,7 @@ def _from_dict(cls, raw):
 
 @dataclass(frozen=True)
 class SamplerConfig:
-    """How one fill is decoded (sampler.py). Frozen: equal configs decode in one batch."""
+    """How one fill is decoded. Frozen: equal configs decode in one batch."""
 
     policy: str = field(default="threshold", metadata=one_of(POLICIES, help="unmasking policy"))
     threshold: float = field(default=0.9, metadata=check(
@@ -211,7 +214,7 @@ class SamplerConfig:
         None, "true or false", help="do not start a fill from the same document's last fill (its context's "
                                     "keys and values, where they still fit)",
         doc="start a fill from the document's last fill where it still fits (model/reuse.py)"))
-    # drafts (model/verify.py): each token judged with (stride - 1) / stride of its neighbours visible,
+    # drafts: each token judged with (stride - 1) / stride of its neighbours visible,
     # in `draft_stride` passes; a draft whose tokens' geometric-mean probability is `draft_accept` is kept
     # whole, else the prefix of tokens at least `draft_keep` likely (or the model's own first choice)
     draft_stride: int = field(default=2, metadata=within(1, 16, help="passes that score a draft's tokens"))

@@ -2,7 +2,8 @@
 
 Exit codes: 0 within tolerance (or saved), 1 regressed, 2 could not run (the model did not load, the
 server did not start, the API did not answer, a bad flag or an unreadable file), 3 baseline incompatible
-(another workload or format, or another model without --allow-model-change)."""
+(another workload or format, or another model without --allow-model-change).
+A baseline's structure is checked by baseline.py."""
 
 from __future__ import annotations
 
@@ -187,7 +188,7 @@ def _settings(path: str | None) -> dict:
 
 
 def _load(path: str) -> dict:
-    """The baseline, its whole structure checked (baseline.py) before anything runs."""
+    """The baseline, its whole structure checked before anything runs."""
     try:
         data = read_bytes(path)  # a regular file only: a FIFO is refused, not waited on
     except UserError as e:

@@ -13,7 +13,8 @@ shared or not), and a run whose three calibrations all read slow judged the serv
 
 A repetition yields per row (a language, and what the user did: pressed Enter in an empty body, or
 typed a character of a line) the raw figures of its requests; figures.py turns repetitions into the
-figures compared."""
+figures compared.
+Idle cores are measured by cpus.py."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ class Calibration:
 
 
 def settle(threads: int, most_s: float = 5.0) -> None:
-    """Wait, at most `most_s`, until `threads` cores are idle (measured: cpus.py): the last
+    """Wait, at most `most_s`, until `threads` cores are idle (measured: idle_cores): the last
     repetition's worker takes a moment to exit, and a calibration beside it reads the machine slow."""
     from ..cpus import idle_cores
 

@@ -31,7 +31,7 @@ MAX_WORKLOAD_BYTES = 4 << 20  # the stored texts: a baseline stays a file a CI c
 @dataclass(frozen=True)
 class WorkFile:
     path: str  # relative to the repository ('/'-separated), or the stdlib module's
-    language: str  # context/languages.py canonical name
+    language: str  # languages' canonical name
     text: str
     sites: tuple[replay.Site, ...]  # typed at, in order
     renames: tuple[tuple[str, tuple[int, int], tuple[int, int]], ...]  # (name, first use, next use)
@@ -159,7 +159,7 @@ def _deal(pools: list[list], budget: int, cost) -> list[list]:
 
 
 def repository_files(root: str) -> list[SourceFile]:
-    """A repository's source files (context/repo.py: what git lists, no generated or huge file)."""
+    """A repository's source files (what git lists, no generated or huge file)."""
     files, _ = repo_files(root)
     if not files:
         raise UserError(f"no source files in a language the server knows under {root}")

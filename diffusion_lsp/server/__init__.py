@@ -7,7 +7,7 @@
       backend/     the Backend: FillOrder in, Fill out, BackendError for every failure
         worker/link.py    WorkerLink: the worker's life cycle, a deadline on every order
         worker/client.py  WorkerClient: the socket to the worker (worker/wire.py frames it)
-      worker/process.py   the worker process: batches fills for the engine (listener.py: its socket side)
+      worker/process.py   the worker process: batches fills for the engine (worker/listener.py: its socket side)
     next_edit.py   NextEditor: the same, for a next edit (nextedit/suggest.py's pipeline)
 
 Around it: session.py (settings, statistics, the parts above), config.py (editor settings),

@@ -9,7 +9,8 @@ of its own, so tree-sitter and the tokenizer never block the event loop, and oth
 indexes are only looked up here (server/indexer.py builds them). Post-processing runs on the loop:
 its work is bounded (it re-parses the window gather parsed, incrementally: p95 0.39 ms, max 0.65 ms
 in `bench lsp`), while waking a thread right after a fill waits for a core the worker's threads
-are still spinning on (measured: p95 1.9 ms, max 5.5 ms, more than the work itself)."""
+are still spinning on (measured: p95 1.9 ms, max 5.5 ms, more than the work itself).
+Drafts are verified by model/verify.py."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def replace_range(text: str, offset: int, sug: Suggestion, encoding: str) -> tup
 
 def finish(ctx: CompletionContext, fill: Fill, confidence_cut: float, check_syntax: bool) -> tuple[Suggestion | None, bool]:
     """Post-process a fill -> (suggestion, broke): broke when it was dropped for breaking the parse.
-    The confidence cut judges the model's own tokens: a draft it kept whole (model/verify.py) is the
+    The confidence cut judges the model's own tokens: a draft it kept whole is the
     fill, and is shown whole."""
     reasons: list[Cut] = []
     if fill.draft.outcome is Kept.WHOLE:

@@ -4,7 +4,8 @@ Settings arrive as JSON from `initializationOptions` and `workspace/didChangeCon
 camelCase or snake_case keys, optionally under a "diffusionLsp" section. A bad value falls back to
 its default and an unknown key is ignored; each is reported as one line the server shows with
 window/showMessage (the jedi-language-server `initialization_options.py` habit): a typo in the
-settings must never stop completions."""
+settings must never stop completions.
+What a model claims: model/claims.py."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class CompletionSettings:
     line_budget_ms: float | None = field(default=200.0, metadata=check(
         lambda v: 0 < v <= 60_000, "between 0 and 60000", exclusive_minimum=0, maximum=60_000,
         doc="time budget of a single-line fill (ms): past it the rest is committed at once; null: none"))
-    # None: the languages the model claims (model/claims.py); the embedded model claims Python only
+    # None: the languages the model claims; the embedded model claims Python only
     languages: list[str] | None = field(default=None, metadata=check(
         None, "a list of language ids, or null",
         doc='languages with completions and next edits ("*": all); null: those the model was trained on'))

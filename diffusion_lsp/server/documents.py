@@ -104,7 +104,7 @@ def encoding_name(encoding) -> str:
 class SyncedDocument(TextDocument):
     """pygls' TextDocument with the LSP's line ends: changes go through `apply_change`, and `lines`
     (used by pygls' own helpers such as offset_at_position and word_at_position) breaks where
-    positions.py does. A partial change is applied as one whatever sync kind was advertised: its
+    the positions do. A partial change is applied as one whatever sync kind was advertised: its
     range says what the editor did (pygls would replace the whole text with the fragment)."""
 
     _near: tuple[str, tuple[int, int]] | None = None  # (the text it belongs to, a `near` in it)

@@ -12,7 +12,8 @@ version asked about; RequestCancelled when a newer request for the document supe
 RequestFailed with the backend's message otherwise. The model sees a window of the file around the
 selection (CONTEXT_CHARS each side, cut at line starts) with "\\n" line ends; the answer gets the
 document's own line ends and the selection's trailing line breaks. The CPU work (offsets in a large
-document, the window) runs in a thread: the event loop only awaits the backend."""
+document, the window) runs in a thread: the event loop only awaits the backend.
+`ls` is server.py's DiffusionServer."""
 
 from __future__ import annotations
 
@@ -169,7 +170,7 @@ def _refusal(error: BackendError) -> JsonRpcException:
 
 async def edit_with_instruction(ls, params) -> dict:
     """diffusionLsp/editWithInstruction (the module's docstring has its params, result and errors); `ls`
-    is the server.py DiffusionServer (not imported: server.py imports this module)."""
+    is the DiffusionServer (not imported: its module imports this one)."""
     try:
         asked = parse(params)
     except ValueError as e:

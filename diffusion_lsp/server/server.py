@@ -1,7 +1,8 @@
 """The pygls server: typed handlers `(ls, params) -> result | None` that turn LSP types into the
 session's plain ones and delegate: a completion to the Completer, settings and documents to the
 Session. No model or context work here: the model lives in the worker process, context work in the
-completer's and the indexer's threads."""
+completer's and the indexer's threads.
+The reader is jsonrpc.py's."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ class DiffusionServer(LanguageServer):
         self.session = Session(options, LspUi(self), self.document)
 
     def start_io(self, stdin=None, stdout=None) -> int:
-        """Serve over stdio with jsonrpc.py's reader (pygls' own dies or goes deaf on one bad
+        """Serve over stdio with our JSON-RPC reader (pygls' own dies or goes deaf on one bad
         header); the exit code the LSP spec asks for."""
         return serve_stdio(self, stdin or sys.stdin.buffer, stdout or sys.stdout.buffer)
 

@@ -2,7 +2,8 @@
 each the one owner of its flow: the completer (a completion), the next editor, the backend (the
 model worker, or with model.backend "openai" a remote FIM API: protocol/backend.py), the indexer
 (background work on open documents) and the recent edits. The server adapts it to pygls
-(server.py) and reports through a Reporter (protocol/backend.py)."""
+(server.py) and reports through a Reporter (protocol/backend.py).
+Claims: model/claims.py; the workspace's model: workspace_model.py."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def configure_backend(backend: WorkerLink | RemoteBackend, cfg: Config) -> None:
 
 
 def claims_for(launch: LaunchSettings) -> Claims:
-    """What the model in use claims (model/claims.py); an API's model claims nothing we can read."""
+    """What the model in use claims; an API's model claims nothing we can read."""
     return GENERAL if launch.backend == "openai" else read_claims(model_folder(launch.path))
 
 
@@ -112,7 +113,7 @@ class Session:
         self.next_edit.configure(cfg, self.completer.count_tokens)
 
     def _choose_model(self, cfg: Config) -> Config:
-        """`cfg` with the model that answers in this workspace (workspace_model.py); a new choice is
+        """`cfg` with the model that answers in this workspace; a new choice is
         logged, an adapted model refused is shown once."""
         choice = choose(cfg.model, self.root)
         if choice != self.choice or not self._said_model:  # the first settings say it too

@@ -1,6 +1,8 @@
 """Counters the server reports with the `diffusionLsp/stats` request: requests, answers, cache
 hits, superseded and cancelled requests, Copilot-style shown/accepted feedback, latencies, and
-where the time of the last requests went (read by `diffusion-lsp bench lsp`)."""
+where the time of the last requests went (read by `diffusion-lsp bench lsp`).
+Drafts: context/drafts.py, verified by model/verify.py, made again at analogous sites by
+nextedit/repeat.py; a fill's outcome is protocol/answers.py's DraftTally."""
 
 from __future__ import annotations
 
@@ -58,7 +60,7 @@ class NextEditStats:
     accepted: int = 0  # the edit's accept command ran
     focus: int = 0  # textDocument/didFocus
     jumps: int = 0  # edits more than nextEdit.jumpLines lines from the cursor
-    drafts_offered: int = 0  # drafts probed: the last edit made again at an analogous site (nextedit/repeat.py)
+    drafts_offered: int = 0  # drafts probed: the last edit made again at an analogous site
     drafts_kept: int = 0  # answers that were a draft the model preferred to what was there
     reasons: dict = field(default_factory=dict)  # outcome reason -> count (edit, no-doubt, unchanged, undo, ...)
     latency_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
@@ -94,8 +96,8 @@ class Stats:
     accepted: int = 0  # the item's accept command ran
     partially_accepted: int = 0  # textDocument/didPartiallyAcceptCompletion
     accepted_chars: int = 0  # characters accepted partially
-    drafts_offered: int = 0  # fills given drafts from the user's code (context/drafts.py)
-    drafts_whole: int = 0  # ... whose chosen draft the model kept whole (model/verify.py)
+    drafts_offered: int = 0  # fills given drafts from the user's code
+    drafts_whole: int = 0  # ... whose chosen draft the model kept whole
     drafts_part: int = 0  # ... kept in part: a prefix, the rest denoised
     drafts_rejected: int = 0  # ... rejected at the first token: fully denoised
     forwards: int = 0  # forward passes of the model's fills (drafts' verification passes included)
@@ -106,7 +108,7 @@ class Stats:
     next_edit: NextEditStats = field(default_factory=NextEditStats)
 
     def drafted(self, outcome: Kept | None) -> None:
-        """Count a fill's draft outcome (protocol/answers.py DraftTally.outcome; None: it had none)."""
+        """Count a fill's draft outcome (DraftTally.outcome; None: it had none)."""
         if outcome is None:
             return
         self.drafts_offered += 1

@@ -20,6 +20,7 @@ Our own (small) models are trained whole. A model too large for that, a Hugging 
 of a supported family, gets low-rank adapters instead (model/lora.py; rank 16 unless `lora_rank`
 says otherwise): OUT then holds adapter.json and adapter.safetensors, a few MB beside the name and
 fingerprint of the base model, and loading OUT merges them into the base.
+Weights checked by model/checkpoint.py, adapters model/lora.py's, claims model/claims.py's.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ RUN_FORMAT = 1
 MIN_EDITS = 20  # fewer mined edits than this are too few rows to mix in
 EDIT_RATE = 0.2  # share of next-edit rows when there are enough
 CHECKPOINT_FILES = ("model.safetensors", "tokenizer.json", "config.json")  # config.json last: the loader's key
-ADAPTER_FILES = ("adapter.safetensors", "adapter.json")  # model/lora.py; adapter.json last
+ADAPTER_FILES = ("adapter.safetensors", "adapter.json")  # adapter.json last
 HF_LORA_RANK = 16
 
 
@@ -75,7 +76,7 @@ def default_out(repo: Path) -> Path:
     """REPO/.diffusion-lsp/model, where the server looks, once it is sure that writing there stays
     inside the repository: .diffusion-lsp and the model folder are real folders or absent (a
     repository may commit `.diffusion-lsp -> /elsewhere`, whose run/ would be deleted), and nothing
-    under .diffusion-lsp is a symlink (a committed `model/adapt.json -> ~/.bashrc` would be
+    under .diffusion-lsp is a symlink (a committed `.diffusion-lsp/model/adapt.json -> ~/.bashrc` would be
     written through); a UserError saying which and what to do."""
     out = repo / ADAPTED_DIR
     top = out.parent
@@ -173,7 +174,7 @@ def train_config(plan: Plan, edits: int, base_model: dict, lora_rank: int):
 
 def check_trained(run_ckpt: Path) -> None:
     """UserError when the run's weights are no model (training that diverged leaves NaN in them), before
-    they replace OUT's model and are recorded as trusted (model/checkpoint.py weight_problem)."""
+    they replace OUT's model and are recorded as trusted (weight_problem)."""
     from safetensors import safe_open
 
     from ..model.checkpoint import weight_problem
@@ -207,7 +208,7 @@ def publish(run_ckpt: Path, out: Path, extra: dict) -> None:
 
 
 def adapt(plan: Plan, files: list[SourceFile], progress: bool = True) -> dict:
-    """Train plan.base on the repository's training files (`files`: context/repo.py's list, the held-out
+    """Train plan.base on the repository's training files (`files`: the repository's list, the held-out
     ones are kept out) -> a summary; the adapted model is in plan.out."""
     from ..model.checkpoint import CheckpointError
     from .loop import train
@@ -249,7 +250,7 @@ def adapt(plan: Plan, files: list[SourceFile], progress: bool = True) -> dict:
             "languages": sorted({f.language for f in train_files}), "lora_rank": rank}
     adapted = {"adapted": {k: info[k] for k in ("repo", "base", "minutes", "steps", "tokens", "lora_rank")}}
     # what the model claims stays the base model's: minutes on one repository teach it no new language
-    # (adapters claim what their base does: model/claims.py reads it there)
+    # (adapters claim what their base does: the claims are read there)
     check_trained(plan.run_dir / "checkpoint")
     publish(plan.run_dir / "checkpoint", plan.out, adapted if rank else {"claims": config.get("claims", {}), **adapted})
     info["trusted"] = trust(plan.out, plan.repo)  # the server uses it for this repository without asking

@@ -1,4 +1,5 @@
-"""Training run configuration: one dataclass, saved in train_state.pt and compared on resume."""
+"""Training run configuration: one dataclass, saved in train_state.pt and compared on resume.
+Next-edit records: data/edits.py; adapters: model/lora.py."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class TrainConfig:
     corpus: str  # folder with train.jsonl, val.jsonl (optional) and tokenizer.json
     out: str  # run folder: checkpoint/, train_state.pt, log.jsonl
     init: str | None = None  # a new run starts from this checkpoint's weights and tokenizer (fresh optimizer)
-    edits: str | None = None  # folder with next-edit records train.jsonl, val.jsonl (data/edits.py)
+    edits: str | None = None  # folder with next-edit records train.jsonl, val.jsonl
     edit_rate: float = 0.0  # fraction of rows that are next-edit rows (needs edits)
     preset: str = "small"  # ModelConfig preset; vocab_size always follows the tokenizer
     model: dict = field(default_factory=dict)  # overrides of MODEL_KEYS
@@ -41,7 +42,7 @@ class TrainConfig:
     threads: int = 0  # torch threads per process; 0: available cores / local processes
     device: str = "auto"  # auto: cuda when available, else cpu
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    lora_rank: int = 0  # > 0: train low-rank adapters of this rank on init's frozen weights (model/lora.py)
+    lora_rank: int = 0  # > 0: train low-rank adapters of this rank on init's frozen weights
     lora_alpha: float | None = None  # the adapters' scale is alpha / rank; None: 2 * rank
 
     def __post_init__(self):

@@ -9,6 +9,7 @@ RUN_DIR/train_state.pt    optimizer state, step, elapsed seconds, tokens seen, t
 
 Both are written to temporary names first and then renamed, so an interrupted save leaves the
 previous pair usable.
+Claims: model/claims.py; the corpus: data/build.py.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import torch
 from diffusion_lsp.model import lora
 from diffusion_lsp.model.checkpoint import load_checkpoint, save_checkpoint
 
-# what a model trained by these commands may claim (model/claims.py): the corpus is Python files only
-# (data/build.py reads .py files), and no run measures next edits as right, so none is claimed
+# what a model trained by these commands may claim: the corpus is Python files only
+# (the corpus build reads .py files), and no run measures next edits as right, so none is claimed
 TRAINED_CLAIMS = {"languages": ["python"], "next_edits": False}
 
 STATE_VERSION = 1

@@ -1,7 +1,8 @@
 """The socket to the worker, from the side that uses it (asyncio): connect to a running worker or
 start one, send orders and pings, route each answer (and a fill's drafts) to its caller, keep the
 worker's state, and kill one that stopped answering. It calls nobody back: its owner (link.py)
-awaits `events` (hello, state changes, and "lost" when a worker goes away unasked) and `settled()`."""
+awaits `events` (hello, state changes, and "lost" when a worker goes away unasked) and `settled()`.
+Orders answered by model/probe.py, model/native.py, formats/instruct.py and model/structured.py."""
 
 from __future__ import annotations
 
@@ -118,19 +119,19 @@ class WorkerClient:
         return self._order(key, order, Fill)
 
     async def probe(self, key: str, order: ProbeOrder) -> Probed:
-        """The worker's probe (model/probe.py); raises like `fill`."""
+        """The worker's probe; raises like `fill`."""
         return await self._answer(key, order, Probed)
 
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
-        """A region rewritten by a model asked through its prompt (model/native.py); raises like `fill`."""
+        """A region rewritten by a model asked through its prompt; raises like `fill`."""
         return await self._answer(key, order, Fill)
 
     async def instruct(self, key: str, order: InstructOrder) -> Fill:
-        """A region rewritten as an instruction says (formats/instruct.py); raises like `fill`."""
+        """A region rewritten as an instruction says; raises like `fill`."""
         return await self._answer(key, order, Fill)
 
     async def structured(self, key: str, order: StructuredOrder) -> Answered:
-        """JSON or tool calls under constraints (model/structured.py); raises like `fill`."""
+        """JSON or tool calls under constraints; raises like `fill`."""
         return await self._answer(key, order, Answered)
 
     async def _answer(self, key: str, order, answer):

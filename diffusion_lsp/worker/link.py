@@ -8,7 +8,8 @@ that then does not answer a ping (stopped, hung), whose model thread is gone, or
 still holds a cancelled order STUCK_GRACE_S later, is killed and restarted; until the new one is
 ready the link says "restarting" and why (`describe`: serve-api's /health). It reports to a person
 through a Reporter and counts into `counts`; it calls none of its callers back. What the client
-hears from the worker (ready, failed, lost) a supervising task of the link awaits (`_supervise`)."""
+hears from the worker (ready, failed, lost) a supervising task of the link awaits (`_supervise`).
+Probes: model/probe.py; rewrites: model/native.py; instructions: formats/instruct.py."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ class WorkerLink:
     @property
     def capabilities(self) -> Capabilities:
         """What the worker's model can do, as its state event says once it is loaded; until then our
-        own models' (a model transformers runs cannot probe, and rewrites instead: model/native.py)."""
+        own models' (a model transformers runs cannot probe, and rewrites instead)."""
         said = self.client.capabilities if self.client is not None else None
         return said or self.OWN_MODEL
 
@@ -147,7 +148,7 @@ class WorkerLink:
         return await self._call("fill", lambda c: c.fill(key, order))
 
     async def probe(self, key: str, order: ProbeOrder) -> Probed:
-        """The worker's probe (model/probe.py), with the same deadline and failures as `fill`."""
+        """The worker's probe, with the same deadline and failures as `fill`."""
         return await self._call("probe", lambda c: c.probe(key, order))
 
     async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
@@ -158,7 +159,7 @@ class WorkerLink:
         return await self._call("rewrite", lambda c: c.rewrite(key, order))
 
     async def instruct(self, key: str, order: InstructOrder) -> Fill:
-        """A region rewritten as an instruction says: every model answers one (formats/instruct.py)."""
+        """A region rewritten as an instruction says: every model answers one."""
         return await self._call("instruct", lambda c: c.instruct(key, order))
 
     async def structured(self, key: str, order: StructuredOrder) -> Answered:

@@ -13,7 +13,8 @@ fill whose settings are bad is refused on arrival, alone, before it can join (an
 order that fails in the model fails alone or with its batch, never the model thread. A ping says how
 long the model thread has held an order that was stopped and not let it go, or that the thread is gone:
 its clients restart such a worker (link.py). A model that has not loaded within `load_timeout_s` is
-"failed", with that reason. Protocol: wire.py."""
+"failed", with that reason. Protocol: wire.py.
+Single orders: model/probe.py, model/structured.py, formats/instruct.py, model/native.py."""
 
 from __future__ import annotations
 
@@ -296,7 +297,7 @@ class Worker:
         return self._admit(jobs)
 
     def _decode(self, batch: list[Job]) -> None:
-        """Decode `batch` through the engine (engine/batch.py), step by step; between steps, stopped jobs
+        """Decode `batch` through the engine (its OrderBatch), step by step; between steps, stopped jobs
         leave, finished ones are answered at once, and queued ones with the same settings join while there
         is room."""
         jobs = self._admit(batch)  # jobs[i] is the decoding's request i
@@ -340,8 +341,8 @@ class Worker:
                     reply(i, BackendError(Failure.REFUSED, f"{type(e).__name__}: {e}").message(job.id))
 
     def _single(self, job: Job) -> None:
-        """A probe (model/probe.py), a structured answer (model/structured.py), an edit from an instruction
-        (formats/instruct.py) or a rewrite (a model asked through its prompt: model/native.py)."""
+        """A probe, a structured answer, an edit from an instruction or a rewrite (a model asked through
+        its prompt)."""
         try:
             if isinstance(job.order, ProbeOrder):
                 answer = self.engine.answer_probe(job.order, job.key)
