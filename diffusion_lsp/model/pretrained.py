@@ -193,7 +193,7 @@ def model_config(config: dict, family: Family, shapes: dict[str, list[int]], fol
         read = family.config(config)  # field -> (config.json key, value)
     except KeyError as e:
         raise CheckpointError(f"checkpoint {folder}: config.json has no {e.args[0]!r} ({family.name} family)") from None
-    except ValueError as e:  # a value no size can be derived from (families.py names its key)
+    except ValueError as e:  # a value no size can be derived from (family_configs.py names its key)
         raise CheckpointError(f"checkpoint {folder}: config.json {e}") from None
     check_bounds(read, folder)
     flags = dict(
