@@ -121,14 +121,12 @@ def _prompt(family_name: str | None, tok) -> dict:
 
 def check(path: Path, reference: bool = True) -> dict:
     """The figures `model check` prints. CheckpointError when the folder does not load."""
-    import torch
-
     from .model.families import is_native_folder
 
     if is_native_folder(path):
         return check_native(path, reference)
 
-    from .model.pretrained import PretrainedLM, is_hf_folder, load_folder  # raises CheckpointError
+    from .model.pretrained import is_hf_folder, load_folder  # raises CheckpointError
 
     t0 = time.perf_counter()
     model, tok, meta = load_folder(path, "cpu")
@@ -154,33 +152,36 @@ def check(path: Path, reference: bool = True) -> dict:
     elif not hf:
         out["reference"] = {"skipped": "our own format has no transformers reference"}
     else:
-        from .model.families import detect_family
-        from .model.pretrained import read_hf_config
-        from .model.reference import CLASSES
-
-        family = detect_family(read_hf_config(path)[0])
-        if family.name not in CLASSES:
-            out["reference"] = {"skipped": f"transformers has no class for {family.name} (its modeling file is "
-                                           "remote code, never run here; the tests compare our forward with one "
-                                           "written from it)"}
-            return out
-        try:
-            from .model.reference import reference_logits, reference_model
-
-            ref = reference_model(path)
-        except ImportError:
-            out["reference"] = {"skipped": "transformers is not installed (pip install transformers)"}
-            return out
-        ids = torch.tensor([tok.encode(SAMPLE)])
-        with torch.inference_mode():
-            ours = PretrainedLM(model)(ids).float()
-        theirs = reference_logits(ref, ids)
-        out["reference"] = {
-            "tokens": ids.shape[1], "max_abs_diff": float((ours - theirs).abs().max()),
-            "logit_std": float(theirs.std()),
-            "argmax_agreement": float((ours.argmax(-1) == theirs.argmax(-1)).float().mean()),
-        }
+        out["reference"] = _compare(path, model, tok)
     return out
+
+
+def _compare(path: Path, model, tok) -> dict:
+    """Our forward against transformers' on SAMPLE for a Hugging Face folder: the largest logit
+    difference and how often the two agree on the top token; why not, where it is skipped."""
+    import torch
+
+    from .model.families import detect_family
+    from .model.pretrained import PretrainedLM, read_hf_config
+    from .model.reference import CLASSES
+
+    family = detect_family(read_hf_config(path)[0])
+    if family.name not in CLASSES:
+        return {"skipped": f"transformers has no class for {family.name} (its modeling file is remote code, never "
+                           "run here; the tests compare our forward with one written from it)"}
+    try:
+        from .model.reference import reference_logits, reference_model
+
+        ref = reference_model(path)
+    except ImportError:
+        return {"skipped": "transformers is not installed (pip install transformers)"}
+    ids = torch.tensor([tok.encode(SAMPLE)])
+    with torch.inference_mode():
+        ours = PretrainedLM(model)(ids).float()
+    theirs = reference_logits(ref, ids)
+    return {"tokens": ids.shape[1], "max_abs_diff": float((ours - theirs).abs().max()),
+            "logit_std": float(theirs.std()),
+            "argmax_agreement": float((ours.argmax(-1) == theirs.argmax(-1)).float().mean())}
 
 
 def run(args) -> int:

@@ -1,10 +1,10 @@
-"""Chat templates and messages under hostile input (model/sandbox.py, model/chat.py): a template that
-loops or builds a huge value is a one-line ValueError within the render's budget, whatever construct
-it uses; client data nested past MAX_DEPTH is refused naming its field before anything recurses on
-it; a template that breaks a bound on a short conversation is refused where it is read (serve-api
-exits 2 with one line, `fim --model` on a checkpoint asked in a chat turn ends with one line), and
-serve-api renders each conversation in its own process: a request that breaks a bound is a 400
-naming messages and the model goes on answering."""
+"""Chat templates and messages under hostile input (model/sandbox.py, model/template_bounds.py,
+model/chat.py): a template that loops or builds a huge value is a one-line ValueError within the
+render's budget, whatever construct it uses; client data nested past MAX_DEPTH is refused naming its
+field before anything recurses on it; a template that breaks a bound on a short conversation is
+refused where it is read (serve-api exits 2 with one line, `fim --model` on a checkpoint asked in a
+chat turn ends with one line), and serve-api renders each conversation in its own process: a request
+that breaks a bound is a 400 naming messages and the model goes on answering."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from diffusion_lsp.api.bodies import BadRequest
 from diffusion_lsp.api.chat import parse_chat
 from diffusion_lsp.engine import DEFAULT_MODEL, load_engine
-from diffusion_lsp.model import sandbox
+from diffusion_lsp.model import template_bounds
 from diffusion_lsp.model.chat import conversation, launch_template
 from diffusion_lsp.model.prompting import MAX_DEPTH, TemplateOverBound, chat_template, render_chat
 from diffusion_lsp.protocol.settings import LaunchSettings
@@ -63,7 +63,7 @@ HOSTILE = {
 
 @pytest.fixture
 def quick(monkeypatch):
-    monkeypatch.setattr(sandbox, "BUDGET_S", 0.3)  # the wall-clock bound, short for the tests
+    monkeypatch.setattr(template_bounds, "BUDGET_S", 0.3)  # the wall-clock bound, short for the tests
 
 
 @pytest.mark.parametrize("name", HOSTILE)

@@ -32,7 +32,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from .keywords import ANNOTATIONS, MAX_BOUND, Cannot, bound, merge, resolve, types_of, violation
+from .keywords import ANNOTATIONS, MAX_BOUND, TYPES, Cannot, bound, escape, merge, resolve, types_of, violation, walk
 from .nodes import (MAX_ITEMS, MAX_OPTIONS, MAX_STRING_TOKENS, Arr, Choice, Const, Node, Nullable, Num, Obj, Str,
                     measure, over_budget)
 
@@ -45,7 +45,6 @@ KNOWN = {"type", "properties", "required", "additionalProperties", "items", "min
          "anyOf", "oneOf",
          "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$defs",
          "definitions", "$ref", "strict"}
-TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 
 
 class Unsupported(ValueError):
@@ -66,7 +65,7 @@ def compile_schema(schema) -> Node:
             from None
     except RecursionError:
         raise Unsupported("the schema is nested too deeply") from None
-    bad, places = _walk(schema)
+    bad, places = walk(schema)
     if bad:  # a broken schema: said whole, before anything below reads its keywords
         raise Unsupported(_said(bad))
     try:
@@ -98,92 +97,125 @@ class _Context:
 
 
 def _compile(s, path: str, cx: _Context) -> Node:
-    problems = cx.problems
-    cx.parts += 1
-    if cx.parts > MAX_NODES or len(cx.refs) + path.count("/") > MAX_DEPTH * 2:
-        problems.append(f"{path}: the schema is too large or too deep (at most {MAX_NODES} parts)")
+    if not _admit(s, path, cx):
         return Const("null")
-    if not isinstance(s, dict):
-        problems.append(f"{path}: a schema must be an object" + (" (true/false schemas are not supported)"
-                                                                 if isinstance(s, bool) else ""))
-        return Const("null")
-    for key in s:
-        if key not in KNOWN and key not in ANNOTATIONS:
-            problems.append(f"{path}: {key} is not supported")
-    if "$ref" in s:  # the target and the siblings both hold (2020-12): their intersection
-        try:
-            pointer, target = resolve(cx.root, s["$ref"])
-        except Cannot as e:
-            problems.append(f"{path}: {e}")
-            return Const("null")
-        if pointer not in cx.places:  # a keyword's value (#/properties/a/const/0), not a subschema
-            problems.append(f"{path}: $ref {s['$ref']!r} points at a value, not a subschema")
-            return Const("null")
-        if pointer in cx.refs:
-            problems.append(f"{path}: $ref {s['$ref']!r} is recursive (not supported)")
-            return Const("null")
-        rest = {k: v for k, v in s.items() if k != "$ref" and k not in ANNOTATIONS}
-        try:
-            merged = merge(target, rest, cx.root) if rest else target
-        except Cannot as e:
-            problems.append(f"{path}: $ref {s['$ref']!r} and its sibling keywords: {e}")
-            return Const("null")
-        cx.refs += (pointer,)
-        try:
-            return _compile(merged, pointer if not rest else f"{path}/$ref", cx)
-        finally:
-            cx.refs = cx.refs[:-1]
+    if "$ref" in s:
+        return _reference(s, path, cx)
     for union in ("anyOf", "oneOf"):
         if union in s:
             return _nullable_union(s, union, path, cx)
     kind = s.get("type")
     if isinstance(kind, list):
-        try:
-            kinds = types_of(kind)
-        except Cannot as e:
-            problems.append(f"{path}: {e}")
-            return Const("null")
-        if len(kinds) < len(kind):  # the meta-schema's uniqueItems
-            problems.append(f"{path}: type lists a type twice ({kind})")
-            return Const("null")
-        if "integer" in kinds and "number" in kinds:  # every integer is a number
-            kinds.remove("integer")
-        if len(kinds) == 1:
-            return _compile({**s, "type": kinds[0]}, path, cx)
-        if "const" not in s and "enum" not in s:  # the values are filtered by the list below
-            if len(kinds) == 2 and "null" in kinds:
-                other = next(t for t in kinds if t != "null")
-                return Nullable(_compile({**s, "type": other}, path, cx))
-            problems.append(f"{path}: type as a list ({kind}) is not supported: give one type, or one and null")
-            return Const("null")
+        node = _type_list(s, kind, path, cx)
+        if node is not None:  # None: a const or enum, whose values the list filters (_values)
+            return node
     if "const" in s or "enum" in s:
         return _values(s, path, cx)
     if kind is None and "properties" in s:
         kind = "object"
     if kind not in TYPES:
-        problems.append(f"{path}: type must be one of {', '.join(TYPES)}" + ("" if kind is None else f", got {kind!r}"))
+        cx.problems.append(f"{path}: type must be one of {', '.join(TYPES)}"
+                           + ("" if kind is None else f", got {kind!r}"))
         return Const("null")
     if kind == "null":
         return Const("null")
     if kind == "boolean":
         return Choice(("true", "false"))
     if kind == "string":
-        return _string(s, path, problems)
+        return _string(s, path, cx.problems)
     if kind in ("integer", "number"):
-        return _number(s, path, problems, kind == "integer")
+        return _number(s, path, cx.problems, kind == "integer")
     if kind == "array":
-        lo, hi = _count(s, "minItems", 0, path, problems), _count(s, "maxItems", None, path, problems)
-        if hi is None:
-            hi = max(lo, DEFAULT_MAX_ITEMS)
-        if hi > MAX_ITEMS or lo > hi:
-            problems.append(f"{path}: items must be between minItems and maxItems, at most {MAX_ITEMS}")
-            return Const("[]")
-        if "items" not in s or not isinstance(s["items"], dict):
-            problems.append(f"{path}: an array needs items (one schema for every item)")
-            return Const("[]")
-        item = _compile(s["items"], f"{path}/items", cx)
-        return Arr(item, lo if hi == 0 else max(lo, 1), hi)
+        return _array(s, path, cx)
     return _object(s, path, cx)
+
+
+def _admit(s, path: str, cx: _Context) -> bool:
+    """Counts `s` as one more part; False (the problem noted) past MAX_NODES or MAX_DEPTH, or for a
+    schema that is not an object. Each keyword it does not know is noted, and the compile goes on, so
+    that all of them are said at once."""
+    cx.parts += 1
+    if cx.parts > MAX_NODES or len(cx.refs) + path.count("/") > MAX_DEPTH * 2:
+        cx.problems.append(f"{path}: the schema is too large or too deep (at most {MAX_NODES} parts)")
+        return False
+    if not isinstance(s, dict):
+        cx.problems.append(f"{path}: a schema must be an object" + (" (true/false schemas are not supported)"
+                                                                    if isinstance(s, bool) else ""))
+        return False
+    for key in s:
+        if key not in KNOWN and key not in ANNOTATIONS:
+            cx.problems.append(f"{path}: {key} is not supported")
+    return True
+
+
+def _reference(s: dict, path: str, cx: _Context) -> Node:
+    """A `$ref`: the target and the siblings both hold (2020-12), so their intersection is compiled,
+    at the target's pointer when there are no siblings; a pointer being followed is recursion."""
+    problems = cx.problems
+    try:
+        pointer, target = resolve(cx.root, s["$ref"])
+    except Cannot as e:
+        problems.append(f"{path}: {e}")
+        return Const("null")
+    if pointer not in cx.places:  # a keyword's value (#/properties/a/const/0), not a subschema
+        problems.append(f"{path}: $ref {s['$ref']!r} points at a value, not a subschema")
+        return Const("null")
+    if pointer in cx.refs:
+        problems.append(f"{path}: $ref {s['$ref']!r} is recursive (not supported)")
+        return Const("null")
+    rest = {k: v for k, v in s.items() if k != "$ref" and k not in ANNOTATIONS}
+    try:
+        merged = merge(target, rest, cx.root) if rest else target
+    except Cannot as e:
+        problems.append(f"{path}: $ref {s['$ref']!r} and its sibling keywords: {e}")
+        return Const("null")
+    cx.refs += (pointer,)
+    try:
+        return _compile(merged, pointer if not rest else f"{path}/$ref", cx)
+    finally:
+        cx.refs = cx.refs[:-1]
+
+
+def _type_list(s: dict, kind: list, path: str, cx: _Context) -> Node | None:
+    """`type` as a list: one type, or one and null; None where a const or enum is there to be filtered
+    by the list (the values of the types listed are kept)."""
+    problems = cx.problems
+    try:
+        kinds = types_of(kind)
+    except Cannot as e:
+        problems.append(f"{path}: {e}")
+        return Const("null")
+    if len(kinds) < len(kind):  # the meta-schema's uniqueItems
+        problems.append(f"{path}: type lists a type twice ({kind})")
+        return Const("null")
+    if "integer" in kinds and "number" in kinds:  # every integer is a number
+        kinds.remove("integer")
+    if len(kinds) == 1:
+        return _compile({**s, "type": kinds[0]}, path, cx)
+    if "const" in s or "enum" in s:  # the values are filtered by the list
+        return None
+    if len(kinds) == 2 and "null" in kinds:
+        other = next(t for t in kinds if t != "null")
+        return Nullable(_compile({**s, "type": other}, path, cx))
+    problems.append(f"{path}: type as a list ({kind}) is not supported: give one type, or one and null")
+    return Const("null")
+
+
+def _array(s: dict, path: str, cx: _Context) -> Node:
+    """An array of one schema for every item, minItems to maxItems of them (at least one unless
+    maxItems is 0; at most max(minItems, DEFAULT_MAX_ITEMS) without a maxItems)."""
+    problems = cx.problems
+    lo, hi = _count(s, "minItems", 0, path, problems), _count(s, "maxItems", None, path, problems)
+    if hi is None:
+        hi = max(lo, DEFAULT_MAX_ITEMS)
+    if hi > MAX_ITEMS or lo > hi:
+        problems.append(f"{path}: items must be between minItems and maxItems, at most {MAX_ITEMS}")
+        return Const("[]")
+    if "items" not in s or not isinstance(s["items"], dict):
+        problems.append(f"{path}: an array needs items (one schema for every item)")
+        return Const("[]")
+    item = _compile(s["items"], f"{path}/items", cx)
+    return Arr(item, lo if hi == 0 else max(lo, 1), hi)
 
 
 def _nullable_union(s: dict, union: str, path: str, cx: _Context) -> Node:
@@ -249,69 +281,11 @@ def _object(s: dict, path: str, cx: _Context) -> Node:
     if not isinstance(props, dict):
         problems.append(f"{path}: properties must be an object of schemas")
         return Const("{}")
-    required = s.get("required", [])  # its form: _malformed
+    required = s.get("required", [])  # its form: keywords.malformed
     missing = [r for r in required if isinstance(r, str) and r not in props] if isinstance(required, list) else []
     if missing:
         problems.append(f"{path}: required names properties the schema does not have: {missing}")
-    return Obj(tuple((k, _compile(v, f"{path}/properties/{_escape(k)}", cx)) for k, v in props.items()))
-
-
-COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
-BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-
-
-def _malformed(s: dict) -> list[str]:
-    """The keywords whose values are not of the form the 2020-12 meta-schema gives them, whatever
-    type of value they would apply to (a `minItems: [1]` beside `type: string` is a broken schema)."""
-    bad = []
-    for key, v in s.items():
-        if key in COUNTS and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
-            bad.append(f"{key} must be a non-negative integer")
-        elif key in BOUNDS and not bound(v):
-            bad.append(f"{key} must be a finite number of at most {MAX_BOUND:g} in size")
-        elif key == "required" and not (isinstance(v, list) and all(isinstance(r, str) for r in v)
-                                        and len(set(v)) == len(v)):
-            bad.append("required must be a list of distinct property names")
-        elif key in ("properties", "$defs", "definitions") and not (
-                isinstance(v, dict) and all(isinstance(x, (bool, dict)) for x in v.values())):
-            bad.append(f"{key} must be an object of schemas")
-        elif key in ("additionalProperties", "items") and not isinstance(v, (bool, dict)):
-            bad.append(f"{key} must be a boolean or a schema")
-        elif key == "enum" and not isinstance(v, list):
-            bad.append("enum must be a non-empty list")
-        elif key in ("anyOf", "oneOf") and not (isinstance(v, list) and v and all(isinstance(x, (bool, dict))
-                                                                                  for x in v)):
-            bad.append(f"{key} must be a non-empty list of schemas")
-        elif key == "$ref" and not isinstance(v, str):
-            bad.append("$ref must be a string (a JSON pointer)")
-        elif key == "type" and not (isinstance(v, str) and v in TYPES or isinstance(v, list) and v and all(
-                isinstance(t, str) and t in TYPES for t in v)):
-            bad.append(f"type must be one of {', '.join(TYPES)} or a list of them, got {v!r}")
-    return bad
-
-
-def _walk(schema: dict) -> tuple[list[str], set[str]]:
-    """(_malformed for every subschema, those no value reaches too: the `properties` of a string, an
-    unused def; the pointers of the subschemas). A broken schema is refused whole."""
-    bad, places, stack = [], set(), [("#", schema)]
-    while stack:
-        path, s = stack.pop()
-        places.add(path)
-        if not isinstance(s, dict):
-            continue
-        bad += (f"{path}: {why}" for why in _malformed(s))
-        for key in ("properties", "$defs", "definitions"):
-            if isinstance(s.get(key), dict):
-                stack += ((f"{path}/{key}/{_escape(k)}", v) for k, v in s[key].items())
-        for key in ("anyOf", "oneOf"):
-            if isinstance(s.get(key), list):
-                stack += ((f"{path}/{key}/{i}", v) for i, v in enumerate(s[key]))
-        stack += ((f"{path}/{key}", s[key]) for key in ("items", "additionalProperties") if key in s)
-    return bad, places
-
-
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
+    return Obj(tuple((k, _compile(v, f"{path}/properties/{escape(k)}", cx)) for k, v in props.items()))
 
 
 def _is_null(s) -> bool:

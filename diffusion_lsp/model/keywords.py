@@ -5,6 +5,8 @@
   union's siblings, which hold for each branch; a pair it cannot intersect is a `Cannot` naming it;
 - `violation`: the keyword by which a subschema rejects a value (an `enum` / `const` option is kept
   only where its siblings accept it), the 2020-12 validation rules for the keywords the layout knows.
+- `walk`: every subschema's pointer, and the keywords whose values are not of the form the 2020-12
+  meta-schema gives them (`malformed`), so that a broken schema is refused whole before it is compiled.
 The caller names where in the schema (its path) a `Cannot` was met."""
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ ANNOTATIONS = {"title", "description", "$comment", "examples", "default", "$sche
 CHECKED = {"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
            "anyOf", "oneOf", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
            "$ref"}
+TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 LOWER = {"minLength": max, "minItems": max, "minimum": max, "exclusiveMinimum": max,
          "maxLength": min, "maxItems": min, "maximum": min, "exclusiveMaximum": min}  # how two bounds intersect
 
@@ -45,6 +48,11 @@ def resolve(root: dict, ref) -> tuple[str, object]:
         else:
             raise Cannot(f"$ref {ref!r} points at nothing in this schema")
     return "#" + pointer, at
+
+
+def escape(key: str) -> str:
+    """`key` as one token of a JSON pointer (RFC 6901: ~ as ~0, / as ~1; what `resolve` reads back)."""
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 def identity(v):
@@ -115,6 +123,13 @@ def violation(value, s, root: dict, depth: int = 0, memo: dict | None = None) ->
         raise Cannot(f"{unknown[0]} is not supported")
     if "$ref" in s and (bad := violation(value, resolve(root, s["$ref"])[1], root, depth + 1, memo)):
         return bad
+    return (_kind_violation(value, s, memo) or _size_violation(value, s) or _bound_violation(value, s)
+            or _items_violation(value, s, root, depth, memo) or _properties_violation(value, s, root, depth, memo)
+            or _union_violation(value, s, root, depth, memo))
+
+
+def _kind_violation(value, s: dict, memo: dict) -> str | None:
+    """`type`, `const` or `enum`, the first that rejects `value`."""
     if "type" in s and not any(has_type(value, k) for k in types_of(s["type"])):
         return "type"
     if "const" in s and not same(value, s["const"]):
@@ -124,6 +139,11 @@ def violation(value, s, root: dict, depth: int = 0, memo: dict | None = None) ->
             raise Cannot("enum must be a list")
         if identity(value) not in _members(s["enum"], memo):
             return "enum"
+    return None
+
+
+def _size_violation(value, s: dict) -> str | None:
+    """The length bound of a string or the item bound of an array that `value` is past."""
     for key, size, of in (("minLength", len, str), ("maxLength", len, str), ("minItems", len, list),
                           ("maxItems", len, list)):
         if key in s and isinstance(value, of):
@@ -132,31 +152,53 @@ def violation(value, s, root: dict, depth: int = 0, memo: dict | None = None) ->
                 raise Cannot(f"{key} must be a non-negative integer")
             if (size(value) < n) if key.startswith("min") else (size(value) > n):
                 return key
-    if is_number(value):
-        for key, ok in (("minimum", lambda b: value >= b), ("maximum", lambda b: value <= b),
-                        ("exclusiveMinimum", lambda b: value > b), ("exclusiveMaximum", lambda b: value < b)):
-            if key in s:
-                if not bound(s[key]):
-                    raise Cannot(f"{key} must be a finite number of at most {MAX_BOUND:g} in size")
-                if not ok(s[key]):
-                    return key
+    return None
+
+
+def _bound_violation(value, s: dict) -> str | None:
+    """The bound (`minimum` & co.) a number is outside of."""
+    if not is_number(value):
+        return None
+    for key, ok in (("minimum", lambda b: value >= b), ("maximum", lambda b: value <= b),
+                    ("exclusiveMinimum", lambda b: value > b), ("exclusiveMaximum", lambda b: value < b)):
+        if key in s:
+            if not bound(s[key]):
+                raise Cannot(f"{key} must be a finite number of at most {MAX_BOUND:g} in size")
+            if not ok(s[key]):
+                return key
+    return None
+
+
+def _items_violation(value, s: dict, root: dict, depth: int, memo: dict) -> str | None:
     if isinstance(value, list) and "items" in s:
         for item in value:
             if bad := violation(item, s["items"], root, depth + 1, memo):
                 return f"items/{bad}"
-    if isinstance(value, dict):
-        props = s.get("properties", {})
-        if not isinstance(props, dict):
-            raise Cannot("properties must be an object")
-        required = s.get("required", [])
-        if not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
-            raise Cannot("required must be a list of property names")
-        if any(r not in value for r in required):
-            return "required"
-        extra = s.get("additionalProperties", True)
-        for k, v in value.items():
-            if bad := violation(v, props[k] if k in props else extra, root, depth + 1, memo):
-                return f"properties/{k}/{bad}" if k in props else "additionalProperties"
+    return None
+
+
+def _properties_violation(value, s: dict, root: dict, depth: int, memo: dict) -> str | None:
+    """An object's `required` property missing, or the first property its schema (or
+    `additionalProperties`) rejects."""
+    if not isinstance(value, dict):
+        return None
+    props = s.get("properties", {})
+    if not isinstance(props, dict):
+        raise Cannot("properties must be an object")
+    required = s.get("required", [])
+    if not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
+        raise Cannot("required must be a list of property names")
+    if any(r not in value for r in required):
+        return "required"
+    extra = s.get("additionalProperties", True)
+    for k, v in value.items():
+        if bad := violation(v, props[k] if k in props else extra, root, depth + 1, memo):
+            return f"properties/{k}/{bad}" if k in props else "additionalProperties"
+    return None
+
+
+def _union_violation(value, s: dict, root: dict, depth: int, memo: dict) -> str | None:
+    """`anyOf` no branch of which accepts `value`, or `oneOf` where not exactly one does."""
     for union in ("anyOf", "oneOf"):
         if union in s:
             if not (isinstance(s[union], list) and s[union]):
@@ -250,3 +292,56 @@ def _properties(a: dict, b: dict, root: dict) -> dict:
             out[k] = schema
     return out
 
+
+COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
+BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def malformed(s: dict) -> list[str]:
+    """The keywords whose values are not of the form the 2020-12 meta-schema gives them, whatever
+    type of value they would apply to (a `minItems: [1]` beside `type: string` is a broken schema)."""
+    bad = []
+    for key, v in s.items():
+        if key in COUNTS and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            bad.append(f"{key} must be a non-negative integer")
+        elif key in BOUNDS and not bound(v):
+            bad.append(f"{key} must be a finite number of at most {MAX_BOUND:g} in size")
+        elif key == "required" and not (isinstance(v, list) and all(isinstance(r, str) for r in v)
+                                        and len(set(v)) == len(v)):
+            bad.append("required must be a list of distinct property names")
+        elif key in ("properties", "$defs", "definitions") and not (
+                isinstance(v, dict) and all(isinstance(x, (bool, dict)) for x in v.values())):
+            bad.append(f"{key} must be an object of schemas")
+        elif key in ("additionalProperties", "items") and not isinstance(v, (bool, dict)):
+            bad.append(f"{key} must be a boolean or a schema")
+        elif key == "enum" and not isinstance(v, list):
+            bad.append("enum must be a non-empty list")
+        elif key in ("anyOf", "oneOf") and not (isinstance(v, list) and v and all(isinstance(x, (bool, dict))
+                                                                                  for x in v)):
+            bad.append(f"{key} must be a non-empty list of schemas")
+        elif key == "$ref" and not isinstance(v, str):
+            bad.append("$ref must be a string (a JSON pointer)")
+        elif key == "type" and not (isinstance(v, str) and v in TYPES or isinstance(v, list) and v and all(
+                isinstance(t, str) and t in TYPES for t in v)):
+            bad.append(f"type must be one of {', '.join(TYPES)} or a list of them, got {v!r}")
+    return bad
+
+
+def walk(schema: dict) -> tuple[list[str], set[str]]:
+    """(malformed for every subschema, those no value reaches too: the `properties` of a string, an
+    unused def; the pointers of the subschemas). A broken schema is refused whole."""
+    bad, places, stack = [], set(), [("#", schema)]
+    while stack:
+        path, s = stack.pop()
+        places.add(path)
+        if not isinstance(s, dict):
+            continue
+        bad += (f"{path}: {why}" for why in malformed(s))
+        for key in ("properties", "$defs", "definitions"):
+            if isinstance(s.get(key), dict):
+                stack += ((f"{path}/{key}/{escape(k)}", v) for k, v in s[key].items())
+        for key in ("anyOf", "oneOf"):
+            if isinstance(s.get(key), list):
+                stack += ((f"{path}/{key}/{i}", v) for i, v in enumerate(s[key]))
+        stack += ((f"{path}/{key}", s[key]) for key in ("items", "additionalProperties") if key in s)
+    return bad, places

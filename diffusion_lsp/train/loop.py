@@ -286,30 +286,46 @@ def _end(out: Path, rt: Runtime, prog: Progress, train_loss: float, rate: float,
     return summary
 
 
-def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
-    out = Path(cfg.out)
-    model, tok, opt, prog = _prepare(cfg, rt, out)
+def _data(cfg: TrainConfig, tok: Tokenizer, rt: Runtime) -> tuple[Batches, list[tuple[str, list[Batch]]]]:
+    """This rank's training batches (its own draws) and the fixed validation batches (_val_batches)."""
     newline = newline_table(tok)
     train_files = _load_split(Path(cfg.corpus) / "train.jsonl", tok, rt)
     edits = load_split_records(cfg, "train")
     train_data = Batches(train_files, tok, cfg.seq_len, cfg.batch_size, cfg.objective, cfg.seed, rt.rank, newline,
                          edits, cfg.edit_rate)
-    val_batches = _val_batches(cfg, tok, rt, newline)
-    loss_fn = MaskedDiffusionLoss(model)
-    step_fn = _distributed(loss_fn, rt)
-    if rt.main:
-        out.mkdir(parents=True, exist_ok=True)
-        _log(out, {"event": "start", "step": prog.step, "params": sum(p.numel() for p in model.parameters()),
-                   "trained_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
-                   "model": model.config.to_dict(), "world_size": rt.world_size, "device": str(rt.device),
-                   "amp": str(rt.amp_dtype), "threads": torch.get_num_threads(), "config": cfg.to_dict()})
+    return train_data, _val_batches(cfg, tok, rt, newline)
 
+
+def _log_start(out: Path, cfg: TrainConfig, rt: Runtime, model: DiffusionTransformer, prog: Progress) -> None:
+    """The run's folder, and the log's start record: the model, its sizes, the runtime and the settings."""
+    out.mkdir(parents=True, exist_ok=True)
+    _log(out, {"event": "start", "step": prog.step, "params": sum(p.numel() for p in model.parameters()),
+               "trained_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+               "model": model.config.to_dict(), "world_size": rt.world_size, "device": str(rt.device),
+               "amp": str(rt.amp_dtype), "threads": torch.get_num_threads(), "config": cfg.to_dict()})
+
+
+def _evaluation(cfg: TrainConfig, rt: Runtime, loss_fn: MaskedDiffusionLoss, val_batches, prog: Progress):
+    """The run's evaluation: the validation loss by kind -> its log fields; prog.val_loss the plain and
+    fim losses mixed at the objective's fim rate."""
     def run_eval() -> dict:
         losses = {kind: evaluate(loss_fn, bs, rt, rt.device) for kind, bs in val_batches}
         if losses:
             rate = cfg.objective.fim_rate
             prog.val_loss = (1 - rate) * losses["plain"] + rate * losses["fim"]
         return {f"val_{k}": v for k, v in losses.items()} | ({"val_loss": prog.val_loss} if losses else {})
+    return run_eval
+
+
+def _train(cfg: TrainConfig, rt: Runtime, progress_bar: bool) -> dict:
+    out = Path(cfg.out)
+    model, tok, opt, prog = _prepare(cfg, rt, out)
+    train_data, val_batches = _data(cfg, tok, rt)
+    loss_fn = MaskedDiffusionLoss(model)
+    step_fn = _distributed(loss_fn, rt)
+    if rt.main:
+        _log_start(out, cfg, rt, model, prog)
+    run_eval = _evaluation(cfg, rt, loss_fn, val_batches, prog)
 
     def save():
         save_run(out, model, tok, opt, prog, cfg.to_dict(), rt.world_size)
