@@ -9,7 +9,7 @@ BackendError of protocol/failure.py: DROPPED when superseded, TIMEOUT past its d
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
@@ -64,31 +64,40 @@ F = TypeVar("F", bound=Flag)
 
 
 class Latest(Generic[F]):
-    """At most one live request per key: taking a key's place sets the flag of the request that
-    held it. An empty key supersedes nothing and is superseded by nothing."""
+    """At most one live request per key: a request that claims a key supersedes the one that held
+    it (`supersede`, by default setting its flag). An empty key supersedes nothing and is superseded
+    by nothing. `take` holds a key for a block; `claim` and `release` for a request whose life ends
+    elsewhere (the worker's queue)."""
 
-    def __init__(self, make: Callable[[str], F]):
-        self._make = make
-        self._latest: dict[str, F] = {}
+    def __init__(self, make: Callable[[Hashable], F] | None = None,
+                 supersede: Callable[[F], None] = lambda flag: flag.set()):
+        self._make, self._supersede = make, supersede
+        self._latest: dict[Hashable, F] = {}
+
+    def claim(self, key: Hashable, flag: F) -> None:
+        if key:
+            if (old := self._latest.get(key)) is not None:
+                self._supersede(old)
+            self._latest[key] = flag
+
+    def release(self, key: Hashable, flag: F) -> None:
+        if key and self._latest.get(key) is flag:
+            del self._latest[key]
 
     def supersede_all(self) -> None:
         """Every live request is superseded (a shutdown); the keys are free again."""
-        for flag in self._latest.values():
-            flag.set()
+        for flag in list(self._latest.values()):
+            self._supersede(flag)
         self._latest.clear()
 
     @contextmanager
-    def take(self, key: str) -> Iterator[F]:
+    def take(self, key: Hashable) -> Iterator[F]:
         flag = self._make(key)
-        if key:
-            if (old := self._latest.get(key)) is not None:
-                old.set()
-            self._latest[key] = flag
+        self.claim(key, flag)
         try:
             yield flag
         finally:
-            if key and self._latest.get(key) is flag:
-                del self._latest[key]
+            self.release(key, flag)
 
 
 @dataclass

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..lifecycle import Latest
 from ..protocol.failure import BackendError, Failure
 from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
 from ..model.canvas import DoesNotFit
@@ -84,7 +85,7 @@ class Worker:
         self.cond = threading.Condition()
         self.queue: list[Job] = []
         self.jobs: dict[tuple[int, object], Job] = {}  # queued and running, by (conn, request id)
-        self.latest: dict[tuple[int, str], Job] = {}  # by (conn, key)
+        self.latest = Latest(supersede=lambda job: self._stop(job, "superseded"))  # by (conn, key)
         self.conns: set[Conn] = set()
         self.busy_since: float | None = None  # monotonic start of the batch being decoded
         self.running: list[Job] = []  # the batch's jobs (joiners too), until it ends
@@ -139,9 +140,8 @@ class Worker:
             if self.state == "failed":
                 conn.send(unloaded(self.error).message(rid))
                 return
-            if (old := self.latest.get((conn.id, key))) is not None:
-                self._stop(old, "superseded")
-            self.latest[(conn.id, key)] = self.jobs[(conn.id, rid)] = job
+            self.latest.claim((conn.id, key), job)
+            self.jobs[(conn.id, rid)] = job
             self.queue.append(job)
             self.cond.notify()
 
@@ -167,8 +167,7 @@ class Worker:
     def _forget(self, job: Job) -> None:
         job.let_go = True
         self.jobs.pop((job.conn.id, job.id), None)
-        if self.latest.get((job.conn.id, job.key)) is job:
-            del self.latest[(job.conn.id, job.key)]
+        self.latest.release((job.conn.id, job.key), job)
 
     def _state(self) -> dict:
         """The state event; once loaded, with the largest canvas a fill may ask for (max_tokens)."""
