@@ -25,11 +25,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import queue
 import re
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -167,11 +170,28 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def ended(ends: dict[int, int], timeout_s: float) -> dict[int, int]:
+    """ends ({pidfd: pid}) less the processes that end within timeout_s: a pidfd is readable once its
+    process has ended."""
+    left, deadline = dict(ends), time.monotonic() + timeout_s
+    while left and (remaining := deadline - time.monotonic()) > 0:
+        for fd in select.select(list(left), [], [], remaining)[0]:
+            left.pop(fd)
+    return left
+
+
+def _signal(pidfd: int, sig: int) -> None:
+    try:
+        signal.pidfd_send_signal(pidfd, sig)
+    except ProcessLookupError:  # it has ended
+        pass
+
+
 class CodeServer:
-    """code-server on a free port of 127.0.0.1 (--bind-addr :0; the port read from its log), kept
-    under root (private(root): config, user data with settings.json, logs, HOME) with the shared
-    extensions folder; stop() ends it and every process below it (the extension host, the language
-    server, the model worker)."""
+    """code-server on a free port of 127.0.0.1 (--bind-addr :0; the port read from its output, which
+    goes on to its log file), kept under root (private(root): config, user data with settings.json,
+    logs, HOME) with the shared extensions folder; stop() ends it and every process below it (the
+    extension host, the language server, the model worker)."""
 
     def __init__(self, binary: str, root: Path, extensions: Path, workspace: Path, settings: dict):
         self.root, self.workspace = root, workspace
@@ -180,23 +200,36 @@ class CodeServer:
         (self.data / "User").mkdir(parents=True)
         (self.data / "User" / "settings.json").write_text(json.dumps(settings, indent=1))
         self.log_path = root / "code-server.log"
-        self.log = self.log_path.open("w")
+        self.stopped = False
         self.proc = subprocess.Popen(
             [binary, *flags, "--auth", "none", "--bind-addr", "127.0.0.1:0", "--disable-telemetry",
              "--disable-update-check", "--disable-workspace-trust", "--extensions-dir", str(extensions),
              str(workspace)],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env=env, text=True, errors="replace")
+        self.heard: queue.Queue[str | None] = queue.Queue()  # the listening line's URL; None: the output ended
+        self.copying = threading.Thread(target=self._copy_output, daemon=True)
+        self.copying.start()
         self.base = self._wait_listening(60)
 
+    def _copy_output(self) -> None:
+        """code-server's output, each line into its log file as it comes; the URL of the line saying
+        where it listens is handed to _wait_listening."""
+        with self.log_path.open("w") as log:
+            for line in self.proc.stdout:
+                log.write(line)
+                log.flush()
+                m = LISTENING.search(line)
+                if m:
+                    self.heard.put(m.group(1))
+        self.heard.put(None)
+
     def _wait_listening(self, timeout_s: float) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            m = LISTENING.search(self.log_path.read_text())
-            if m:
-                return m.group(1)
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
+        try:
+            if (base := self.heard.get(timeout=timeout_s)) is not None:
+                return base
+        except queue.Empty:  # it is still running, and has not said where it listens
+            pass
         self.stop()
         raise AssertionError(f"code-server did not start: {self.log_path.read_text()[-3000:]}")
 
@@ -212,34 +245,36 @@ class CodeServer:
         return "\n".join(parts)
 
     def stop(self) -> None:
-        if self.log.closed:  # stopped already
+        if self.stopped:
             return
-        below = descendants(self.proc.pid)
-        for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        self.stopped = True
+        below: dict[int, int] = {}  # {pidfd: pid} of every process below it, each readable once it has ended
+        for pid in descendants(self.proc.pid):
             try:
-                os.killpg(self.proc.pid, sig)
+                below[os.pidfd_open(pid)] = pid
             except ProcessLookupError:
                 pass
-            for pid in below:  # also those in a session of their own (the model worker)
+        try:
+            for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
                 try:
-                    os.kill(pid, sig)
+                    os.killpg(self.proc.pid, sig)
                 except ProcessLookupError:
                     pass
-            try:
-                self.proc.wait(wait_s)
-                if sig == signal.SIGTERM:
-                    break
-            except subprocess.TimeoutExpired:
-                continue
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in below):
-            time.sleep(0.05)
-        for pid in below:  # whatever ignored SIGTERM
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.log.close()
+                for fd in below:  # also those in a session of their own (the model worker)
+                    _signal(fd, sig)
+                try:
+                    self.proc.wait(wait_s)
+                    if sig == signal.SIGTERM:
+                        break
+                except subprocess.TimeoutExpired:
+                    continue
+            for fd in ended(below, 5):  # whatever ignored SIGTERM
+                _signal(fd, signal.SIGKILL)
+        finally:
+            for fd in below:
+                os.close(fd)
+        self.copying.join(5)  # its output ends once every process that held it has
+
 
 
 @pytest.fixture
