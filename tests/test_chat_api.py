@@ -161,6 +161,8 @@ def test_a_base_model_without_a_template_answers_400(api, tmp_path):
         with pytest.raises(openai.BadRequestError, match="no chat template") as e:
             server.client().chat.completions.create(model="diffusion-lsp", messages=ASK)
         assert e.value.body["param"] == "messages" and "--chat-template" in e.value.body["message"]
+        with pytest.raises(openai.BadRequestError, match="no chat template"):  # a 400, not an event after a 200
+            server.client().chat.completions.create(model="diffusion-lsp", messages=ASK, stream=True)
         fill = dict(model="diffusion-lsp", prompt="def f(", suffix="\n", max_tokens=4)
         # fills are unaffected: the same fill as the server with a template writes
         assert server.client().completions.create(**fill).choices[0].text == \

@@ -151,6 +151,7 @@ class Routes:
         self.service.check(chat)
         rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if chat.stream:
+            self.service.refuse_now(chat)
             release = self.service.reserve()
             try:  # a conversation its template cannot render is a 400, not an event in a stream
                 chat = await self.service.render(chat)

@@ -262,6 +262,12 @@ class Service:
         self.metrics.observe_fill(answer)
         return answer
 
+    def refuse_now(self, req: Chat) -> None:
+        """A 400, before a stream starts, for a conversation the ready model cannot answer (no chat
+        template; no constraints): a stream admitted while the model loads says it as its error event."""
+        if self.describe().get("state") == "ready":
+            self._chat_sampling(req)
+
     def _chat_sampling(self, req: Chat) -> SamplerConfig:
         """The request's sampling once the model is ready; a 400 for a model that cannot answer the
         request (no chat template; no constraints for response_format / tools)."""
