@@ -10,7 +10,7 @@ import sys
 from . import jsonout
 from .protocol.failure import BackendError
 from .protocol.answers import Fill
-from .protocol.requests import FillOrder
+from .protocol.requests import FillRequest
 from .errors import UserError
 from .fim_batch import result_record, run_batch
 from .options import add_fill_args, command_backend, context_cutter, launch_settings, read_source, sampler_config
@@ -60,7 +60,7 @@ def run(args) -> int:
         raise UserError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     prefix, suffix = context_cutter(args, launch)(*split_at(read_source(args.file), args.at))
     backend = command_backend(launch)
-    fill = asyncio.run(fill_one(backend, FillOrder(prefix, suffix, args.max_tokens, args.one_line, cfg)))
+    fill = asyncio.run(fill_one(backend, FillRequest(prefix, suffix, args.max_tokens, args.one_line, cfg)))
     if args.json:
         print(jsonout.dumps(result_record(fill, with_confidence=True)))
     else:
@@ -69,7 +69,7 @@ def run(args) -> int:
     return 0
 
 
-async def fill_one(backend, order: FillOrder) -> Fill:
+async def fill_one(backend, order: FillRequest) -> Fill:
     """One fill; every failure is a UserError (one line)."""
     try:
         return await backend.fill("", order)

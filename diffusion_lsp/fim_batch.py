@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from . import jsonout
 from .protocol.failure import BackendError
 from .protocol.answers import Fill
-from .protocol.requests import FillOrder
+from .protocol.requests import FillRequest
 from .errors import UserError
 from .protocol.settings import LaunchSettings, SamplerConfig
 from .options import command_backend, context_cutter, ended_run, read_bytes
@@ -31,8 +31,8 @@ class Item:
     max_tokens: int = 32
     one_line: bool = False
 
-    def order(self, cfg: SamplerConfig) -> FillOrder:
-        return FillOrder(self.prefix, self.suffix, self.max_tokens, self.one_line, cfg)
+    def order(self, cfg: SamplerConfig) -> FillRequest:
+        return FillRequest(self.prefix, self.suffix, self.max_tokens, self.one_line, cfg)
 
 
 def parse_request(line: str, lineno: int, default_max: int):

@@ -51,7 +51,7 @@ def check_native(path: Path, reference: bool = True) -> dict:
     same seed and prompt, token for token."""
     import torch
 
-    from .protocol.requests import FillOrder
+    from .protocol.requests import FillRequest
     from .engine import NativeEngine
     from .model.decoding import run
     from .model.native import SEED, end_ids, prompt_room
@@ -77,7 +77,7 @@ def check_native(path: Path, reference: bool = True) -> dict:
         n = min(32, engine.max_tokens())
         prefix, suffix = SAMPLE[:SAMPLE.index("total")], SAMPLE[SAMPLE.index("total"):]
         t0 = time.perf_counter()
-        decoding = engine.decode_orders([FillOrder(prefix, suffix, n)], [""])
+        decoding = engine.decode_orders([FillRequest(prefix, suffix, n)], [""])
         run(decoding)
         ours = decoding.result(0)
         ms = (time.perf_counter() - t0) * 1e3

@@ -12,7 +12,7 @@ import pytest
 from diffusion_lsp.protocol.failure import BackendError, Failure
 from diffusion_lsp.backend.local import LocalBackend
 from diffusion_lsp.protocol.answers import Fill
-from diffusion_lsp.protocol.requests import FillOrder
+from diffusion_lsp.protocol.requests import FillRequest
 
 
 class FakeEngine:
@@ -43,7 +43,7 @@ class FakeEngine:
 def test_the_engine_is_loaded_and_run_on_the_models_own_thread():
     backend = LocalBackend.loading(FakeEngine)
     backend.engine.release.set()
-    fill = asyncio.run(backend.fill("a", FillOrder("x", "", 4)))
+    fill = asyncio.run(backend.fill("a", FillRequest("x", "", 4)))
     assert fill.text == "X" and len(backend.engine.threads) == 1
     assert backend.engine.threads != {threading.get_ident()}  # not the caller's (the event loop's) thread
 
@@ -53,9 +53,9 @@ def test_a_newer_order_for_the_same_key_drops_the_older_between_steps():
     engine = backend.engine
 
     async def go():
-        old = asyncio.ensure_future(backend.fill("doc", FillOrder("old", "", 4)))
+        old = asyncio.ensure_future(backend.fill("doc", FillRequest("old", "", 4)))
         await asyncio.get_running_loop().run_in_executor(None, engine.started.wait, 30)
-        new = asyncio.ensure_future(backend.fill("doc", FillOrder("new", "", 4)))
+        new = asyncio.ensure_future(backend.fill("doc", FillRequest("new", "", 4)))
         with pytest.raises(BackendError) as e:
             await old
         engine.release.set()
@@ -68,6 +68,6 @@ def test_a_newer_order_for_the_same_key_drops_the_older_between_steps():
 def test_a_batch_refused_as_a_whole_is_asked_order_by_order():
     backend = LocalBackend.loading(FakeEngine)
     backend.engine.release.set()
-    got = asyncio.run(backend.fill_many([FillOrder("a", "", 4), FillOrder("bad", "", 4), FillOrder("c", "", 4)]))
+    got = asyncio.run(backend.fill_many([FillRequest("a", "", 4), FillRequest("bad", "", 4), FillRequest("c", "", 4)]))
     assert [g.text if isinstance(g, Fill) else g.kind for g in got] == ["A", Failure.INVALID, "C"]
     assert backend.engine.batches == [["a"], ["c"]]  # the batch of three failed before it started

@@ -180,11 +180,11 @@ def test_reasoning_effort_is_the_threshold_and_more_effort_takes_more_steps(tmp_
         parse_chat({"messages": ASK, "reasoning_effort": 3}, 64)
     (tmp_path / "t.jinja").write_text(TEMPLATE)
     engine = load_engine(LaunchSettings(chat_template=str(tmp_path / "t.jinja"), threads=1))
-    from diffusion_lsp.protocol.requests import FillOrder
+    from diffusion_lsp.protocol.requests import FillRequest
     from diffusion_lsp.protocol.settings import SamplerConfig
 
     chat = json.dumps({"messages": ASK})
-    forwards = [engine.answer([FillOrder("", "", 32, sampling=SamplerConfig(threshold=EFFORT[e] or 0.9), chat=chat)],
+    forwards = [engine.answer([FillRequest("", "", 32, sampling=SamplerConfig(threshold=EFFORT[e] or 0.9), chat=chat)],
                               [""])[0].forwards for e in ("minimal", "high")]
     assert forwards[0] < forwards[1]
 

@@ -8,7 +8,7 @@ import typing
 
 import pytest
 
-from diffusion_lsp.model.canvas import FillRequest
+from diffusion_lsp.model.canvas import CanvasRequest
 from diffusion_lsp.model.decoding import Decoding, run, steps
 from diffusion_lsp.model.dreamon import VariableDecoding
 from diffusion_lsp.model.native import NativeDecoding
@@ -26,7 +26,7 @@ def test_every_decoding_has_every_member_of_the_protocol(cls):
 
 def test_run_stops_the_flagged_request_after_the_step_in_which_its_flag_was_set(tokenizer, oracle):
     model = oracle(tokenizer, {q: tokenizer.encode(" ok")[0] for q in range(200)})
-    reqs = [FillRequest("a = 1\n", "", 6), FillRequest("b = 2\n", "", 6)]
+    reqs = [CanvasRequest("a = 1\n", "", 6), CanvasRequest("b = 2\n", "", 6)]
     cfg = SamplerConfig(policy="one", heal=False)
     stops = [threading.Event(), threading.Event()]
     decoding = BatchDecoding(model, tokenizer, reqs, cfg)
@@ -40,7 +40,7 @@ def test_run_stops_the_flagged_request_after_the_step_in_which_its_flag_was_set(
 
 def test_run_with_one_flag_set_before_it_starts_runs_one_step_of_every_request(tokenizer, oracle):
     model = oracle(tokenizer, {q: tokenizer.encode(" ok")[0] for q in range(200)})
-    reqs = [FillRequest("a = 1\n", "", 6), FillRequest("b = 2\n", "", 6)]
+    reqs = [CanvasRequest("a = 1\n", "", 6), CanvasRequest("b = 2\n", "", 6)]
     stop = threading.Event()
     stop.set()
     decoding = BatchDecoding(model, tokenizer, reqs, SamplerConfig(policy="one", heal=False))

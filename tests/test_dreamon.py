@@ -11,7 +11,7 @@ import torch
 
 from diffusion_lsp.cli import main
 from diffusion_lsp.engine import Engine, load_engine
-from diffusion_lsp.model.canvas import FillRequest, build_row
+from diffusion_lsp.model.canvas import CanvasRequest, build_row
 from diffusion_lsp.model.config import ModelConfig, SpecialTokens
 from diffusion_lsp.model.dreamon import MIN_GEN_LEN, VariableDecoding, delete_ended, expand_blocked, expands, fill_variable
 from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
@@ -36,7 +36,7 @@ class ScriptedModel(torch.nn.Module):
     finds the middle from the row's prefix length and suffix length (+ eos), so the script sees the canvas
     grow and shrink. Speaks the sampler's model API: hidden() and logits(). Records each window it sees."""
 
-    def __init__(self, tok, req: FillRequest, script, heal=False):
+    def __init__(self, tok, req: CanvasRequest, script, heal=False):
         super().__init__()
         row = build_row(req, tok, 511, heal)
         self.start, self.tail = row.start, len(row.ids) - row.start - row.length + 1  # + 1: the eos
@@ -68,7 +68,7 @@ class ScriptedModel(torch.nn.Module):
 
 
 def run(tok, script, req=None, cfg=None, heal=False):
-    req = req or FillRequest(PREFIX, SUFFIX, 16)
+    req = req or CanvasRequest(PREFIX, SUFFIX, 16)
     model = ScriptedModel(tok, req, script, heal)
     (res,) = fill_variable(model, tok, [req], cfg or SamplerConfig(heal=heal))
     assert "".join(res.pieces) == res.text and len(res.pieces) == len(res.token_ids)  # pieces add up
@@ -134,7 +134,7 @@ def test_deletion_keeps_committed_tokens_and_confidences_in_step():
 
 def test_expansion_stops_at_the_largest_middle(tok):
     (x,), expand = tok.encode(" self"), tok.id_of("expand")
-    req = FillRequest(PREFIX, SUFFIX, 6)
+    req = CanvasRequest(PREFIX, SUFFIX, 6)
     model, res = run(tok, lambda col, length: {expand: 0.9, x: 0.05}, req)  # it would expand forever
     assert res.token_ids == [x] * 6 and res.forwards == 2 + 6
     assert max(model.lengths()) == 6
@@ -148,7 +148,7 @@ def test_expansion_stops_when_the_budget_is_spent(tok):
         if col == length - 1:
             return {eos: 0.9} if length == 6 else {expand: 0.9, x: 0.05}
         return {x: 0.05}
-    model, res = run(tok, script, FillRequest(PREFIX, SUFFIX, 6))
+    model, res = run(tok, script, CanvasRequest(PREFIX, SUFFIX, 6))
     # 4 -> 5 -> 6, then (delete, expand) until the 6 expansions are spent, then 5 selfs
     assert model.lengths()[:4] == [4, 5, 6, 5] and max(model.lengths()) == 6
     assert res.token_ids == [x] * 5 and res.forwards == 6 + 5 + 5
@@ -158,7 +158,7 @@ def test_one_line_request_stops_once_its_first_line_is_written(tok):
     answer = " a + b\n    c = d\n    e = f"
     script, ids = growing(tok, answer)
     _, whole = run(tok, script)
-    _, line = run(tok, script, FillRequest(PREFIX, SUFFIX, 16, one_line=True))
+    _, line = run(tok, script, CanvasRequest(PREFIX, SUFFIX, 16, one_line=True))
     assert whole.text == answer
     assert line.text == " a + b"  # the first line: without the newline token ("\n   ")
     assert line.forwards < whole.forwards
@@ -166,7 +166,7 @@ def test_one_line_request_stops_once_its_first_line_is_written(tok):
 
 def test_token_healing_constrains_the_first_token(tok):
     prefix = "x = self.fo"
-    req = FillRequest(prefix, "", 8)
+    req = CanvasRequest(prefix, "", 8)
     row = build_row(req, tok, 511, heal=True)
     assert row.healed and "fo".endswith(row.healed)
     allowed = tok.ids_starting_with(row.healed)
@@ -180,7 +180,7 @@ def test_token_healing_constrains_the_first_token(tok):
 
 def test_a_stopped_request_is_abandoned_between_steps(tok):
     script, _ = growing(tok, " a + b")
-    reqs = [FillRequest(PREFIX, SUFFIX, 8, id="a"), FillRequest(PREFIX, SUFFIX, 8, id="b")]
+    reqs = [CanvasRequest(PREFIX, SUFFIX, 8, id="a"), CanvasRequest(PREFIX, SUFFIX, 8, id="b")]
     model = ScriptedModel(tok, reqs[0], script)
     decoding = VariableDecoding(model, tok, reqs, SamplerConfig(heal=False))
     for _ in decoding:
@@ -199,7 +199,7 @@ def test_time_budget_commits_the_rest_in_one_greedy_step(tok):
 
 def test_engine_dispatches_on_the_expand_token(tok, tokenizer, oracle):
     script, _ = growing(tok, " a + b")
-    req = FillRequest(PREFIX, SUFFIX, 8)
+    req = CanvasRequest(PREFIX, SUFFIX, 8)
     assert expands(tok) and not expands(tokenizer)
     (res,) = Engine(ScriptedModel(tok, req, script), tok, {}).fill([req], SamplerConfig(heal=False))
     assert res.text == " a + b" and res.forwards == 3 + 1  # 3 tokens, then the end-of-text at column 3
@@ -258,7 +258,7 @@ def test_fim_runs_dreamon_end_to_end(dreamon_folder, tmp_path, capsys, monkeypat
 
     real = dreamon.VariableDecoding
     monkeypatch.setattr(dreamon, "VariableDecoding", lambda *a, **k: calls.append(1) or real(*a, **k))
-    fills = engine.fill([FillRequest("def f(x):\n    return ", "\n", 6), FillRequest("x = ", "", 3, one_line=True)])
+    fills = engine.fill([CanvasRequest("def f(x):\n    return ", "\n", 6), CanvasRequest("x = ", "", 3, one_line=True)])
     assert calls == [1] and [f.tokens == len(f.pieces) <= n and "".join(f.pieces) == f.text and f.forwards >= 1
                              for f, n in zip(fills, (6, 3))] == [True, True]
     assert all("".join(f.pieces) == f.text for f in fills)

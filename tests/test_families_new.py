@@ -298,12 +298,12 @@ def test_model_check_compares_stable_diffcoder_with_transformers_llama(folders, 
 @pytest.mark.parametrize("name, use_cache", [("stable-diffcoder", True), ("stable-diffcoder", False),
                                              ("llada2", True), ("llada2", False)])
 def test_a_fill_puts_the_suffix_in_the_prompt_and_decodes_after_it(folders, name, use_cache):
-    from diffusion_lsp.protocol.requests import FillOrder
+    from diffusion_lsp.protocol.requests import FillRequest
     from diffusion_lsp.engine import load_engine
     from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
 
     engine = load_engine(LaunchSettings(path=str(folders[name][0]), threads=1, precision="fp32"))
-    order = FillOrder("def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n", 12,
+    order = FillRequest("def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n", 12,
                       sampling=SamplerConfig(use_cache=use_cache))
     decoding = engine.decode_orders([order], ["doc"])
     list(decoding)
@@ -324,7 +324,7 @@ def test_a_fill_puts_the_suffix_in_the_prompt_and_decodes_after_it(folders, name
 def test_int8_weights_leave_the_experts_router_in_float(folders):
     from torch import nn
 
-    from diffusion_lsp.protocol.requests import FillOrder
+    from diffusion_lsp.protocol.requests import FillRequest
     from diffusion_lsp.engine import load_engine
     from diffusion_lsp.model.quantize import int8_available
     from diffusion_lsp.protocol.settings import LaunchSettings
@@ -334,5 +334,5 @@ def test_int8_weights_leave_the_experts_router_in_float(folders):
     engine = load_engine(LaunchSettings(path=str(folders["llada2"][0]), threads=1, precision="int8"))
     moe = engine.model.layers[1].mlp
     assert type(moe.router) is nn.Linear and type(moe.experts[0].gate_proj) is not nn.Linear
-    (fill,) = engine.answer([FillOrder("def f():\n    return ", "\n", 8)], [""])
+    (fill,) = engine.answer([FillRequest("def f():\n    return ", "\n", 8)], [""])
     assert len(fill.pieces) == len(fill.confidence) > 0

@@ -60,9 +60,9 @@ def _engine(device: str, precision: str):
 
 
 def _requests():
-    from diffusion_lsp.model.canvas import FillRequest
+    from diffusion_lsp.model.canvas import CanvasRequest
 
-    return [FillRequest(p, s, n, id=i, one_line=one) for i, (p, s, n, one) in enumerate(REQUESTS)]
+    return [CanvasRequest(p, s, n, id=i, one_line=one) for i, (p, s, n, one) in enumerate(REQUESTS)]
 
 
 def test_fp32_fills_on_cuda_are_the_cpus_and_bf16_stays_close():
@@ -108,7 +108,7 @@ def test_a_cached_step_equals_the_full_pass_on_cuda(tokenizer, dtype, tol):
 
 @pytest.mark.slow
 def test_the_worker_fills_on_cuda_over_its_socket(tmp_path):
-    from diffusion_lsp.protocol.requests import FillOrder
+    from diffusion_lsp.protocol.requests import FillRequest
     from diffusion_lsp.protocol.settings import LaunchSettings
     from diffusion_lsp.worker.client import WorkerClient
     from diffusion_lsp.worker.spec import WorkerSpec
@@ -125,7 +125,7 @@ def test_the_worker_fills_on_cuda_over_its_socket(tmp_path):
             await client.start()
             await asyncio.wait_for(client.settled(), 120)
             assert client.state == "ready"
-            orders = [FillOrder(p, s, n, one_line=one) for p, s, n, one in REQUESTS]
+            orders = [FillRequest(p, s, n, one_line=one) for p, s, n, one in REQUESTS]
             return [await client.fill(f"doc{i}.py", o) for i, o in enumerate(orders)]  # one at a time
 
         answers = asyncio.run(go())

@@ -17,7 +17,7 @@ from diffusion_lsp.api.bodies import BadRequest
 from diffusion_lsp.api.chat import parse_chat
 from diffusion_lsp.protocol.capabilities import Capabilities
 from diffusion_lsp.protocol.failure import BackendError, Failure
-from diffusion_lsp.protocol.requests import StructuredOrder
+from diffusion_lsp.protocol.requests import StructuredRequest
 from diffusion_lsp.bench.schemas import random_schema
 from diffusion_lsp.engine import DEFAULT_MODEL, Engine
 from diffusion_lsp.model.canvas import DoesNotFit
@@ -220,7 +220,7 @@ def engine(tiny_checkpoint):
 
 def structured(engine, body: dict):
     chat = parse_chat({"messages": ASK, **body}, 512)
-    return engine.answer_structured(StructuredOrder(chat.chat, chat.output, chat.max_tokens))
+    return engine.answer_structured(StructuredRequest(chat.chat, chat.output, chat.max_tokens))
 
 
 def test_a_json_object_answer_keeps_within_max_tokens(engine):

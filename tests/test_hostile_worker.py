@@ -29,7 +29,7 @@ from diffusion_lsp.api.metrics import Metrics
 from diffusion_lsp.api.service import Service
 from diffusion_lsp.protocol.failure import BackendError, Failure
 from diffusion_lsp.protocol.answers import Answered, Fill
-from diffusion_lsp.protocol.requests import FillOrder, InstructOrder, StructuredOrder
+from diffusion_lsp.protocol.requests import FillRequest, InstructRequest, StructuredRequest
 from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.model.stop import OrderStopped
 from diffusion_lsp.worker.client import Pong
@@ -179,7 +179,7 @@ PERSON = {"type": "object", "properties": {f"field{i}": {"type": "string", "minL
 
 
 def test_a_structured_answer_of_the_real_model_stops_at_the_forward_after_its_stop(engine, monkeypatch):
-    order = StructuredOrder(CHAT, json.dumps({"schema": PERSON}), 64)
+    order = StructuredRequest(CHAT, json.dumps({"schema": PERSON}), 64)
     full = engine.answer_structured(order)
     assert full.forwards > 3
     stop = threading.Event()
@@ -190,7 +190,7 @@ def test_a_structured_answer_of_the_real_model_stops_at_the_forward_after_its_st
 
 
 def test_an_edit_from_an_instruction_of_the_real_model_stops_between_steps(engine, monkeypatch):
-    order = InstructOrder("def f(x):\n", "    return x\n", "\n", "double it", 24)
+    order = InstructRequest("def f(x):\n", "    return x\n", "\n", "double it", 24)
     stop = threading.Event()
     calls = counting_forwards(engine, monkeypatch, 1, stop)
     with pytest.raises(OrderStopped, match="after 1 step"):
@@ -257,7 +257,7 @@ def test_a_worker_whose_model_thread_is_stuck_or_gone_is_restarted_and_said_not_
         client.ready.set()
         await link.ready()
         with pytest.raises(BackendError) as e:
-            await link.fill("a.py", FillOrder("x", "", 4))
+            await link.fill("a.py", FillRequest("x", "", 4))
         assert e.value.kind is Failure.TIMEOUT
         await asyncio.wait_for(link.check, WAIT)  # the liveness check the missed deadline started
         assert len(client.killed) == 1 and why in client.killed[0]
@@ -271,7 +271,7 @@ def test_a_worker_whose_model_thread_is_stuck_or_gone_is_restarted_and_said_not_
         for _ in range(5):
             await asyncio.sleep(0)
         assert link.describe()["state"] == "ready" and link.describe()["error"] is None
-        assert (await link.fill("a.py", FillOrder("x", "", 4))).text == "ok"
+        assert (await link.fill("a.py", FillRequest("x", "", 4))).text == "ok"
 
     asyncio.run(go())
     assert link.counts["worker_crashes"] == 1
@@ -285,7 +285,7 @@ def test_a_slow_model_that_lets_go_of_its_cancelled_order_is_not_restarted():
         client.ready.set()
         await link.ready()
         with pytest.raises(BackendError):
-            await link.fill("a.py", FillOrder("x", "", 4))
+            await link.fill("a.py", FillRequest("x", "", 4))
         await asyncio.wait_for(link.check, WAIT)
 
     asyncio.run(go())
@@ -403,7 +403,7 @@ def test_a_structured_request_whose_client_leaves_is_cancelled_in_the_worker(tmp
                            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
         assert after.status_code == 200, after.text
         log = (tmp_path / "run" / "worker.sock.log").read_text()
-        assert "StructuredOrder" in log and ": cancelled (stopped after" in log, log[-2000:]
+        assert "StructuredRequest" in log and ": cancelled (stopped after" in log, log[-2000:]
     finally:
         api.close()
 
@@ -447,18 +447,18 @@ def test_a_worker_process_stuck_on_a_cancelled_order_is_killed_and_a_fresh_one_s
         assert said and wedged.stdout.readline() == b"ready\n"
         await asyncio.wait_for(link.ready(), WAIT)
         assert link.describe()["pid"] == wedged.pid
-        order = StructuredOrder(CHAT, json.dumps({"object": True}), 8)
+        order = StructuredRequest(CHAT, json.dumps({"object": True}), 8)
         with pytest.raises(BackendError) as e:
             await link.structured("s", order)
         assert e.value.kind is Failure.TIMEOUT  # and the order is cancelled in the worker, which holds it
         with pytest.raises(BackendError) as e:  # in flight when the link gives up on the worker
-            await link.fill("a.py", FillOrder("def f(x):\n", "\n", 4))
+            await link.fill("a.py", FillRequest("def f(x):\n", "\n", 4))
         assert e.value.kind is Failure.LOST and "has not let go of a cancelled order" in str(e.value)
         assert link.describe()["state"] == "restarting"
         await asyncio.wait_for(link.ready(), WAIT * 4)  # the fresh worker has loaded the embedded model
         said = link.describe()
         assert said["state"] == "ready" and said["pid"] not in (None, wedged.pid)
-        fill = await link.fill("a.py", FillOrder("def f(x):\n    return ", "\n", 4))
+        fill = await link.fill("a.py", FillRequest("def f(x):\n    return ", "\n", 4))
         await link.close()
         return fill
 
@@ -506,12 +506,12 @@ def test_the_in_process_backend_frees_its_model_thread_of_a_cancelled_structured
     backend = LocalBackend(engine)
 
     async def go():
-        held = asyncio.ensure_future(backend.structured("s", StructuredOrder(CHAT, json.dumps({"object": True}), 8)))
+        held = asyncio.ensure_future(backend.structured("s", StructuredRequest(CHAT, json.dumps({"object": True}), 8)))
         await asyncio.get_running_loop().run_in_executor(None, engine.started.wait, WAIT)
         held.cancel()  # the caller goes away: the stop is set, the answer ends at its next forward
         with pytest.raises(asyncio.CancelledError):
             await held
-        return await asyncio.wait_for(backend.fill("a.py", FillOrder("next", "", 4)), WAIT)
+        return await asyncio.wait_for(backend.fill("a.py", FillRequest("next", "", 4)), WAIT)
 
     try:
         assert asyncio.run(go()).text == "NEXT"  # the model thread is free without the release
@@ -528,7 +528,7 @@ def test_a_link_closed_while_it_waits_out_the_grace_kills_nobody():
         client.ready.set()
         await link.ready()
         with pytest.raises(BackendError):
-            await link.fill("a.py", FillOrder("x", "", 4))
+            await link.fill("a.py", FillRequest("x", "", 4))
         await link.close()
         client.connected = False  # what the real client's close does
         await asyncio.wait_for(link.check, WAIT)

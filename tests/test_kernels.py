@@ -149,13 +149,13 @@ def test_fills_probes_and_a_training_loss_are_the_same_through_the_kernels():
     and which of two ties wins is fp32 rounding, even between two runs of the reference with other
     thread counts.)"""
     from diffusion_lsp.engine import load_engine
-    from diffusion_lsp.model.canvas import FillRequest
+    from diffusion_lsp.model.canvas import CanvasRequest
     from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
     from diffusion_lsp.train.loop import MaskedDiffusionLoss
 
     engine = load_engine(LaunchSettings(precision="fp32"))
-    reqs = [FillRequest("def add(a, b):\n    ", "\n\nprint(add(1, 2))\n", 12, id=0),
-            FillRequest("import os\nx = ", "\n", 8, id=1, one_line=True)]
+    reqs = [CanvasRequest("def add(a, b):\n    ", "\n\nprint(add(1, 2))\n", 12, id=0),
+            CanvasRequest("import os\nx = ", "\n", 8, id=1, one_line=True)]
     cfgs = [SamplerConfig(), SamplerConfig(policy="eb", block_size=4)]
     runs = {}
     for name in ("torch", "triton"):

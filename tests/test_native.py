@@ -17,7 +17,7 @@ import torch
 
 from diffusion_lsp.protocol.failure import BackendError, Failure
 from diffusion_lsp.backend.local import LocalBackend
-from diffusion_lsp.protocol.requests import FillOrder, ProbeOrder, RewriteOrder
+from diffusion_lsp.protocol.requests import FillRequest, ProbeRequest, RewriteRequest
 from diffusion_lsp.cli import main
 from diffusion_lsp.engine import NativeEngine, load_engine
 from diffusion_lsp.model.checkpoint import CheckpointError
@@ -52,7 +52,7 @@ def generated(engine: NativeEngine, prompt: list[int], n: int) -> list[int]:
     return next((out[:k] for k, t in enumerate(out) if t in end_ids(engine.model, engine.tokenizer)), out)[:n]
 
 
-def decoded(engine: NativeEngine, orders: list[FillOrder]):
+def decoded(engine: NativeEngine, orders: list[FillRequest]):
     decoding = engine.decode_orders(orders, [""] * len(orders))
     turns = [t for t in decoding]
     return decoding, turns
@@ -64,7 +64,7 @@ def room(engine: NativeEngine, n: int) -> int:
 
 @pytest.mark.parametrize("n", [5, 16, 40])  # within a canvas, exactly one, and three canvases of 16
 def test_a_fill_equals_transformers_generation_token_for_token(engine, n):
-    decoding, _ = decoded(engine, [FillOrder(*CODE, n)])
+    decoding, _ = decoded(engine, [FillRequest(*CODE, n)])
     ours = decoding.result(0)
     theirs = generated(engine, engine.prompter.fill(*CODE, room(engine, n)), n)
     assert ours.token_ids == theirs and len(theirs) > 0
@@ -83,7 +83,7 @@ def test_every_denoising_forward_gives_the_logits_of_transformers_generation(eng
 
     model.forward = recording
     try:
-        decoded(engine, [FillOrder(*CODE, 40)])
+        decoded(engine, [FillRequest(*CODE, 40)])
         ours, seen[:] = list(seen), []
         generated(engine, engine.prompter.fill(*CODE, room(engine, 40)), 40)
         theirs = list(seen)
@@ -95,7 +95,7 @@ def test_every_denoising_forward_gives_the_logits_of_transformers_generation(eng
 
 def test_a_fill_differs_from_a_generation_with_another_seed_so_the_comparison_can_fail(engine):
     prompt = engine.prompter.fill(*CODE, room(engine, 16))
-    decoding, _ = decoded(engine, [FillOrder(*CODE, 16)])
+    decoding, _ = decoded(engine, [FillRequest(*CODE, 16)])
     with torch.random.fork_rng():
         torch.manual_seed(SEED + 1)
         other = engine.model.generate(torch.tensor([prompt]), max_new_tokens=16).sequences[0, len(prompt):].tolist()
@@ -103,7 +103,7 @@ def test_a_fill_differs_from_a_generation_with_another_seed_so_the_comparison_ca
 
 
 def test_orders_of_a_batch_are_each_their_own_generation(engine):
-    orders = [FillOrder(*CODE, 8), FillOrder("import os\n", "", 8), FillOrder(*CODE, 8, one_line=True)]
+    orders = [FillRequest(*CODE, 8), FillRequest("import os\n", "", 8), FillRequest(*CODE, 8, one_line=True)]
     decoding, _ = decoded(engine, orders)
     for i, order in enumerate(orders[:2]):
         assert decoding.result(i).token_ids == generated(engine, engine.prompter.fill(order.prefix, order.suffix,
@@ -113,8 +113,8 @@ def test_orders_of_a_batch_are_each_their_own_generation(engine):
 
 
 def test_drafts_come_after_each_step_and_a_stopped_fill_is_cancelled_between_steps(engine):
-    order = FillOrder(*CODE, 16, drafts=True)
-    decoding = engine.decode_orders([order, FillOrder(*CODE, 16)], ["a", "b"])
+    order = FillRequest(*CODE, 16, drafts=True)
+    decoding = engine.decode_orders([order, FillRequest(*CODE, 16)], ["a", "b"])
     turns = iter(decoding)
     first = next(turns)
     assert [i for i, _ in first] == [0] and first[0][1].step == 1 and first[0][1].text
@@ -128,7 +128,7 @@ def test_drafts_come_after_each_step_and_a_stopped_fill_is_cancelled_between_ste
 
 
 def test_a_time_budget_stops_the_denoising_early(engine):
-    decoding = engine.decode_orders([FillOrder(*CODE, 16, sampling=SamplerConfig(time_budget_ms=0.0))], [""])
+    decoding = engine.decode_orders([FillRequest(*CODE, 16, sampling=SamplerConfig(time_budget_ms=0.0))], [""])
     list(decoding)
     r = decoding.result(0)
     assert r.budget_hit and r.forwards == 1
@@ -206,7 +206,7 @@ def test_fim_and_model_check_on_the_command_line(folder, tmp_path, capsys, engin
     src.write_text(CODE[0] + CODE[1])
     assert main(["fim", str(src), "--at", "2:12", "--model", str(folder), "--max-tokens", "12", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
-    decoding, _ = decoded(engine, [FillOrder(*CODE, 12)])
+    decoding, _ = decoded(engine, [FillRequest(*CODE, 12)])
     assert got["text"] == decoding.result(0).text and got["tokens"] == len(decoding.result(0).token_ids)
     assert main(["model", "check", str(folder), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -221,11 +221,11 @@ def test_a_rewrite_puts_the_tagged_region_in_the_prompt_and_a_probe_is_refused(e
     content = mercury.edit_request("a.py", "x = 1\n", "y = x\n", 0, "print(y)\n", [], lambda s: len(s.split()), 200)
     backend = LocalBackend(engine)
     assert (backend.capabilities.probe, backend.capabilities.rewrite) == (False, True)
-    fill = asyncio.run(backend.rewrite("a", RewriteOrder(content, 12)))
+    fill = asyncio.run(backend.rewrite("a", RewriteRequest(content, 12)))
     prompt = engine.prompter.rewrite(content, room(engine, 12))
     assert fill.text == answer_text(engine.tokenizer.decode(generated(engine, prompt, 12)), "chat")
     with pytest.raises(BackendError) as e:
-        asyncio.run(backend.probe("a", ProbeOrder("x", "y", "z")))
+        asyncio.run(backend.probe("a", ProbeRequest("x", "y", "z")))
     assert e.value.kind is Failure.INVALID and "no probe" in str(e.value)
 
 
@@ -271,14 +271,14 @@ def test_a_conversation_is_answered_by_its_own_generation_and_json_is_refused(en
     """Chat through a model transformers runs: the conversation in its own template (model/chat.py),
     the answer transformers' own generation of it; constrained output is not offered (its canvas is
     transformers' own decoding)."""
-    from diffusion_lsp.protocol.requests import StructuredOrder
+    from diffusion_lsp.protocol.requests import StructuredRequest
 
     chat = json.dumps({"messages": [{"role": "system", "content": "Be brief."},
                                     {"role": "user", "content": "Add two numbers in Python."}]})
-    (fill,) = engine.answer([FillOrder("", "", 12, chat=chat)], [""])
+    (fill,) = engine.answer([FillRequest("", "", 12, chat=chat)], [""])
     prompt = engine.chat_prompt(chat, 12)
     rendered = render_chat(GEMMA_TEMPLATE, json.loads(chat)["messages"], {"bos_token": "<bos>"})
     assert engine.tokenizer.hf.decode(prompt, skip_special_tokens=False) == rendered
     assert fill.text == engine.tokenizer.decode(generated(engine, prompt, 12))
     with pytest.raises(ValueError, match="under constraints"):
-        engine.answer_structured(StructuredOrder(chat, json.dumps({"object": True}), 12))
+        engine.answer_structured(StructuredRequest(chat, json.dumps({"object": True}), 12))

@@ -12,7 +12,7 @@ import pytest
 
 from diffusion_lsp.protocol.capabilities import Capabilities
 from diffusion_lsp.protocol.answers import Fill, Probed
-from diffusion_lsp.protocol.requests import FillOrder, ProbeOrder
+from diffusion_lsp.protocol.requests import FillRequest, ProbeRequest
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.nextedit import repeat
 from diffusion_lsp.nextedit.history import Step
@@ -68,13 +68,13 @@ class Scripted:
     def __init__(self, low=(), high=()):
         self.low, self.high, self.orders = set(low), set(high), []
 
-    async def probe(self, key, order: ProbeOrder) -> Probed:
+    async def probe(self, key, order: ProbeRequest) -> Probed:
         self.orders.append(order)
         pieces = tokens(order.middle)
         prob = [0.01 if p.strip() in self.low else 0.95 if p.strip() in self.high else 0.9 for p in pieces]
         return Probed(pieces, prob, [0.9] * len(pieces), forwards=order.stride, ms=1.0)
 
-    async def fill(self, key, order: FillOrder) -> Fill:
+    async def fill(self, key, order: FillRequest) -> Fill:
         self.orders.append(order)
         return Fill("", [], [], ms=1.0, forwards=1, end_confidence=0.9)
 
@@ -94,8 +94,8 @@ def test_a_draft_the_model_prefers_is_the_edit_without_the_confidence_floor():
     out = run(request(min_confidence=0.99), backend)
     assert (out.reason, out.drafts) == ("draft", 3)
     assert out.edit.apply(TEXT) == TEXT.replace("    q.pop(key)", "    result.pop(key)")
-    probes = [o for o in backend.orders if isinstance(o, ProbeOrder)]
-    assert len(probes) == 4 and not [o for o in backend.orders if isinstance(o, FillOrder)]  # no denoising
+    probes = [o for o in backend.orders if isinstance(o, ProbeRequest)]
+    assert len(probes) == 4 and not [o for o in backend.orders if isinstance(o, FillRequest)]  # no denoising
     assert out.forwards == 4 * 4 and out.confidence == pytest.approx(0.95)
     assert [p.middle for p in probes[1:]] == [TEXT.replace("q.pop", "result.pop"), TEXT.replace("q.sort", "result.sort"),
                                               TEXT.replace("return q", "return result")]  # the region: the file
@@ -107,7 +107,7 @@ def test_a_draft_the_model_finds_less_likely_changes_nothing_but_its_probe():
     assert (out.edit, out.reason, out.drafts, out.forwards) == (None, "no-doubt", 3, 4 * 4)
     off = Scripted(low={"q.pop(key)"}, high={"result.pop(key)"})
     out = run(request(drafts=False), off)
-    assert out.drafts == 0 and out.reason != "draft" and len([o for o in off.orders if isinstance(o, ProbeOrder)]) == 1
+    assert out.drafts == 0 and out.reason != "draft" and len([o for o in off.orders if isinstance(o, ProbeRequest)]) == 1
 
 
 def test_no_drafts_without_a_last_step_or_in_full_mode():

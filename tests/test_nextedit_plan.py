@@ -22,7 +22,7 @@ from diffusion_lsp.formats.edit_prompt import EDITED, HISTORY, NO_HISTORY, ORIGI
 from diffusion_lsp.nextedit.run import predict_file
 from diffusion_lsp.nextedit.suggest import EditRequest, NextEditSettings, choose_span, doubted_lines, narrow, suggest
 from diffusion_lsp.protocol.answers import Fill, Probed
-from diffusion_lsp.protocol.requests import FillOrder, ProbeOrder
+from diffusion_lsp.protocol.requests import FillRequest, ProbeRequest
 
 PY = language_for("python")
 
@@ -114,7 +114,7 @@ class Fake:
 
     def __call__(self, order):
         self.orders.append(order)
-        if isinstance(order, ProbeOrder):
+        if isinstance(order, ProbeRequest):
             if self.probe_none:
                 return None
             lines = order.middle.splitlines(keepends=True)
@@ -152,13 +152,13 @@ def run(req: EditRequest, fake) -> object:
 def test_refine_probes_the_region_and_stops_when_nothing_is_doubted():
     fake = Fake()
     out = run(request(), fake)
-    assert fake.orders == [ProbeOrder(PREFIX, OLD, "", 4)]
+    assert fake.orders == [ProbeRequest(PREFIX, OLD, "", 4)]
     assert (out.edit, out.reason, out.mode, out.forwards, out.model_ms) == (None, "no-doubt", "refine", 4, 1.0)
     assert (out.region.first, out.region.end, out.region.start_offset, out.region.end_offset) == \
         (4, 9, TEXT.index("def"), len(TEXT))
     fake = Fake()
     run(request(stride=2, history_steps=0), fake)
-    assert fake.orders == [ProbeOrder(HISTORY + NO_HISTORY + "<|current_file|> m.py\nimport os\n\n\n\n", OLD, "", 2)]
+    assert fake.orders == [ProbeRequest(HISTORY + NO_HISTORY + "<|current_file|> m.py\nimport os\n\n\n\n", OLD, "", 2)]
 
 
 def test_the_history_setting_keeps_the_newest_steps():
@@ -176,7 +176,7 @@ def test_refine_refills_the_doubted_line_and_answers_the_minimal_edit():
     req = request()
     out = run(req, fake)
     probe, fill = fake.orders
-    assert isinstance(probe, ProbeOrder) and isinstance(fill, FillOrder)
+    assert isinstance(probe, ProbeRequest) and isinstance(fill, FillRequest)
     head = "def area(w, h):\n    return w * h\n\n\n"
     # "print(area(2," "3))": 2 words, and 8 of slack
     assert (fill.prefix, fill.suffix, fill.max_tokens) == (PREFIX + head, "", 10)
@@ -190,7 +190,7 @@ def test_refine_refills_the_doubted_line_and_answers_the_minimal_edit():
 def test_only_the_doubted_tokens_are_re_masked():
     def answer(order):
         answers.append(order)
-        if isinstance(order, ProbeOrder):
+        if isinstance(order, ProbeRequest):
             lines = order.middle.splitlines(keepends=True)
             pieces = lines[:4] + ["print(area(2,", " 3", "))\n"]
             return probed(pieces, {5: (0.05, 0.9)})  # " 3"
@@ -224,7 +224,7 @@ def test_full_mode_shows_the_old_region_and_fills_the_whole_region():
     assert (out.edit, out.reason, out.mode, out.forwards, out.model_ms) == (ADD_4, "edit", "full", 6, 3.0)
     fake = Fake(text=new_region)
     out = run(EditRequest(TEXT, "m.py", (8, 0), PY, [DIFF], None, NextEditSettings(mode="full"), words), fake)
-    assert [type(o) for o in fake.orders] == [FillOrder] and out.edit == ADD_4
+    assert [type(o) for o in fake.orders] == [FillRequest] and out.edit == ADD_4
 
 
 UNDO_STEP = Step("file:///m.py", "m.py", 8, ["print(area(2, 3, 4))\n"], ["print(area(2, 3))\n"])
@@ -334,7 +334,7 @@ def test_predict_file_with_an_engine_that_cannot_probe_uses_full_mode(tokenizer,
 def test_an_empty_fill_deletes_the_doubted_line_gated_by_where_the_fill_ends():
     class Deleting(Fake):
         def __call__(self, order):
-            if isinstance(order, ProbeOrder):
+            if isinstance(order, ProbeRequest):
                 return super().__call__(order)
             self.orders.append(order)
             return Fill("", [], [], ms=3.0, forwards=2, end_confidence=self.end)

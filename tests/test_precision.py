@@ -17,7 +17,7 @@ from diffusion_lsp.engine import load_engine
 from diffusion_lsp.engine.loading import _float_dtype
 from diffusion_lsp.model import lora
 from diffusion_lsp.model import quantize
-from diffusion_lsp.model.canvas import FillRequest
+from diffusion_lsp.model.canvas import CanvasRequest
 from diffusion_lsp.model.pretrained import load_folder
 from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig, add_args, from_args
 
@@ -83,7 +83,7 @@ def test_16_bit_precisions_load_an_adapter_folder_merged_in_that_dtype(adapter, 
 
 def test_a_bf16_fill_on_cpu_runs_end_to_end(tiny_checkpoint):
     engine = cpu(tiny_checkpoint, "bf16")
-    reqs = [FillRequest("def f(x):\n    return", "\n", 6), FillRequest("import os\n", "x = 1\n", 8)]
+    reqs = [CanvasRequest("def f(x):\n    return", "\n", 6), CanvasRequest("import os\n", "x = 1\n", 8)]
     cfg = SamplerConfig(policy="one", trailing_fillers=False, block_size=0, heal=False)  # one position per pass
     results = engine.fill(reqs, cfg)
     assert [r.forwards for r in results] == [6, 8]
@@ -148,7 +148,7 @@ def test_16_bit_weights_on_a_gpu(tiny_checkpoint, hf_folder, precision):  # noqa
     want = DTYPES.get(precision, torch.bfloat16 if native else torch.float32)
     engine = load_engine(LaunchSettings(str(tiny_checkpoint), device="cuda", precision=precision))
     assert dtypes(engine.model) == {want} and {p.device.type for p in engine.model.parameters()} == {"cuda"}
-    assert engine.fill([FillRequest("def f(x):\n    return", "\n", 6)])[0].forwards > 0
+    assert engine.fill([CanvasRequest("def f(x):\n    return", "\n", 6)])[0].forwards > 0
     hf = load_engine(LaunchSettings(str(hf_folder), device="cuda", precision=precision))
     assert dtypes(hf.model) == {DTYPES.get(precision, torch.float32)}  # auto: the folder's own (float32 here)
 

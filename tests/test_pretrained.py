@@ -17,7 +17,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from diffusion_lsp.cli import main
 from diffusion_lsp.engine import Engine, load_engine
 from diffusion_lsp.model import load_pretrained
-from diffusion_lsp.model.canvas import FillRequest
+from diffusion_lsp.model.canvas import CanvasRequest
 from diffusion_lsp.model.checkpoint import CheckpointError
 from diffusion_lsp.model.config import SpecialTokens
 from diffusion_lsp.model.pretrained import load_hf_folder, weights_dtype
@@ -194,7 +194,7 @@ def test_weights_keep_the_checkpoint_dtype_off_the_cpu(folders):
 def test_bf16_weights_run_fills(folders):
     """What a GPU gets (the checkpoint's bf16): the sampler runs on it, here on CPU."""
     model, tok, meta = load_hf_folder(folders["dream"][0], dtype=torch.bfloat16)
-    fills = Engine(model, tok, meta).fill([FillRequest("def f(x):\n    return ", "\n", 6), FillRequest("x = ", "", 4)])
+    fills = Engine(model, tok, meta).fill([CanvasRequest("def f(x):\n    return ", "\n", 6), CanvasRequest("x = ", "", 4)])
     assert [f.tokens == len(f.pieces) <= n and "".join(f.pieces) == f.text for f, n in zip(fills, (6, 4))] == [True, True]
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from diffusion_lsp.engine import load_engine
-from diffusion_lsp.model.canvas import FillRequest
+from diffusion_lsp.model.canvas import CanvasRequest
 from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.quantize import int8_available, quantize_int8
 from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
@@ -44,7 +44,7 @@ def test_the_engine_uses_int8_on_cpu_only_when_asked_or_auto(tiny_checkpoint):
     auto = load_engine(LaunchSettings(str(tiny_checkpoint), device="cpu", threads=1))
     fp32 = load_engine(LaunchSettings(str(tiny_checkpoint), device="cpu", threads=1, precision="fp32"))
     assert auto.model.int8_head is not None and fp32.model.int8_head is None
-    reqs = [FillRequest("def f(x):\n    return", "\n", 6), FillRequest("import os\n", "x = 1\n", 8)]
+    reqs = [CanvasRequest("def f(x):\n    return", "\n", 6), CanvasRequest("import os\n", "x = 1\n", 8)]
     cfg = SamplerConfig(policy="one", trailing_fillers=False, block_size=0, heal=False)  # one position per pass
     got, want = auto.fill(reqs, cfg), fp32.fill(reqs, cfg)
     assert [r.forwards for r in got] == [r.forwards for r in want] == [6, 8]

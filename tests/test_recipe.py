@@ -111,12 +111,12 @@ def test_the_recipe_dry_run_writes_a_checkpoint_that_joins_loads_and_fills(token
             whole.write((model / part).read_bytes())
             (model / part).unlink()
     from diffusion_lsp.engine import load_engine
-    from diffusion_lsp.model.canvas import FillRequest
+    from diffusion_lsp.model.canvas import CanvasRequest
     from diffusion_lsp.protocol.settings import LaunchSettings
 
     engine = load_engine(LaunchSettings(path=str(model), precision="fp32"))
     chosen = record["candidates"][record["chosen"]]
     assert engine.model.config.dim == chosen["dim"] and engine.model.config.n_layers == chosen["layers"]
     assert json.loads((model / "config.json").read_text())["dtype"] == "bfloat16"
-    (result,) = engine.fill([FillRequest("def f(x):\n    return ", "\n", 6)])
+    (result,) = engine.fill([CanvasRequest("def f(x):\n    return ", "\n", 6)])
     assert result.forwards >= 1 and len(result.token_ids) >= 1

@@ -219,7 +219,7 @@ def test_the_backend_answers_many_orders_in_the_one_result_shape(api):
     from diffusion_lsp.protocol.backend import LogReporter
     from diffusion_lsp.protocol.failure import BackendError, Failure
     from diffusion_lsp.protocol.answers import Fill
-    from diffusion_lsp.protocol.requests import FillOrder
+    from diffusion_lsp.protocol.requests import FillRequest
     from diffusion_lsp.backend.remote import RemoteBackend
 
     backend = RemoteBackend(LogReporter(logging.getLogger("test")),
@@ -228,7 +228,7 @@ def test_the_backend_answers_many_orders_in_the_one_result_shape(api):
 
     async def go():
         try:
-            orders = [FillOrder("a", "b", 4), FillOrder("c", "d", 4), FillOrder("e", "f", 4)]
+            orders = [FillRequest("a", "b", 4), FillRequest("c", "d", 4), FillRequest("e", "f", 4)]
             return await backend.fill_many(orders), backend.describe()
         finally:
             await backend.close()

@@ -15,7 +15,7 @@ import pytest
 from remote_api import ENV, Api, client, complete
 from diffusion_lsp.protocol.backend import LogReporter
 from diffusion_lsp.protocol.failure import BackendError, Failure
-from diffusion_lsp.protocol.requests import FillOrder, RewriteOrder
+from diffusion_lsp.protocol.requests import FillRequest, RewriteRequest
 from diffusion_lsp.backend.profiles import EDIT_SYSTEM, FENCE_TOKENS, FILL_SYSTEM, ONE_LINE, fim_prompt
 from diffusion_lsp.backend.remote import RemoteBackend
 from diffusion_lsp.cli import main
@@ -243,7 +243,7 @@ def backend(api: Api, **settings) -> RemoteBackend:
 def rewrite(b: RemoteBackend):
     async def go():
         try:
-            return await b.rewrite("k", RewriteOrder(EDIT, 40)), b.describe()
+            return await b.rewrite("k", RewriteRequest(EDIT, 40)), b.describe()
         finally:
             await b.close()
     return asyncio.run(go())
@@ -357,14 +357,14 @@ def test_fim_with_server_vllm_as_a_user_runs_it(api, tmp_path, capsys):
                                                    ("mercury", MERCURY, "max_tokens"),
                                                    ("generic", MERCURY, "max_tokens")])
 def test_an_instruction_edit_asks_the_chat_endpoint_and_takes_the_code_out_of_its_fence(api, server, routes, limit):
-    from diffusion_lsp.protocol.requests import InstructOrder
+    from diffusion_lsp.protocol.requests import InstructRequest
     from diffusion_lsp.backend.profiles import FENCE_TOKENS, INSTRUCT_SYSTEM
     from diffusion_lsp.formats.instruct import chat_content
 
     Engine(api, routes, output="Sure:\n```python\nreturn sum(xs)\n```\nDone.")
     # the completions format (vLLM's with its FIM template): the edit still goes through chat
     b = backend(api, server=server, **({"fim_template": "qwen"} if server == "vllm" else {}))
-    order = InstructOrder("def total(xs):\n", "    s = 0\n    return s\n", "\nprint(1)\n", "use sum()", 30)
+    order = InstructRequest("def total(xs):\n", "    s = 0\n    return s\n", "\nprint(1)\n", "use sum()", 30)
 
     async def go():
         try:
@@ -383,14 +383,14 @@ def test_an_instruction_edit_asks_the_chat_endpoint_and_takes_the_code_out_of_it
 
 def test_an_instruction_edit_answered_without_a_fence_is_a_clear_failure(api):
     from diffusion_lsp.protocol.failure import BackendError
-    from diffusion_lsp.protocol.requests import InstructOrder
+    from diffusion_lsp.protocol.requests import InstructRequest
 
     Engine(api, VLLM, output="I would use sum here.")
     b = backend(api, server="vllm", remote_format="chat")
 
     async def go():
         try:
-            return await b.instruct("k", InstructOrder("", "x = 1\n", "", "rename x", 10))
+            return await b.instruct("k", InstructRequest("", "x = 1\n", "", "rename x", 10))
         finally:
             await b.close()
     with pytest.raises(BackendError, match="no ``` code fence"):

@@ -20,7 +20,7 @@ from diffusion_lsp.worker.link import WorkerLink
 from diffusion_lsp.server.positions import UTF16
 from diffusion_lsp.backend.remote import RemoteBackend
 from diffusion_lsp.server.stats import Stats
-from diffusion_lsp.protocol.requests import FillOrder
+from diffusion_lsp.protocol.requests import FillRequest
 
 
 # ---- the language server ----
@@ -45,7 +45,7 @@ def failed_fill(api: Api) -> tuple[RecordingUi, BackendError]:
 
     async def go():
         with pytest.raises(BackendError) as e:
-            await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
+            await link.fill(DOC.uri, FillRequest("x = ", "\n", 4))
         await link.close()
         return e.value
 
@@ -101,7 +101,7 @@ def test_remote_failures_are_shown_once_per_kind_and_never_hold_the_key(api, cap
     caplog.set_level(logging.DEBUG)
     api.default = (401, {"error": {"message": f"who is {KEY}?"}})
     completer, link, ui = make_completer(api)
-    order = FillOrder("x = ", "\n", 4)
+    order = FillRequest("x = ", "\n", 4)
 
     async def go():
         for _ in range(2):
@@ -132,7 +132,7 @@ def test_a_fill_past_the_deadline_is_unavailable(api):
 
     async def go():
         with pytest.raises(BackendError, match="fillTimeoutS") as e:
-            await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
+            await link.fill(DOC.uri, FillRequest("x = ", "\n", 4))
         assert e.value.kind is Failure.TIMEOUT
         await link.close()
 
@@ -159,7 +159,7 @@ def test_a_missing_key_variable_is_shown_once(api, monkeypatch):
     async def go():
         for _ in range(2):
             with pytest.raises(BackendError, match="not set"):
-                await link.fill(DOC.uri, FillOrder("x = ", "\n", 4))
+                await link.fill(DOC.uri, FillRequest("x = ", "\n", 4))
 
     asyncio.run(go())
     assert len(ui.shown) == 1 and "$TEST_KEY" in ui.shown[0][1] and api.got == []
@@ -181,13 +181,13 @@ def test_the_session_picks_and_switches_the_backend_from_model_backend(api, monk
         session.configure(raw)
         remote = session.backend
         assert isinstance(remote, RemoteBackend) and session.completer.backend is remote
-        assert (await remote.fill(DOC.uri, FillOrder("x = ", "\n", 4))).text == "x = 1"
+        assert (await remote.fill(DOC.uri, FillRequest("x = ", "\n", 4))).text == "x = 1"
         report = session.report()
         assert report["worker"]["backend"] == "openai" and report["worker"]["requests"] == 1
         assert_no_key(report)
         session.configure({"model": {**raw["model"], "remoteModel": "m2"}})  # another client, same backend
         assert session.backend is remote and remote.client is None
-        await remote.fill(DOC.uri, FillOrder("x = ", "\n", 4))
+        await remote.fill(DOC.uri, FillRequest("x = ", "\n", 4))
         assert api.got[-1][2]["model"] == "m2"
         session.configure({"model": {"baseUrl": api.base}})  # backend local again (its default)
         assert isinstance(session.backend, WorkerLink) and session.completer.backend is session.backend

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from diffusion_lsp.model.canvas import FillRequest, build_row
+from diffusion_lsp.model.canvas import CanvasRequest, build_row
 from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.reuse import ContextMemo, Entry, warm_row
 from diffusion_lsp.model.sampler import fill
@@ -41,7 +41,7 @@ def test_moved_keys_equal_fresh_ones_in_the_first_layer(tokenizer, flags):
     # layer 0 keys depend on the token and its position only, so lining up must reproduce them exactly
     torch.manual_seed(0)
     model = DiffusionTransformer(ModelConfig.preset("tiny", **flags)).eval()
-    rows = [build_row(FillRequest(PREFIX[:-k] if k else PREFIX, SUFFIX, 8), tokenizer, 512, heal=False)
+    rows = [build_row(CanvasRequest(PREFIX[:-k] if k else PREFIX, SUFFIX, 8), tokenizer, 512, heal=False)
             for k in (3, 0)]  # the user typed "res"
     caches = [model.hidden(torch.tensor([r.ids]), torch.arange(len(r.ids))[None],
                            torch.ones(1, len(r.ids), dtype=torch.bool))[1] for r in rows]
@@ -66,14 +66,14 @@ def test_a_fill_starts_from_the_documents_last_fill(tiny_checkpoint):
     engine = load_engine(LaunchSettings(str(tiny_checkpoint), device="cpu", threads=1, precision="fp32"))  # exact keys to compare
     tok, model, cfg = engine.tokenizer, engine.model, SamplerConfig(heal=False)
     memo = ContextMemo()
-    req = FillRequest(PREFIX, SUFFIX, 8, doc="file:///a.py")
+    req = CanvasRequest(PREFIX, SUFFIX, 8, doc="file:///a.py")
     (first,) = fill(model, tok, [req], cfg, memo=memo)
     (again,) = fill(model, tok, [req], cfg, memo=memo)
     row = build_row(req, tok, model.config.max_seq_len, heal=False)
     assert first.reused == 0 and again.reused == len(row.ids) - row.length  # all but the canvas
     # the same context: the stored prefix and suffix are exactly what a full pass computes
     assert (again.text, again.confidence) == (first.text, pytest.approx(first.confidence, abs=1e-4))
-    typed = FillRequest(PREFIX + "u", SUFFIX, 8, doc="file:///a.py")
+    typed = CanvasRequest(PREFIX + "u", SUFFIX, 8, doc="file:///a.py")
     (after,) = fill(model, tok, [typed], cfg, memo=memo)
     assert after.reused > 0.9 * len(row.ids) - row.length
     # what changed was recomputed: every first-layer key outside the canvas is what a full pass gives
@@ -85,5 +85,5 @@ def test_a_fill_starts_from_the_documents_last_fill(tiny_checkpoint):
     torch.testing.assert_close(stored[:, outside], full.keys[0][0][:, outside], atol=1e-5, rtol=1e-5)
     (plain,) = fill(model, tok, [typed], SamplerConfig(heal=False, reuse_context=False), memo=memo)
     assert plain.reused == 0
-    (other,) = fill(model, tok, [FillRequest(PREFIX, SUFFIX, 8, doc="file:///b.py")], cfg, memo=memo)
+    (other,) = fill(model, tok, [CanvasRequest(PREFIX, SUFFIX, 8, doc="file:///b.py")], cfg, memo=memo)
     assert other.reused == 0  # another document

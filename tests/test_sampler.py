@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diffusion_lsp.model.canvas import FillRequest, build_row
+from diffusion_lsp.model.canvas import CanvasRequest, build_row
 from diffusion_lsp.model.results import first_line as _first_line
 from diffusion_lsp.model.sampler import Decoding, fill
 from diffusion_lsp.protocol.settings import SamplerConfig
@@ -16,14 +16,14 @@ ANSWER = " a + b"
 
 def setup_oracle(tok, oracle, prefix=PREFIX, answer=ANSWER, max_tokens=8, heal=False, **kw):
     """An oracle whose table holds `answer` right after the prefix's canvas start."""
-    row = build_row(FillRequest(prefix, SUFFIX, max_tokens), tok, 512, heal=heal)
+    row = build_row(CanvasRequest(prefix, SUFFIX, max_tokens), tok, 512, heal=heal)
     ids = tok.encode(answer)
     table = {row.start + i: t for i, t in enumerate(ids)}
     return oracle(tok, table, **kw), ids
 
 
 def run(model, tok, cfg=None, prefix=PREFIX, max_tokens=8):
-    (res,) = fill(model, tok, [FillRequest(prefix, SUFFIX, max_tokens)], cfg or SamplerConfig(heal=False))
+    (res,) = fill(model, tok, [CanvasRequest(prefix, SUFFIX, max_tokens)], cfg or SamplerConfig(heal=False))
     return res
 
 
@@ -65,7 +65,7 @@ def test_a_fill_has_at_least_one_real_token(tokenizer, oracle):
 @pytest.mark.parametrize("trailing", [False, True])
 def test_fillers_never_come_before_a_committed_real_token(tokenizer, oracle, trailing):
     # the table leaves a hole at positions 3-4 (filler) before a sure token at 5, committed first
-    row = build_row(FillRequest(PREFIX, SUFFIX, 8), tokenizer, 512, heal=False)
+    row = build_row(CanvasRequest(PREFIX, SUFFIX, 8), tokenizer, 512, heal=False)
     a, b, c, d = (tokenizer.encode(w)[0] for w in (" a", " +", " b", " c"))
     table = {row.start + j: t for j, t in zip((0, 1, 2, 5), (a, b, c, d))}
     model = oracle(tokenizer, table, easy={row.start + 5}, p_lo=0.5)
@@ -81,7 +81,7 @@ def test_one_line_request_stops_once_its_first_line_is_written(tokenizer, oracle
     model, ids = setup_oracle(tokenizer, oracle, answer=answer, max_tokens=16)
     cfg = SamplerConfig(policy="one", heal=False)
     whole = run(model, tokenizer, cfg, max_tokens=16)
-    (line,) = fill(model, tokenizer, [FillRequest(PREFIX, SUFFIX, 16, one_line=True)], cfg)
+    (line,) = fill(model, tokenizer, [CanvasRequest(PREFIX, SUFFIX, 16, one_line=True)], cfg)
     assert whole.text == answer
     first = tokenizer.encode(" a + b")
     assert ids[: len(first)] == first and tokenizer.decode(ids[len(first):]).startswith("\n")  # the break's own token
@@ -140,13 +140,13 @@ def test_cache_modes_give_the_oracle_answer(tokenizer, oracle):
 
 def test_token_healing_continues_the_word(tokenizer, oracle):
     prefix = "x = self.fo"
-    row = build_row(FillRequest(prefix, "", 4), tokenizer, 512, heal=True)
+    row = build_row(CanvasRequest(prefix, "", 4), tokenizer, 512, heal=True)
     assert row.healed and "fo".endswith(row.healed)
     allowed = tokenizer.ids_starting_with(row.healed)
     foo = next(i for i in allowed if tokenizer.decode([i]).startswith(row.healed + "o"))
     wrong = tokenizer.encode(" bar")[0]
     model = oracle(tokenizer, {row.start: foo}, easy=range(1000), rival={row.start: wrong})
-    (res,) = fill(model, tokenizer, [FillRequest(prefix, "", 4)], SamplerConfig())
+    (res,) = fill(model, tokenizer, [CanvasRequest(prefix, "", 4)], SamplerConfig())
     full = prefix + res.text
     assert full.startswith("x = self.foo"), full
     assert res.tokens == 1  # the model wrote one token: it re-types what was there, plus the "o"
@@ -156,11 +156,11 @@ def test_a_healed_fill_has_at_most_max_tokens_tokens_one_confidence_each(tokeniz
     """The re-typed token takes one of the canvas's max_tokens positions: the count a fill reports
     (`fim --json`, serve-api's usage) is the tokens it wrote, never past max_tokens, one per confidence."""
     prefix = "x = self.fo"
-    row = build_row(FillRequest(prefix, "", 4), tokenizer, 512, heal=True)
+    row = build_row(CanvasRequest(prefix, "", 4), tokenizer, 512, heal=True)
     foo = next(i for i in row.first_allowed if tokenizer.decode([i]).startswith(row.healed + "o"))
     rest = tokenizer.encode("(bar, baz) + qux")  # more than the canvas holds
     model = oracle(tokenizer, {row.start + i: t for i, t in enumerate([foo, *rest])}, easy=range(1000))
-    (res,) = fill(model, tokenizer, [FillRequest(prefix, "", 4)], SamplerConfig())
+    (res,) = fill(model, tokenizer, [CanvasRequest(prefix, "", 4)], SamplerConfig())
     assert res.token_ids == [foo, *rest[:3]]
     assert res.tokens == len(res.confidence) == len(res.pieces) == 4
     assert prefix + res.text == prefix[: -len(row.healed)] + tokenizer.decode([foo, *rest[:3]])
@@ -182,18 +182,18 @@ def test_a_healed_newline_does_not_end_a_one_line_fill(tokenizer, oracle):
     prefix, answer = "def f(x):\n    y = x\n", "\n    return y\n    z = 1\n"
     model, _ = setup_oracle(tokenizer, oracle, prefix=prefix, answer=answer, max_tokens=12, heal=True)
     cfg = SamplerConfig(policy="one")
-    (whole,) = fill(model, tokenizer, [FillRequest(prefix, SUFFIX, 12)], cfg)
-    (line,) = fill(model, tokenizer, [FillRequest(prefix, SUFFIX, 12, one_line=True)], cfg)
+    (whole,) = fill(model, tokenizer, [CanvasRequest(prefix, SUFFIX, 12)], cfg)
+    (line,) = fill(model, tokenizer, [CanvasRequest(prefix, SUFFIX, 12, one_line=True)], cfg)
     assert whole.text == answer[1:]
     assert line.text == "    return y" and line.forwards < whole.forwards
 
 
 def test_batch_of_mixed_requests_matches_each_alone(tokenizer, oracle):
     requests = [
-        FillRequest(PREFIX, SUFFIX, 8, id="a"),
-        FillRequest("import os\n", "", 3, id="b"),
-        FillRequest("", "x = 1\n", 12, id="c"),
-        FillRequest("class A:\n    def f(self):\n        return se", "\n", 5, id="d"),
+        CanvasRequest(PREFIX, SUFFIX, 8, id="a"),
+        CanvasRequest("import os\n", "", 3, id="b"),
+        CanvasRequest("", "x = 1\n", 12, id="c"),
+        CanvasRequest("class A:\n    def f(self):\n        return se", "\n", 5, id="d"),
     ]
     table = {q: tokenizer.encode(" value = 42 + total")[q % 5] for q in range(200)}
     model = oracle(tokenizer, table)
@@ -209,7 +209,7 @@ def test_batch_of_mixed_requests_matches_each_alone(tokenizer, oracle):
 def test_one_forward_pass_per_step_for_the_whole_batch(tokenizer, oracle):
     table = {q: tokenizer.encode(" ok")[0] for q in range(200)}
     model = oracle(tokenizer, table)
-    reqs = [FillRequest("a = 1\n", "", 6), FillRequest("b = 2\nc = 3\n", "", 6)]
+    reqs = [CanvasRequest("a = 1\n", "", 6), CanvasRequest("b = 2\nc = 3\n", "", 6)]
     results = fill(model, tokenizer, reqs, SamplerConfig(policy="one", heal=False))
     assert model.calls == max(r.forwards for r in results) == 6
 
@@ -217,9 +217,9 @@ def test_one_forward_pass_per_step_for_the_whole_batch(tokenizer, oracle):
 def test_bad_requests_raise_value_error(tokenizer, oracle):
     model, _ = setup_oracle(tokenizer, oracle)
     with pytest.raises(ValueError, match="max_tokens"):
-        fill(model, tokenizer, [FillRequest("x", "", 0)])
+        fill(model, tokenizer, [CanvasRequest("x", "", 0)])
     with pytest.raises(ValueError, match="fit"):
-        fill(model, tokenizer, [FillRequest("x", "", 10_000)])
+        fill(model, tokenizer, [CanvasRequest("x", "", 10_000)])
     with pytest.raises(ValueError, match="policy"):
         SamplerConfig(policy="greedy")
     with pytest.raises(ValueError, match="block_size"):
@@ -230,7 +230,7 @@ def test_bad_requests_raise_value_error(tokenizer, oracle):
 def test_long_context_is_cut_to_fit(tokenizer, oracle):
     # both sides are far too long for the oracle's 512 positions: the prefix keeps its end, the
     # suffix its start (a quarter of the room), and the canvas sits where the cut row puts it
-    req = FillRequest("x = 1\n" * 2000, "y = 2\n" * 2000, 8)
+    req = CanvasRequest("x = 1\n" * 2000, "y = 2\n" * 2000, 8)
     row = build_row(req, tokenizer, 512, heal=False)
     suffix = row.ids[row.start + row.length :]
     assert len(row.ids) == 512 and len(suffix) == (512 - 1 - 8) // 4
@@ -243,7 +243,7 @@ def test_long_context_is_cut_to_fit(tokenizer, oracle):
 def test_a_stopped_request_is_abandoned_between_steps(tokenizer, oracle):
     table = {q: tokenizer.encode(" ok")[0] for q in range(200)}
     model = oracle(tokenizer, table)
-    reqs = [FillRequest("a = 1\n", "", 6), FillRequest("b = 2\n", "", 6)]
+    reqs = [CanvasRequest("a = 1\n", "", 6), CanvasRequest("b = 2\n", "", 6)]
     cfg = SamplerConfig(policy="one", heal=False)
     decoding = Decoding(model, tokenizer, reqs, cfg)
     for step, drafts in enumerate(decoding):
@@ -266,14 +266,14 @@ def test_an_indented_empty_line_is_continued_at_its_indentation(oracle):
 
     tok = Tokenizer.from_file(DEFAULT_MODEL / "tokenizer.json", SpecialTokens())
     prefix = "def f(x):\n    y = x * 2\n    "
-    row = build_row(FillRequest(prefix, "", 6), tok, 512, heal=True)
+    row = build_row(CanvasRequest(prefix, "", 6), tok, 512, heal=True)
     assert row.healed == "\n    "
     (shorter,) = tok.ids_of_text("\n   ")
     assert shorter in row.first_allowed
     deeper = tok.ids_of_text("\n       ")[0]  # what the constraint left before: 4 columns too deep
     model = oracle(tok, {row.start + i: t for i, t in enumerate([shorter, *tok.encode(" return y")])},
                    easy=range(1000))
-    (res,) = fill(model, tok, [FillRequest(prefix, "", 6)], SamplerConfig())
+    (res,) = fill(model, tok, [CanvasRequest(prefix, "", 6)], SamplerConfig())
     assert res.text == "return y" and res.token_ids[0] == shorter != deeper
     assert _unhealed("\n   y", "\n    ") == "y"  # the next token left out the blank: the user's stand
     assert _unhealed("\n\n    y", "\n    ") == "\n    y"  # a blank line first: kept
@@ -296,10 +296,10 @@ def test_requests_that_join_a_running_decoding_match_each_alone(tokenizer, oracl
     """Continuous batching: requests added between steps decode as they would alone (greedy
     oracle), each is said finished once, and short ones that came later finish first."""
     requests = [
-        FillRequest(PREFIX, SUFFIX, 8, id="a"),
-        FillRequest("import os\n", "", 3, id="b", drafts=True),
-        FillRequest("", "x = 1\n", 12, id="c"),
-        FillRequest("class A:\n    def f(self):\n        return se" * 3, "\n", 5, id="d"),
+        CanvasRequest(PREFIX, SUFFIX, 8, id="a"),
+        CanvasRequest("import os\n", "", 3, id="b", drafts=True),
+        CanvasRequest("", "x = 1\n", 12, id="c"),
+        CanvasRequest("class A:\n    def f(self):\n        return se" * 3, "\n", 5, id="d"),
     ]
     table = {q: tokenizer.encode(" value = 42 + total")[q % 5] for q in range(400)}
     model = oracle(tokenizer, table)
@@ -318,16 +318,16 @@ def test_a_joining_request_can_be_stopped_before_and_after_it_joins(tokenizer, o
     table = {q: tokenizer.encode(" ok")[0] for q in range(200)}
     model = oracle(tokenizer, table)
     cfg = SamplerConfig(policy="one", heal=False)
-    decoding = Decoding(model, tokenizer, [FillRequest("a = 1\n", "", 6)], cfg)
+    decoding = Decoding(model, tokenizer, [CanvasRequest("a = 1\n", "", 6)], cfg)
     for step, _ in enumerate(decoding):
         if step == 0:
-            assert decoding.add([FillRequest("b = 2\n", "", 6), FillRequest("c = 3\n", "", 6)]) == [1, 2]
+            assert decoding.add([CanvasRequest("b = 2\n", "", 6), CanvasRequest("c = 3\n", "", 6)]) == [1, 2]
             decoding.stop(1)  # before its first step
         if step == 2:
             decoding.stop(2)  # after it joined
     a, b, c = decoding.results()
     assert b.cancelled and b.forwards == 0 and c.cancelled and 0 < c.forwards < 6
-    assert not a.cancelled and a.forwards == 6 and a.text == fill(model, tokenizer, [FillRequest("a = 1\n", "", 6)], cfg)[0].text
+    assert not a.cancelled and a.forwards == 6 and a.text == fill(model, tokenizer, [CanvasRequest("a = 1\n", "", 6)], cfg)[0].text
 
 
 def test_joining_the_embedded_model_s_batch_changes_no_fill():
@@ -337,10 +337,10 @@ def test_joining_the_embedded_model_s_batch_changes_no_fill():
     from diffusion_lsp.protocol.settings import LaunchSettings
 
     engine = load_engine(LaunchSettings(precision="fp32"))
-    reqs = [FillRequest("def add(a, b):\n    return ", "\n", 8, id=0),
-            FillRequest("import os\nimport sys\n\n\ndef main(argv):\n    path = os.path.join(", ")\n    return path\n",
+    reqs = [CanvasRequest("def add(a, b):\n    return ", "\n", 8, id=0),
+            CanvasRequest("import os\nimport sys\n\n\ndef main(argv):\n    path = os.path.join(", ")\n    return path\n",
                         16, id=1),
-            FillRequest("x = [", "]\n", 24, id=2)]
+            CanvasRequest("x = [", "]\n", 24, id=2)]
     for cfg in (SamplerConfig(), SamplerConfig(block_size=4)):
         got, order, _ = _drive_with_joins(engine.model, engine.tokenizer, reqs[:1], [reqs[1:2], reqs[2:]], cfg)
         alone = [engine.fill([r], cfg)[0] for r in reqs]
@@ -358,11 +358,11 @@ def test_the_gpus_static_step_gives_the_same_fills(tokenizer, oracle, monkeypatc
     from diffusion_lsp.model import denoise
     from diffusion_lsp.protocol.settings import LaunchSettings
 
-    requests = [FillRequest(PREFIX, SUFFIX, 8, id="a"), FillRequest("import os\n", "", 3, id="b"),
-                FillRequest("", "x = 1\n", 12, id="c", one_line=True)]
+    requests = [CanvasRequest(PREFIX, SUFFIX, 8, id="a"), CanvasRequest("import os\n", "", 3, id="b"),
+                CanvasRequest("", "x = 1\n", 12, id="c", one_line=True)]
     table = {q: tokenizer.encode(" value = 42 + total")[q % 5] for q in range(200)}
     engine = load_engine(LaunchSettings(precision="fp32"))
-    real = [FillRequest("def add(a, b):\n    return ", "\n", 8), FillRequest("import os\nx = [", "]\n", 24)]
+    real = [CanvasRequest("def add(a, b):\n    return ", "\n", 8), CanvasRequest("import os\nx = [", "]\n", 24)]
     runs, heads = [], []
     stats = denoise.head_stats
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from diffusion_lsp.model.canvas import FillRequest, build_row
+from diffusion_lsp.model.canvas import CanvasRequest, build_row
 from diffusion_lsp.model.config import ModelConfig
 from diffusion_lsp.model.policies import block_eligible
 from diffusion_lsp.model.batch import Batch
@@ -18,8 +18,8 @@ from diffusion_lsp.model.denoise import hidden_at
 from diffusion_lsp.protocol.settings import SamplerConfig
 from diffusion_lsp.model.transformer import DiffusionTransformer, KVCache
 
-REQUESTS = [FillRequest("def add(a, b):\n    return", "\n\nprint(add(1, 2))\n", 12),
-            FillRequest("import os\n", "x = 1\n", 6)]  # a shorter canvas: window slots past it are junk
+REQUESTS = [CanvasRequest("def add(a, b):\n    return", "\n\nprint(add(1, 2))\n", 12),
+            CanvasRequest("import os\n", "x = 1\n", 6)]  # a shorter canvas: window slots past it are junk
 
 
 def setup(tok, shift: bool):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diffusion_lsp.model.canvas import FillRequest, build_row
+from diffusion_lsp.model.canvas import CanvasRequest, build_row
 from diffusion_lsp.model.results import text_of as _text
 from diffusion_lsp.model.sampler import fill
 from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
@@ -14,7 +14,7 @@ PREFIX = "def greet(name):\n    return"
 
 def oracle_fill(tok, oracle, ids, prefix=PREFIX, heal=False):
     """Fill `prefix` with an oracle sure of `ids` right after it (one pass)."""
-    req = FillRequest(prefix, "\n", 16)
+    req = CanvasRequest(prefix, "\n", 16)
     row = build_row(req, tok, 512, heal=heal)
     model = oracle(tok, {row.start + i: t for i, t in enumerate(ids)}, easy=range(1000))
     (res,) = fill(model, tok, [req], SamplerConfig(heal=heal))
@@ -66,7 +66,7 @@ def test_a_character_split_across_tokens_lands_on_the_token_that_completes_it(to
 def test_the_healed_text_is_cut_from_the_first_piece(tokenizer, oracle, more):
     # the cursor is inside `fo|`: the first token re-types the prefix's last token (maybe adding to it)
     prefix = "x = self.fo"
-    row = build_row(FillRequest(prefix, "\n", 16), tokenizer, 512, heal=True)
+    row = build_row(CanvasRequest(prefix, "\n", 16), tokenizer, 512, heal=True)
     assert row.healed and "fo".endswith(row.healed)
     first = next(i for i in row.first_allowed if tokenizer.decode([i]) == row.healed + more)
     ids = [first, *tokenizer.encode("(bar)")]
@@ -108,8 +108,8 @@ def engine(tiny_checkpoint):
                                  SamplerConfig(confidence_cut=0.5), SamplerConfig(time_budget_ms=0.0)])
 def test_pieces_always_add_up_to_the_text(engine, cfg):
     # a random model writes arbitrary bytes: characters split across tokens, and fills cut inside one
-    reqs = [FillRequest("def f(x):\n    return", "\n", 12), FillRequest("import os\n", "x = 1\n", 8, one_line=True),
-            FillRequest("s = 'na", "'\n", 10), FillRequest("y = ", "", 6)]
+    reqs = [CanvasRequest("def f(x):\n    return", "\n", 12), CanvasRequest("import os\n", "x = 1\n", 8, one_line=True),
+            CanvasRequest("s = 'na", "'\n", 10), CanvasRequest("y = ", "", 6)]
     decoding = engine.decoding(reqs, cfg)
     for _ in decoding:  # the last request is abandoned after its first step
         decoding.stop(3)

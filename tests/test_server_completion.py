@@ -48,7 +48,7 @@ def test_replace_range_covers_the_replaced_characters_on_the_line_only():
 
 class FakeLink:
     """Answers `texts` in turn (the last one from then on); with `hold`, waits until released (or is
-    cancelled, which it records). Records each FillOrder. It cannot probe: no drafts."""
+    cancelled, which it records). Records each FillRequest. It cannot probe: no drafts."""
 
     capabilities = Capabilities()
 

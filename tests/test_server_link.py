@@ -13,12 +13,12 @@ from conftest import RecordingUi
 from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.protocol.failure import BackendError, Failure
 from diffusion_lsp.protocol.answers import Fill
-from diffusion_lsp.protocol.requests import FillOrder
+from diffusion_lsp.protocol.requests import FillRequest
 from diffusion_lsp.worker.client import Pong, WorkerUnavailable
 from diffusion_lsp.worker.spec import WorkerSpec
 from diffusion_lsp.worker.link import RESTARTS_PER_MINUTE, WorkerLink
 
-ORDER = FillOrder("x = ", "\n", 4)
+ORDER = FillRequest("x = ", "\n", 4)
 
 
 class FakeClient:

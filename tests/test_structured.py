@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from diffusion_lsp.protocol.requests import StructuredOrder
+from diffusion_lsp.protocol.requests import StructuredRequest
 from diffusion_lsp.bench.schemas import KEYS, random_schema
 from diffusion_lsp.engine import Engine
 from diffusion_lsp.model.canvas import DoesNotFit
@@ -153,7 +153,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 @pytest.mark.parametrize("choice", ["required", "get_weather", "add", "now", "auto"])
 def test_tool_calls_name_a_declared_function_with_valid_arguments(engine, choice):
     chat = json.dumps({"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "tools": TOOLS})
-    answer = engine.answer_structured(StructuredOrder(chat, json.dumps({"tools": TOOLS, "choice": choice}), 64))
+    answer = engine.answer_structured(StructuredRequest(chat, json.dumps({"tools": TOOLS, "choice": choice}), 64))
     if answer.kind == "text":  # only "auto" may answer instead of calling
         assert choice == "auto"
         return
@@ -166,7 +166,7 @@ def test_tool_calls_name_a_declared_function_with_valid_arguments(engine, choice
 
 def test_json_object_without_a_schema_is_an_object(engine):
     chat = json.dumps({"messages": [{"role": "user", "content": "A person as JSON"}]})
-    answer = engine.answer_structured(StructuredOrder(chat, json.dumps({"object": True}), 64))
+    answer = engine.answer_structured(StructuredRequest(chat, json.dumps({"object": True}), 64))
     assert answer.kind == "json" and isinstance(json.loads(answer.text), dict) and json.loads(answer.text)
 
 
@@ -212,7 +212,7 @@ def test_parallel_calls_where_the_template_writes_them_in_tags(tiny, parallel):
     try:
         chat = json.dumps({"messages": [{"role": "user", "content": "Add things"}], "tools": TOOLS})
         output = json.dumps({"tools": TOOLS, "choice": "add", "parallel": parallel})
-        answer = engine.answer_structured(StructuredOrder(chat, output, 64))
+        answer = engine.answer_structured(StructuredRequest(chat, output, 64))
     finally:
         del model.logits
     assert len(answer.calls) == (MAX_PARALLEL_CALLS if parallel else 1)

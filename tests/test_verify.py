@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from diffusion_lsp.model.canvas import FillRequest
+from diffusion_lsp.model.canvas import CanvasRequest
 from diffusion_lsp.model.checkpoint import load_checkpoint
 from diffusion_lsp.model.probe import ScoreRow, probe, score_rows
 from diffusion_lsp.model.sampler import fill
@@ -20,7 +20,7 @@ CFG = SamplerConfig(policy="one", heal=False)  # one token per step: a fill's fo
 
 
 def line(model, tok, candidates=(), cfg=CFG):
-    (res,) = fill(model, tok, [FillRequest(PREFIX, SUFFIX, 8, one_line=True, candidates=candidates)], cfg)
+    (res,) = fill(model, tok, [CanvasRequest(PREFIX, SUFFIX, 8, one_line=True, candidates=candidates)], cfg)
     return res
 
 
@@ -71,8 +71,8 @@ def test_of_several_drafts_the_one_kept_whole_wins(tokenizer, oracle):
 
 def test_a_request_without_drafts_decodes_beside_one_with_them(tokenizer, oracle):
     model, ids = setup_oracle(tokenizer, oracle, answer=ANSWER)
-    a, b = fill(model, tokenizer, [FillRequest(PREFIX, SUFFIX, 8, one_line=True, candidates=(ANSWER,)),
-                                   FillRequest(PREFIX, SUFFIX, 8, one_line=True)], CFG)
+    a, b = fill(model, tokenizer, [CanvasRequest(PREFIX, SUFFIX, 8, one_line=True, candidates=(ANSWER,)),
+                                   CanvasRequest(PREFIX, SUFFIX, 8, one_line=True)], CFG)
     assert a.text == b.text == ANSWER
     assert a.draft is not None and b.draft is None and a.forwards < b.forwards
 
@@ -96,13 +96,13 @@ def test_scoring_rows_together_gives_each_what_it_gets_alone(tiny_checkpoint):
 
 def test_candidates_and_the_draft_tally_cross_the_wire_and_bad_ones_are_refused():
     from diffusion_lsp.protocol.answers import Draft, DraftTally, Fill
-    from diffusion_lsp.protocol.requests import FillOrder
+    from diffusion_lsp.protocol.requests import FillRequest
 
-    order = FillOrder("a", "b", 8, one_line=True, candidates=("x + 1", "y"))
-    assert FillOrder.from_message(order.message(1, "k")) == order
+    order = FillRequest("a", "b", 8, one_line=True, candidates=("x + 1", "y"))
+    assert FillRequest.from_message(order.message(1, "k")) == order
     for bad in (["x"] * 9, [""], "x", [3]):
         with pytest.raises(ValueError, match="candidates"):
-            FillOrder.from_message({**order.message(1, "k"), "candidates": bad})
+            FillRequest.from_message({**order.message(1, "k"), "candidates": bad})
     fill_ = Fill("x", ["x"], [0.5], draft=DraftTally(2, 4, 3))
     message = fill_.message(1)
     assert Fill.from_message(message) == fill_ and Draft.from_message(message) is None  # not a step's draft

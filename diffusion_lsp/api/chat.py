@@ -33,14 +33,14 @@ EFFORT = {"none": 0.5, "minimal": 0.5, "low": 0.7, "medium": None, "high": 0.95,
 @dataclass
 class Chat:
     model: str | None
-    chat: str  # {"messages", "tools"} as JSON text, for the worker (FillOrder.chat)
+    chat: str  # {"messages", "tools"} as JSON text, for the worker (FillRequest.chat)
     max_tokens: int
     stop: list[str] = field(default_factory=list)
     stream: bool = False
     diffusing: bool = False
     include_usage: bool = False
     threshold: float | None = None  # from reasoning_effort; None: the server's sampling
-    output: str | None = None  # StructuredOrder.output (JSON text); None: free text
+    output: str | None = None  # StructuredRequest.output (JSON text); None: free text
     ignored: list[str] = field(default_factory=list)
     rendered: str | None = None  # `chat` with its rendering in the chat template added (Service.render)
 
@@ -88,7 +88,7 @@ def _text(messages):
 
 
 def _output(body: dict, tools, limit: int | None) -> str | None:
-    """StructuredOrder.output for the body's response_format / tools, or None for free text; `limit`:
+    """StructuredRequest.output for the body's response_format / tools, or None for free text; `limit`:
     the body's own max_tokens, which the answer's layout keeps within (without one, only the model's
     positions bound it)."""
     within = {} if limit is None else {"limit": limit}

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from ..protocol.backend import LogReporter
 from ..protocol.failure import BackendError, Failure
 from ..protocol.answers import Draft, Fill
-from ..protocol.requests import FillOrder, StructuredOrder
+from ..protocol.requests import FillRequest, StructuredRequest
 from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..model.chat import ChatTemplate
@@ -184,7 +184,7 @@ class Service:
     async def complete(self, req: Fim) -> Reply:
         """The fill for `req`."""
         t0 = time.monotonic()
-        order = FillOrder(req.prefix, req.suffix, req.max_tokens, sampling=self.sampling)
+        order = FillRequest(req.prefix, req.suffix, req.max_tokens, sampling=self.sampling)
         key = f"api:{next(self._ids)}"  # its own key: API requests never supersede each other
         fill = await self._ask(functools.partial(self.backend.fill, key, order), t0 + self.timeout_s)
         return self.answer(req, fill, t0)
@@ -194,7 +194,7 @@ class Service:
         stream's. Failures as `complete`'s (no retry once a draft was sent)."""
         t0 = time.monotonic()
         deadline = t0 + self.timeout_s
-        order = FillOrder(req.prefix, req.suffix, req.max_tokens, sampling=self.sampling, drafts=True)
+        order = FillRequest(req.prefix, req.suffix, req.max_tokens, sampling=self.sampling, drafts=True)
         await self._ask(self.backend.ready, deadline, wait_ready=False)
         items = self.backend.stream(f"api:{next(self._ids)}", order)
         try:
@@ -310,10 +310,10 @@ class Service:
         key = f"api-chat:{next(self._ids)}"
         prompt_tokens = approx_tokens(req.chat)
         if req.output is None:
-            fill = await self._ask(functools.partial(self.backend.fill, key, FillOrder(
+            fill = await self._ask(functools.partial(self.backend.fill, key, FillRequest(
                 "", "", req.max_tokens, sampling=sampling, chat=chat)), deadline, param="messages")
             return self.chat_answer(req, fill, t0)
-        order = StructuredOrder(chat, req.output, req.max_tokens, sampling)
+        order = StructuredRequest(chat, req.output, req.max_tokens, sampling)
         # the worker names the field: max_tokens, response_format / tools (a layout past the model), or messages
         got = await self._ask(functools.partial(self.backend.structured, key, order), deadline)
         text, stopped = cut_at_stop(got.text, req.stop) if got.kind == "text" else (got.text, False)
@@ -344,7 +344,7 @@ class Service:
         sampling = self._chat_sampling(req)
         if req.rendered is None:
             req = await self.render(req)
-        order = FillOrder("", "", req.max_tokens, sampling=sampling, drafts=True, chat=req.rendered)
+        order = FillRequest("", "", req.max_tokens, sampling=sampling, drafts=True, chat=req.rendered)
         items = self.backend.stream(f"api-chat:{next(self._ids)}", order)
         try:
             while True:

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ..protocol.capabilities import Capabilities
 from ..protocol.failure import BackendError, Failure
 from ..protocol.answers import Answered, Draft, Fill, Probed
-from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
+from ..protocol.requests import FillRequest, InstructRequest, ProbeRequest, RewriteRequest, StructuredRequest
 from ..lifecycle import Latest
 from ..model.stop import OrderStopped
 
@@ -59,39 +59,39 @@ class LocalBackend:
     async def ready(self) -> None:
         """The engine is loaded before the backend is made."""
 
-    async def fill(self, key: str, order: FillOrder) -> Fill:
+    async def fill(self, key: str, order: FillRequest) -> Fill:
         with self._latest.take(key) as stop:
             (fill,) = await self._run(stop, self.engine.answer, [order], [key], [stop])
         if fill is None:
             raise BackendError(Failure.DROPPED, "superseded by a newer fill")
         return fill
 
-    async def stream(self, key: str, order: FillOrder) -> AsyncIterator[Draft | Fill]:
+    async def stream(self, key: str, order: FillRequest) -> AsyncIterator[Draft | Fill]:
         """No drafts (capabilities.drafts is false): the fill alone."""
         yield await self.fill(key, order)
 
-    async def probe(self, key: str, order: ProbeOrder) -> Probed:
+    async def probe(self, key: str, order: ProbeRequest) -> Probed:
         with self._latest.take(key) as stop:
             return await self._run(stop, self.engine.answer_probe, order, key)
 
-    async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
+    async def rewrite(self, key: str, order: RewriteRequest) -> Fill:
         """A region rewritten from an edit prompt (a model asked in chat: a native model); INVALID for
         our own models, which re-mask a region instead (capabilities.rewrite)."""
         with self._latest.take(key) as stop:
             return await self._run(stop, self.engine.answer_rewrite, order, stop)
 
-    async def instruct(self, key: str, order: InstructOrder) -> Fill:
+    async def instruct(self, key: str, order: InstructRequest) -> Fill:
         """A region rewritten as an instruction says."""
         with self._latest.take(key) as stop:
             return await self._run(stop, self.engine.answer_instruct, order, stop)
 
-    async def structured(self, key: str, order: StructuredOrder) -> Answered:
+    async def structured(self, key: str, order: StructuredRequest) -> Answered:
         """JSON or tool calls under constraints; INVALID for a model without a chat
         template or whose decoding is transformers' (capabilities.structured)."""
         with self._latest.take(key) as stop:
             return await self._run(stop, self.engine.answer_structured, order, stop)
 
-    async def fill_many(self, orders: list[FillOrder]) -> list[Fill | BackendError]:
+    async def fill_many(self, orders: list[FillRequest]) -> list[Fill | BackendError]:
         """One batch (one forward pass per step for all); when the batch as a whole is refused, each
         order alone, so that only the bad ones fail."""
         if not orders:

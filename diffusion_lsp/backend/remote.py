@@ -23,7 +23,7 @@ from ..protocol.backend import FILL_TIMEOUT_S, Reporter
 from ..protocol.capabilities import Capabilities
 from ..protocol.failure import BackendError, Failure
 from ..protocol.answers import Answered, Draft, Fill, Probed
-from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
+from ..protocol.requests import FillRequest, InstructRequest, ProbeRequest, RewriteRequest, StructuredRequest
 from .profiles import rewrites
 
 ClientFactory = Callable[..., FimClient]
@@ -88,41 +88,41 @@ class RemoteBackend:
         """The client can be made (the API is asked nothing until a fill)."""
         await self._client()
 
-    async def fill(self, key: str, order: FillOrder) -> Fill:
+    async def fill(self, key: str, order: FillRequest) -> Fill:
         """The API's fill. Raises BackendError. Cancelling this coroutine closes the HTTP request.
         `key` is unused: the caller abandons a superseded fill itself."""
         return await self._call("fill", lambda c: c.complete(order.prefix, order.suffix, order.max_tokens,
                                                              order.one_line))
 
-    async def stream(self, key: str, order: FillOrder) -> AsyncIterator[Draft | Fill]:
+    async def stream(self, key: str, order: FillRequest) -> AsyncIterator[Draft | Fill]:
         """No drafts (capabilities.drafts is false): the fill alone."""
         yield await self.fill(key, order)
 
-    async def fill_many(self, orders: list[FillOrder]) -> list[Fill | BackendError]:
+    async def fill_many(self, orders: list[FillRequest]) -> list[Fill | BackendError]:
         """The orders sent at once; a request the API rejects fails alone (REFUSED)."""
-        async def one(order: FillOrder):
+        async def one(order: FillRequest):
             try:
                 return await self.fill("", order)
             except BackendError as e:
                 return e
         return list(await asyncio.gather(*map(one, orders)))
 
-    async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
+    async def rewrite(self, key: str, order: RewriteRequest) -> Fill:
         """A next edit from the API's edit endpoint, or through chat (Mercury's format)."""
         return await self._call("next edit", lambda c: c.edit(order.content, order.max_tokens))
 
-    async def instruct(self, key: str, order: InstructOrder) -> Fill:
+    async def instruct(self, key: str, order: InstructRequest) -> Fill:
         """An edit from an instruction, asked of the API's chat endpoint."""
         from ..formats.instruct import chat_content
 
         return await self._call("edit", lambda c: c.instruct(chat_content(order), order.max_tokens))
 
-    async def structured(self, key: str, order: StructuredOrder) -> Answered:
+    async def structured(self, key: str, order: StructuredRequest) -> Answered:
         """A remote API's own chat endpoint answers JSON its own way: not through this backend
         (capabilities.structured)."""
         raise BackendError(Failure.INVALID, "a remote API's output is not constrained here (capabilities.structured)")
 
-    async def probe(self, key: str, order: ProbeOrder) -> Probed:
+    async def probe(self, key: str, order: ProbeRequest) -> Probed:
         """Completion APIs return text, not the model's probabilities of given tokens: next edits
         through an API use its edit endpoint (`rewrite`)."""
         raise BackendError(Failure.INVALID, "a remote API cannot probe tokens (capabilities.probe)")

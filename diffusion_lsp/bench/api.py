@@ -315,18 +315,18 @@ async def main(args) -> dict:
 def engine_alone(model: str | None, max_tokens: int, seconds: float = 8.0) -> dict:
     """Requests/s of the engine in process at batch 1 and batch GOAL_AT (no HTTP, no worker)."""
     from ..engine import load_engine
-    from ..model.canvas import FillRequest
+    from ..model.canvas import CanvasRequest
     from ..protocol.settings import LaunchSettings
 
     engine = load_engine(LaunchSettings(path=model))
     requests = workload()
     out = {}
     for batch in (1, GOAL_AT):
-        engine.fill([FillRequest(r["prompt"], r["suffix"], max_tokens) for r in requests[:batch]])  # warm-up
+        engine.fill([CanvasRequest(r["prompt"], r["suffix"], max_tokens) for r in requests[:batch]])  # warm-up
         done, t0, i = 0, time.perf_counter(), 0
         while time.perf_counter() - t0 < seconds:
             rows = [requests[(i + k) % len(requests)] for k in range(batch)]
-            engine.fill([FillRequest(r["prompt"], r["suffix"], max_tokens) for r in rows])
+            engine.fill([CanvasRequest(r["prompt"], r["suffix"], max_tokens) for r in rows])
             done, i = done + batch, i + batch
         out[batch] = done / (time.perf_counter() - t0)
     print(f"engine alone (in process, no HTTP, no worker): batch 1 {out[1]:.1f} req/s, batch {GOAL_AT} "

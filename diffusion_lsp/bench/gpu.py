@@ -43,7 +43,7 @@ SPAN = 32  # tokens per single-stream infill
 BATCH_SPANS = (16, 32, 64)  # max_tokens of the batched requests, in turn: rows finish at different steps
 GOAL_TOKENS_S, GOAL_P50_MS = 1000.0, 60.0  # the 7B shape on the GPU: single stream (best policy), one-line p50
 POLICIES = {"threshold": {}, "one": {"policy": "one"}, "topk k=4": {"policy": "topk", "k": 4}}  # SamplerConfig
-KINDS = {"one-line": True, "multi-line": False}  # FillRequest.one_line
+KINDS = {"one-line": True, "multi-line": False}  # CanvasRequest.one_line
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ def positions(tok, n: int, context: int, seed: int) -> list[tuple[str, str]]:
 
 def single_rows(engine, spots, device: str) -> list[dict]:
     """A row per policy and kind: spots[0] warms up, the rest are timed one fill at a time."""
-    from ..model.canvas import FillRequest, build_row
+    from ..model.canvas import CanvasRequest, build_row
     from ..protocol.settings import SamplerConfig
     from .kernels import peak_mb, reset_peak, sync
 
@@ -220,7 +220,7 @@ def single_rows(engine, spots, device: str) -> list[dict]:
     for policy, changes in POLICIES.items():
         cfg = SamplerConfig(**changes)
         for kind, one_line in KINDS.items():
-            reqs = [FillRequest(p, s, SPAN, one_line=one_line) for p, s in spots]
+            reqs = [CanvasRequest(p, s, SPAN, one_line=one_line) for p, s in spots]
             seen = statistics.mean(len(build_row(r, engine.tokenizer, engine.model.config.max_seq_len, cfg.heal).ids)
                                    for r in reqs[1:])
             engine.fill(reqs[:1], cfg)
@@ -254,11 +254,11 @@ def single_stream(rows: list[dict]) -> dict[str, float]:
 
 def batched_rows(engine, spots, plan: Plan) -> list[dict]:
     """Per batch size N: 2N requests, continuous then static batching, after a warm-up at N rows."""
-    from ..model.canvas import FillRequest
+    from ..model.canvas import CanvasRequest
 
     rows = []
     for n in plan.batches:
-        reqs = [FillRequest(p, s, BATCH_SPANS[i % len(BATCH_SPANS)], one_line=i % 2 == 0)
+        reqs = [CanvasRequest(p, s, BATCH_SPANS[i % len(BATCH_SPANS)], one_line=i % 2 == 0)
                 for i, (p, s) in enumerate(spots[:2 * n])]
         engine.fill(reqs[:n])
         rows += [batched(engine, reqs, n, continuous, plan.device) for continuous in (True, False)]

@@ -132,7 +132,7 @@ def measure(folder: str | None, precision: str, threads: int, fills: int) -> dic
     from ..context.spans import CANVAS_TOKENS, SpanKind
     from ..context.tokens import model_token_counter
     from ..engine import load_engine, model_folder
-    from ..model.canvas import FillRequest
+    from ..model.canvas import CanvasRequest
     from ..protocol.settings import LaunchSettings, SamplerConfig
 
     import torch  # noqa: F401 (imported before the clock starts: the load time is the checkpoint's)
@@ -146,11 +146,11 @@ def measure(folder: str | None, precision: str, threads: int, fills: int) -> dic
     count = model_token_counter(model_folder(folder))
     cfg, n = SamplerConfig(use_cache=True, reuse_context=True), CANVAS_TOKENS[SpanKind.REST_OF_LINE]
     spots = [(*cut_around(p, s, CONTEXT_TOKENS, count), typed) for p, s, typed in positions(fills + 1)]
-    engine.fill([FillRequest(*spots[-1][:2], n, one_line=True)], cfg)  # warm-up
+    engine.fill([CanvasRequest(*spots[-1][:2], n, one_line=True)], cfg)  # warm-up
     fresh, reuse, forwards, reused = [], [], [], []
     for i, (prefix, suffix, line) in enumerate(spots[:-1]):
-        (a,) = engine.fill([FillRequest(prefix, suffix, n, one_line=True, doc=f"doc-{i}")], cfg)
-        (b,) = engine.fill([FillRequest(prefix + line[0], suffix, n, one_line=True, doc=f"doc-{i}")], cfg)
+        (a,) = engine.fill([CanvasRequest(prefix, suffix, n, one_line=True, doc=f"doc-{i}")], cfg)
+        (b,) = engine.fill([CanvasRequest(prefix + line[0], suffix, n, one_line=True, doc=f"doc-{i}")], cfg)
         fresh.append(a.ms), reuse.append(b.ms), forwards.append((a.forwards, b.forwards)), reused.append(b.reused)
     return {"load_s": load_s, "load_rss_mb": load_rss, "weights_mb": weights_mb(engine.model),
             "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "fresh_ms": fresh,

@@ -41,7 +41,7 @@ def _first_json(text: str):
 def run(args) -> int:
     import jsonschema  # the reference validator (the test extra)
 
-    from ..model.canvas import DoesNotFit, FillRequest
+    from ..model.canvas import DoesNotFit, CanvasRequest
     from ..model.jsonschema import compile_schema
     from ..protocol.settings import SamplerConfig
     from ..model.structured import Layout, tables
@@ -71,7 +71,7 @@ def run(args) -> int:
         jsonschema.validate(r.value, schema)
         rows["constrained"].append((True, True, r.forwards, ms, len(tok.encode(r.text))))
         t0 = time.perf_counter()
-        (fill,) = engine.fill([FillRequest("", "", len(layout.ids), id=0, prompt_ids=prompt)], cfg)
+        (fill,) = engine.fill([CanvasRequest("", "", len(layout.ids), id=0, prompt_ids=prompt)], cfg)
         ms = (time.perf_counter() - t0) * 1e3
         try:
             value, parsed = _first_json(fill.text), True

@@ -30,9 +30,9 @@ def workload_files() -> list[Path]:
 
 
 def make_spans(tok, n_per_length: int, context: int, seed: int):
-    """-> {length: [FillRequest]}: spans of exactly `length` tokens starting at a line start, the
+    """-> {length: [CanvasRequest]}: spans of exactly `length` tokens starting at a line start, the
     real span's text as the request's id."""
-    from ..model.canvas import FillRequest  # the tokenizers library: kept off --help
+    from ..model.canvas import CanvasRequest  # the tokenizers library: kept off --help
 
     rng = random.Random(seed)
     docs = [tok.encode(p.read_text()) for p in workload_files()]
@@ -44,7 +44,7 @@ def make_spans(tok, n_per_length: int, context: int, seed: int):
             doc = rng.choice(docs)
             starts = [i + 1 for i in range(context, len(doc) - length - context // 2) if doc[i] in newline_ids]
             s = rng.choice(starts)
-            req = FillRequest(tok.decode(doc[s - context : s]), tok.decode(doc[s + length : s + length + context // 2]),
+            req = CanvasRequest(tok.decode(doc[s - context : s]), tok.decode(doc[s + length : s + length + context // 2]),
                               max_tokens=length, id=tok.decode(doc[s : s + length]))
             spans[length].append(req)
     return spans

@@ -5,9 +5,9 @@ structured.py its structured answers (JSON, tool calls); batch.py a batch of fil
 Import-light: the language server imports `model_folder`, and torch comes with the model."""
 
 from .answering import Engine, NativeEngine
-from .batch import OrderBatch
+from .batch import FillBatch
 from .loading import DEFAULT_MODEL, load_engine, model_folder, pick_device
 from .structured import MAX_PARALLEL_CALLS
 
-__all__ = ["DEFAULT_MODEL", "MAX_PARALLEL_CALLS", "Engine", "NativeEngine", "OrderBatch", "load_engine",
+__all__ = ["DEFAULT_MODEL", "MAX_PARALLEL_CALLS", "Engine", "NativeEngine", "FillBatch", "load_engine",
            "model_folder", "pick_device"]

@@ -3,7 +3,7 @@ probes, rewrites and edits from an instruction; structured answers are structure
 `answer_probe` take the Backend's orders and give its answers (protocol/requests.py,
 protocol/answers.py); `fill` and `probe` are
 the model's own. torch is imported with the model, not with this module.
-The model's side: FillRequest and canvas_room (model/canvas.py), Decoding (model/decoding.py), FillResult
+The model's side: CanvasRequest and canvas_room (model/canvas.py), Decoding (model/decoding.py), FillResult
 (model/results.py), probe (model/probe.py) and a document's context kept (model/reuse.py), Prompter
 (model/prompting.py), ChatFormat (model/chat.py), OrderStopped (model/stop.py), native models
 (model/native.py); a rewrite's format is formats/mercury.py's, an instruction's formats/instruct.py's."""
@@ -17,7 +17,7 @@ from ..protocol.capabilities import Capabilities
 from ..protocol.answers import DraftTally, Fill, Probed
 from ..model.decoding import run
 from ..model.stop import OrderStopped
-from .batch import OrderBatch
+from .batch import FillBatch
 from .structured import answer_structured
 
 
@@ -47,7 +47,7 @@ class Engine:
                             structured=chat and self.structured)
 
     def decoding(self, requests, cfg=None):
-        """A decoding of `requests` (FillRequest) for its caller to drive step by step
+        """A decoding of `requests` (CanvasRequest) for its caller to drive step by step
         (a Decoding: the sampler's; DreamOn's variable-length VariableDecoding, whose
         canvas changes size, gives no drafts)."""
         from ..model.dreamon import VariableDecoding, expands
@@ -57,10 +57,10 @@ class Engine:
             return VariableDecoding(self.model, self.tokenizer, requests, cfg)
         return Decoding(self.model, self.tokenizer, requests, cfg, self.memo)
 
-    def batch(self, orders, keys, stops) -> OrderBatch:
+    def batch(self, orders, keys, stops) -> FillBatch:
         """The Backend's fill orders decoded as one batch, a step per turn, for a caller that answers each
-        order as it ends and lets more join (the worker; OrderBatch); stops[i]: order i's stop flag."""
-        return OrderBatch(self, orders, keys, stops)
+        order as it ends and lets more join (the worker; FillBatch); stops[i]: order i's stop flag."""
+        return FillBatch(self, orders, keys, stops)
 
     def fill(self, requests, cfg=None) -> list:
         """Fill `requests` to the end -> a FillResult per request."""
@@ -69,7 +69,7 @@ class Engine:
         return decoding.results()
 
     def decode_orders(self, orders, keys):
-        """A decoding of the Backend's orders (FillOrder, one sampling config for all)
+        """A decoding of the Backend's orders (FillRequest, one sampling config for all)
         as one batch; keys[i] names order i's document (its context is remembered for its next fill)."""
         return self.decoding(self._requests(orders, keys, 0), orders[0].sampling)
 
@@ -78,16 +78,16 @@ class Engine:
         return decoding.add(self._requests(orders, keys, len(decoding)))
 
     def _requests(self, orders, keys, first: int) -> list:
-        from ..model.canvas import FillRequest
+        from ..model.canvas import CanvasRequest
 
-        return [FillRequest(o.prefix, o.suffix, o.max_tokens, id=first + i, one_line=o.one_line, drafts=o.drafts,
+        return [CanvasRequest(o.prefix, o.suffix, o.max_tokens, id=first + i, one_line=o.one_line, drafts=o.drafts,
                             **{"doc": k or None, "candidates": o.candidates,
                                **(self._conversation(o.chat, o.max_tokens) if o.chat
                                   else self._prompted(o.prefix, o.suffix, o.max_tokens))})
                 for i, (o, k) in enumerate(zip(orders, keys))]
 
     def chat_prompt(self, chat: str, n: int) -> list[int]:
-        """The ids of a conversation (FillOrder.chat's JSON text: its messages and tools, and their
+        """The ids of a conversation (FillRequest.chat's JSON text: its messages and tools, and their
         rendering when serve-api rendered them) before a canvas of n; ValueError when the model has no
         chat template or the conversation is malformed, DoesNotFit when it is too long."""
         from ..model.canvas import DoesNotFit
@@ -108,15 +108,15 @@ class Engine:
         return ids
 
     def _conversation(self, chat: str, n: int) -> dict:
-        """A conversation's FillRequest fields: its prompt; no doc, no candidates (as `_prompted`)."""
+        """A conversation's CanvasRequest fields: its prompt; no doc, no candidates (as `_prompted`)."""
         return {"prompt_ids": self.chat_prompt(chat, n), "doc": None, "candidates": (), "ends": self.chat_format.ends}
 
     def answer_structured(self, order, stop=None):
-        """StructuredOrder -> Answered: JSON under a schema, or tool calls."""
+        """StructuredRequest -> Answered: JSON under a schema, or tool calls."""
         return answer_structured(self, order, stop)
 
     def _prompted(self, prefix: str, suffix: str, n: int, content: str | None = None) -> dict:
-        """A prefix-only model's FillRequest fields: the prompt before a canvas of n (a fill's, or with
+        """A prefix-only model's CanvasRequest fields: the prompt before a canvas of n (a fill's, or with
         `content` a rewrite's), in the positions the canvas leaves; none for an infill model."""
         if self.prompter is None:
             return {}
@@ -133,35 +133,35 @@ class Engine:
         return canvas_room(self.tokenizer, self.model.config.max_seq_len) - n
 
     def answer_rewrite(self, order, stop=None):
-        """RewriteOrder -> Fill: the tagged region (Mercury's format) in a chat model's
+        """RewriteRequest -> Fill: the tagged region (Mercury's format) in a chat model's
         prompt (its Prompter), the answer on the canvas; ValueError for a model not asked in chat (ours
         rewrite a region by re-masking it: the next-edit pipeline); OrderStopped between steps
         once `stop` is set."""
         if not self.capabilities.rewrite:
             raise ValueError("this model rewrites a region by re-masking it, not from an edit prompt")
-        from ..model.canvas import FillRequest
+        from ..model.canvas import CanvasRequest
 
         n = min(order.max_tokens, self.max_tokens())
-        return self._answer_one(FillRequest("", "", n, id=0, **self._prompted("", "", n, order.content)), stop)
+        return self._answer_one(CanvasRequest("", "", n, id=0, **self._prompted("", "", n, order.content)), stop)
 
     def answer_instruct(self, order, stop=None):
-        """InstructOrder -> Fill, the region as the instruction says:
+        """InstructRequest -> Fill, the region as the instruction says:
         a model asked in chat gets the instruction and the tagged region in a user turn; any other re-masks
         the region between the code around it, the instruction a comment above it; OrderStopped between
         steps once `stop` is set."""
-        from ..model.canvas import FillRequest
+        from ..model.canvas import CanvasRequest
         from ..formats.instruct import chat_content, commented
 
         n = min(order.max_tokens, self.max_tokens())
         if self.capabilities.rewrite:  # prefix-only, asked in chat
             ids = self.prompter.ask(chat_content(order), self.prompt_room(n))
-            return self._answer_one(FillRequest("", "", n, id=0, prompt_ids=ids, chat=True), stop)
+            return self._answer_one(CanvasRequest("", "", n, id=0, prompt_ids=ids, chat=True), stop)
         prefix = commented(order)
-        return self._answer_one(FillRequest(prefix, order.suffix, n, id=0, **self._prompted(prefix, order.suffix, n)),
+        return self._answer_one(CanvasRequest(prefix, order.suffix, n, id=0, **self._prompted(prefix, order.suffix, n)),
                                 stop)
 
     def _answer_one(self, request, stop=None):
-        """One canvas.FillRequest decoded to its end -> its Fill; OrderStopped between steps once `stop`
+        """One canvas.CanvasRequest decoded to its end -> its Fill; OrderStopped between steps once `stop`
         is set (a fill's own way: the decoding stops its row)."""
         decoding = self.decoding([request])
         steps = run(decoding, stop)
@@ -193,7 +193,7 @@ class Engine:
         return self.answers(decoding)
 
     def answer_probe(self, order, key: str | None = None):
-        """ProbeOrder -> Probed; ValueError for a prefix-only model.
+        """ProbeRequest -> Probed; ValueError for a prefix-only model.
         No stop: a probe is a few forwards, and its model is read by the kernels it calls too."""
         if not self.capabilities.probe:
             raise ValueError(f"a {self.meta.get('family')} model sees no suffix on its row: it cannot score "

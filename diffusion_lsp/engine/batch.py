@@ -2,7 +2,7 @@
 worker (worker/process.py), which streams the drafts, answers a finished order at once and lets queued
 orders join while there is room (continuous batching). It steps no sampler itself: each turn of the batch
 is one step of the engine's decoding (model/decoding.py), driven with the orders' stop flags.
-The orders are protocol/requests.py's FillOrder."""
+The orders are protocol/requests.py's FillRequest."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from ..protocol.answers import Draft, Fill
 from ..model.decoding import steps
 
 
-class OrderBatch:
-    """Fill orders (FillOrder, one sampling config for all) decoding together. Each turn
+class FillBatch:
+    """Fill orders (FillRequest, one sampling config for all) decoding together. Each turn
     of `for drafts in batch` is one step and gives (order index, Draft) for the orders that asked
-    (FillOrder.drafts); `finished()` gives the orders that ended since it was last asked, each with its
+    (FillRequest.drafts); `finished()` gives the orders that ended since it was last asked, each with its
     Fill (None: stopped); `join` adds orders between turns where the decoding `joins`. stops[i] is order
     i's stop flag (a threading.Event): once it is set, the order gets no more drafts and is stopped
     before the next step."""

@@ -2,7 +2,7 @@
 (model/structured.py), or tool calls, the function chosen first when it is not given, then its arguments
 under its parameters; with parallel calls, another one while the model's first choice after a call is
 another opening tag. torch is imported with the model, not with this module.
-The orders are protocol/requests.py's StructuredOrder; OrderStopped is model/stop.py's."""
+The orders are protocol/requests.py's StructuredRequest; OrderStopped is model/stop.py's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 
 from ..protocol.answers import Answered
-from ..protocol.requests import FillOrder
+from ..protocol.requests import FillRequest
 from ..model.jsonschema import Choice, Obj, compile_schema, for_object, tool_call
 from ..model.stop import OrderStopped, watched
 
@@ -55,7 +55,7 @@ class _Decodes:
 
 
 def answer_structured(engine, order, stop=None) -> Answered:
-    """StructuredOrder -> Answered, JSON or tool calls (or text, where the model chooses
+    """StructuredRequest -> Answered, JSON or tool calls (or text, where the model chooses
     to answer rather than call); ValueError for a request the model cannot answer (jsonschema.Unsupported:
     a schema it cannot express); OrderStopped at the next forward once `stop` (a
     threading.Event) is set."""
@@ -76,7 +76,7 @@ def answer_structured(engine, order, stop=None) -> Answered:
     lead, trail = engine.chat_format.tool_tags
     # does the model open a call (the template's tag or a JSON object) or answer?
     if output.get("choice", "auto") == "auto" and not runs.opens(lead or "{", order.max_tokens):
-        (fill,) = engine.answer([FillOrder("", "", order.max_tokens, sampling=order.sampling, chat=order.chat)],
+        (fill,) = engine.answer([FillRequest("", "", order.max_tokens, sampling=order.sampling, chat=order.chat)],
                                 [""], [stop] if stop else None)
         if fill is None:
             raise OrderStopped("stopped")

@@ -61,7 +61,7 @@ def run(args) -> int:
     from ..context.tokens import model_token_counter
     from ..context.records import ContextBudget, Document, SpanKind
     from ..engine import model_folder
-    from ..model.canvas import FillRequest
+    from ..model.canvas import CanvasRequest
 
     launch, cfg = launch_settings(args), sampler_config(args).replace(confidence_cut=0.0)
     engine, count = engine_for(launch), model_token_counter(model_folder(launch.path))
@@ -73,7 +73,7 @@ def run(args) -> int:
         ctx = gather(Document("file:///test.py", text, "python", 1), offset, (), (), ContextBudget.split(512), count)
         if ctx.kind is SpanKind.BLOCK:  # a line that opens a block: the editor asks a multi-line fill there
             continue
-        (res,) = engine.fill([FillRequest(ctx.prefix, ctx.suffix, args.max_tokens or ctx.max_tokens, one_line=True)],
+        (res,) = engine.fill([CanvasRequest(ctx.prefix, ctx.suffix, args.max_tokens or ctx.max_tokens, one_line=True)],
                              cfg)
         n += 1
         for confidence_cut in CONFIDENCE_CUTS:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import jsonout
-from ..protocol.requests import FillOrder
+from ..protocol.requests import FillRequest
 from ..context.drafts import drafts_for
 from ..context.gather import gather
 from ..context.records import ContextBudget, Document
@@ -135,7 +135,7 @@ async def _model_row(name: str, backend, cases: list[Case], settings: Completion
         ctx = gather(c.doc, c.offset, budget=ContextBudget.split(settings.max_context_tokens))
         candidates = tuple(d.text for d in drafts_for(c.doc, c.offset)) if drafts else ()
         t0 = time.perf_counter()
-        fill = await backend.fill(f"{name}-{i}", FillOrder(ctx.prefix, ctx.suffix, ctx.max_tokens, one_line=True,
+        fill = await backend.fill(f"{name}-{i}", FillRequest(ctx.prefix, ctx.suffix, ctx.max_tokens, one_line=True,
                                                          candidates=candidates))
         row.ms.append((time.perf_counter() - t0) * 1e3)
         row.forwards, row.tokens = row.forwards + fill.forwards, row.tokens + fill.tokens

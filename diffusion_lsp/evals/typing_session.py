@@ -51,7 +51,7 @@ def keystrokes(prefix: str, suffix: str, line: str, chars: int) -> list[tuple[st
 
 
 def run(args) -> int:
-    from ..model.canvas import FillRequest  # the tokenizers library: kept off --help
+    from ..model.canvas import CanvasRequest  # the tokenizers library: kept off --help
 
     base, launch = sampler_config(args), launch_settings(args)
     rng = random.Random(args.seed)
@@ -65,7 +65,7 @@ def run(args) -> int:
         prefix, suffix = cut_context(prefix, suffix, count, budget * 3 // 4, budget // 4)
         for name, cfg in modes.items():
             for p, s, typed in keystrokes(prefix, suffix, line, args.chars):
-                (r,) = engine.fill([FillRequest(p, s, args.max_tokens, one_line=True, doc=f"line-{i}")], cfg)
+                (r,) = engine.fill([CanvasRequest(p, s, args.max_tokens, one_line=True, doc=f"line-{i}")], cfg)
                 guess = typed + r.text.split("\n", 1)[0]
                 rows[name].append({"text": r.text, "ms": r.ms, "forwards": r.forwards, "reused": r.reused > 0,
                                    "edit": edit_similarity(guess, line), "exact": exact_match(guess, line)})

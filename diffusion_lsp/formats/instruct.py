@@ -12,7 +12,7 @@ How the model is asked depends on what it is (each backend's `instruct`):
 
 from __future__ import annotations
 
-from ..protocol.requests import InstructOrder
+from ..protocol.requests import InstructRequest
 from ..context.tokens import approx_tokens
 from ..model.prompting import instruction as prompt_text
 
@@ -21,7 +21,7 @@ MAX_INSTRUCTION = 2000
 
 
 def order_for(text: str, start: int, end: int, instruction: str, comment: str = "#",
-              max_tokens: int | None = None) -> InstructOrder:
+              max_tokens: int | None = None) -> InstructRequest:
     """The order rewriting text[start:end] as `instruction` says; ValueError for an empty instruction
     or one past MAX_INSTRUCTION characters, or a range outside the text."""
     instruction = " ".join(instruction.split())
@@ -33,10 +33,10 @@ def order_for(text: str, start: int, end: int, instruction: str, comment: str = 
         raise ValueError("the range is outside the document")
     region = text[start:end]
     n = max_tokens or min(512, max(24, 2 * approx_tokens(region) + 16))  # room for the region to grow
-    return InstructOrder(text[:start], region, text[end:], instruction, n, comment)
+    return InstructRequest(text[:start], region, text[end:], instruction, n, comment)
 
 
-def commented(order: InstructOrder) -> str:
+def commented(order: InstructRequest) -> str:
     """The prefix with the instruction as a line comment above the selection's first line, indented as
     that line is (an infill model's only way to read it)."""
     line_start = order.prefix.rfind("\n") + 1
@@ -45,7 +45,7 @@ def commented(order: InstructOrder) -> str:
     return order.prefix[:line_start] + f"{indent}{order.comment} {order.instruction}\n" + order.prefix[line_start:]
 
 
-def chat_content(order: InstructOrder) -> str:
+def chat_content(order: InstructRequest) -> str:
     """The user turn for a model asked in chat: the instruction and the file around the tagged selection."""
     before, after = order.prefix[-CONTEXT_CHARS:], order.suffix[:CONTEXT_CHARS]
     content = f"{before}<|code_to_edit|>\n{order.region}\n<|/code_to_edit|>{after}"

@@ -20,7 +20,10 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class FillRequest:
+class CanvasRequest:
+    """A fill as the model decodes it: the protocol's FillRequest with what the engine adds (its
+    index in the batch, its document, a prefix-only model's prompt, a conversation's end of turn)."""
+
     prefix: str
     suffix: str = ""
     max_tokens: int = 32  # canvas size N: the fill has at most this many tokens
@@ -93,7 +96,7 @@ def fit_context(prefix: list[int], suffix: list[int], room: int) -> tuple[list[i
     return (prefix[len(prefix) - keep_prefix:] if keep_prefix else []), suffix[:keep_suffix]
 
 
-def build_row(req: FillRequest, tok: Tokenizer, max_seq_len: int, heal: bool) -> Row:
+def build_row(req: CanvasRequest, tok: Tokenizer, max_seq_len: int, heal: bool) -> Row:
     """Encode one request; the prefix is cut on the left and the suffix on the right to fit."""
     if req.max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {req.max_tokens}")

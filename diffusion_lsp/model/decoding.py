@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # torch: imported with the model, not with this module
-    from .canvas import FillRequest
+    from .canvas import CanvasRequest
     from ..protocol.answers import Draft
     from .results import FillResult
 
@@ -27,7 +27,7 @@ Stop = threading.Event | Sequence[threading.Event] | None
 
 class Decoding(Protocol):
     """A batch of requests decoded step by step. Each turn of `for drafts in decoding` is one step
-    and gives (request index, Draft) for the unfinished requests that asked (FillRequest.drafts)."""
+    and gives (request index, Draft) for the unfinished requests that asked (CanvasRequest.drafts)."""
 
     joins: bool  # add() is allowed
 
@@ -45,7 +45,7 @@ class Decoding(Protocol):
     def active(self) -> int:
         """Requests neither finished nor stopped yet."""
 
-    def add(self, requests: list[FillRequest]) -> list[int]:
+    def add(self, requests: list[CanvasRequest]) -> list[int]:
         """Requests that join between steps -> their indices; ValueError where `joins` is False."""
 
     def result(self, i: int) -> FillResult: ...

@@ -13,7 +13,7 @@ answer). With the context cache (Fast-dLLM dual cache) a step after the first fu
 window of the canvas (batch.py `Batch.window`), and each layer writes the window's keys/values into the cache
 in place; the prefix, the suffix and the rest of the canvas come from the cache; a batch whose rows line up
 with their documents' last fills starts from those (reuse.py). `check_drafts`: a request with drafts
-(FillRequest.candidates) has a step 0 first: the drafts are scored and what the model believes of them is
+(CanvasRequest.candidates) has a step 0 first: the drafts are scored and what the model believes of them is
 committed (verify.py)."""
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 
 import torch
 
-from .canvas import FillRequest, build_row, newline_first_table
+from .canvas import CanvasRequest, build_row, newline_first_table
 from .decoding import run
 from .results import Decoded, FillResult, result_of
 from ..protocol.settings import SamplerConfig
@@ -156,7 +156,7 @@ def _logits_at(model, window: list[int], cols: list[int], start: int, shift: int
     return model.logits(h[0, at])  # [M, V]
 
 
-def _decode(model, tok: Tokenizer, req: FillRequest, cfg: SamplerConfig, f: Decoded, stopped: set[int], i: int,
+def _decode(model, tok: Tokenizer, req: CanvasRequest, cfg: SamplerConfig, f: Decoded, stopped: set[int], i: int,
             t0: float, shift: int, device) -> Iterator[None]:
     """Request i, one committed position per step (the module docstring's loop), into `f`; yields
     after every step, and abandons the request once `i` is in `stopped`."""
@@ -206,7 +206,7 @@ class VariableDecoding:
     of the loop is one step (no drafts: []), `stop(i)` abandons request i, `results()` at the end.
     time_budget_ms counts from its start, as sampler.Decoding's does for its batch."""
 
-    def __init__(self, model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None):
+    def __init__(self, model, tok: Tokenizer, requests: list[CanvasRequest], cfg: SamplerConfig | None = None):
         if not expands(tok):
             raise ValueError("VariableDecoding needs a tokenizer with DreamOn's expand token (special token 'expand')")
         if model.config.shift_logits and tok.bos_id is None:
@@ -219,7 +219,7 @@ class VariableDecoding:
 
     joins = False  # one request at a time: nothing to join
 
-    def add(self, requests: list[FillRequest]) -> list[int]:
+    def add(self, requests: list[CanvasRequest]) -> list[int]:
         raise ValueError("DreamOn's decoding cannot be joined")
 
     def stop(self, i: int) -> None:
@@ -251,7 +251,7 @@ class VariableDecoding:
         return [result_of(f, self.tok) for f in self.fills]
 
 
-def fill_variable(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None
+def fill_variable(model, tok: Tokenizer, requests: list[CanvasRequest], cfg: SamplerConfig | None = None
                   ) -> list[FillResult]:
     """Infill every request with DreamOn's variable-length decoding, to the end."""
     decoding = VariableDecoding(model, tok, requests, cfg)

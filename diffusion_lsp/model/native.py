@@ -39,7 +39,7 @@ SEED = 0  # every fill starts from this torch seed: the same request gets the sa
 class _Fill:
     """One request while NativeDecoding runs it."""
 
-    req: object  # canvas.FillRequest
+    req: object  # canvas.CanvasRequest
     result: FillResult | None = None
     stopped: bool = False
 
@@ -51,7 +51,7 @@ class NativeDecoding:
     joins = False
 
     def __init__(self, model, tok: Tokenizer, requests: list, cfg: SamplerConfig | None = None):
-        """requests: canvas.FillRequest with their prompt_ids (NativeEngine makes them)."""
+        """requests: canvas.CanvasRequest with their prompt_ids (NativeEngine makes them)."""
         self.model, self.tok, self.cfg = model, tok, cfg or SamplerConfig()
         self.ends = end_ids(model, tok)
         self.fills = [_Fill(r) for r in requests]
@@ -167,7 +167,7 @@ class NativeDecoding:
 
     @staticmethod
     def _kept(ids: list[int], ends: frozenset[int]) -> list[int]:
-        """The generated ids before the first end-of-sequence one (a conversation's: FillRequest.ends too)."""
+        """The generated ids before the first end-of-sequence one (a conversation's: CanvasRequest.ends too)."""
         return next((ids[:k] for k, t in enumerate(ids) if t in ends), ids)
 
     def _result(self, req, ids: list[int], conf: list[float], forwards: int, ms: float,
@@ -234,6 +234,6 @@ def prompt_room(model, max_tokens: int) -> int:
 
 
 def largest_fill(model) -> int:
-    """Whole canvases, one canvas of positions left for the prompt, at most 4096 (FillOrder's limit)."""
+    """Whole canvases, one canvas of positions left for the prompt, at most 4096 (FillRequest's limit)."""
     C = model.config.canvas_length
     return max(0, min(4096, (positions(model) // C - 1) * C))

@@ -87,7 +87,7 @@ def load_native(folder: str | Path, device: str = "cpu",
     return model.to(device).eval(), tok, {**config, "family": family.name}, prompter
 
 
-# The longest canvas: FillOrder's largest fill (4096 tokens); published DiffusionGemma's is 256
+# The longest canvas: FillRequest's largest fill (4096 tokens); published DiffusionGemma's is 256
 MAX_CANVAS = 4096
 
 

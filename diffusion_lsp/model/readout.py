@@ -1,4 +1,4 @@
-"""What is read back from a batch row (batch.py): its draft after a step (FillRequest.drafts), its canvas
+"""What is read back from a batch row (batch.py): its draft after a step (CanvasRequest.drafts), its canvas
 ids once it is done, and its context remembered for the document's next fill (reuse.py). A result's
 per-token pieces are made once from the canvas, in results.py's `result_of`, by incremental decoding minus
 the healed text."""

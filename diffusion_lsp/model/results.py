@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .canvas import FillRequest, Row
+from .canvas import CanvasRequest, Row
 from .prompting import answer_text
 from .reuse import Plan
 from .tokenizer import Tokenizer, decode_pieces
@@ -47,7 +47,7 @@ class FillResult:
 class Decoded:
     """One request while it is decoded; `result_of` turns it into its FillResult."""
 
-    req: FillRequest
+    req: CanvasRequest
     row: Row
     plan: Plan | None = None  # how its row lines up with the document's last fill
     forwards: int = 0

@@ -6,7 +6,7 @@ Each request becomes a row `prefix | N x mask | suffix` (canvas.py); the rows st
 caller drives it step by step (decoding.py: the drafts after each step come back to it, it stops the
 requests nobody waits for any more, and it may add requests, which join the batch after their own
 first pass: continuous batching); `fill` drives it to the end. A request with drafts
-(FillRequest.candidates) has a step 0 first (denoise.py `check_drafts`). What a finished row gives
+(CanvasRequest.candidates) has a step 0 first (denoise.py `check_drafts`). What a finished row gives
 back (its canvas, its draft, its remembered context) is read in readout.py.
 """
 
@@ -19,7 +19,7 @@ import torch
 
 from . import denoise
 from .batch import Batch
-from .canvas import FillRequest, build_row
+from .canvas import CanvasRequest, build_row
 from .decoding import run
 from .readout import canvas_of, draft_of, remember
 from ..protocol.answers import Draft
@@ -32,7 +32,7 @@ from .tokenizer import Tokenizer
 class Decoding:
     """One batch of requests being decoded (a Decoding), driven by its caller: each turn
     of `for drafts in decoding` runs one denoising step (one forward pass for every unfinished row) and gives the
-    drafts of the unfinished rows that asked for them (FillRequest.drafts) as (request index, Draft);
+    drafts of the unfinished rows that asked for them (CanvasRequest.drafts) as (request index, Draft);
     `stop(i)` between steps abandons request i (its result is cancelled, the rest of the batch goes
     on); `take_finished()` says which requests ended since it was last asked, `result(i)` gives one.
     It calls nobody back: the worker asks it, step by step.
@@ -46,7 +46,7 @@ class Decoding:
 
     joins = True  # add() is allowed (DreamOn's VariableDecoding: False)
 
-    def __init__(self, model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None,
+    def __init__(self, model, tok: Tokenizer, requests: list[CanvasRequest], cfg: SamplerConfig | None = None,
                  memo: ContextMemo | None = None):
         self.model, self.tok, self.cfg, self.memo = model, tok, cfg or SamplerConfig(), memo
         self.t0 = time.perf_counter()
@@ -72,7 +72,7 @@ class Decoding:
             for f, plan in zip(self.fills, plans):
                 f.plan = plan
 
-    def add(self, requests: list[FillRequest]) -> list[int]:
+    def add(self, requests: list[CanvasRequest]) -> list[int]:
         """Requests that join between steps -> their indices (after every earlier request's)."""
         if not self.fills:
             raise ValueError("a decoding started without requests cannot be joined")
@@ -193,7 +193,7 @@ class Decoding:
 
 
 @torch.inference_mode()
-def fill(model, tok: Tokenizer, requests: list[FillRequest], cfg: SamplerConfig | None = None,
+def fill(model, tok: Tokenizer, requests: list[CanvasRequest], cfg: SamplerConfig | None = None,
          memo: ContextMemo | None = None) -> list[FillResult]:
     """Infill every request to the end (Decoding, driven without stops or drafts)."""
     decoding = Decoding(model, tok, requests, cfg, memo)

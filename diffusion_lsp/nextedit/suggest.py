@@ -37,7 +37,7 @@ from ..protocol.backend import Backend
 from ..protocol.capabilities import Capabilities
 from ..protocol.answers import Fill, Probed
 from ..protocol.reasons import EditOutcome
-from ..protocol.requests import FillOrder, ProbeOrder, RewriteOrder
+from ..protocol.requests import FillRequest, ProbeRequest, RewriteRequest
 from ..context.languages import LanguageSpec
 from ..context.records import CONTEXT_TOKENS, DEBOUNCE_MS
 from ..protocol.settings import SamplerConfig, _validate, check, one_of, within
@@ -252,21 +252,21 @@ async def suggest(req: EditRequest, backend: Backend, key: str, cpu: Cpu = inlin
         cursor = _cursor_in(old, region, req.cursor)
         content = await cpu(mercury.edit_request, req.path, p.before, old, cursor, p.after, p.diffs, count,
                             s.max_context_tokens)
-        fill = await backend.rewrite(key, RewriteOrder(content, 2 * n_old + 64))
+        fill = await backend.rewrite(key, RewriteRequest(content, 2 * n_old + 64))
         new = _fit_newline(old, mercury.rewritten(fill.text))
     elif mode == "full":
         canvas = n_old + _slack(n_old)
         prompt = await cpu(_prompt, req, p, s.max_context_tokens - canvas, old)
-        fill = await backend.fill(key, FillOrder(prompt.prefix, prompt.suffix, canvas, sampling=req.sampling))
+        fill = await backend.fill(key, FillRequest(prompt.prefix, prompt.suffix, canvas, sampling=req.sampling))
         new = _fit_newline(old, fill.text)
     else:
         prompt = await cpu(_prompt, req, p, s.max_context_tokens - n_old - _slack(n_old) - 1)
-        probed = await backend.probe(key, ProbeOrder(prompt.prefix, old, prompt.suffix, s.stride))
+        probed = await backend.probe(key, ProbeRequest(prompt.prefix, old, prompt.suffix, s.stride))
         forwards, model_ms = probed.forwards, probed.ms
         drafts = await cpu(_drafts, req, p) if s.drafts else []
         best, best_score = None, -math.inf
         for draft in drafts:
-            got = await backend.probe(key, ProbeOrder(prompt.prefix, draft, prompt.suffix, s.stride))
+            got = await backend.probe(key, ProbeRequest(prompt.prefix, draft, prompt.suffix, s.stride))
             forwards, model_ms = forwards + got.forwards, model_ms + got.ms
             score = preference(old, probed, draft, got)
             if score is not None and score[1] > score[0] and score[1] > best_score:
@@ -281,7 +281,7 @@ async def suggest(req: EditRequest, backend: Backend, key: str, cpu: Cpu = inlin
         a, b = narrow(old, probed, s.doubt, span)
         head, middle, tail = old[:a], old[a:b], old[b:]
         n_mid = await cpu(count, middle)
-        fill = await backend.fill(key, FillOrder(prompt.prefix + head, tail + prompt.suffix, n_mid + _slack(n_mid),
+        fill = await backend.fill(key, FillRequest(prompt.prefix + head, tail + prompt.suffix, n_mid + _slack(n_mid),
                                                  sampling=req.sampling))
         new = head + _fit_newline(middle, fill.text) + tail
         out = await cpu(_judge, req, mode, region, old, new, _confidence(fill), forwards + fill.forwards,

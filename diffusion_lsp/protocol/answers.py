@@ -116,7 +116,7 @@ class Probed:
 
 @dataclass(frozen=True)
 class Draft:
-    """A fill's draft after a denoising step (FillOrder.drafts; the sampler's Draft)."""
+    """A fill's draft after a denoising step (FillRequest.drafts; the sampler's Draft)."""
 
     step: int
     committed: str  # the text up to the first masked position: a prefix of the final text
@@ -137,7 +137,7 @@ class Draft:
 
 @dataclass
 class Answered:
-    """The answer to a StructuredOrder: the JSON text (a tool call's arguments in `calls`), or plain
+    """The answer to a StructuredRequest: the JSON text (a tool call's arguments in `calls`), or plain
     text when the model chose to answer rather than call (tool choice auto)."""
 
     kind: str  # "json" | "tool_calls" | "text"

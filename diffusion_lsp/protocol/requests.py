@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 
 from .settings import SamplerConfig
 
-MAX_CANDIDATES, MAX_CANDIDATE_CHARS = 8, 4096  # drafts one fill order may carry
+MAX_CANDIDATES, MAX_CANDIDATE_CHARS = 8, 4096  # drafts one fill request may carry
 
 
 @dataclass(frozen=True)
-class FillOrder:
+class FillRequest:
     """A canvas of `max_tokens` between prefix and suffix, to be filled."""
 
     prefix: str
@@ -43,7 +43,7 @@ class FillOrder:
         return msg
 
     @classmethod
-    def from_message(cls, msg: dict) -> FillOrder:
+    def from_message(cls, msg: dict) -> FillRequest:
         """ValueError naming what is wrong with a fill message."""
         prefix, suffix, n = (msg.get(k) for k in ("prefix", "suffix", "max_tokens"))
         one_line = msg.get("one_line", False)
@@ -67,7 +67,7 @@ class FillOrder:
 
 
 @dataclass(frozen=True)
-class ProbeOrder:
+class ProbeRequest:
     """How sure the model is of `middle`'s tokens between prefix and suffix."""
 
     prefix: str
@@ -80,7 +80,7 @@ class ProbeOrder:
                 "suffix": self.suffix, "stride": self.stride}
 
     @classmethod
-    def from_message(cls, msg: dict) -> ProbeOrder:
+    def from_message(cls, msg: dict) -> ProbeRequest:
         """ValueError naming what is wrong with a probe message."""
         texts = [msg.get(k) for k in ("prefix", "middle", "suffix")]
         stride = msg.get("stride", 4)
@@ -92,7 +92,7 @@ class ProbeOrder:
 
 
 @dataclass(frozen=True)
-class RewriteOrder:
+class RewriteRequest:
     """A region rewritten by an API's edit endpoint (next edit through a remote API: Mercury's format)."""
 
     content: str  # the user message, in the endpoint's tagged format
@@ -103,7 +103,7 @@ class RewriteOrder:
         return {"op": "rewrite", "id": rid, "key": key, "content": self.content, "max_tokens": self.max_tokens}
 
     @classmethod
-    def from_message(cls, msg: dict) -> RewriteOrder:
+    def from_message(cls, msg: dict) -> RewriteRequest:
         """ValueError naming what is wrong with a rewrite message."""
         content, n = msg.get("content"), msg.get("max_tokens")
         if not isinstance(content, str):
@@ -114,13 +114,13 @@ class RewriteOrder:
 
 
 @dataclass(frozen=True)
-class StructuredOrder:
+class StructuredRequest:
     """A conversation answered in JSON under constraints: `output` says what JSON,
     as JSON text: {"schema": {...}} (response_format json_schema), {"object": true} (json_object), or
     {"tools": [...], "choice": "auto" | "required" | NAME, "parallel": bool} (tool calls); each with
     "limit": the request's own max_tokens, which the answer's layout keeps within, where it gave one."""
 
-    chat: str  # {"messages": [...], "tools": [...]} as JSON text (FillOrder.chat)
+    chat: str  # {"messages": [...], "tools": [...]} as JSON text (FillRequest.chat)
     output: str
     max_tokens: int
     sampling: SamplerConfig = field(default_factory=SamplerConfig)
@@ -130,7 +130,7 @@ class StructuredOrder:
                 "max_tokens": self.max_tokens, "sampling": self.sampling.to_wire()}
 
     @classmethod
-    def from_message(cls, msg: dict) -> StructuredOrder:
+    def from_message(cls, msg: dict) -> StructuredRequest:
         """ValueError naming what is wrong with a structured message."""
         chat, output, n = msg.get("chat"), msg.get("output"), msg.get("max_tokens")
         if not isinstance(chat, str) or not isinstance(output, str):
@@ -141,7 +141,7 @@ class StructuredOrder:
 
 
 @dataclass(frozen=True)
-class InstructOrder:
+class InstructRequest:
     """A region rewritten as an instruction says: `region` between `prefix` and
     `suffix`, the answer the region as it should read."""
 
@@ -158,7 +158,7 @@ class InstructOrder:
                 "comment": self.comment}
 
     @classmethod
-    def from_message(cls, msg: dict) -> InstructOrder:
+    def from_message(cls, msg: dict) -> InstructRequest:
         """ValueError naming what is wrong with an instruct message."""
         texts = [msg.get(k) for k in ("prefix", "region", "suffix", "instruction")]
         n, comment = msg.get("max_tokens"), msg.get("comment", "#")

@@ -4,7 +4,7 @@
     completion.py  Completer: (document, position) -> answer (text, replace range)
       lifecycle.py the request's ticket: superseded, debounced, raced with what ends it early
       context/     gather (prefix, suffix, span kind, cross-file) and postprocess, in a thread
-      backend/     the Backend: FillOrder in, Fill out, BackendError for every failure
+      backend/     the Backend: FillRequest in, Fill out, BackendError for every failure
         worker/link.py    WorkerLink: the worker's life cycle, a deadline on every order
         worker/client.py  WorkerClient: the socket to the worker (worker/wire.py frames it)
       worker/process.py   the worker process: batches fills for the engine (worker/listener.py: its socket side)

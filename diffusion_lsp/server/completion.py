@@ -25,7 +25,7 @@ from ..protocol.backend import Backend
 from ..protocol.failure import BackendError, Failure
 from ..protocol.answers import Fill, Kept
 from ..protocol.reasons import Cut
-from ..protocol.requests import FillOrder
+from ..protocol.requests import FillRequest
 from ..context.drafts import LastFills, cursor_lines, drafts_for
 from ..context.gather import gather
 from ..context.index import indexed
@@ -207,7 +207,7 @@ class Completer:
         return ctx, tuple(valid_text(c.text) for c in drafts_for(doc, offset, open_docs, self.last_fills))
 
     def _order(self, ctx: CompletionContext, max_tokens: int, budget_ms: float | None,
-               careful: bool = False, candidates: tuple[str, ...] = ()) -> FillOrder:
+               careful: bool = False, candidates: tuple[str, ...] = ()) -> FillRequest:
         """The worker's order: the time budget is the tighter of sampling.timeBudgetMs and
         `budget_ms`; a fill stops at its first token below completion.confidenceCut (dropped anyway);
         a careful one (the re-sample) commits only tokens RESAMPLE_THRESHOLD sure."""
@@ -216,11 +216,11 @@ class Completer:
         sampling = s.replace(time_budget_ms=max(min(budgets), 0.0) if budgets else None,
                              confidence_cut=self.cfg.completion.confidence_cut,
                              threshold=max(s.threshold, RESAMPLE_THRESHOLD) if careful else s.threshold)
-        return FillOrder(valid_text(ctx.prefix), valid_text(ctx.suffix), max_tokens,
+        return FillRequest(valid_text(ctx.prefix), valid_text(ctx.suffix), max_tokens,
                          one_line=ctx.kind is not SpanKind.BLOCK, sampling=sampling, candidates=candidates)
 
     async def _sample(self, ticket: Ticket, timing: Timing, ctx: CompletionContext,
-                      order: FillOrder) -> tuple[Suggestion | None, bool]:
+                      order: FillRequest) -> tuple[Suggestion | None, bool]:
         """(suggestion, broke the parse); BackendError(DROPPED) when superseded meanwhile."""
         t0 = time.perf_counter()
         try:

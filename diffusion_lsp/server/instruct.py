@@ -24,7 +24,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified, JsonRpcException, JsonRpcInvalidParams, JsonRpcRequestCancelled
 
 from ..protocol.failure import BackendError, Failure
-from ..protocol.requests import InstructOrder
+from ..protocol.requests import InstructRequest
 from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..nextedit.edits import LineEnds
@@ -53,7 +53,7 @@ class Selection:
     """What the backend is asked (`order`, over the window with "\\n" line ends), and how its answer
     goes back into the document: the range (normalised LSP positions) and its line ends."""
 
-    order: InstructOrder
+    order: InstructRequest
     range: tuple[Position, Position]
     line_end: str
 

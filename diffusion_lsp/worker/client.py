@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..protocol.failure import BackendError, Failure
 from ..protocol.capabilities import Capabilities
 from ..protocol.answers import Answered, Draft, Fill, Probed
-from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
+from ..protocol.requests import FillRequest, InstructRequest, ProbeRequest, RewriteRequest, StructuredRequest
 from ..protocol.settings import LaunchSettings
 from .spec import WorkerSpec
 from .wire import (MAX_LINE, WIRE_VERSION, build_id, check_socket_path, decode, encode, model_name,
@@ -100,7 +100,7 @@ class WorkerClient:
         while self.connected and self.state == "loading":
             await self._changed.wait()
 
-    async def fill(self, key: str, order: FillOrder) -> Fill:
+    async def fill(self, key: str, order: FillRequest) -> Fill:
         """The worker's fill for `order`. Raises WorkerUnavailable when it is not connected and
         ready or goes away meanwhile, BackendError when it says no. Cancelling this coroutine sends
         a cancel, so the worker abandons the work."""
@@ -113,24 +113,24 @@ class WorkerClient:
             await stream.aclose()
         raise AssertionError("a stream ends with its fill")
 
-    def stream(self, key: str, order: FillOrder) -> AsyncIterator[Draft | Fill]:
+    def stream(self, key: str, order: FillRequest) -> AsyncIterator[Draft | Fill]:
         """The drafts the worker sends after each denoising step (with `order.drafts`), then the
         fill; raises like `fill`."""
         return self._order(key, order, Fill)
 
-    async def probe(self, key: str, order: ProbeOrder) -> Probed:
+    async def probe(self, key: str, order: ProbeRequest) -> Probed:
         """The worker's probe; raises like `fill`."""
         return await self._answer(key, order, Probed)
 
-    async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
+    async def rewrite(self, key: str, order: RewriteRequest) -> Fill:
         """A region rewritten by a model asked through its prompt; raises like `fill`."""
         return await self._answer(key, order, Fill)
 
-    async def instruct(self, key: str, order: InstructOrder) -> Fill:
+    async def instruct(self, key: str, order: InstructRequest) -> Fill:
         """A region rewritten as an instruction says; raises like `fill`."""
         return await self._answer(key, order, Fill)
 
-    async def structured(self, key: str, order: StructuredOrder) -> Answered:
+    async def structured(self, key: str, order: StructuredRequest) -> Answered:
         """JSON or tool calls under constraints; raises like `fill`."""
         return await self._answer(key, order, Answered)
 

@@ -22,7 +22,7 @@ from ..protocol.capabilities import Capabilities
 from ..protocol.backend import Reporter
 from ..protocol.failure import BackendError, Failure
 from ..protocol.answers import Answered, Draft, Fill, Probed
-from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
+from ..protocol.requests import FillRequest, InstructRequest, ProbeRequest, RewriteRequest, StructuredRequest
 from .client import Pong, WorkerClient, WorkerUnavailable
 from ..lifecycle import within
 from ..protocol.backend import FILL_TIMEOUT_S
@@ -143,26 +143,26 @@ class WorkerLink:
                 raise BackendError(Failure.UNAVAILABLE, f"the model failed to load: {client.error}")
             await asyncio.sleep(0)  # lost while loading: the next pass starts it again
 
-    async def fill(self, key: str, order: FillOrder) -> Fill:
+    async def fill(self, key: str, order: FillRequest) -> Fill:
         """The worker's fill. Raises BackendError. Cancelling this coroutine cancels the fill in the worker."""
         return await self._call("fill", lambda c: c.fill(key, order))
 
-    async def probe(self, key: str, order: ProbeOrder) -> Probed:
+    async def probe(self, key: str, order: ProbeRequest) -> Probed:
         """The worker's probe, with the same deadline and failures as `fill`."""
         return await self._call("probe", lambda c: c.probe(key, order))
 
-    async def rewrite(self, key: str, order: RewriteOrder) -> Fill:
+    async def rewrite(self, key: str, order: RewriteRequest) -> Fill:
         """A region rewritten from an edit prompt, where the worker's model is asked so (capabilities.rewrite)."""
         if not self.capabilities.rewrite:
             raise BackendError(Failure.INVALID, "the model worker's model rewrites no region from a prompt "
                                                 "(capabilities.rewrite)")
         return await self._call("rewrite", lambda c: c.rewrite(key, order))
 
-    async def instruct(self, key: str, order: InstructOrder) -> Fill:
+    async def instruct(self, key: str, order: InstructRequest) -> Fill:
         """A region rewritten as an instruction says: every model answers one."""
         return await self._call("instruct", lambda c: c.instruct(key, order))
 
-    async def structured(self, key: str, order: StructuredOrder) -> Answered:
+    async def structured(self, key: str, order: StructuredRequest) -> Answered:
         """A conversation answered in JSON under constraints, where the worker's model decodes so
         (capabilities.structured)."""
         if not self.capabilities.structured:
@@ -170,7 +170,7 @@ class WorkerLink:
                                                 "(capabilities.structured)")
         return await self._call("structured", lambda c: c.structured(key, order))
 
-    async def stream(self, key: str, order: FillOrder) -> AsyncIterator[Draft | Fill]:
+    async def stream(self, key: str, order: FillRequest) -> AsyncIterator[Draft | Fill]:
         """The fill's drafts after each denoising step, then the fill; the deadline is the whole stream's."""
         client = await self._client()
         deadline = time.monotonic() + self.fill_timeout_s
@@ -186,9 +186,9 @@ class WorkerLink:
         finally:
             await items.aclose()
 
-    async def fill_many(self, orders: list[FillOrder]) -> list[Fill | BackendError]:
+    async def fill_many(self, orders: list[FillRequest]) -> list[Fill | BackendError]:
         """Each order under a key of its own, sent at once: the worker decodes them as batches."""
-        async def one(i: int, order: FillOrder):
+        async def one(i: int, order: FillRequest):
             try:
                 return await self.fill(f"batch:{id(orders)}:{i}", order)
             except BackendError as e:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..lifecycle import Latest
 from ..protocol.failure import BackendError, Failure
-from ..protocol.requests import FillOrder, InstructOrder, ProbeOrder, RewriteOrder, StructuredOrder
+from ..protocol.requests import FillRequest, InstructRequest, ProbeRequest, RewriteRequest, StructuredRequest
 from ..model.canvas import DoesNotFit
 from ..protocol.settings import LaunchSettings
 from ..model.stop import OrderStopped
@@ -37,9 +37,9 @@ from .spec import LOAD_TIMEOUT_S, MAX_BATCH
 from .wire import WIRE_VERSION, build_id, model_name, weights_id
 
 log = logging.getLogger("diffusion-lsp.worker")
-WARM_UP = FillOrder("def f(x):\n", "\n", 4)  # first-call kernel set-up, before the worker says ready
-ORDERS = {"fill": FillOrder, "probe": ProbeOrder, "rewrite": RewriteOrder, "structured": StructuredOrder,
-          "instruct": InstructOrder}  # by their op
+WARM_UP = FillRequest("def f(x):\n", "\n", 4)  # first-call kernel set-up, before the worker says ready
+ORDERS = {"fill": FillRequest, "probe": ProbeRequest, "rewrite": RewriteRequest, "structured": StructuredRequest,
+          "instruct": InstructRequest}  # by their op
 
 
 def dropped(why: str) -> BackendError:
@@ -65,7 +65,7 @@ class Job:
     conn: Conn
     id: object
     key: str
-    order: FillOrder | ProbeOrder | RewriteOrder
+    order: FillRequest | ProbeRequest | RewriteRequest
     stop: threading.Event = field(default_factory=threading.Event)
     reason: str = "cancelled"
     stopped_at: float | None = None  # monotonic, when `stop` was set
@@ -228,11 +228,11 @@ class Worker:
                 while not self.queue:
                     self.cond.wait()
                 first = self.queue[0].order
-                if not isinstance(first, FillOrder):  # one probe, rewrite, instruct or structured order, alone
+                if not isinstance(first, FillRequest):  # one probe, rewrite, instruct or structured order, alone
                     batch, sampling = [self.queue[0]], None
                 else:  # frozen settings: equal ones decode together
                     sampling = first.sampling
-                    batch = [j for j in self.queue if isinstance(j.order, FillOrder)
+                    batch = [j for j in self.queue if isinstance(j.order, FillRequest)
                              and j.order.sampling == sampling][: self.max_batch]
                 for job in batch:
                     self.queue.remove(job)
@@ -288,15 +288,15 @@ class Worker:
             if room <= 0 or not self.queue:
                 return []
             head = self.queue[0].order
-            if not isinstance(head, FillOrder) or head.sampling != sampling:
+            if not isinstance(head, FillRequest) or head.sampling != sampling:
                 return []
-            jobs = [j for j in self.queue if isinstance(j.order, FillOrder) and j.order.sampling == sampling][:room]
+            jobs = [j for j in self.queue if isinstance(j.order, FillRequest) and j.order.sampling == sampling][:room]
             for job in jobs:
                 self.queue.remove(job)
         return self._admit(jobs)
 
     def _decode(self, batch: list[Job]) -> None:
-        """Decode `batch` through the engine (its OrderBatch), step by step; between steps, stopped jobs
+        """Decode `batch` through the engine (its FillBatch), step by step; between steps, stopped jobs
         leave, finished ones are answered at once, and queued ones with the same settings join while there
         is room."""
         jobs = self._admit(batch)  # jobs[i] is the decoding's request i
@@ -343,11 +343,11 @@ class Worker:
         """A probe, a structured answer, an edit from an instruction or a rewrite (a model asked through
         its prompt)."""
         try:
-            if isinstance(job.order, ProbeOrder):
+            if isinstance(job.order, ProbeRequest):
                 answer = self.engine.answer_probe(job.order, job.key)
-            elif isinstance(job.order, StructuredOrder):
+            elif isinstance(job.order, StructuredRequest):
                 answer = self.engine.answer_structured(job.order, job.stop)
-            elif isinstance(job.order, InstructOrder):
+            elif isinstance(job.order, InstructRequest):
                 answer = self.engine.answer_instruct(job.order, job.stop)
             else:
                 answer = self.engine.answer_rewrite(job.order, job.stop)
@@ -357,7 +357,7 @@ class Worker:
             reply = dropped(job.reason).message(job.id)
         except DoesNotFit as e:  # the same on every try
             reply = BackendError(Failure.INVALID, str(e),
-                                 e.param or ("middle" if isinstance(job.order, ProbeOrder) else "messages")).message(job.id)
+                                 e.param or ("middle" if isinstance(job.order, ProbeRequest) else "messages")).message(job.id)
         except ValueError as e:  # an order this model cannot answer (no probe, no rewrite): the same on every try
             reply = BackendError(Failure.INVALID, str(e)).message(job.id)
         except Exception as e:
