@@ -39,7 +39,7 @@ class FillBatch:
         self.stops += stops
 
     def __iter__(self) -> Iterator[list[tuple[int, Draft]]]:
-        yield from steps(self.decoding, self.stops)
+        return steps(self.decoding, self.stops)
 
     def finished(self) -> list[tuple[int, Fill | None]]:
         return [(i, self.engine.answer_of(self.decoding, i)) for i in self.decoding.take_finished()]
