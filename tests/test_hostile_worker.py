@@ -76,7 +76,8 @@ def structured(rid, key="s"):
 def hostile():
     engine = HostileEngine()
     worker = Worker(lambda: engine)
-    threading.Thread(target=worker.run, daemon=True).start()
+    engine.thread = threading.Thread(target=worker.run, daemon=True)  # the model thread, for a test to join
+    engine.thread.start()
     conn = FakeConn()
     worker.connect(conn)
     yield worker, engine, conn
@@ -100,10 +101,13 @@ def test_a_conversation_whose_prompt_overflows_the_stack_fails_alone_and_the_mod
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the thread's end, on purpose
-def test_a_model_thread_that_dies_is_said_dead_in_a_ping(hostile):
+def test_a_model_thread_that_dies_is_said_dead_in_a_ping(hostile, monkeypatch):
     """What no order's handling catches (here SystemExit from the engine) ends the thread: the ping says
     so, and its clients restart the worker rather than wait on it for good."""
     worker, engine, conn = hostile
+    # as Python itself does, a thread ended by SystemExit is no error to report (the thread is joined
+    # below, so it ends within this test, not during a later one)
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)
 
     def exits(orders, keys):
         raise SystemExit("the engine gave up")
@@ -114,6 +118,8 @@ def test_a_model_thread_that_dies_is_said_dead_in_a_ping(hostile):
         assert worker.cond.wait_for(lambda: worker.died is not None, WAIT)
     worker.handle(conn, {"op": "ping", "id": 2})
     assert conn.reply(2)["dead"] == "SystemExit: the engine gave up"
+    engine.thread.join(WAIT)
+    assert not engine.thread.is_alive()
 
 
 # ---- cancellation reaches structured orders ----
