@@ -37,7 +37,7 @@ def test_a_right_draft_is_kept_whole_and_is_the_fill_for_the_scoring_passes(toke
     plain = line(model, tokenizer)
     drafted = line(model, tokenizer, (ANSWER,))
     assert plain.text == drafted.text == ANSWER
-    assert drafted.draft.tokens == len(ids) + 1 == len(drafted.draft.kept)  # its tokens and the filler that ends it
+    assert drafted.verdict.tokens == len(ids) + 1 == len(drafted.verdict.kept)  # its tokens and the filler that ends it
     assert drafted.forwards == CFG.draft_stride < plain.forwards == len(ids) + 1
     assert drafted.confidence == pytest.approx([0.99] * len(ids), abs=1e-4)
 
@@ -49,7 +49,7 @@ def test_a_draft_right_only_at_first_is_kept_in_part_and_the_model_writes_the_re
     assert common >= 1
     res = line(model, tokenizer, (wrong,))
     assert res.text == ANSWER
-    assert len(res.draft.kept) == common < res.draft.tokens
+    assert len(res.verdict.kept) == common < res.verdict.tokens
     assert res.forwards == CFG.draft_stride + (len(ids) + 1 - common)  # one step per token left, the filler too
 
 
@@ -57,7 +57,7 @@ def test_a_wrong_draft_costs_the_scoring_passes_and_changes_nothing(tokenizer, o
     model, ids = setup_oracle(tokenizer, oracle, answer=ANSWER)
     plain = line(model, tokenizer)
     res = line(model, tokenizer, ("zq zq",))
-    assert res.draft.kept == [] and res.draft.offered == 1
+    assert res.verdict.kept == [] and res.verdict.offered == 1
     assert (res.text, res.confidence) == (plain.text, plain.confidence)
     assert res.forwards == plain.forwards + CFG.draft_stride
 
@@ -65,7 +65,7 @@ def test_a_wrong_draft_costs_the_scoring_passes_and_changes_nothing(tokenizer, o
 def test_of_several_drafts_the_one_kept_whole_wins(tokenizer, oracle):
     model, ids = setup_oracle(tokenizer, oracle, answer=ANSWER)
     res = line(model, tokenizer, ("zq zq", " a + zq", ANSWER))
-    assert res.draft.offered == 3 and len(res.draft.kept) == res.draft.tokens
+    assert res.verdict.offered == 3 and len(res.verdict.kept) == res.verdict.tokens
     assert res.text == ANSWER and res.forwards == CFG.draft_stride
 
 
@@ -74,7 +74,7 @@ def test_a_request_without_drafts_decodes_beside_one_with_them(tokenizer, oracle
     a, b = fill(model, tokenizer, [CanvasRequest(PREFIX, SUFFIX, 8, one_line=True, candidates=(ANSWER,)),
                                    CanvasRequest(PREFIX, SUFFIX, 8, one_line=True)], CFG)
     assert a.text == b.text == ANSWER
-    assert a.draft is not None and b.draft is None and a.forwards < b.forwards
+    assert a.verdict is not None and b.verdict is None and a.forwards < b.forwards
 
 
 def test_scoring_rows_together_gives_each_what_it_gets_alone(tiny_checkpoint):

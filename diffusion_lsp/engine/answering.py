@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..protocol.capabilities import Capabilities
-from ..protocol.answers import DraftTally, Fill, Probed
+from ..protocol.answers import Probed
 from ..model.decoding import run
 from ..model.stop import OrderStopped
 from .batch import FillBatch
@@ -172,13 +172,9 @@ class Engine:
 
     @staticmethod
     def answer_of(decoding, i: int):
-        """Order i's answer once it has finished: a Fill, or None when it was stopped."""
+        """Order i's answer once it has finished: its result, which is a Fill, or None when it was stopped."""
         r = decoding.result(i)
-        if r.cancelled:
-            return None
-        return Fill(r.text, r.pieces, r.confidence, r.ms, r.forwards, r.reused, r.end_confidence, r.batch,
-                    r.budget_hit, draft=DraftTally(r.draft.offered, r.draft.tokens, len(r.draft.kept))
-                    if r.draft else DraftTally())
+        return None if r.cancelled else r
 
     @classmethod
     def answers(cls, decoding) -> list:

@@ -75,7 +75,7 @@ class NativeDecoding:
 
     def result(self, i: int) -> FillResult:
         f = self.fills[i]
-        return f.result or FillResult(f.req.id, "", [], [], [], 0, 0.0, cancelled=True)
+        return f.result or FillResult("", [], [], id=f.req.id, cancelled=True)
 
     def results(self) -> list[FillResult]:
         return [self.result(i) for i in range(len(self.fills))]
@@ -175,8 +175,8 @@ class NativeDecoding:
         ids = self._kept(ids, self.ends | req.ends)[: req.max_tokens]
         text, pieces = answer_of(*text_of(self.tok, ids, ""), req.chat, req.one_line)
         ids = ids[: len(pieces)]
-        return FillResult(req.id, text, ids, pieces, conf[: len(ids)], forwards, ms, budget_hit=budget_hit,
-                          canvas=ids)
+        return FillResult(text, pieces, conf[: len(ids)], ms=ms, forwards=forwards, budget_hit=budget_hit,
+                          id=req.id, token_ids=ids, canvas=ids)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ..protocol.answers import DraftTally, Fill
 from .canvas import CanvasRequest, Row
 from .prompting import answer_text
 from .reuse import Plan
@@ -19,28 +20,23 @@ from .verify import Verdict
 
 
 @dataclass
-class FillResult:
-    id: object
-    text: str
-    token_ids: list[int]
-    pieces: list[str]  # per emitted token, the text it completes: they add up to `text` (see _text)
-    confidence: list[float]  # per emitted token, probability when it was committed
-    forwards: int  # forward passes this request took part in
-    ms: float
-    budget_hit: bool = False
-    cancelled: bool = False  # abandoned between steps (Decoding.stop); text is empty
-    reused: int = 0  # positions whose keys/values came from the document's last fill
-    canvas: list[int] = field(default_factory=list, repr=False)  # all canvas ids, fillers included
-    end_confidence: float = 1.0  # how sure the model was where the text ends (its surest filler; 1.0: none)
-    draft: Verdict | None = None  # what the model kept of the request's drafts; None: none offered
-    batch: float = 1.0  # the mean rows of the steps it took part in (its batch-mates and itself)
+class FillResult(Fill):
+    """A fill as a decoding gives it back: the Backend's Fill itself (what the engine answers and the
+    worker sends on), with what only the model's side reads. The tokens the model wrote (the re-typed
+    healed one included; fillers and a one-line fill's stripped line break not) are `token_ids`, one
+    per piece and confidence, at most max_tokens: every count of a fill's tokens (`fim --json`,
+    `--batch`, serve-api's usage) is `tokens`, their number."""
 
-    @property
-    def tokens(self) -> int:
-        """The tokens the model wrote into the text (the re-typed healed one included; fillers and a
-        one-line fill's stripped line break not): one per piece and confidence, at most max_tokens.
-        Every count of a fill's tokens (`fim --json`, `--batch`, serve-api's usage) is this one."""
-        return len(self.token_ids)
+    id: object = None
+    token_ids: list[int] = field(default_factory=list)
+    cancelled: bool = False  # abandoned between steps (Decoding.stop); text is empty
+    canvas: list[int] = field(default_factory=list, repr=False)  # all canvas ids, fillers included
+    verdict: Verdict | None = None  # what the model made of the request's drafts; None: none offered
+
+    def __post_init__(self):
+        self.tokens = len(self.token_ids)
+        if self.verdict is not None:
+            self.draft = DraftTally(self.verdict.offered, self.verdict.tokens, len(self.verdict.kept))
 
 
 @dataclass
@@ -129,9 +125,8 @@ def result_of(f: Decoded, tok: Tokenizer) -> FillResult:
     elif f.req.one_line:
         text, pieces = first_line(text, pieces)
         kept = kept[: len(pieces)]
-    return FillResult(id=f.req.id, text=text, token_ids=[t for t, _ in kept], pieces=pieces,
-                      confidence=[c for _, c in kept], forwards=f.forwards, ms=f.ms,
-                      budget_hit=f.budget_hit, cancelled=f.cancelled, reused=f.plan.reused() if f.plan else 0,
-                      canvas=f.canvas,
+    return FillResult(text, pieces, [c for _, c in kept], ms=f.ms, forwards=f.forwards,
+                      reused=f.plan.reused() if f.plan else 0,
                       end_confidence=max((c for t, c in zip(f.canvas, f.conf) if t == tok.filler_id), default=1.0),
-                      draft=f.verdict, batch=f.row_steps / f.steps if f.steps else 1.0)
+                      batch=f.row_steps / f.steps if f.steps else 1.0, budget_hit=f.budget_hit, id=f.req.id,
+                      token_ids=[t for t, _ in kept], cancelled=f.cancelled, canvas=f.canvas, verdict=f.verdict)
