@@ -53,6 +53,32 @@ class Decoding(Protocol):
     def results(self) -> list[FillResult]: ...
 
 
+class Turns:
+    """The bookkeeping every decoding shares: its requests' records (`fills`, one per request index),
+    the ones that ended since it was last asked (`finished`), and their results (`result`, each
+    decoding's own). A decoding whose batch is fixed at its start says so with `joins = False`."""
+
+    joins = True
+    fills: list
+    finished: list[int]
+
+    def __len__(self) -> int:
+        return len(self.fills)
+
+    def take_finished(self) -> list[int]:
+        done, self.finished = self.finished, []
+        return done
+
+    def add(self, requests: list[CanvasRequest]) -> list[int]:
+        raise ValueError(f"{type(self).__name__} cannot be joined: its batch is fixed at its start")
+
+    def result(self, i: int) -> FillResult:
+        raise NotImplementedError
+
+    def results(self) -> list[FillResult]:
+        return [self.result(i) for i in range(len(self))]
+
+
 def stopped(stop: Stop, decoding: Decoding) -> list[int]:
     """The requests of `decoding` whose stop flag is set."""
     if stop is None:

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 import torch
 
 from .canvas import CanvasRequest, build_row, newline_first_table
-from .decoding import run
+from .decoding import Turns, run
 from .results import Decoded, FillResult, result_of
 from ..protocol.settings import SamplerConfig
 from .tokenizer import Tokenizer
@@ -201,10 +201,12 @@ def _decode(model, tok: Tokenizer, req: CanvasRequest, cfg: SamplerConfig, f: De
     f.conf, f.ms = conf, (time.perf_counter() - t0) * 1e3
 
 
-class VariableDecoding:
+class VariableDecoding(Turns):
     """DreamOn's decoding of `requests` (a Decoding), one after another: each turn
     of the loop is one step (no drafts: []), `stop(i)` abandons request i, `results()` at the end.
     time_budget_ms counts from its start, as sampler.Decoding's does for its batch."""
+
+    joins = False  # one request at a time: nothing to join
 
     def __init__(self, model, tok: Tokenizer, requests: list[CanvasRequest], cfg: SamplerConfig | None = None):
         if not expands(tok):
@@ -217,21 +219,8 @@ class VariableDecoding:
         self.fills = [Decoded(r, None) for r in requests]
         self.finished: list[int] = []
 
-    joins = False  # one request at a time: nothing to join
-
-    def add(self, requests: list[CanvasRequest]) -> list[int]:
-        raise ValueError("DreamOn's decoding cannot be joined")
-
     def stop(self, i: int) -> None:
         self.stopped.add(i)
-
-    def __len__(self) -> int:
-        return len(self.fills)
-
-    def take_finished(self) -> list[int]:
-        """The requests that ended since the last call (said at the turn after their last step)."""
-        done, self.finished = self.finished, []
-        return done
 
     def active(self) -> int:
         return sum(1 for f in self.fills if not f.canvas and not f.cancelled)
@@ -246,9 +235,6 @@ class VariableDecoding:
 
     def result(self, i: int) -> FillResult:
         return result_of(self.fills[i], self.tok)
-
-    def results(self) -> list[FillResult]:
-        return [result_of(f, self.tok) for f in self.fills]
 
 
 def fill_variable(model, tok: Tokenizer, requests: list[CanvasRequest], cfg: SamplerConfig | None = None

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .decoding import Turns
 from .prompting import answer_text
 from ..protocol.answers import Draft
 from .results import FillResult, answer_of, text_of
@@ -44,7 +45,7 @@ class _Fill:
     stopped: bool = False
 
 
-class NativeDecoding:
+class NativeDecoding(Turns):
     """A native model's decoding (a Decoding): requests one after another, each a
     `generate` call taken apart one denoising step per turn; no request joins a running one (joins)."""
 
@@ -57,18 +58,8 @@ class NativeDecoding:
         self.fills = [_Fill(r) for r in requests]
         self.finished: list[int] = []
 
-    def add(self, requests):
-        raise ValueError("a native model's decoding cannot be joined")
-
     def stop(self, i: int) -> None:
         self.fills[i].stopped = True
-
-    def __len__(self) -> int:
-        return len(self.fills)
-
-    def take_finished(self) -> list[int]:
-        done, self.finished = self.finished, []
-        return done
 
     def active(self) -> int:
         return sum(1 for f in self.fills if f.result is None and not f.stopped)
@@ -76,9 +67,6 @@ class NativeDecoding:
     def result(self, i: int) -> FillResult:
         f = self.fills[i]
         return f.result or FillResult("", [], [], id=f.req.id, cancelled=True)
-
-    def results(self) -> list[FillResult]:
-        return [self.result(i) for i in range(len(self.fills))]
 
     @torch.inference_mode()
     def __iter__(self):

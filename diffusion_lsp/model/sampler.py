@@ -20,7 +20,7 @@ import torch
 from . import denoise
 from .batch import Batch
 from .canvas import CanvasRequest, build_row
-from .decoding import run
+from .decoding import Turns, run
 from .readout import canvas_of, draft_of, remember
 from ..protocol.answers import Draft
 from .results import Decoded, FillResult, result_of
@@ -29,7 +29,7 @@ from ..protocol.settings import SamplerConfig
 from .tokenizer import Tokenizer
 
 
-class Decoding:
+class Decoding(Turns):
     """One batch of requests being decoded (a Decoding), driven by its caller: each turn
     of `for drafts in decoding` runs one denoising step (one forward pass for every unfinished row) and gives the
     drafts of the unfinished rows that asked for them (CanvasRequest.drafts) as (request index, Draft);
@@ -43,8 +43,6 @@ class Decoding:
     rest; a finished row leaves at once, so its place is free for the next one. With a memo, each
     finished row is remembered under its request's `doc`, and when every request of a batch lines
     up with its document's last fill, the first pass starts from those."""
-
-    joins = True  # add() is allowed (DreamOn's VariableDecoding: False)
 
     def __init__(self, model, tok: Tokenizer, requests: list[CanvasRequest], cfg: SamplerConfig | None = None,
                  memo: ContextMemo | None = None):
@@ -87,17 +85,9 @@ class Decoding:
         """Abandon request i before the next step (between steps: a step always finishes)."""
         self.stopped.add(i)
 
-    def take_finished(self) -> list[int]:
-        """The requests that are done or stopped since the last call, each said once."""
-        done, self.finished = self.finished, []
-        return done
-
     def active(self) -> int:
         """Requests neither finished nor stopped yet, joining ones included."""
         return sum(1 for f in self.fills if not f.canvas and not f.cancelled)
-
-    def __len__(self) -> int:
-        return len(self.fills)
 
     @torch.inference_mode()
     def __iter__(self) -> Iterator[list[tuple[int, Draft]]]:
@@ -187,9 +177,6 @@ class Decoding:
 
     def result(self, i: int) -> FillResult:
         return result_of(self.fills[i], self.tok)
-
-    def results(self) -> list[FillResult]:
-        return [result_of(f, self.tok) for f in self.fills]
 
 
 @torch.inference_mode()
