@@ -101,7 +101,8 @@ def command_backend(launch: LaunchSettings):
         except RemoteError as e:
             raise UserError(str(e)) from None
     quiet = logging.getLogger("diffusion-lsp.command-line")
-    quiet.addHandler(logging.NullHandler())
+    if not quiet.handlers:  # once: every evaluation that makes a backend asks again
+        quiet.addHandler(logging.NullHandler())
     quiet.propagate = False
     return backend_for(launch, LogReporter(quiet), 120.0, load=functools.partial(engine_for, launch))
 

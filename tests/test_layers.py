@@ -52,12 +52,12 @@ def room_of(module: str) -> str | None:
     return parts[1] if len(parts) > 1 else None
 
 
-def imported(path: Path) -> list[tuple[str, int]]:
-    """Every module of the package that `path` imports, at any depth of its code -> (module, line).
-    `from . import x` names module x where x is one."""
+def imported(path: Path, source: str | None = None) -> list[tuple[str, int]]:
+    """Every module of the package that `path` (whose text is `source`, else read) imports, at any
+    depth of its code -> (module, line). `from . import x` names module x where x is one."""
     module, here = module_of(path), path.name == "__init__.py"
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source, str(path))):
         if isinstance(node, ast.Import):
             found += [(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -102,15 +102,11 @@ def test_no_room_imports_its_own_layer_or_above():
     assert violations() == []
 
 
-def test_the_check_sees_imports_inside_functions_and_relative_ones(tmp_path, monkeypatch):
+def test_the_check_sees_imports_inside_functions_and_relative_ones():
     """The walk itself: an upward import hidden in a function, written relative, is found."""
     source = "def f():\n    from ..server import stats\n    from . import policies\n"
-    fake = PACKAGE / "model" / "_layers_probe.py"
-    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: source if self == fake else _read(self, *a, **k))
-    assert imported(fake) == [("diffusion_lsp.server.stats", 2), ("diffusion_lsp.model.policies", 3)]
-
-
-_read = Path.read_text
+    assert imported(PACKAGE / "model" / "_layers_probe.py", source) == [
+        ("diffusion_lsp.server.stats", 2), ("diffusion_lsp.model.policies", 3)]
 
 
 @pytest.mark.parametrize("room", ["protocol", "errors", "jsonout", "cpus", "keyscrub", "local_state"])
