@@ -119,10 +119,11 @@ class Completer:
 
     async def complete(self, doc: Document | None, line: int, column: int, encoding: str,
                        open_docs: Sequence[Document] = ()) -> Answer | None:
-        """The answer at (line, column) of `doc` (None: not open), or None."""
+        """The answer at (line, column) of `doc` (None: not open), or None. A newer request for the
+        document supersedes this one (BackendError(DROPPED), answered empty)."""
         stats, t0 = self.stats, time.perf_counter()
         stats.requests += 1
-        answer = None
+        timing, answer = Timing(stats.requests), None
         try:
             if not self.cfg.completion.enable:
                 return None
@@ -130,26 +131,17 @@ class Completer:
                 if doc is None:
                     raise BadInput("unknown document (not open)")
                 offset = locate(doc.text, line, column, encoding, self.cfg.completion.max_line_chars)
-                sug = await self._suggest(doc, offset, open_docs)
+                stats.timings.append(timing)
+                with self.tickets.take(doc.uri) as ticket:
+                    sug = await self._decide(ticket, timing, doc, offset, list(open_docs))
                 if sug is not None and sug.text:
                     answer = Answer(sug.text, replace_range(doc.text, offset, sug, encoding))
         finally:
-            stats.latency_ms.append((time.perf_counter() - t0) * 1e3)
+            timing.total_ms = (time.perf_counter() - t0) * 1e3
+            stats.latency_ms.append(timing.total_ms)
         stats.empty += answer is None
         stats.answered += answer is not None
         return answer
-
-    async def _suggest(self, doc: Document, offset: int, open_docs: Sequence[Document]) -> Suggestion | None:
-        """The suggestion at `offset`, or None: nothing to say. BackendError(DROPPED) when a newer
-        request for the document supersedes this one."""
-        timing = Timing(self.stats.requests)
-        t0 = time.perf_counter()
-        try:
-            with self.tickets.take(doc.uri) as ticket:
-                return await self._decide(ticket, timing, doc, offset, list(open_docs))
-        finally:
-            timing.total_ms = (time.perf_counter() - t0) * 1e3
-            self.stats.timings.append(timing)
 
     async def _decide(self, ticket: Ticket, timing: Timing, doc: Document, offset: int,
                       open_docs: list[Document]) -> Suggestion | None:

@@ -104,7 +104,7 @@ class WorkerClient:
         """The worker's fill for `order`. Raises WorkerUnavailable when it is not connected and
         ready or goes away meanwhile, BackendError when it says no. Cancelling this coroutine sends
         a cancel, so the worker abandons the work."""
-        stream = self.stream(key, order)
+        stream = self._order(key, order, Fill)
         try:
             async for item in stream:
                 if isinstance(item, Fill):

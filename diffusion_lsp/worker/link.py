@@ -178,8 +178,7 @@ class WorkerLink:
         try:
             while True:
                 try:
-                    item = await self._guard("fill", client, self._within(items.__anext__(), "fill",
-                                                                          deadline - time.monotonic()))
+                    item = await self._guard("fill", client, items.__anext__(), deadline - time.monotonic())
                 except StopAsyncIteration:
                     return
                 yield item
@@ -204,20 +203,17 @@ class WorkerLink:
 
     async def _call(self, op: str, ask):
         client = await self._client()
-        return await self._guard(op, client, self._within(ask(client), op, self.fill_timeout_s))
+        return await self._guard(op, client, ask(client))
 
-    def _within(self, work, op: str, seconds: float):
-        """`work` with the order's deadline: a missed one is counted and starts a liveness check."""
+    async def _guard(self, op: str, client: WorkerClient, work, seconds: float | None = None):
+        """`work`'s answer within `seconds` (the order's deadline by default), its failures as BackendErrors; a missed deadline
+        is counted and starts a liveness check."""
         def missed() -> None:
             self.counts["fill_timeouts"] += 1
             self.suspect()
-        return within(work, max(0.0, seconds), f"no {op} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)",
-                      missed)
-
-    async def _guard(self, op: str, client: WorkerClient, call):
-        """`call`'s answer, its failures as BackendErrors."""
         try:
-            return await call
+            return await within(work, max(0.0, self.fill_timeout_s if seconds is None else seconds),
+                                f"no {op} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)", missed)
         except WorkerUnavailable as e:
             kind = Failure.STARTING if client.connected and client.state == "loading" else Failure.LOST
             raise BackendError(kind, str(e)) from None
