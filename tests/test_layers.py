@@ -21,6 +21,7 @@ LAYERS = [
     {"model"},  # the torch side: checkpoints, the transformer, the sampler
     {"context"},  # tree-sitter context, tokens, post-processing, a repository's files
     {"formats"},  # prompt formats: data below the engine and the backends that write them
+    {"acceptance"},  # which candidate is shown: features and a model of acceptance
     {"engine"},  # a loaded model answering the protocol's requests
     {"worker"},  # the engine in its own process, and its link as a Backend
     {"backend"},  # the other Backends (in process, a remote API)

@@ -291,4 +291,4 @@ def test_no_drafts_when_they_are_off_or_the_backend_cannot_probe():
         asyncio.run(completer.complete(REPEATING, 6, 7, UTF16))
         completer.cache.clear()
     assert off.orders[0].candidates == () and [o.candidates for o in blind.orders] == [(), ()]
-    assert sum("no drafts" in m for _, m in completer.logged) == 1  # said once
+    assert sum("drafts are not verified" in m for _, m in completer.logged) == 1  # said once

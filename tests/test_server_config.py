@@ -83,20 +83,16 @@ def test_key_case_conversions():
 def test_sampling_settings_make_the_worker_s_order():
     from diffusion_lsp.context.records import CompletionContext, SpanKind
     from diffusion_lsp.protocol.settings import SamplerConfig
-    from diffusion_lsp.server.completion import Completer
-    from diffusion_lsp.server.stats import Stats
+    from diffusion_lsp.server.completion import fill_request
 
-    completer = Completer(None, Stats(), print)
     ctx = CompletionContext("x = ", "\n", SpanKind.LINE, 16, "python", 4, "", "")
-    completer.configure(Config())
     cut = Config().completion.confidence_cut  # completion.confidenceCut
-    assert completer._order(ctx, 16, None).sampling == SamplerConfig(confidence_cut=cut)
+    assert fill_request(Config(), ctx, 16, None).sampling == SamplerConfig(confidence_cut=cut)
     cfg, problems = parse_config({"sampling": {"blockSize": 0, "policy": "one", "timeBudgetMs": 500},
                                   "completion": {"confidenceCut": 0}})
-    completer.configure(cfg)
-    assert problems == [] and completer._order(ctx, 16, None).sampling == SamplerConfig(block_size=0, policy="one",
-                                                                                          time_budget_ms=500)
-    assert completer._order(ctx, 16, 200).sampling.time_budget_ms == 200  # a single-line budget: the tighter one
+    assert problems == [] and fill_request(cfg, ctx, 16, None).sampling == SamplerConfig(block_size=0, policy="one",
+                                                                                         time_budget_ms=500)
+    assert fill_request(cfg, ctx, 16, 200).sampling.time_budget_ms == 200  # a single-line budget: the tighter one
     assert parse_config({"sampling": {"stopBelow": 0.5}})[1] == ["unknown setting sampling.stopBelow (ignored)"]
 
 

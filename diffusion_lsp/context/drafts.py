@@ -21,6 +21,7 @@ what is already typed on the cursor's line.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections import OrderedDict
@@ -43,6 +44,16 @@ LIMIT = 3
 class Candidate:
     text: str  # to insert at the cursor, to the end of its line
     source: str  # "lookup", "line" or "last"
+    match: float = 0.0  # lookup: characters of the repeated tail; line: the lines' word overlap (Dice)
+    lines_away: int = 0  # how far above or below the cursor its source text is; -1: another document
+    agree: int = 0  # how many other drafters wrote the same text
+
+
+@dataclass(frozen=True)
+class Found:
+    text: str
+    match: float
+    lines_away: int
 
 
 def _line_around(text: str, offset: int) -> tuple[int, str]:
@@ -68,15 +79,21 @@ def lookup(doc: Document, offset: int, others: Iterable[Document] = ()) -> str |
     `others`. The nearest occurrence before the cursor wins a tie. None when nothing repeats. At
     blanks no other line has there (an editor's indentation of an empty line), the text of the line
     that followed the line above, at the cursor's indentation, whatever its own was."""
+    found = lookup_found(doc, offset, others)
+    return None if found is None else found.text
+
+
+def lookup_found(doc: Document, offset: int, others: Iterable[Document] = ()) -> Found | None:
+    """`lookup`, with how long the repeated tail is and where it was found."""
     found = _lookup(doc, offset, others)
     start, typed = _line_around(doc.text, offset)
     if found is None and typed and typed.isspace():  # blanks the file does not have there: an editor's
         found = _lookup(doc, start, others)
-        return found.lstrip() if found else None
+        return Found(found.text.lstrip(), found.match, found.lines_away) if found and found.text.lstrip() else None
     return found
 
 
-def _lookup(doc: Document, offset: int, others: Iterable[Document]) -> str | None:
+def _lookup(doc: Document, offset: int, others: Iterable[Document]) -> Found | None:
     """lookup's search. Shortest tail first: a hit near the cursor is found at once, and the first
     miss ends it (measured: a binary search over the tails was 2.6x slower, its misses scanning every
     document)."""
@@ -95,11 +112,12 @@ def _lookup(doc: Document, offset: int, others: Iterable[Document]) -> str | Non
             if at < 0 and k == 0:
                 at = src.find(tail, offset)
             if at >= 0:
-                found = _rest_of_line(src, at + len(tail))
+                away = abs(text.count("\n", min(at, offset), max(at, offset))) if k == 0 else -1
+                found = Found(_rest_of_line(src, at + len(tail)), float(len(tail)), away)
                 break
         if found is None:
             break  # a longer tail cannot occur where this one does not
-        if found.strip():
+        if found.text.strip():
             best = found
     return best
 
@@ -141,6 +159,12 @@ def _apply(line: str, swaps: dict[str, str]) -> str:
 
 
 def similar_line(doc: Document, offset: int) -> str | None:
+    """`similar_found`'s text."""
+    found = similar_found(doc, offset)
+    return None if found is None else found.text
+
+
+def similar_found(doc: Document, offset: int) -> Found | None:
     """The line that followed the earlier line most like the line above the cursor, its identifiers
     swapped as those two lines differ, at the cursor line's indentation; None when no earlier line
     is similar enough (MIN_SIMILARITY) or the line that followed disagrees with what is typed."""
@@ -170,10 +194,11 @@ def similar_line(doc: Document, offset: int) -> str | None:
     step = indent - (len(lines[best]) - len(lines[best].lstrip()))
     base = len(lines[above]) - len(lines[above].lstrip())
     line = " " * max(0, base + step) + follow.lstrip() if "\t" not in follow[:indent] else follow
+    away = above - best
     if not line.startswith(typed):  # typed at another indentation (an editor's guess, say)
         stripped = typed.lstrip()
-        return line.lstrip()[len(stripped):] if line.lstrip().startswith(stripped) else None
-    return line[len(typed):]
+        return Found(line.lstrip()[len(stripped):], best_score, away) if line.lstrip().startswith(stripped) else None
+    return Found(line[len(typed):], best_score, away)
 
 
 class LastFills:
@@ -207,12 +232,19 @@ def drafts_for(doc: Document, offset: int, others: Iterable[Document] = (), last
     A draft that ends with the text after the cursor on its line ends before it (the fill goes
     between the two)."""
     after = _rest_of_line(doc.text, offset)
-    found = [("last", last.draft(doc.uri, cursor_lines(doc.text, offset)) if last else None),
-             ("lookup", lookup(doc, offset, others)), ("line", similar_line(doc, offset))]
+    rest = last.draft(doc.uri, cursor_lines(doc.text, offset)) if last else None
+    found = [("last", Found(rest, 0.0, 0) if rest else None),
+             ("lookup", lookup_found(doc, offset, others)), ("line", similar_found(doc, offset))]
     out: list[Candidate] = []
-    for source, text in found:
+    for source, f in found:
+        text = f.text if f else None
         if text and after.strip() and text.endswith(after):
             text = text[: len(text) - len(after)]
-        if text and text.strip() and all(c.text != text for c in out):
-            out.append(Candidate(text, source))
+        if not (text and text.strip()):
+            continue
+        same = next((i for i, c in enumerate(out) if c.text == text), None)
+        if same is None:
+            out.append(Candidate(text, source, f.match, f.lines_away))
+        else:
+            out[same] = dataclasses.replace(out[same], agree=out[same].agree + 1)
     return out[:limit]

@@ -10,7 +10,8 @@ indexes are only looked up here (server/indexer.py builds them). Post-processing
 its work is bounded (it re-parses the window gather parsed, incrementally: p95 0.39 ms, max 0.65 ms
 in `bench lsp`), while waking a thread right after a fill waits for a core the worker's threads
 are still spinning on (measured: p95 1.9 ms, max 5.5 ms, more than the work itself).
-Drafts are verified by model/verify.py."""
+Drafts are verified by model/verify.py; which candidate is shown (the model's fill or a draft), or
+none, the acceptance model decides (acceptance/choose.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,10 @@ from ..protocol.failure import BackendError, Failure
 from ..protocol.answers import Fill, Kept
 from ..protocol.reasons import Cut
 from ..protocol.requests import FillRequest
-from ..context.drafts import LastFills, cursor_lines, drafts_for
+from ..acceptance.choose import choose, offers
+from ..acceptance.features import Spot
+from ..acceptance.model import AcceptanceModel
+from ..context.drafts import Candidate, LastFills, cursor_lines, drafts_for
 from ..context.gather import gather
 from ..context.index import indexed
 from ..context.postprocess import postprocess
@@ -95,6 +99,20 @@ def finish(ctx: CompletionContext, fill: Fill, confidence_cut: float, check_synt
     return sug, sug is None and Cut.PARSE_ERROR in reasons
 
 
+def fill_request(cfg: Config, ctx: CompletionContext, max_tokens: int, budget_ms: float | None,
+                 careful: bool = False, candidates: tuple[str, ...] = ()) -> FillRequest:
+    """The fill a completion asks for: the time budget is the tighter of sampling.timeBudgetMs and
+    `budget_ms`; a fill stops at its first token below completion.confidenceCut (dropped anyway);
+    a careful one (the re-sample) commits only tokens RESAMPLE_THRESHOLD sure."""
+    s = cfg.sampling
+    budgets = [b for b in (s.time_budget_ms, budget_ms) if b is not None]
+    sampling = s.replace(time_budget_ms=max(min(budgets), 0.0) if budgets else None,
+                         confidence_cut=cfg.completion.confidence_cut,
+                         threshold=max(s.threshold, RESAMPLE_THRESHOLD) if careful else s.threshold)
+    return FillRequest(valid_text(ctx.prefix), valid_text(ctx.suffix), max_tokens,
+                       one_line=ctx.kind is not SpanKind.BLOCK, sampling=sampling, candidates=candidates)
+
+
 class Completer:
     """`complete` never raises but CancelledError: every refusal and failure is one log line and an
     empty answer. Cancelling it (`$/cancelRequest`) cancels the fill in the backend."""
@@ -110,6 +128,7 @@ class Completer:
         self.tickets = tickets()
         self.last_fills = LastFills()  # each document's last suggestion: a draft while it still applies
         self.said_no_drafts = False
+        self.acceptance: AcceptanceModel | None = None  # decides what is shown; None: the rules
 
     def configure(self, cfg: Config, count_tokens: Callable[[str], int] | None = None) -> None:
         self.cfg = cfg
@@ -159,61 +178,62 @@ class Completer:
         if not await ticket.debounce(cc.debounce_ms / 1000):
             raise BackendError(Failure.DROPPED, "superseded while waiting for typing to pause")
         t1 = time.perf_counter()
-        ctx, candidates = await self._in_thread(self._context, doc, offset, open_docs, self.recent_edits())
+        ctx, drafts = await self._in_thread(self._context, doc, offset, open_docs, self.recent_edits())
         timing.wait_ms, timing.context_ms = (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3
         if ctx.language is None:
             raise BadInput(f"unsupported language {doc.language_id!r}")
         timing.kind = ctx.kind.value
         budget = cc.line_budget_ms if ctx.kind is not SpanKind.BLOCK else None
-        order = self._order(ctx, ctx.max_tokens, budget, candidates=candidates)
-        sug, broke = await self._sample(ticket, timing, ctx, order)
+        verify = tuple(valid_text(d.text) for d in drafts) if self.backend.capabilities.probe else ()
+        order = fill_request(self.cfg, ctx, ctx.max_tokens, budget, candidates=verify)
+        sug, broke, fill = await self._sample(ticket, timing, ctx, order)
         if broke:
             self.stats.parse_rejects += 1
             left = None if budget is None else budget - (time.perf_counter() - t1) * 1e3
             if left is None or left > budget / 2:  # re-sample once, shorter and more careful
-                careful = self._order(ctx, max(4, ctx.max_tokens // 2), left, careful=True)
-                sug, broke = await self._sample(ticket, timing, ctx, careful)
+                careful = fill_request(self.cfg, ctx, max(4, ctx.max_tokens // 2), left, careful=True)
+                sug, broke, fill = await self._sample(ticket, timing, ctx, careful)
                 self.stats.parse_rejects += broke
             else:
                 self.stats.resamples_skipped += 1
+        sug = self._choose(doc, offset, ctx, sug, fill, drafts)
         if not ticket.superseded.is_set():
             self.cache.put(doc.uri, prefix, suffix, sug)
             if sug is not None and sug.text:
                 self.last_fills.put(doc.uri, cursor_lines(doc.text, offset), sug.text)
         return sug
 
+    def _choose(self, doc: Document, offset: int, ctx: CompletionContext, sug: Suggestion | None, fill: Fill,
+                drafts: list[Candidate]) -> Suggestion | None:
+        """What is shown: the candidate the acceptance model likes best when it is likely
+        enough to be kept, else nothing; without one, the model's cut fill."""
+        if self.acceptance is None:
+            return sug
+        candidates = offers(sug.text if sug else None, sug.replace_chars if sug else 0, fill, drafts)
+        choice = choose(self.acceptance, candidates, Spot.at(doc.text, offset, ctx.language),
+                        self.cfg.completion.show_above)
+        self.stats.chose(choice)
+        if choice.offer is None:
+            return None
+        return sug if choice.offer.source == "model" else Suggestion(choice.offer.text, choice.offer.replace_chars)
+
     def _context(self, doc: Document, offset: int, open_docs: list[Document],
-                 edits: Sequence[EditSnippet]) -> tuple[CompletionContext, tuple[str, ...]]:
+                 edits: Sequence[EditSnippet]) -> tuple[CompletionContext, list[Candidate]]:
         """(the context, the drafts from the user's code) at `offset`: in the context thread."""
         cc = self.cfg.completion
         ctx = gather(doc, offset, open_docs, edits, ContextBudget.split(cc.max_context_tokens), self.count_tokens,
                      indexed)
         if not cc.drafts or ctx.language is None:
-            return ctx, ()
-        if not self.backend.capabilities.probe:
-            if not self.said_no_drafts:
-                self.said_no_drafts = True
-                self.log("info", "no drafts: this backend cannot score given tokens (completion.drafts needs a "
-                                 "local model)")
-            return ctx, ()
-        return ctx, tuple(valid_text(c.text) for c in drafts_for(doc, offset, open_docs, self.last_fills))
-
-    def _order(self, ctx: CompletionContext, max_tokens: int, budget_ms: float | None,
-               careful: bool = False, candidates: tuple[str, ...] = ()) -> FillRequest:
-        """The worker's order: the time budget is the tighter of sampling.timeBudgetMs and
-        `budget_ms`; a fill stops at its first token below completion.confidenceCut (dropped anyway);
-        a careful one (the re-sample) commits only tokens RESAMPLE_THRESHOLD sure."""
-        s = self.cfg.sampling
-        budgets = [b for b in (s.time_budget_ms, budget_ms) if b is not None]
-        sampling = s.replace(time_budget_ms=max(min(budgets), 0.0) if budgets else None,
-                             confidence_cut=self.cfg.completion.confidence_cut,
-                             threshold=max(s.threshold, RESAMPLE_THRESHOLD) if careful else s.threshold)
-        return FillRequest(valid_text(ctx.prefix), valid_text(ctx.suffix), max_tokens,
-                         one_line=ctx.kind is not SpanKind.BLOCK, sampling=sampling, candidates=candidates)
+            return ctx, []
+        if not self.backend.capabilities.probe and not self.said_no_drafts:
+            self.said_no_drafts = True
+            self.log("info", "drafts are not verified: this backend cannot score given tokens (the acceptance "
+                             "model still weighs them)")
+        return ctx, drafts_for(doc, offset, open_docs, self.last_fills)
 
     async def _sample(self, ticket: Ticket, timing: Timing, ctx: CompletionContext,
-                      order: FillRequest) -> tuple[Suggestion | None, bool]:
-        """(suggestion, broke the parse); BackendError(DROPPED) when superseded meanwhile."""
+                      order: FillRequest) -> tuple[Suggestion | None, bool, Fill]:
+        """(suggestion, broke the parse, the fill); BackendError(DROPPED) when superseded meanwhile."""
         t0 = time.perf_counter()
         try:
             self.stats.model_calls += not ticket.superseded.is_set()
@@ -230,7 +250,7 @@ class Completer:
         self.stats.drafted(fill.draft.outcome)
         cc = self.cfg.completion
         try:
-            return finish(ctx, fill, cc.confidence_cut, cc.reject_parse_errors)
+            return (*finish(ctx, fill, cc.confidence_cut, cc.reject_parse_errors), fill)
         finally:
             timing.post_ms += (time.perf_counter() - t1) * 1e3
 

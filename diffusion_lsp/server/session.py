@@ -29,7 +29,7 @@ from .config import Config, WorkerSettings, parse_config, with_claims
 from .indexer import Indexer
 from .next_edit import NextEditor
 from .stats import Stats
-from .workspace_model import ModelChoice, changed, choose
+from .workspace_model import ModelChoice, acceptance_for, changed, choose
 
 
 @dataclass
@@ -111,6 +111,17 @@ class Session:
         configure_backend(self.backend, cfg)
         self.completer.configure(cfg, counter_for(cfg.model.path) if model_changed else None)
         self.next_edit.configure(cfg, self.completer.count_tokens)
+        self._choose_acceptance()
+
+    def _choose_acceptance(self) -> None:
+        """The acceptance model that decides what is shown (workspace_model.acceptance_for), logged when
+        the choice changes."""
+        folder = None if self.choice.source == "remote" else model_folder(self.cfg.model.path)
+        model, line = acceptance_for(self.choice, folder, self.root)
+        self.completer.acceptance = model
+        if line != self.stats.acceptance:
+            self.ui.log("info", line)
+            self.stats.acceptance = line
 
     def _choose_model(self, cfg: Config) -> Config:
         """`cfg` with the model that answers in this workspace; a new choice is

@@ -102,10 +102,26 @@ class Stats:
     drafts_rejected: int = 0  # ... rejected at the first token: fully denoised
     forwards: int = 0  # forward passes of the model's fills (drafts' verification passes included)
     fill_tokens: int = 0  # tokens those fills wrote
+    judged: int = 0  # requests whose candidates the acceptance model scored
+    judged_shown: int = 0  # ... and whose best candidate reached the bar
     latency_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     model_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     timings: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)  # of Timing
     next_edit: NextEditStats = field(default_factory=NextEditStats)
+    won: dict = field(default_factory=dict)  # candidate source -> times it was shown
+    shown_p: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)  # P of what was shown
+    acceptance: str = ""  # which acceptance model decides, or why none (one line)
+
+    def chose(self, choice) -> None:
+        """Count an acceptance decision (a Choice)."""
+        if choice.p is None and choice.offer is None and not choice.scored:
+            return
+        self.judged += 1
+        if choice.offer is not None:
+            self.judged_shown += 1
+            self.won[choice.offer.source] = self.won.get(choice.offer.source, 0) + 1
+            if choice.p is not None:
+                self.shown_p.append(choice.p)
 
     def drafted(self, outcome: Kept | None) -> None:
         """Count a fill's draft outcome (DraftTally.outcome; None: it had none)."""
@@ -123,5 +139,8 @@ class Stats:
         overhead = {f"p{q}": percentile([t.overhead_ms for t in self.timings], q) for q in (50, 95, 99)}
         recent = [asdict(t) for t in list(self.timings)[-RECENT:]]
         counts["forwards_per_token"] = round(self.forwards / self.fill_tokens, 3) if self.fill_tokens else None
+        shown_p = list(self.shown_p)
+        judged = {"model": self.acceptance, "shown_share": self.judged_shown / self.judged if self.judged else None,
+                  "mean_p_shown": sum(shown_p) / len(shown_p) if shown_p else None, "won": dict(self.won)}
         return {"counts": counts, "latency_ms": lat, "model_ms": model, "overhead_ms": overhead,
-                "timings": recent, "next_edit": self.next_edit.report(), **extra}
+                "timings": recent, "acceptance": judged, "next_edit": self.next_edit.report(), **extra}

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..acceptance.model import FILE as ACCEPTANCE_FILE
+from ..acceptance.model import AcceptanceModel
 from ..context.repo import ADAPTED_DIR
 from ..local_state import trusted
 from ..model.config import read_json
@@ -84,3 +86,31 @@ def changed(choice: ModelChoice, root: str | None) -> bool:
     if choice.source in ("settings", "remote") or not root:
         return False
     return _stamp(Path(root) / ADAPTED_DIR) != choice.stamp
+
+
+ACCEPTANCE_DIR = Path(".diffusion-lsp") / "acceptance"  # relative to a workspace: `calibrate` writes, the server looks
+
+
+def acceptance_for(choice: ModelChoice, model_dir: Path | None, root: str | None) -> tuple[AcceptanceModel | None, str]:
+    """(the acceptance model that decides what is shown, one line saying which or why none): the one
+    `diffusion-lsp calibrate` fitted for this workspace on this machine (ROOT/.diffusion-lsp/acceptance),
+    else the one beside the model's weights (not for a remote API's model), else None (the rules)."""
+    places = []
+    if root:
+        folder = Path(root) / ACCEPTANCE_DIR
+        if (folder / ACCEPTANCE_FILE).exists() and trusted(folder, Path(root)):
+            places.append(folder / ACCEPTANCE_FILE)
+    if choice.source != "remote" and model_dir is not None:
+        places.append(model_dir / ACCEPTANCE_FILE)
+    problems = []
+    for path in places:
+        if not path.exists():
+            continue
+        try:
+            model = AcceptanceModel.load(path)
+        except ValueError as e:
+            problems.append(f"{path} is unusable ({e})")
+            continue
+        return model, f"acceptance: {path} (shown when P >= {model.show_above:g})"
+    rules = "shown by the rules: the model's fill, cut at completion.confidenceCut"
+    return None, f"acceptance: {'; '.join(problems) + '; ' if problems else 'no acceptance model; '}{rules}"

@@ -1,0 +1,2 @@
+"""Deciding what to show: every candidate scored by how likely the user is to keep it
+(features.py, model.py), the best shown only when it is likely enough (choose.py)."""

@@ -1,0 +1,65 @@
+"""Every candidate the product has at a cursor, and which one (if any) is shown.
+
+The candidates: the model's fill as the server cuts it, and each draft from the user's code
+(context/drafts.py). A draft the model's fill agrees with carries the fill's token probabilities
+(the verifier kept it, or the model wrote the same). With an acceptance model (model.py) the
+candidate with the highest P is shown when P reaches the bar; without one, the rules of before:
+the model's fill, cut, is shown whenever something of it is left."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..context.drafts import Candidate
+from ..protocol.answers import Fill, Kept
+from .features import Offer, Spot, features
+from .model import AcceptanceModel
+
+KEPT = {Kept.WHOLE: "whole", Kept.PART: "part", Kept.REJECTED: "rejected", None: ""}
+
+
+@dataclass(frozen=True)
+class Choice:
+    offer: Offer | None  # what is shown; None: nothing
+    p: float | None  # its P (None: chosen by the rules, no acceptance model)
+    scored: list[tuple[Offer, float]]  # every candidate with its P (empty under the rules)
+
+
+def fill_conf(fill: Fill, text: str) -> tuple[float, ...]:
+    """The probabilities of the fill's tokens that write `text` (the fill's start, as cut)."""
+    out, covered = [], 0
+    for piece, p in zip(fill.pieces, fill.confidence):
+        if covered >= len(text.rstrip()):
+            break
+        out.append(float(p))
+        covered += len(piece)
+    return tuple(out)
+
+
+def offers(shown: str | None, replace_chars: int, fill: Fill | None, drafts: list[Candidate]) -> list[Offer]:
+    """The candidates: the model's cut fill `shown` (None or "": nothing left of it), then the drafts."""
+    kept = KEPT[fill.draft.outcome] if fill is not None else ""
+    out = []
+    if shown and shown.strip() and fill is not None:
+        out.append(Offer(shown, "model", replace_chars, fill_conf(fill, shown), kept=kept))
+    model_text = fill.text.split("\n", 1)[0] if fill is not None else None
+    for d in drafts:
+        text = d.text.split("\n", 1)[0]
+        conf = fill_conf(fill, text) if model_text is not None and model_text.rstrip() == text.rstrip() else ()
+        out.append(Offer(text, d.source, 0, conf, d.match, d.lines_away, d.agree, kept))
+    return out
+
+
+def choose(model: AcceptanceModel | None, candidates: list[Offer], spot: Spot,
+           show_above: float | None = None) -> Choice:
+    """The candidate to show. With `model`: the highest P, when it reaches `show_above` (None: the
+    model's own bar). Without: the model's fill, when there is one."""
+    if model is None:
+        first = next((o for o in candidates if o.source == "model"), None)
+        return Choice(first, None, [])
+    scored = [(o, model.p(features(o, spot, [x for x in candidates if x is not o]))) for o in candidates]
+    bar = model.show_above if show_above is None else show_above
+    best = max(scored, key=lambda s: s[1], default=None)
+    if best is None or best[1] < bar:
+        return Choice(None, None if best is None else best[1], scored)
+    return Choice(best[0], best[1], scored)

@@ -1,0 +1,109 @@
+"""What is known of one candidate at one cursor, as numbers an acceptance model weighs (model.py).
+
+A candidate (`Offer`) is text the product could show at the cursor: the model's fill, cut as the
+server cuts it (context/postprocess.py), or a draft from the user's own code (context/drafts.py).
+Its features are cheap (a few microseconds each; no parse, no model call): where it came from and
+how strong that evidence was, the model's token probabilities where the backend gave them, whether
+the other sources agree, and where the cursor is (Copilot's contextual filter weighs the same
+kinds of things: the line before the cursor, what is right of it, the last character, the
+document's length, the language)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+SOURCES = ("model", "last", "lookup", "line")
+CLOSERS = set(")]}'\":;,")
+_WORD = re.compile(r"\w")
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One candidate for the cursor, with what its source knows of it."""
+
+    text: str  # to insert at the cursor
+    source: str  # one of SOURCES
+    replace_chars: int = 0  # characters after the cursor (on its line) the insertion replaces
+    conf: tuple[float, ...] = ()  # the model's probability of each of its tokens; () when none scored it
+    match: float = 0.0  # lookup: characters of the repeated tail; line: word overlap of the two lines
+    lines_away: int = 0  # how far its source text is from the cursor; -1: another document
+    agree: int = 0  # other drafters that wrote the same text
+    kept: str = ""  # the verifier's verdict on the request's drafts: "whole", "part", "rejected" or ""
+
+
+@dataclass(frozen=True)
+class Spot:
+    """Where the cursor is."""
+
+    before: str  # the cursor line's text before the cursor
+    after: str  # the cursor line's text after the cursor
+    above: str  # the nearest non-blank line above, stripped
+    doc_lines: int
+    language: str | None
+
+    @classmethod
+    def at(cls, text: str, offset: int, language: str | None) -> Spot:
+        start = text.rfind("\n", 0, offset) + 1
+        end = text.find("\n", offset)
+        above = ""
+        cut = start - 1
+        while cut > 0 and not above:
+            prev = text.rfind("\n", 0, cut) + 1
+            above, cut = text[prev:cut].strip(), prev - 1
+        return cls(text[start:offset], text[offset:] if end < 0 else text[offset:end], above,
+                   text.count("\n") + 1, language)
+
+
+def _common(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _gmean(conf: tuple[float, ...]) -> float:
+    return math.exp(sum(math.log(max(p, 1e-6)) for p in conf) / len(conf))
+
+
+def features(offer: Offer, spot: Spot, others: list[Offer]) -> dict[str, float]:
+    """The named features of `offer` at `spot`, given the request's other candidates."""
+    text, before = offer.text.split("\n", 1)[0], spot.before
+    stripped, last = text.strip(), before[-1:] if before else "\n"
+    support = max((_common(text, o.text.split("\n", 1)[0]) / max(len(text), 1) for o in others), default=0.0)
+    same = sum(o.text.strip() == offer.text.strip() for o in others) + offer.agree
+    line = before + text
+    f = {"bias": 1.0, **{f"source_{s}": float(offer.source == s) for s in SOURCES},
+         "chars": math.log1p(len(stripped)), "multiline": float("\n" in offer.text.strip("\n")),
+         "lookup_match": min(offer.match, 60.0) / 60.0 if offer.source == "lookup" else 0.0,
+         "line_match": offer.match if offer.source == "line" else 0.0,
+         "other_document": float(offer.lines_away < 0),
+         "near": 1.0 / (1.0 + offer.lines_away) if offer.lines_away >= 0 and offer.source != "model" else 0.0,
+         "same": float(min(same, 3)), "support": support,
+         "scored": float(bool(offer.conf)),
+         "conf_first": offer.conf[0] if offer.conf else 0.0,
+         "conf_min": min(offer.conf) if offer.conf else 0.0,
+         "conf_gmean": _gmean(offer.conf) if offer.conf else 0.0,
+         "kept_whole": float(offer.kept == "whole"), "kept_part": float(offer.kept == "part"),
+         "at_indent": float(not before.strip()), "in_word": float(bool(_WORD.match(last))),
+         "after_dot": float(last == "."), "after_open": float(last in "([{"),
+         "after_equals": float(last == "=" or before.rstrip().endswith("=")),
+         "after_comma": float(before.rstrip().endswith(",")), "after_space": float(last == " "),
+         "typed": math.log1p(len(before.strip())),
+         "right_chars": math.log1p(len(spot.after.strip())),
+         "right_closers": float(bool(spot.after.strip()) and set(spot.after.strip()) <= CLOSERS),
+         "doc_lines": math.log1p(spot.doc_lines) / 10.0,
+         "python": float(spot.language == "python"),
+         "repeats_above": float(bool(spot.above) and line.strip() == spot.above),
+         "ends_open": float(stripped[-1:] in ("(", "[", "{", ",", "\\")),
+         "unbalanced": float(line.count("(") != line.count(")") or line.count("[") != line.count("]")),
+         "keyword_only": float(stripped in KEYWORDS)}
+    return f
+
+
+KEYWORDS = {"return", "pass", "break", "continue", "else:", "try:", "finally:", "self", "None", "True", "False",
+            ")", "]", "}", ":", ","}
+FEATURES = tuple(features(Offer("x", "model"), Spot("", "", "", 1, None), []))  # their order, for a model file
