@@ -21,6 +21,7 @@ COMMANDS = {  # in the order `--help` lists them: using the model first, making 
     "bench": "diffusion_lsp.bench",
     "regress": "diffusion_lsp.regress",
     "adapt": "diffusion_lsp.evals.adapt_command",
+    "calibrate": "diffusion_lsp.evals.calibrate",
     "data": "diffusion_lsp.data.command",
     "train": "diffusion_lsp.train.command",
     "train-recipe": "diffusion_lsp.train.recipe",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import shutil
 from pathlib import Path
 
 from .. import jsonout
@@ -57,6 +58,7 @@ def run(args) -> int:
     from ..options import engine_for, launch_settings
     from ..context.repo import ADAPTED_DIR
     from ..local_state import REPORT
+    from .repo import acceptance_of
     from ..train.adapt import Plan, adapt, base_config, default_out
 
     launch = launch_settings(args)
@@ -82,15 +84,16 @@ def run(args) -> int:
     before = None
     if m is not None:
         say("measuring the base model ...")
-        before = compare(m, [("base", functools.partial(engine_for, launch), count)], progress=bar)
+        before = compare(m, [("base", functools.partial(engine_for, launch), count, acceptance_of(base, None))],
+                         progress=bar)
     budget = f"{args.steps} steps" if args.steps else f"{args.minutes:g} minutes"
     say(f"adapting {base} for {budget} on {len(files) - held} files ...")
-    info = adapt(plan, files, progress=bar)
+    info = carry_acceptance(base, out, repo, adapt(plan, files, progress=bar))
     report = {"repo": str(repo), "files": len(files), "held_out_files": held, "skipped": skipped,
               "adapted": info, "out": str(out)}
     if m is not None:
         after = compare(m, [("adapted", functools.partial(engine_for, dataclasses.replace(launch, path=str(out))),
-                             count)], progress=bar)
+                             count, acceptance_of(out, None))], progress=bar)
         merged = {key: {**before[key], **{k: v for k, v in after[key].items() if k not in before[key]}}
                   for key in before}
         report |= {"lines": len(m.cases), "next_edit_cases": len(m.steps), **merged, "gain": gain(merged)}
@@ -107,6 +110,19 @@ def run(args) -> int:
              else f"use it with --model {out} or the model.path setting")
     print(f"adapted model: {out} ({info['steps']} steps); {where}. Report: {out / REPORT}")
     return 0
+
+
+def carry_acceptance(base: Path, out: Path, repo: Path, info: dict) -> dict:
+    """The base model's acceptance model goes along to the adapted one (the server then decides what
+    to show the same way); `diffusion-lsp calibrate REPO --held-out --model OUT --out OUT/acceptance.json`
+    refits it for the adapted model."""
+    from ..acceptance.model import FILE
+    from ..local_state import trust
+
+    if (base / FILE).exists() and not (out / FILE).exists():
+        shutil.copyfile(base / FILE, out / FILE)
+        info["trusted"] = info["trusted"] and trust(out, repo)  # its files changed: recorded again
+    return info
 
 
 def gain(result: dict) -> dict:

@@ -8,6 +8,9 @@ is there, as when a user writes a line into existing code. The rows:
 - drafts alone: the first draft from the file itself (context/drafts.py), shown unverified;
 - model: the server's context (context/gather.py) and fill, no drafts;
 - model + drafts: the same with the drafts, verified by the model (model/verify.py).
+Then what the server would show on as many held-out lines retyped as a user writes them (retype.py:
+at the indentation, or mid-line): each candidate's source alone, and the acceptance model's choice
+(acceptance/choose.py) with its precision / coverage table over the bar.
 Exact match and edit similarity are of the whole line the system writes; "shown" is what the server
 would show with completion.confidenceCut (a fill cut at its first doubted token, nothing when its
 first is doubted): the share of cases with something shown, and the share shown and exactly right.
@@ -43,6 +46,9 @@ from ..errors import UserError
 from ..options import add_launch_args, engine_for, launch_settings
 from ..server.completion import finish
 from ..server.config import CompletionSettings
+from ..acceptance.model import FILE as ACCEPTANCE_FILE
+from ..acceptance.model import AcceptanceModel
+from . import calibrate, retype
 from .heldout import MASK_RATES, masked_token_loss
 from .metrics import edit_similarity, exact_match
 from .repo_edits import baseline_row, history_cases
@@ -64,6 +70,8 @@ def register(ev):
                         "(`diffusion-lsp adapt`) and measure the adapted model beside it")
     r.add_argument("--adapt-out", metavar="DIR", help="where --adapt-minutes puts the adapted model "
                                                       "(default: a new temporary folder)")
+    r.add_argument("--acceptance", metavar="FILE", help="the acceptance model that decides what is shown "
+                                                       "(default: the one beside the model's weights)")
     r.add_argument("--json", action="store_true", help="print one JSON object")
     add_launch_args(r)
     r.set_defaults(run=run)
@@ -147,13 +155,15 @@ async def _model_row(name: str, backend, cases: list[Case], settings: Completion
 
 @dataclass(frozen=True)
 class Material:
-    """What every model is measured on: the single lines, the next edits from the git history and
+    """What every model is measured on: the single lines, the same number of lines retyped as a user
+    writes them (at the indentation or mid-line), the next edits from the git history and
     the held-out texts for the masked-token loss."""
 
     cases: list[Case]
     steps: list  # EditStep
     texts: list[str]
     seed: int = 0
+    retyped: list = field(default_factory=list)  # retype.Case
 
 
 def material(root, files: list[SourceFile], lines: int, seed: int = 0, next_edits: bool = True) -> Material:
@@ -161,7 +171,8 @@ def material(root, files: list[SourceFile], lines: int, seed: int = 0, next_edit
     if not held:
         raise UserError(f"{root}: no held-out source file among {len(files)} (need more files)")
     steps = history_cases(root, files, seed=seed) if next_edits else []
-    return Material(pick_cases(held, lines, random.Random(seed)), steps, [f.text for f in held], seed)
+    return Material(pick_cases(held, lines, random.Random(seed)), steps, [f.text for f in held], seed,
+                    retype.pick(held, lines, random.Random(seed + 1)))
 
 
 def baselines(m: Material) -> tuple[dict, dict]:
@@ -181,9 +192,22 @@ def _loss(engine, texts: list[str], seed: int) -> dict | None:
         return None
 
 
-def measure(name: str, engine_load, count, m: Material, settings: CompletionSettings, progress: bool = False) -> dict:
-    """One model's figures: {"rows": its single-line rows without and with drafts, "next_edits": its
-    next-edit row, "loss": its masked-token loss}."""
+def shown_rows(judged: list, acceptance: AcceptanceModel | None) -> dict:
+    """What the server would show on the retyped lines: each source alone, and the acceptance model's
+    choice at its bar with the precision / coverage table over the bar."""
+    out = {f"{s} alone": calibrate.by_source(judged, s) for s in ("model", "lookup", "line")}
+    if acceptance is None:
+        return {"rows": out, "acceptance": None, "table": []}
+    picks = [k for k, _ in calibrate.shown(judged, acceptance, acceptance.show_above)]
+    out[f"acceptance (P >= {acceptance.show_above:g})"] = calibrate.rates(judged, picks)
+    return {"rows": out, "acceptance": acceptance.origin, "table": calibrate.over_bars(judged, acceptance)}
+
+
+def measure(name: str, engine_load, count, m: Material, settings: CompletionSettings, progress: bool = False,
+            acceptance: AcceptanceModel | None = None) -> dict:
+    """One model's figures: {"rows": its single-line rows without and with drafts, "shown": what the
+    server would show on the retyped lines, "next_edits": its next-edit row, "loss": its masked-token
+    loss}."""
     from ..backend.local import LocalBackend
 
     backend = LocalBackend.loading(engine_load)
@@ -193,24 +217,26 @@ def measure(name: str, engine_load, count, m: Material, settings: CompletionSett
         try:
             plain = await _model_row(name, backend, m.cases, settings, False, progress)
             drafted = await _model_row(f"{name} + drafts", backend, m.cases, settings, True, progress)
+            judged = await retype.judge(backend, m.retyped, count=count, progress=progress, key=f"{name}: retyped")
             edits = await edits_row(backend, _bar(m.steps, f"{name}: next edits", progress), count) if m.steps else None
-            return {r.name: r.report(m.cases) for r in (plain, drafted)}, edits
+            return {r.name: r.report(m.cases) for r in (plain, drafted)}, shown_rows(judged, acceptance), edits
         finally:
             await backend.close()
 
-    single, edits = asyncio.run(rows())
-    return {"rows": single, "next_edits": {} if edits is None else {name: edits}, "loss": {name: loss}}
+    single, shown, edits = asyncio.run(rows())
+    return {"rows": single, "shown": {name: shown}, "next_edits": {} if edits is None else {name: edits},
+            "loss": {name: loss}}
 
 
-def compare(m: Material, models: list[tuple[str, object, object]], settings: CompletionSettings | None = None,
+def compare(m: Material, models: list[tuple], settings: CompletionSettings | None = None,
             progress: bool = False) -> dict:
-    """The baselines and each (name, engine loader, token counter) of `models`, side by side
-    (`progress`: a bar per row on stderr)."""
+    """The baselines and each (name, engine loader, token counter, acceptance model or None) of
+    `models`, side by side (`progress`: a bar per row on stderr)."""
     settings = settings or CompletionSettings()
     single, edits = baselines(m)
-    out = {"rows": single, "next_edits": edits, "loss": {}}
-    for name, load, count in models:
-        got = measure(name, load, count, m, settings, progress)
+    out = {"rows": single, "shown": {}, "next_edits": edits, "loss": {}}
+    for name, load, count, acceptance in models:
+        got = measure(name, load, count, m, settings, progress, acceptance)
         for key in out:
             out[key].update(got[key])
     return out
@@ -237,6 +263,9 @@ def print_report(title: str, m: Material, result: dict, file=None) -> None:
                   file=file)
     elif not m.steps:
         print("next edits: none measured (no git history of the held-out files)", file=file)
+    for name, got in result.get("shown", {}).items():
+        print_shown(f"{name}: what is shown, {len(m.retyped)} held-out lines retyped (at the indentation or "
+                    f"mid-line); acceptance model: {got['acceptance'] or 'none (the rules)'}", got, file)
     losses = {k: v for k, v in result["loss"].items() if v}
     if losses:
         print("masked-token loss on held-out crops (nats; lower is better)", file=file)
@@ -245,12 +274,40 @@ def print_report(title: str, m: Material, result: dict, file=None) -> None:
             print(f"{name:24} " + " ".join(f"{loss[f'loss@{r}']:11.3f}" for r in MASK_RATES), file=file)
 
 
+def print_shown(title: str, got: dict, file) -> None:
+    print(title, file=file)
+    print(f"{'':24} {'shown':>7} {'exact':>7} {'precision':>10} {'partly':>7} {'wrong':>7}", file=file)
+
+    def line(name: str, r: dict) -> None:
+        prec = f"{r['precision']:10.1%}" if r["precision"] is not None else f"{'-':>10}"
+        print(f"{name:24} {r['shown']:7.1%} {r['exact']:7.1%} {prec} {r['partly']:7.1%} {r['wrong']:7.1%}", file=file)
+
+    for name, r in got["rows"].items():
+        line(name, r)
+    if got["table"]:
+        print("  precision / coverage over the bar:", file=file)
+        for r in got["table"][1::2]:
+            line(f"    P >= {r['bar']:.2f}", r)
+
+
+def acceptance_of(folder: Path, path: str | None) -> AcceptanceModel | None:
+    """--acceptance FILE, else the one beside the model's weights, else None (the rules)."""
+    target = Path(path) if path else folder / ACCEPTANCE_FILE
+    if not path and not target.exists():
+        return None
+    try:
+        return AcceptanceModel.load(target)
+    except ValueError as e:
+        raise UserError(f"{target}: {e}") from None
+
+
 def run(args) -> int:
     launch = launch_settings(args)
     files, skipped = repo_files(args.repo)
     m = material(args.repo, files, args.lines, args.seed, next_edits=not args.no_next_edits)
     count = model_token_counter(model_folder(launch.path))
-    models = [("model", functools.partial(engine_for, launch), count)]
+    models = [("model", functools.partial(engine_for, launch), count,
+               acceptance_of(model_folder(launch.path), args.acceptance))]
     adapted = None
     if args.adapt_minutes:
         from ..train.adapt import Plan, adapt
@@ -259,7 +316,7 @@ def run(args) -> int:
         adapted = adapt(Plan(Path(args.repo), model_folder(launch.path), out, args.adapt_minutes), files,
                         progress=not args.json)
         models.append(("adapted", functools.partial(engine_for, dataclasses.replace(launch, path=str(out))),
-                       count))
+                       count, acceptance_of(out, args.acceptance)))
     result = {"repo": args.repo, "files": len(files), "held_out_files": sum(f.held_out for f in files),
               "skipped": skipped, "lines": len(m.cases), "next_edit_cases": len(m.steps),
               **compare(m, models), "adapted": adapted}

@@ -1,0 +1,137 @@
+"""The acceptance model: features of known texts, the fit on a synthetic rule, the server showing the
+highest-P candidate and nothing below the bar, the shipped model, a corrupt one falling back to the
+rules, and `calibrate` writing a model the server takes up."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from diffusion_lsp.acceptance.choose import choose, offers
+from diffusion_lsp.acceptance.features import FEATURES, Offer, Spot, features
+from diffusion_lsp.acceptance.model import FILE, AcceptanceModel, fit
+from diffusion_lsp.context.drafts import Candidate
+from diffusion_lsp.context.records import Document
+from diffusion_lsp.engine import model_folder
+from diffusion_lsp.protocol.answers import DraftTally, Fill
+from diffusion_lsp.server.positions import UTF16
+from diffusion_lsp.server.workspace_model import ACCEPTANCE_DIR, ModelChoice, acceptance_for
+
+from test_server_completion import REPEATING, FakeLink, make
+
+
+def test_spot_and_features_of_a_known_text():
+    text = "def f(a):\n    total = compute(a, 1)\n\n    ret\n"
+    spot = Spot.at(text, text.index("ret") + 3, "python")
+    assert (spot.before, spot.after, spot.above, spot.doc_lines) == ("    ret", "", "total = compute(a, 1)", 5)
+    draft = Offer("urn total", "lookup", match=12.0, lines_away=2, agree=1)
+    model = Offer("urn", "model", conf=(0.9, 0.2, 0.5), kept="part")
+    f = features(draft, spot, [model])
+    assert f["source_lookup"] == 1.0 and f["source_model"] == 0.0 and f["lookup_match"] == pytest.approx(0.2)
+    assert f["near"] == pytest.approx(1 / 3) and f["same"] == 1.0 and f["support"] == pytest.approx(3 / 9)
+    assert f["in_word"] == 1.0 and f["at_indent"] == 0.0 and f["scored"] == 0.0 and f["python"] == 1.0
+    g = features(model, spot, [draft])
+    assert (g["conf_first"], g["conf_min"]) == (0.9, 0.2) and g["conf_gmean"] == pytest.approx(0.09 ** (1 / 3))
+    assert g["kept_part"] == 1.0 and g["support"] == 1.0  # the draft starts with all of it
+    assert set(f) == set(FEATURES)
+    repeat = features(Offer("total = compute(a, 1)", "line"), Spot.at("    total = compute(a, 1)\n    ", 30, "python"), [])
+    assert repeat["repeats_above"] == 1.0 and repeat["at_indent"] == 1.0
+
+
+def test_the_fit_finds_a_known_rule():
+    rng = random.Random(0)
+    rows, labels = [], []
+    for _ in range(2000):  # right when a lookup draft with a long match; noise otherwise
+        lookup, match = rng.random() < 0.5, rng.random()
+        rows.append({"bias": 1.0, "source_lookup": float(lookup), "lookup_match": match if lookup else 0.0,
+                     "chars": rng.random()})
+        labels.append(rng.random() < (0.9 if lookup and match > 0.5 else 0.05))
+    w = fit(rows, labels)
+    assert w["lookup_match"] > 2 and abs(w["chars"]) < 0.5
+    model = AcceptanceModel(w, 0.5)
+    assert model.p({"bias": 1, "source_lookup": 1, "lookup_match": 0.9}) > 0.7
+    assert model.p({"bias": 1, "source_lookup": 0, "lookup_match": 0.0}) < 0.1
+
+
+# P = 0.99 for a lookup draft, 0.01 for anything else: which candidate wins is known
+LIKES_LOOKUP = AcceptanceModel({"bias": -4.6, "source_lookup": 9.2}, 0.5, origin="test")
+
+
+def test_choose_shows_the_highest_p_and_nothing_below_the_bar():
+    spot = Spot.at("x = 1\ny = ", 10, "python")
+    found = [Offer("2", "model"), Offer("x + 1", "lookup"), Offer("3", "line")]
+    got = choose(LIKES_LOOKUP, found, spot)
+    assert got.offer.text == "x + 1" and got.p > 0.98 and len(got.scored) == 3
+    assert choose(LIKES_LOOKUP, [found[0], found[2]], spot).offer is None  # best P 0.01 < 0.5
+    assert choose(LIKES_LOOKUP, found, spot, show_above=0.999).offer is None
+    assert choose(None, found, spot).offer is found[0]  # the rules: the model's fill
+
+
+def test_offers_carry_the_fills_probabilities_to_a_draft_it_agrees_with():
+    fill = Fill("urn total", ["urn", " total"], [0.6, 0.3], draft=DraftTally(1, 2, 2))
+    got = offers("urn total", 0, fill, [Candidate("urn total", "lookup", 9.0, 1), Candidate("urn 0", "line")])
+    assert [(o.source, o.conf, o.kept) for o in got] == [("model", (0.6, 0.3), "whole"),
+                                                         ("lookup", (0.6, 0.3), "whole"), ("line", (), "whole")]
+    assert offers(None, 0, fill, [])[:1] == []  # nothing left of the fill: no model candidate
+
+
+def test_the_server_shows_a_draft_the_acceptance_model_prefers_and_counts_it():
+    completer = make(FakeLink("0"), drafts=True)
+    completer.acceptance = LIKES_LOOKUP
+    answer = asyncio.run(completer.complete(REPEATING, 6, 7, UTF16))
+    assert answer is not None and answer.text == "urn total"  # the lookup draft, not the model's "0"
+    report = completer.stats.report()["acceptance"]
+    assert report["won"] == {"lookup": 1} and report["shown_share"] == 1.0 and report["mean_p_shown"] > 0.98
+
+
+def test_the_server_shows_nothing_when_no_candidate_reaches_the_bar():
+    completer = make(FakeLink("0"), drafts=False)
+    completer.acceptance = LIKES_LOOKUP
+    assert asyncio.run(completer.complete(REPEATING, 6, 7, UTF16)) is None
+    assert completer.stats.report()["acceptance"]["shown_share"] == 0.0
+
+
+def test_the_shipped_model_loads_and_is_used_for_the_embedded_model():
+    shipped = AcceptanceModel.load(model_folder(None) / FILE)
+    assert 0 < shipped.show_above < 1 and set(shipped.weights) <= set(FEATURES)
+    model, line = acceptance_for(ModelChoice(None, "embedded"), model_folder(None), None)
+    assert model == shipped and "shown when P >=" in line
+    assert acceptance_for(ModelChoice(None, "remote"), None, None)[0] is None  # an API's model: the rules
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"format": 1, "features": ["bias", "nope"],
+                                                              "weights": [0, 1], "show_above": 0.5}),
+                                     json.dumps({"format": 1, "features": ["bias"], "weights": [1e999],
+                                                 "show_above": 0.5}),
+                                     json.dumps({"format": 1, "features": [], "weights": [], "show_above": 3})])
+def test_a_corrupt_model_falls_back_to_the_rules_with_one_line(tmp_path, content):
+    (tmp_path / FILE).write_text(content)
+    model, line = acceptance_for(ModelChoice(str(tmp_path), "settings"), tmp_path, None)
+    assert model is None and "unusable" in line and "the rules" in line and "\n" not in line
+
+
+def test_a_workspace_model_is_used_only_when_calibrate_made_it_on_this_machine(tmp_path):
+    folder = tmp_path / ACCEPTANCE_DIR
+    LIKES_LOOKUP.save(folder / FILE)  # a repository shipped one: not this machine's
+    model, _ = acceptance_for(ModelChoice(None, "embedded"), None, str(tmp_path))
+    assert model is None
+
+
+def test_calibrate_on_a_tiny_folder_writes_a_model_the_server_takes_up(tmp_path, capsys):
+    from diffusion_lsp.cli import main
+
+    src = tmp_path / "ws"
+    src.mkdir()
+    body = "".join(f"def handler_{i}(request, context):\n    value = request.get('key_{i}')\n"
+                   f"    return context.reply(value, status={i})\n\n\n" for i in range(12))
+    (src / "handlers.py").write_text(body)
+    assert main(["calibrate", str(src), "--lines", "40", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "acceptance (P >=" in out and "wrote" in out
+    model, line = acceptance_for(ModelChoice(None, "embedded"), None, str(src))
+    assert model is not None and str(src / ACCEPTANCE_DIR / FILE) in line
+    assert model.fitted_on["folders"] == ["ws"] and model.fitted_on["cases"] == 35  # every line there is but the first
