@@ -125,6 +125,20 @@ def print_drafts(before: dict, after: dict) -> None:
           f"({d['forwards']} forwards, {d['fill_tokens']} tokens)")
 
 
+def print_acceptance(before: dict, after: dict) -> None:
+    """What the acceptance model decided between two `diffusionLsp/stats` reports."""
+    judged = after["counts"]["judged"] - before["counts"]["judged"]
+    if not judged:
+        print(f"  acceptance: {after['acceptance']['model'] or 'none'}")
+        return
+    shown = after["counts"]["judged_shown"] - before["counts"]["judged_shown"]
+    won = {k: v - before["acceptance"]["won"].get(k, 0) for k, v in after["acceptance"]["won"].items()}
+    mean = after["acceptance"]["mean_p_shown"]
+    print(f"  acceptance: shown {shown} of {judged} judged ({shown / judged:.0%}); mean P of what is shown "
+          f"{'-' if mean is None else f'{mean:.2f}'} (the session's); won: "
+          + (", ".join(f"{k} {v}" for k, v in sorted(won.items()) if v) or "none"))
+
+
 def _print_header(launch: LaunchSettings, args, worker: dict, ready_s: float) -> None:
     print(f"model: {launch.path or 'embedded default'}  device: {launch.device}  "
           f"threads: {launch.threads or 'default'}  precision: {launch.precision}  worker pid {worker['pid']} "
@@ -157,18 +171,21 @@ async def _run(args, launch: LaunchSettings, plays: list[Scenario]) -> int:
             _print_header(launch, args, worker, time.perf_counter() - t0)
             rng = random.Random(args.seed)
             for play in plays:
-                before = (await lsp.stats())["counts"]
+                before_all = await lsp.stats()
+                before = before_all["counts"]
                 if play.crowd is not None:
                     play.crowd.open(lsp)
                 samples = await replay(lsp, play.uri, play.text, play.requests, args.chars, rng, play.crowd)
                 print_figures(play.title, summarise(samples), big_lines=BIG_LINES if play.big else None)
-                after = (await lsp.stats())["counts"]
+                after_all = await lsp.stats()
+                after = after_all["counts"]
                 calls, rejects, reused = (after[k] - before[k] for k in ("model_calls", "parse_rejects",
                                                                           "reused_fills"))
                 asked = sum(s.row in MODEL_ROWS for s in samples)
                 print(f"  model calls: {calls} for {asked} completions ({rejects} fills broke the parse: "
                       f"re-sampled once, shorter); {reused} started from the document's last fill")
                 print_drafts(before, after)
+                print_acceptance(before_all, after_all)
                 if play.crowd is not None:
                     print(f"  other documents: {len(play.crowd.docs)} open, {play.crowd.edits} edits to "
                           f"{play.crowd.edited_docs} of them between the replay's sites")

@@ -213,6 +213,8 @@ class Completer:
         choice = choose(self.acceptance, candidates, Spot.at(doc.text, offset, ctx.language),
                         self.cfg.completion.show_above)
         self.stats.chose(choice)
+        self.log("debug", "acceptance: " + ", ".join(f"{o.source} {o.text.strip()[:40]!r} P={p:.2f}" for o, p in choice.scored)
+                 + (f"; shown: {choice.offer.source}" if choice.offer else "; nothing reaches the bar"))
         if choice.offer is None:
             return None
         return sug if choice.offer.source == "model" else Suggestion(choice.offer.text, choice.offer.replace_chars)
