@@ -135,3 +135,33 @@ def test_calibrate_on_a_tiny_folder_writes_a_model_the_server_takes_up(tmp_path,
     model, line = acceptance_for(ModelChoice(None, "embedded"), None, str(src))
     assert model is not None and str(src / ACCEPTANCE_DIR / FILE) in line
     assert model.fitted_on["folders"] == ["ws"] and model.fitted_on["cases"] == 35  # every line there is but the first
+
+
+def test_feedback_is_kept_locally_and_refitted(tmp_path, monkeypatch, capsys):
+    from diffusion_lsp.acceptance.feedback import Feedback, feedback_path, read_feedback
+    from diffusion_lsp.cli import main
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    completer = make(FakeLink("0"), drafts=True)
+    completer.acceptance = LIKES_LOOKUP
+    asyncio.run(completer.complete(REPEATING, 6, 7, UTF16))  # shows the lookup draft
+    completer.feedback.accepted(REPEATING.uri)
+    (feats, kept, partly), = read_feedback()
+    assert kept and partly and feats["source_lookup"] == 1.0
+    assert "urn total" not in feedback_path().read_text()  # features only: no code leaves the editor's text
+    fb = Feedback(tmp_path / "fb.jsonl")
+    for i in range(40):  # long lookups kept, the rest not: a rule the refit must find
+        fb.shown("u", {"bias": 1.0, "source_lookup": 1.0, "lookup_match": (i % 10) / 10})
+        fb.accepted("u") if i % 10 >= 5 else fb.shown("v", {"bias": 1.0})
+        fb.shown("u", {"bias": 1.0, "source_line": 1.0})  # replaced by the next one: not kept
+    rows = read_feedback(tmp_path / "fb.jsonl")
+    assert len(rows) == 40 + 39 + 19 and sum(k for _, k, _ in rows) == 20  # the last "u" and "v" still pending
+    off = Feedback(tmp_path / "off.jsonl")
+    off.enabled = False
+    off.shown("u", {"bias": 1.0})
+    off.accepted("u")
+    assert not (tmp_path / "off.jsonl").exists()  # completion.feedback false: nothing kept
+    feedback_path().write_text((tmp_path / "fb.jsonl").read_text())
+    assert main(["calibrate", "--feedback", "--out", str(tmp_path / "refit.json")]) == 0
+    refit = AcceptanceModel.load(tmp_path / "refit.json")
+    assert refit.weights["lookup_match"] > 0 and refit.fitted_on["folders"] == ["feedback"]

@@ -23,6 +23,7 @@ class Choice:
     offer: Offer | None  # what is shown; None: nothing
     p: float | None  # its P (None: chosen by the rules, no acceptance model)
     scored: list[tuple[Offer, float]]  # every candidate with its P (empty under the rules)
+    feats: dict | None = None  # the shown candidate's features (None under the rules)
 
 
 def fill_conf(fill: Fill, text: str) -> tuple[float, ...]:
@@ -57,9 +58,10 @@ def choose(model: AcceptanceModel | None, candidates: list[Offer], spot: Spot,
     if model is None:
         first = next((o for o in candidates if o.source == "model"), None)
         return Choice(first, None, [])
-    scored = [(o, model.p(features(o, spot, [x for x in candidates if x is not o]))) for o in candidates]
+    feats = [features(o, spot, [x for x in candidates if x is not o]) for o in candidates]
+    scored = [(o, model.p(f)) for o, f in zip(candidates, feats)]
     bar = model.show_above if show_above is None else show_above
-    best = max(scored, key=lambda s: s[1], default=None)
-    if best is None or best[1] < bar:
-        return Choice(None, None if best is None else best[1], scored)
-    return Choice(best[0], best[1], scored)
+    best = max(range(len(scored)), key=lambda i: scored[i][1], default=None)
+    if best is None or scored[best][1] < bar:
+        return Choice(None, None if best is None else scored[best][1], scored)
+    return Choice(scored[best][0], scored[best][1], scored, feats[best])

@@ -27,7 +27,10 @@ from ..errors import UserError
 from ..local_state import trust
 from ..options import add_launch_args, command_backend, launch_settings
 from ..server.workspace_model import ACCEPTANCE_DIR
-from .retype import Judged, judge, pick
+from ..acceptance.features import Offer
+from ..acceptance.feedback import read_feedback
+from ..context.records import Document
+from .retype import Case, Judged, judge, pick
 
 # the bar's target: what is shown is exactly right this often on the calibration lines. Chosen by
 # leaving one calibration package out (click, rich, jinja2, trio, attrs; 300 lines each) and
@@ -49,6 +52,8 @@ def register(sub) -> None:
     c.add_argument("--save-cases", metavar="FILE", help="also write the scored candidates (JSON lines)")
     c.add_argument("--cases", metavar="FILE", action="append", default=[],
                    help="fit on candidates saved by --save-cases instead of retyping (repeatable)")
+    c.add_argument("--feedback", action="store_true",
+                   help="also fit on what you accepted in your editor (kept on this machine by the language server)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     add_launch_args(c)
     c.set_defaults(run=run)
@@ -112,6 +117,9 @@ def collect(args, launch) -> list[Judged]:
             judged += [Judged.from_json(json.loads(line)) for line in Path(path).read_text().splitlines() if line]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UserError(f"{path}: not saved candidates ({e})") from None
+    if args.feedback:
+        judged += [Judged(Case(Document("", "", ""), 0, "", "", "feedback"), [Offer("", "feedback")], [feats],
+                          [kept], [partly]) for feats, kept, partly in read_feedback()]
     if not args.folders:
         return judged
     backend = command_backend(launch)
@@ -137,8 +145,8 @@ def collect(args, launch) -> list[Judged]:
 
 
 def run(args) -> int:
-    if not args.folders and not args.cases:
-        raise UserError("give a FOLDER to retype, or --cases FILE")
+    if not args.folders and not args.cases and not args.feedback:
+        raise UserError("give a FOLDER to retype, --cases FILE or --feedback")
     if not args.out and len(args.folders) != 1:
         raise UserError("--out FILE is needed unless exactly one FOLDER is given")
     launch = launch_settings(args)

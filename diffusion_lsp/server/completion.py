@@ -29,6 +29,7 @@ from ..protocol.reasons import Cut
 from ..protocol.requests import FillRequest
 from ..acceptance.choose import choose, offers
 from ..acceptance.features import Spot
+from ..acceptance.feedback import Feedback
 from ..acceptance.model import AcceptanceModel
 from ..context.drafts import Candidate, LastFills, cursor_lines, drafts_for
 from ..context.gather import gather
@@ -129,10 +130,12 @@ class Completer:
         self.last_fills = LastFills()  # each document's last suggestion: a draft while it still applies
         self.said_no_drafts = False
         self.acceptance: AcceptanceModel | None = None  # decides what is shown; None: the rules
+        self.feedback = Feedback(log=log)  # what the user did with it, kept on this machine
 
     def configure(self, cfg: Config, count_tokens: Callable[[str], int] | None = None) -> None:
         self.cfg = cfg
         self.cache = CompletionCache(cfg.completion.cache_size)
+        self.feedback.enabled = cfg.completion.feedback
         if count_tokens is not None:
             self.count_tokens = count_tokens
 
@@ -217,6 +220,7 @@ class Completer:
                  + (f"; shown: {choice.offer.source}" if choice.offer else "; nothing reaches the bar"))
         if choice.offer is None:
             return None
+        self.feedback.shown(doc.uri, choice.feats)
         return sug if choice.offer.source == "model" else Suggestion(choice.offer.text, choice.offer.replace_chars)
 
     def _context(self, doc: Document, offset: int, open_docs: list[Document],

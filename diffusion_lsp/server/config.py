@@ -60,6 +60,9 @@ class CompletionSettings:
     show_above: float | None = field(default=None, metadata=check(
         lambda v: 0 <= v <= 1, "in [0, 1], or null", minimum=0, maximum=1,
         doc="show a completion only when the acceptance model's P(kept) reaches this; null: the model's own bar"))
+    feedback: bool = field(default=True, metadata=check(
+        None, "true or false", doc="keep which suggestions you accepted on this machine (never sent anywhere) so "
+                                   "`diffusion-lsp calibrate --feedback` can refit what is shown"))
 
 
 @dataclass

@@ -293,6 +293,7 @@ def did_show(ls: DiffusionServer, params) -> None:
 
 def did_partially_accept(ls: DiffusionServer, params) -> None:
     ls.session.stats.partially_accepted += 1
+    ls.session.completer.feedback.partly_accepted(_uri_of(params))
     length = getattr(params, "acceptedLength", None)
     if isinstance(length, int) and length > 0:
         ls.session.stats.accepted_chars += length
@@ -300,6 +301,18 @@ def did_partially_accept(ls: DiffusionServer, params) -> None:
 
 def accepted(ls: DiffusionServer, *args) -> None:
     ls.session.stats.accepted += 1
+    uri = args[0][0] if args and isinstance(args[0], list) and args[0] else args[0] if args else None
+    if isinstance(uri, str):
+        ls.session.completer.feedback.accepted(uri)
+
+
+def _uri_of(params) -> str | None:
+    """The document a Copilot-style notification names, where it names one."""
+    doc = getattr(params, "textDocument", None) or getattr(params, "text_document", None)
+    uri = getattr(doc, "uri", None) if doc is not None else None
+    if uri is None and isinstance(params, dict):
+        uri = (params.get("textDocument") or {}).get("uri") if isinstance(params.get("textDocument"), dict) else None
+    return uri if isinstance(uri, str) else None
 
 
 def stats(ls: DiffusionServer, params) -> dict:
