@@ -40,6 +40,9 @@ def test_spot_and_features_of_a_known_text():
     assert set(f) == set(FEATURES)
     repeat = features(Offer("total = compute(a, 1)", "line"), Spot.at("    total = compute(a, 1)\n    ", 30, "python"), [])
     assert repeat["repeats_above"] == 1.0 and repeat["at_indent"] == 1.0
+    below = "    idx = b\n\n    idx = bisect(x)\n"  # the line being written is the one already below it
+    assert Spot.at(below, 11, "python").below == "idx = bisect(x)"
+    assert features(Offer("isect(x)", "lookup"), Spot.at(below, 11, "python"), [])["repeats_below"] == 1.0
 
 
 def test_the_fit_finds_a_known_rule():

@@ -42,6 +42,7 @@ class Spot:
     above: str  # the nearest non-blank line above, stripped
     doc_lines: int
     language: str | None
+    below: str = ""  # the nearest non-blank line below, stripped
 
     @classmethod
     def at(cls, text: str, offset: int, language: str | None) -> Spot:
@@ -52,8 +53,12 @@ class Spot:
         while cut > 0 and not above:
             prev = text.rfind("\n", 0, cut) + 1
             above, cut = text[prev:cut].strip(), prev - 1
+        below, at = "", end
+        while at >= 0 and not below:
+            nxt = text.find("\n", at + 1)
+            below, at = (text[at + 1:] if nxt < 0 else text[at + 1:nxt]).strip(), nxt
         return cls(text[start:offset], text[offset:] if end < 0 else text[offset:end], above,
-                   text.count("\n") + 1, language)
+                   text.count("\n") + 1, language, below)
 
 
 def _common(a: str, b: str) -> int:
@@ -98,6 +103,7 @@ def features(offer: Offer, spot: Spot, others: list[Offer]) -> dict[str, float]:
          "doc_lines": math.log1p(spot.doc_lines) / 10.0,
          "python": float(spot.language == "python"),
          "repeats_above": float(bool(spot.above) and line.strip() == spot.above),
+         "repeats_below": float(bool(spot.below) and line.strip() == spot.below),
          "ends_open": float(stripped[-1:] in ("(", "[", "{", ",", "\\")),
          "unbalanced": float(line.count("(") != line.count(")") or line.count("[") != line.count("]")),
          "keyword_only": float(stripped in KEYWORDS)}
