@@ -168,3 +168,13 @@ def test_feedback_is_kept_locally_and_refitted(tmp_path, monkeypatch, capsys):
     assert main(["calibrate", "--feedback", "--out", str(tmp_path / "refit.json")]) == 0
     refit = AcceptanceModel.load(tmp_path / "refit.json")
     assert refit.weights["lookup_match"] > 0 and refit.fitted_on["folders"] == ["feedback"]
+
+
+def test_a_multi_line_fill_is_cut_to_the_lines_whose_p_holds():
+    fill = Fill("a = 1\nb = 2\nc = 3", ["a = 1", "\nb = 2", "\nc = 3"], [0.9, 0.8, 0.1])
+    found = offers("a = 1\nb = 2\nc = 3", 0, fill, [])
+    assert [o.text for o in found] == ["a = 1", "a = 1\nb = 2", "a = 1\nb = 2\nc = 3"]
+    assert [len(o.conf) for o in found] == [1, 2, 3]
+    holds = AcceptanceModel({"bias": -2.0, "conf_min": 5.0}, 0.5)  # P >= 0.5 while every token is >= 0.4
+    got = choose(holds, found, Spot.at("", 0, "python"))
+    assert got.offer.text == "a = 1\nb = 2" and got.p > 0.5  # the third line's token is doubted

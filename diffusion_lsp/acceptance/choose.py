@@ -1,6 +1,7 @@
 """Every candidate the product has at a cursor, and which one (if any) is shown.
 
-The candidates: the model's fill as the server cuts it, and each draft from the user's code
+The candidates: the model's fill as the server cuts it (a fill of several lines also as its first
+line, its first two, ...: shown as far as P holds), and each draft from the user's code
 (context/drafts.py). A draft the model's fill agrees with carries the fill's token probabilities
 (the verifier kept it, or the model wrote the same). With an acceptance model (model.py) the
 candidate with the highest P is shown when P reaches the bar; without one, the rules of before:
@@ -41,8 +42,11 @@ def offers(shown: str | None, replace_chars: int, fill: Fill | None, drafts: lis
     """The candidates: the model's cut fill `shown` (None or "": nothing left of it), then the drafts."""
     kept = KEPT[fill.draft.outcome] if fill is not None else ""
     out = []
-    if shown and shown.strip() and fill is not None:
-        out.append(Offer(shown, "model", replace_chars, fill_conf(fill, shown), kept=kept))
+    if shown and shown.strip() and fill is not None:  # a multi-line fill: each of its first lines too
+        lines = shown.split("\n")
+        cuts = ["\n".join(lines[:k]) for k in range(1, len(lines)) if "\n".join(lines[:k]).strip()] + [shown]
+        out += [Offer(cut, "model", replace_chars if cut == shown else 0, fill_conf(fill, cut), kept=kept)
+                for cut in cuts]
     model_text = fill.text.split("\n", 1)[0] if fill is not None else None
     for d in drafts:
         text = d.text.split("\n", 1)[0]
@@ -64,4 +68,8 @@ def choose(model: AcceptanceModel | None, candidates: list[Offer], spot: Spot,
     best = max(range(len(scored)), key=lambda i: scored[i][1], default=None)
     if best is None or scored[best][1] < bar:
         return Choice(None, None if best is None else scored[best][1], scored)
+    if scored[best][0].source == "model":  # the most lines of the model's fill whose P holds
+        longer = [i for i, (o, p) in enumerate(scored) if o.source == "model" and p >= bar
+                  and o.text.startswith(scored[best][0].text)]
+        best = max(longer, key=lambda i: len(scored[i][0].text))
     return Choice(scored[best][0], scored[best][1], scored, feats[best])

@@ -221,7 +221,9 @@ class Completer:
         if choice.offer is None:
             return None
         self.feedback.shown(doc.uri, choice.feats)
-        return sug if choice.offer.source == "model" else Suggestion(choice.offer.text, choice.offer.replace_chars)
+        if sug is not None and choice.offer.source == "model" and choice.offer.text == sug.text:
+            return sug
+        return Suggestion(choice.offer.text, choice.offer.replace_chars)
 
     def _context(self, doc: Document, offset: int, open_docs: list[Document],
                  edits: Sequence[EditSnippet]) -> tuple[CompletionContext, list[Candidate]]:
