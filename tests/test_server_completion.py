@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from diffusion_lsp.context.records import Document, EditSnippet, Suggestion
+from diffusion_lsp.lifecycle import Latest, Stopped, race
 from diffusion_lsp.server.completion import Answer, Completer, locate, replace_range
 from diffusion_lsp.server.failures import BadInput
 from diffusion_lsp.server.config import parse_config
@@ -48,7 +49,8 @@ def test_replace_range_covers_the_replaced_characters_on_the_line_only():
 
 class FakeLink:
     """Answers `texts` in turn (the last one from then on); with `hold`, waits until released (or is
-    cancelled, which it records). Records each FillRequest. It cannot probe: no drafts."""
+    cancelled, or superseded by a newer order with the same key as every Backend is: each recorded).
+    Records each FillRequest. It cannot probe: no drafts."""
 
     capabilities = Capabilities()
 
@@ -56,6 +58,7 @@ class FakeLink:
         self.texts, self.orders, self.cancelled, self.delay_s, self.error = list(texts or ["os.getcwd()"]), [], 0, \
             delay_s, error
         self.started, self.release = asyncio.Event(), asyncio.Event()
+        self.latest = Latest(lambda key: asyncio.Event())
         if not hold:
             self.release.set()
 
@@ -65,8 +68,12 @@ class FakeLink:
         if self.error is not None:
             raise self.error
         try:
-            await self.release.wait()
+            with self.latest.take(key) as newer:
+                await race(self.release.wait(), newer.wait())
             await asyncio.sleep(self.delay_s)
+        except Stopped:
+            self.cancelled += 1
+            raise BackendError(Failure.DROPPED, "superseded") from None
         except asyncio.CancelledError:
             self.cancelled += 1
             raise

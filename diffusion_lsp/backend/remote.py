@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
-from ..lifecycle import within
+from ..lifecycle import Latest, Stopped, race, within
 from ..protocol.settings import LaunchSettings
 from .api_client import FimClient, RemoteError
 from ..protocol.backend import FILL_TIMEOUT_S, Reporter
@@ -48,6 +48,7 @@ class RemoteBackend:
         self.client: FimClient | None = None
         self.error: str | None = None  # the last failure, until a fill succeeds
         self._shown: set[str] = set()  # failure kinds shown since the last fill that succeeded
+        self._latest = Latest(lambda key: asyncio.Event())  # by key: set when a newer order for it comes
 
     def configure(self, settings: LaunchSettings, enabled: bool, fill_timeout_s: float) -> None:
         """New settings; another API, model, key variable or deadline (the client's read timeout)
@@ -89,9 +90,9 @@ class RemoteBackend:
         await self._client()
 
     async def fill(self, key: str, order: FillRequest) -> Fill:
-        """The API's fill. Raises BackendError. Cancelling this coroutine closes the HTTP request.
-        `key` is unused: the caller abandons a superseded fill itself."""
-        return await self._call("fill", lambda c: c.complete(order.prefix, order.suffix, order.max_tokens,
+        """The API's fill. Raises BackendError. Cancelling this coroutine closes the HTTP request, and
+        so does a newer order with the same `key` (this one is then DROPPED)."""
+        return await self._call("fill", key, lambda c: c.complete(order.prefix, order.suffix, order.max_tokens,
                                                              order.one_line))
 
     async def stream(self, key: str, order: FillRequest) -> AsyncIterator[Draft | Fill]:
@@ -109,13 +110,13 @@ class RemoteBackend:
 
     async def rewrite(self, key: str, order: RewriteRequest) -> Fill:
         """A next edit from the API's edit endpoint, or through chat (Mercury's format)."""
-        return await self._call("next edit", lambda c: c.edit(order.content, order.max_tokens))
+        return await self._call("next edit", key, lambda c: c.edit(order.content, order.max_tokens))
 
     async def instruct(self, key: str, order: InstructRequest) -> Fill:
         """An edit from an instruction, asked of the API's chat endpoint."""
         from ..formats.instruct import chat_content
 
-        return await self._call("edit", lambda c: c.instruct(chat_content(order), order.max_tokens))
+        return await self._call("edit", key, lambda c: c.instruct(chat_content(order), order.max_tokens))
 
     async def structured(self, key: str, order: StructuredRequest) -> Answered:
         """A remote API's own chat endpoint answers JSON its own way: not through this backend
@@ -134,7 +135,7 @@ class RemoteBackend:
             raise BackendError(kind, f"the remote API is not available: {self.error or 'completions are off'}")
         return client
 
-    async def _call(self, what: str, ask) -> Fill:
+    async def _call(self, what: str, key: str, ask) -> Fill:
         client = await self._client()
         message = f"the remote API gave no {what} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)"
 
@@ -142,7 +143,10 @@ class RemoteBackend:
             self.counts["fill_timeouts"] += 1
             self._report_failure("timeout", message)
         try:
-            done = await within(ask(client), self.fill_timeout_s, message, missed)
+            with self._latest.take(key) as newer:  # a newer order for the key closes this one's request
+                done = await within(race(ask(client), newer.wait()), self.fill_timeout_s, message, missed)
+        except Stopped:
+            raise BackendError(Failure.DROPPED, "superseded by a newer request") from None
         except RemoteError as e:
             self._report_failure(e.kind, str(e))
             raise BackendError(KINDS.get(e.kind, Failure.UNAVAILABLE), str(e)) from None
@@ -159,6 +163,7 @@ class RemoteBackend:
             self.ui.show("error", f"diffusion-lsp: {message}")
 
     async def close(self) -> None:
+        self._latest.supersede_all()
         if self.client is not None:
             client, self.client = self.client, None
             await client.aclose()

@@ -13,9 +13,9 @@ and the evaluations (none of them imports torch through it):
 
 Every failure is a BackendError (failure.py). What a backend can do is declared in its
 `capabilities`, never found by looking for a method. `key` names the document: a newer order with
-the same key supersedes an older one where the backend keeps per-document state (the worker), and
-a fill after a probe with the same key starts from the probe's context. Cancelling a call cancels
-the order in the backend.
+the same key supersedes an older one in every backend (the older is answered BackendError(DROPPED)
+and its work stopped; an empty key supersedes nothing), and a fill after a probe with the same key
+starts from the probe's context. Cancelling a call cancels the order in the backend.
 
 Three implementations: worker/link.py (the shared worker process), backend/remote.py (an
 OpenAI-compatible API), backend/local.py (an engine in this process: the command line, evaluations,

@@ -241,14 +241,19 @@ class Completer:
 
     async def _sample(self, ticket: Ticket, timing: Timing, ctx: CompletionContext,
                       order: FillRequest) -> tuple[Suggestion | None, bool, Fill]:
-        """(suggestion, broke the parse, the fill); BackendError(DROPPED) when superseded meanwhile."""
+        """(suggestion, broke the parse, the fill); BackendError(DROPPED) when superseded meanwhile: the
+        newer request's fill, under the same key, supersedes this one in the backend."""
+        if ticket.superseded.is_set():
+            raise BackendError(Failure.DROPPED, "superseded by a newer request")
         t0 = time.perf_counter()
         try:
-            self.stats.model_calls += not ticket.superseded.is_set()
-            fill = await ticket.run(self.backend.fill(ticket.key, order))
+            self.stats.model_calls += 1
+            fill = await self.backend.fill(ticket.key, order)
         finally:  # also on our own cancellation ($/cancelRequest), which cancels the fill
             t1 = time.perf_counter()
             timing.model_ms += (t1 - t0) * 1e3
+        if ticket.superseded.is_set():  # a backend that answered anyway: never shown
+            raise BackendError(Failure.DROPPED, "superseded by a newer request")
         self.stats.model_ms.append((t1 - t0) * 1e3)
         timing.source = "model"
         timing.worker_ms += fill.ms
