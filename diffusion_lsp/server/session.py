@@ -118,6 +118,9 @@ class Session:
         the choice changes."""
         folder = None if self.choice.source == "remote" else model_folder(self.cfg.model.path)
         model, line = acceptance_for(self.choice, folder, self.root)
+        if not self.cfg.completion.acceptance:
+            model, line = None, "acceptance: off (completion.acceptance); shown by the rules: the model's fill, " \
+                                "cut at completion.confidenceCut"
         self.completer.acceptance = model
         if line != self.stats.acceptance:
             self.ui.log("info", line)
