@@ -154,7 +154,9 @@ def test_the_server_answers_with_the_adapted_model_and_falls_back_when_it_is_cor
     async def no_worker():  # the worker is not what this test is about
         pass
     monkeypatch.setattr(session.backend, "start", no_worker)
-    asyncio.run(session.opened(_doc()))
+    async def opened():
+        await session.opened(_doc())
+    asyncio.run(opened())
     model = session.report()["model"]
     assert (model["path"], model["source"]) == (None, "embedded") and "cut short" in model["refused"]
     assert session.backend.spec.model.path is None

@@ -25,7 +25,8 @@ pytestmark = pytest.mark.slow
 PLUGIN = Path(__file__).parent.parent / "editors" / "neovim"
 INFO = 2  # vim.log.levels.INFO
 OPTIONS = {"sampling": {"heal": False}, "completion": {"confidenceCut": 0.0}, "worker": {"idleExitS": 0},
-           "nextEdit": {"enable": True, "maxSpanLines": 1, "minConfidence": 0.5}}  # on: not every model's default
+           "nextEdit": {"enable": True, "maxSpanLines": 1, "minConfidence": 0.5,  # on: not every model's default
+                        "follow": False}}  # the model's own edit ("foo"s), not the rename's next site
 SAMPLE = "def f(self):\n    y = self.\n"
 AREA = "def area(w, h):\n    return w * h\n\n\nprint(area(2, 3))\n"
 

@@ -145,7 +145,7 @@ def test_the_language_server_offers_the_rename_at_the_next_use_and_counts_the_dr
     log.note("file:///a.py", "a.py", before, after, 0, 0, 0)
     backend = Scripted(low={"print(q)", "save(q)"}, high={"print(result)", "save(result)"})
     editor = NextEditor(backend, NextEditStats(), lambda kind, message: None, log)
-    cfg, _ = parse_config({"nextEdit": {"enable": True}})
+    cfg, _ = parse_config({"nextEdit": {"enable": True, "follow": False}})  # the model's drafts, not the scope's sites
     editor.configure(cfg, count_tokens=lambda t: len(t.split()))
     edit = asyncio.run(editor.suggest(Document("file:///a.py", after, "python", 2), 2, 0, 6, UTF16, "a.py"))
     assert (edit.range, edit.text) == (((1, 6), (1, 7)), "result")

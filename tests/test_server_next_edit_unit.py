@@ -102,9 +102,11 @@ def test_a_stale_version_or_an_unknown_document_is_answered_empty_at_once():
 
 def test_disabled_next_edit_answers_empty_without_the_model():
     link = FakeLink()
-    editor = make(link, enable=False)
+    editor = make(link, enable=False)  # a rename would still be followed (no rename here): never the model
     assert asyncio.run(editor.suggest(DOC, 1, 2, 0, UTF16, "a.py")) is None
-    assert link.probes == [] and editor.stats.requests == 0
+    assert link.probes == [] and link.fills == []
+    off = make(link, enable=False, follow=False)
+    assert asyncio.run(off.suggest(DOC, 1, 2, 0, UTF16, "a.py")) is None and off.stats.requests == 0
 
 
 def test_the_same_question_while_it_runs_shares_its_answer():

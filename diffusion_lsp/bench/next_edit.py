@@ -15,6 +15,7 @@ import random
 import re
 from dataclasses import dataclass
 
+from ..nextedit.repeat import renames, whole
 from ..server.stats import percentile
 
 NAME = re.compile(r"\b[a-z_][a-z0-9_]*\b")
@@ -111,10 +112,23 @@ async def replay(lsp, text: str, sites: list[Site], settings: dict, modes: tuple
             recent = (await lsp.stats())["next_edit"]["recent"]
             record = dict(recent[-1]) if recent else {"forwards": 0, "edited_tokens": 0, "model_ms": 0.0}
             current = _renamed(text, site)
-            record.update(ms=ms, edit=edit is not None, right=edit is not None and _apply(current, edit) == site.expected)
+            record.update(ms=ms, edit=edit is not None, right=edit is not None and right(current, _apply(current, edit), site))
             out[mode].append(record)
             lsp.close(uri)
     return out
+
+
+def right(current: str, after: str, site: Site) -> bool:
+    """Whether an edit that turned `current` into `after` is the rename's next step: the next use
+    renamed, and nothing else changed but other uses of the name renamed the same way (sites close
+    together are one suggestion)."""
+    if after == site.expected:
+        return True
+    if renames(current, after) != {site.name: site.name + "_new"}:
+        return False
+    line = site.second[0]
+    was, now = current.splitlines()[line], after.splitlines()[line]
+    return len(re.findall(whole(site.name), now)) < len(re.findall(whole(site.name), was))
 
 
 def _renamed(text: str, site: Site) -> str:

@@ -79,6 +79,9 @@ class NextEditSettings:
         0, 1000, doc="an edit further than this many lines from the cursor is a jump"))
     drafts: bool = field(default=True, metadata=check(
         None, "true or false", doc="refine: first verify the last edit made again at the region's analogous sites"))
+    follow: bool = field(default=True, metadata=check(
+        None, "true or false", doc="propose the rest of a rename at its other sites in the name's scope, anywhere in "
+                                   "the file, from the code alone (also when the model's own next edits are off)"))
 
     def __post_init__(self):
         _validate(self)

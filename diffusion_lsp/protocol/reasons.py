@@ -35,6 +35,7 @@ class EditOutcome(str, Enum):
 
     EDIT = "edit"  # the model's edit
     DRAFT = "draft"  # an edit from a draft (the last edit made again) the model preferred
+    SCOPE = "scope"  # the rest of a rename, at its sites in the name's scope
     NO_DOUBT = "no-doubt"  # the model was sure of the region as it is: nothing to change
     UNCHANGED = "unchanged"  # the rewritten region is the region
     UNDO = "undo"  # the edit would undo the user's last one

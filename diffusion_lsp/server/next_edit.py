@@ -3,7 +3,8 @@
 Top to bottom: refuse a stale version or bad input; share a request already running for the same
 document, version and position (the code action and the NES request ask the same question); the
 request's ticket (lifecycle.py: superseded by a newer one for the document, the debounce); then
-the next-edit pipeline (nextedit/suggest.py) over the Backend, its CPU steps (the region's parse,
+the rest of the user's last rename at its next sites in the name's scope, from the code alone
+(nextedit/scope.py), else the next-edit pipeline (nextedit/suggest.py) over the Backend, its CPU steps (the region's parse,
 the prompt's token counts, the filters) in a thread of their own. The last answer per document is kept for the code action and for inline
 completion, which offers it when it is an insertion at the cursor."""
 
@@ -25,6 +26,7 @@ from ..context.records import Document
 from ..nextedit.edits import LineEnds
 from ..nextedit.history import EditLog
 from ..lifecycle import tickets
+from ..nextedit.scope import follow
 from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, suggest
 from . import positions
 from .completion import check_language, locate
@@ -59,6 +61,7 @@ class NextEditor:
         self.tickets = tickets()
         self._running: dict[tuple, asyncio.Future] = {}
         self.last: dict[str, NextEdit] = {}  # per document, the newest answer
+        self.renaming: dict[str, tuple[str, str]] = {}  # per document, the (old, new) of a rename being followed
 
     def configure(self, cfg: Config, count_tokens: Callable[[str], int] | None = None) -> None:
         self.cfg = cfg
@@ -75,7 +78,7 @@ class NextEditor:
 
     async def suggest(self, doc: Document | None, version: int | None, line: int, column: int, encoding: str,
                       path: str, open_docs: Sequence[Document] = ()) -> NextEdit | None:
-        if not self.settings.enable:
+        if not self.settings.enable and not self.settings.follow:
             return None
         if doc is None or (version is not None and version != doc.version):
             self.stats.stale += 1
@@ -124,6 +127,10 @@ class NextEditor:
         with self.tickets.take(doc.uri) as ticket:
             if not await ticket.debounce(s.debounce_ms / 1000):
                 raise BackendError(Failure.DROPPED, "superseded while waiting for typing to pause")
+            if s.follow and (site := await self._follow(doc, spec, offset, encoding)) is not None:
+                return site, None
+            if not s.enable:
+                return None, None
             ends = LineEnds(doc.text)  # the pipeline sees "\n" line ends; its edit is mapped back
             before = LineEnds(doc.text[:offset]).unix
             cursor = (before.count("\n"), len(before) - before.rfind("\n") - 1)
@@ -142,6 +149,20 @@ class NextEditor:
         e = ends.edit(out.edit)
         rng = (positions.position_at(doc.text, e.start, encoding), positions.position_at(doc.text, e.end, encoding))
         return NextEdit(doc.uri, doc.version, rng, e.text, e.start, e.end, out.jump), out
+
+    async def _follow(self, doc: Document, spec, offset: int, encoding: str) -> NextEdit | None:
+        """The rest of the user's last rename in `doc`, at its next sites in the name's scope, or None."""
+        steps = [step for step in self.edits.steps if step.uri == doc.uri]
+        found = await self._in_thread(follow, doc.text, spec, steps, offset, self.renaming.get(doc.uri))
+        if found is None:
+            return None
+        rename, (start, end, text) = found
+        self.renaming[doc.uri] = (rename.old, rename.new)
+        self.stats.reasons[EditOutcome.SCOPE] = self.stats.reasons.get(EditOutcome.SCOPE, 0) + 1
+        jump = abs(doc.text.count("\n", 0, start) - doc.text.count("\n", 0, offset)) > self.settings.jump_lines
+        self.stats.jumps += jump
+        rng = (positions.position_at(doc.text, start, encoding), positions.position_at(doc.text, end, encoding))
+        return NextEdit(doc.uri, doc.version, rng, text, start, end, jump)
 
     async def _in_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.thread, functools.partial(fn, *args))

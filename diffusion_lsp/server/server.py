@@ -160,14 +160,16 @@ def did_change_configuration(ls: DiffusionServer, params: types.DidChangeConfigu
     ls.session.configure(params.settings)
 
 
-async def did_open(ls: DiffusionServer, params: types.DidOpenTextDocumentParams) -> None:
+def did_open(ls: DiffusionServer, params: types.DidOpenTextDocumentParams) -> None:
+    """Not a coroutine: the document is the session's before the next message (a change sent right
+    after the open was once handled first, and its edit lost from the history)."""
     doc = params.text_document
     try:  # the grammar and queries, before the first completion pays for them
         prepare(doc.language_id, doc.uri)
     except Exception as e:  # a broken query is our bug: say so, keep serving
         ls.session.ui.log("error", f"preparing {doc.language_id}: {type(e).__name__}: {e}")
     if (opened := ls.document(doc.uri)) is not None:
-        await ls.session.opened(opened)
+        ls.session.opened(opened)
 
 
 def did_change(ls: DiffusionServer, params: types.DidChangeTextDocumentParams) -> None:

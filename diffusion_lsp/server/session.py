@@ -143,16 +143,17 @@ class Session:
             self.choice, self._said_model = choice, True
         return cfg if choice.path == cfg.model.path else replace(cfg, model=replace(cfg.model, path=choice.path))
 
-    async def opened(self, doc: Document) -> None:
-        """A document was opened: index it and count its tokens in the background, and start the
-        model on demand, before the first completion. A workspace model adapted meanwhile
+    def opened(self, doc: Document) -> asyncio.Future:
+        """A document was opened: it is the session's now (its next change is an edit of it); index
+        it and count its tokens in the background, and start the model on demand, before the first
+        completion (the future that does it is returned). A workspace model adapted meanwhile
         (`diffusion-lsp adapt`) is taken up here."""
         if changed(self.choice, self.root):
             self.configure(self._raw, quiet=True)
         self.texts[doc.uri] = doc.text
         counts = (memoized(self.completer.count_tokens), model_folder(self.cfg.model.path))
         self.indexer.schedule(doc.uri, counts=counts, now=True)
-        await self.backend.start()
+        return asyncio.ensure_future(self.backend.start())
 
     def changed(self, uri: str, text: str, path: str, span: tuple[int, int, int] | None) -> None:
         """`uri` changed to `text`; span: (first line, last line before, last line after) of one
@@ -167,6 +168,7 @@ class Session:
     def closed(self, uri: str) -> None:
         self.texts.pop(uri, None)
         self.next_edit.last.pop(uri, None)
+        self.next_edit.renaming.pop(uri, None)
 
     def report(self) -> dict:
         c = self.cfg
