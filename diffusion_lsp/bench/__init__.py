@@ -3,6 +3,7 @@
     bench sampler   forward passes and ms per span of the sampler alone (sampler.py)
     bench lsp       inline-completion latency through the real server over stdio (lsp.py)
     bench retype    what a user is shown: lines of a folder retyped through the real server (retype.py)
+    bench renames   renames followed by accepting next edits alone, through the real server (renames.py)
     bench pretrained  load time, peak RSS, fill time: a 0.5 B checkpoint vs the embedded model, fp32 vs int8
     bench structured  JSON answers with and without constraints: validity, forwards, tokens/s (structured.py)
     bench api       serve-api under load and faults: requests/s, tokens/s, latency, 429s, RSS (api.py)
@@ -12,7 +13,7 @@
 
 from __future__ import annotations
 
-from . import api, gpu, lsp, pretrained, retype, sampler, structured
+from . import api, gpu, lsp, pretrained, renames, retype, sampler, structured
 
 
 def register(sub) -> None:
@@ -21,6 +22,7 @@ def register(sub) -> None:
     sampler.register(bench)
     lsp.register(bench)
     retype.register(bench)
+    renames.register(bench)
     pretrained.register(bench)
     api.register(bench)
     gpu.register(bench)

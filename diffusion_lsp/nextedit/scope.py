@@ -50,6 +50,8 @@ BINDINGS = {("parameters", None), ("lambda_parameters", None), ("default_paramet
             ("formal_parameters", None), ("required_parameter", "pattern"), ("optional_parameter", "pattern"),
             ("variable_declarator", "name"), ("parameter_declaration", "name"), ("short_var_declaration", "left"),
             ("expression_list", None), ("var_spec", "name"), ("parameter", "pattern"), ("let_declaration", "pattern"),
+            ("parameter_declaration", "declarator"), ("pointer_declarator", "declarator"),
+            ("list_splat_pattern", None), ("dictionary_splat_pattern", None),
             ("closure_parameters", None), ("formal_parameter", "name"), ("init_declarator", "declarator"),
             ("function_declaration", "name"), ("method_declaration", "name"), ("function_item", "name")}
 

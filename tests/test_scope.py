@@ -1,0 +1,144 @@
+"""The rest of a rename (nextedit/scope.py): scoping on known sources in each language the server
+parses (a shadowing local, a same-named local in another function, a string or comment holding the
+name, an attribute or field of the same name), the grouping and the jump, and the chain through
+the language server: rename, accept, next site, never an edited site again."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from diffusion_lsp.context.languages import language_for
+from diffusion_lsp.context.records import Document
+from diffusion_lsp.nextedit.history import EditLog, Step
+from diffusion_lsp.nextedit.scope import Rename, follow, last_rename, next_group, renamed, sites
+from diffusion_lsp.server.config import parse_config
+from diffusion_lsp.server.next_edit import NextEditor
+from diffusion_lsp.server.positions import UTF16
+from diffusion_lsp.server.stats import NextEditStats
+
+
+def lines_of(text: str, found) -> list[tuple[int, str]]:
+    return [(text.count("\n", 0, a) + 1, text[a:b]) for a, b in found]
+
+
+def renamed_at(text: str, new: str, nth: int = 0) -> Rename:
+    at = -1
+    for _ in range(nth + 1):
+        at = text.index(new, at + 1)
+    return at
+
+
+PYTHON = '''def remove(self, key):
+    result = self._dict.copy()
+    q.pop(key, None)
+    s = "q is here"  # q in a comment
+    x.q = 1
+    f(q=2)
+    def inner(q):
+        return q
+    def closure():
+        return q + 1
+    return QueryParams(q)
+
+
+def other():
+    q = 3
+    return q
+'''
+
+
+def test_python_local_renamed_where_it_is_assigned():
+    found = sites(PYTHON, language_for("python"), Rename("q", "result", PYTHON.index("result")))
+    # its uses, the closure's included; not the string, the comment, x.q, f(q=...), inner's own q, other()'s q
+    assert lines_of(PYTHON, found) == [(3, "q"), (10, "q"), (11, "q")]
+
+
+def test_python_parameter_and_attribute():
+    src = "class A:\n    def __init__(self, size):\n        self.total = size\n        self.count = 0\n\n" \
+          "    def add(self, count):\n        self.count += count\n        return self.count\n"
+    py = language_for("python")
+    # an attribute renamed where it is set: its uses through self in the class, not the parameter `count`
+    renamed_src = src.replace("self.count = 0", "self.tally = 0")
+    found = sites(renamed_src, py, Rename("count", "tally", renamed_src.index("tally")))
+    assert lines_of(renamed_src, found) == [(7, "count"), (8, "count")]
+    assert all(renamed_src[a - 5:a] == "self." for a, _ in found)
+    # a parameter renamed in the def: its uses in that function only
+    param = src.replace("def add(self, count)", "def add(self, n)")
+    found = sites(param, py, Rename("count", "n", param.index("n)")))
+    assert lines_of(param, found) == [(7, "count")] and param[found[0][0] - 3:found[0][0]] == "+= "
+
+
+def test_a_name_swapped_at_a_use_is_not_a_rename_unless_one_is_going_on():
+    src = "def f(a, b):\n    g(b)\n    return a + b\n"
+    py = language_for("python")
+    change = Rename("a", "b", src.index("g(b") + 2)
+    assert sites(src, py, change) == []  # an argument changed, not a rename
+    assert lines_of(src, sites(src, py, change, at_binding=False)) == [(1, "a"), (3, "a")]
+
+
+@pytest.mark.parametrize("language, source, new, expected", [
+    ("javascript", "function f(result) {\n  const s = 'q';  // q\n  o.q = q;\n  return {q, k: q};\n}\n"
+                   "function g() { const q = 1; return q; }\n", "result",
+     [(3, "q"), (4, "q"), (4, "q")]),
+    ("typescript", "function f(result: number): number {\n  const s = 'q';\n  return o.q + q;\n}\n"
+                   "function g(q: number) { return q; }\n", "result", [(3, "q")]),
+    ("go", "package m\n\nfunc f(result int) int {\n\ts := \"q\"\n\treturn o.q + q\n}\n\n"
+           "func g(q int) int { return q }\n", "result", [(5, "q")]),
+    ("rust", "fn f(result: i32) -> i32 {\n    let s = \"q\";\n    s.q + q\n}\n\nfn g(q: i32) -> i32 { q }\n",
+     "result", [(3, "q")]),
+    ("java", "class A {\n  int f(int result) {\n    String s = \"q\";\n    return this.q + q;\n  }\n"
+             "  int g(int q) { return q; }\n}\n", "result", [(4, "q")]),
+    ("c", "int f(int result) {\n  char *s = \"q\";\n  return o.q + q;\n}\nint g(int q) { return q; }\n",
+     "result", [(3, "q")]),
+    ("cpp", "int f(int result) {\n  auto s = \"q\";\n  return o.q + q;\n}\nint g(int q) { return q; }\n",
+     "result", [(3, "q")]),
+])
+def test_parameter_renamed_in_each_language(language, source, new, expected):
+    found = sites(source, language_for(language), Rename("q", new, source.index(new)))
+    assert lines_of(source, found) == expected
+
+
+def test_close_sites_are_one_suggestion_and_the_next_one_comes_first_then_the_first_in_the_file():
+    text = "a\nq\nq\n\n\n\n\n\nq\n"
+    found = [(i, i + 1) for i, ch in enumerate(text) if ch == "q"]
+    assert next_group(text, found, 0, "z") == (2, 5, "z\nz")  # lines 2 and 3: one edit
+    assert next_group(text, found, 6, "z") == (11, 12, "z")  # after the cursor: the one at line 9
+    assert next_group(text, found[:2], 11, "z") == (2, 5, "z\nz")  # none after it: back to the first (a jump)
+    assert next_group(text, [], 0, "z") is None
+
+
+def test_a_rename_typed_with_pauses_is_one_rename():
+    text = "def f():\n    result = 1\n    return q\n"
+    steps = [Step("u", "p", 1, ["    q = 1\n"], ["    res = 1\n"]), Step("u", "p", 1, ["    res = 1\n"], ["    result = 1\n"])]
+    assert last_rename(steps, text) == Rename("q", "result", text.index("result"))
+    assert renamed("x = q\n", "x = 1\n", 0) is None  # a literal, not a name
+    assert renamed("if a:\n", "if not a:\n", 0) is None
+    assert follow(text, language_for("python"), steps, 0)[1] == (text.index("q"), text.index("q") + 1, "result")
+
+
+def test_the_server_follows_a_rename_site_by_site_and_never_proposes_an_edited_site_again():
+    class NoModel:  # the sites come from the code: the model is never asked
+        capabilities = None
+
+    before = "def total(items):\n    acc = 0\n    for x in items:\n        acc += x\n\n\n\n\n    return acc\n"
+    log, uri = EditLog(merge_s=0), "file:///t.py"
+    editor = NextEditor(NoModel(), NextEditStats(), lambda kind, message: None, log)
+    editor.configure(parse_config({"nextEdit": {"enable": False}})[0])  # the model's own next edits off
+    text = before.replace("acc = 0", "sum_ = 0")
+    log.note(uri, "t.py", before, text, 1, 1, 1)
+    shown, version = [], 1
+    while True:
+        version += 1
+        edit = asyncio.run(editor.suggest(Document(uri, text, "python", version), version, 1, 8, UTF16, "t.py"))
+        if edit is None:
+            break
+        shown.append((edit.range, edit.text, edit.jump))
+        after = text[:edit.start] + edit.text + text[edit.end:]  # the user presses Tab
+        line = text.count("\n", 0, edit.start)
+        log.note(uri, "t.py", text, after, line, line, line)
+        text = after
+    assert text == before.replace("acc", "sum_")
+    assert shown == [(((3, 8), (3, 11)), "sum_", False), (((8, 11), (8, 14)), "sum_", True)]  # then a jump
+    assert editor.stats.reasons == {"scope": 2}
