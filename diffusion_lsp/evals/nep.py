@@ -199,6 +199,16 @@ def model_predictor(args):
     return predict
 
 
+def rename_through_scope(c: NepCase) -> str | None:
+    """The rest of the last rename at its next sites, from the code alone (nextedit/scope.py)."""
+    from ..nextedit.history import steps_between
+    from ..nextedit.run import follow_rename
+
+    if c.language is None:
+        return None
+    return follow_rename(c.current, c.language, steps_between(c.path, c.old, c.current), c.cursor)
+
+
 def run(args) -> int:
     path = Path(args.data) if args.data else default_data()
     try:
@@ -209,6 +219,7 @@ def run(args) -> int:
         raise UserError(f"{path}: no records")
     runs = [] if args.no_model else [("model", model_predictor(args), True)]
     runs += [(name, lambda c, f=f: f(c.old, c.current, c.cursor), False) for name, f in BASELINES]
+    runs.append(("rename through scope", rename_through_scope, False))
     try:
         out = open(args.predictions, "w", encoding="utf-8") if args.predictions else None  # fail before the run
     except OSError as e:

@@ -1,6 +1,7 @@
 """A next edit of a whole file, for `eval nep` and tests: the edit history derived from the file
-before and after the user's edits (one step per hunk), then the one next-edit pipeline
-(suggest.py) over a Backend (backend/local.py in process, or a remote API)."""
+before and after the user's edits (one step per hunk); the rest of a rename at its next sites
+(scope.py), as the language server proposes it, else the one next-edit pipeline (suggest.py) over a
+Backend (backend/local.py in process, or a remote API)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
 from .history import steps_between
+from .scope import follow
 from .suggest import DOC_KEY, EditRequest, NextEditSettings, Outcome, suggest
 
 
@@ -25,8 +27,23 @@ async def predict_file(backend, path: str, old: str, current: str, cursor: tuple
     """The next edit of `current` (after the edits old -> current, one history step per hunk) at
     `cursor`: what `eval nep` asks. Raises BackendError."""
     steps = steps_between(path, old, current)
+    if settings.follow and spec is not None:  # the rest of a rename first, as the language server does
+        text = follow_rename(current, spec, steps, cursor)
+        if text is not None:
+            return Predicted(text, 0, None)
     req = EditRequest(current, path, cursor, spec, [st.diff() for st in steps], steps[-1] if steps else None,
                       settings, count, mode=mode)
     out = await suggest(req, backend, DOC_KEY)
     text = None if out.edit is None else out.edit.apply(current)
     return Predicted(text, out.forwards, out)
+
+
+def follow_rename(current: str, spec: LanguageSpec, steps: list, cursor: tuple[int, int]) -> str | None:
+    """The file with the next group of the last rename's sites renamed (scope.py), or None."""
+    lines = current.splitlines(keepends=True)
+    offset = sum(map(len, lines[:cursor[0]])) + cursor[1]
+    found = follow(current, spec, steps, offset)
+    if found is None:
+        return None
+    _, (start, end, text) = found
+    return current[:start] + text + current[end:]
