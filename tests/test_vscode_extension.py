@@ -56,7 +56,7 @@ def test_node_suite_and_client_layer_against_the_real_server(node_modules, token
                        "position": [1, len("    y = self.")], "expect": SCRIPT[1:]},
         # next edits on explicitly: not every model enables them by default
         "nextEdit": {"command": serve(echo_checkpoint, tmp_path / "b"), "text": AREA,
-                     "options": {**OPTIONS, "nextEdit": {**OPTIONS["nextEdit"], "enable": True, "follow": True}},
+                     "options": {**OPTIONS, "nextEdit": {**OPTIONS["nextEdit"], "enable": True}},
                      "change": [0, 9, 0, 10, "width"], "cursor": [1, 14],
                      "expectLine": r"^\s*return width \* h$"},  # the rename, followed to the parameter's use
     }

@@ -1,7 +1,8 @@
 -- Next-edit suggestions (the server's textDocument/copilotInlineEdit): asked for after changes pause,
--- drawn with extmarks (the text it removes highlighted as a deletion, what it writes as virtual text
--- and virtual lines), reported to the server as shown (textDocument/didShowInlineEdit), and cleared
--- when the cursor moves or the text changes. The accept key jumps to an edit away from the cursor
+-- drawn with extmarks (the words it removes highlighted as a deletion, what it writes as inline virtual
+-- text, or virtual lines where it adds lines), reported to the server as shown
+-- (textDocument/didShowInlineEdit), and cleared when the cursor moves or the text changes (asked again
+-- once changes pause, and on leaving insert mode). The statusline is redrawn when one is shown or cleared. The accept key jumps to an edit away from the cursor
 -- first, then applies it with vim.lsp.util.apply_text_edits and runs its accept command.
 local api = vim.api
 local M = {}
@@ -29,12 +30,21 @@ function M.current(bufnr)
   return s and s.edit
 end
 
+--- The statusline says whether a next edit is shown: redraw it when that changes.
+local function redraw_status()
+  pcall(vim.cmd, 'redrawstatus!')
+end
+
 function M.clear(bufnr)
   bufnr = buf(bufnr)
   if api.nvim_buf_is_valid(bufnr) then
     api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
   end
+  local was = state[bufnr] ~= nil
   state[bufnr] = nil
+  if was then
+    redraw_status()
+  end
 end
 
 --- (row, byte col) of an LSP position in the buffer.
@@ -43,14 +53,68 @@ local function pos(bufnr, p, encoding)
   return p.line, vim.str_byteindex(line, encoding, p.character, false)
 end
 
+--- A line split into words (runs of letters, digits and _) and single characters.
+local function tokens(line)
+  local out, i = {}, 1
+  while i <= #line do
+    local t = line:match('^[%w_]+', i) or line:sub(i, i)
+    out[#out + 1] = t
+    i = i + #t
+  end
+  return out
+end
+
+--- Byte offset in a line of the end of its first `n` tokens.
+local function upto(toks, n)
+  local b = 0
+  for k = 1, n do
+    b = b + #toks[k]
+  end
+  return b
+end
+
+--- Draw an edit that keeps the number of lines word by word: on each changed line only the words it
+--- removes are highlighted, and what it writes goes inline where they were (a rename's sites read as
+--- renames, not as a block rewritten). False when the line counts differ.
+local function draw_words(bufnr, srow, scol, erow, ecol, new_lines)
+  local old = api.nvim_buf_get_text(bufnr, srow, scol, erow, ecol, {})
+  if #old ~= #new_lines then
+    return false
+  end
+  for i = 1, #old do
+    if old[i] ~= new_lines[i] then
+      local row, base = srow + i - 1, i == 1 and scol or 0
+      local ta, tb = tokens(old[i]), tokens(new_lines[i])
+      local hunks = vim.diff(table.concat(ta, '\n') .. '\n', table.concat(tb, '\n') .. '\n',
+        { result_type = 'indices' })
+      for _, h in ipairs(hunks) do
+        local sa, ca, sb, cb = h[1], h[2], h[3], h[4]
+        local from = base + upto(ta, ca > 0 and sa - 1 or sa)
+        local to = base + upto(ta, ca > 0 and sa + ca - 1 or sa)
+        if ca > 0 then
+          api.nvim_buf_set_extmark(bufnr, M.ns, row, from, { end_row = row, end_col = to, hl_group = 'DiffDelete' })
+        end
+        if cb > 0 then
+          local text = table.concat(tb, '', sb, sb + cb - 1)
+          api.nvim_buf_set_extmark(bufnr, M.ns, row, to, { virt_text = { { text, 'DiffAdd' } }, virt_text_pos = 'inline' })
+        end
+      end
+    end
+  end
+  return true
+end
+
 local function draw(bufnr, edit, encoding)
   local srow, scol = pos(bufnr, edit.range.start, encoding)
   local erow, ecol = pos(bufnr, edit.range['end'], encoding)
+  local lines = vim.split(edit.text, '\n', { plain = true })
+  if (srow ~= erow or scol ~= ecol) and draw_words(bufnr, srow, scol, erow, ecol, lines) then
+    return
+  end
   if srow ~= erow or scol ~= ecol then -- what the edit removes
     api.nvim_buf_set_extmark(bufnr, M.ns, srow, scol, { end_row = erow, end_col = ecol, hl_group = 'DiffDelete' })
   end
   if edit.text ~= '' then -- what it writes: the first line inline, the others as lines below
-    local lines = vim.split(edit.text, '\n', { plain = true })
     local virt_lines = {}
     for i = 2, #lines do
       virt_lines[#virt_lines + 1] = { { lines[i], 'DiffAdd' } }
@@ -70,6 +134,7 @@ function M.show(bufnr, client, edit)
   draw(bufnr, edit, client.offset_encoding)
   state[bufnr] = { edit = edit, client_id = client.id, version = edit.textDocument.version }
   client:notify('textDocument/didShowInlineEdit', { item = { command = edit.command } })
+  redraw_status()
 end
 
 --- Ask for the next edit at the cursor; `done(edit or nil)` when the answer is in (and drawn).
@@ -180,6 +245,15 @@ function M.attach(_, bufnr, opts)
       end
     end,
   })
+  if opts.auto then -- leaving insert mode moves the cursor, which clears the edit: ask again there
+    api.nvim_create_autocmd('InsertLeave', {
+      group = group,
+      buffer = bufnr,
+      callback = function()
+        schedule_request(bufnr, opts)
+      end,
+    })
+  end
   api.nvim_create_autocmd({ 'BufDelete', 'LspDetach' }, {
     group = group,
     buffer = bufnr,
