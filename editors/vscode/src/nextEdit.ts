@@ -55,6 +55,72 @@ export function preview(edit: NextEdit, lines: string[], languageId = ''): Previ
   return { deleted: empty ? null : edit.range, deletedText, insertedLines, inline, summary, hover };
 }
 
+/** A word, or one character: what a word-by-word preview compares. */
+function words(line: string): string[] {
+  return line.match(/[\p{L}\p{N}_]+|[^]/gu) ?? [];
+}
+
+/** The changes that turn words `a` into words `b`: [first word of a, words removed, words of b written]
+ * (a longest common subsequence; lines are short). */
+function wordDiff(a: string[], b: string[]): [number, number, string[]][] {
+  const n = a.length, m = b.length;
+  const lcs = Array.from({ length: n + 1 }, () => new Array<number>(m + 1).fill(0));
+  for (let i = n - 1; i >= 0; i--) {
+    for (let j = m - 1; j >= 0; j--) {
+      lcs[i][j] = a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
+    }
+  }
+  const out: [number, number, string[]][] = [];
+  let i = 0, j = 0;
+  while (i < n || j < m) {
+    if (i < n && j < m && a[i] === b[j]) {
+      i++; j++;
+      continue;
+    }
+    const start = i, written: string[] = [];
+    while ((i < n || j < m) && !(i < n && j < m && a[i] === b[j])) {
+      if (j < m && (i >= n || lcs[i][j + 1] >= lcs[i + 1][j])) {
+        written.push(b[j++]);
+      } else {
+        i++;
+      }
+    }
+    out.push([start, i - start, written]);
+  }
+  return out;
+}
+
+/** Where a change is drawn: the range it removes (maybe empty) and what it writes there. */
+export interface WordChange {
+  removed: Range;
+  written: string;
+}
+
+/** An edit that keeps its number of lines, as changes of words on each line it changes (a rename's
+ * sites drawn as renames, not as a rewritten block); null when the line counts differ. */
+export function wordChanges(edit: Pick<NextEdit, 'range' | 'text'>, lines: string[]): WordChange[] | null {
+  const before = textIn(lines, edit.range).split('\n');
+  const after = edit.text.split('\n');
+  if (before.length !== after.length || edit.text === '') {
+    return null;
+  }
+  const out: WordChange[] = [];
+  before.forEach((old, k) => {
+    if (old === after[k]) {
+      return;
+    }
+    const line = edit.range.start.line + k;
+    const base = k === 0 ? edit.range.start.character : 0;
+    const a = words(old);
+    const col = (n: number) => base + a.slice(0, n).join('').length;
+    for (const [first, removed, written] of wordDiff(a, words(after[k]))) {
+      out.push({ removed: { start: { line, character: col(first) }, end: { line, character: col(first + removed) } },
+        written: written.join('') });
+    }
+  });
+  return out;
+}
+
 /** The accept key jumps to an edit whose lines the cursor is not on (so the user sees it before it
  * lands), else applies it. */
 export function acceptAction(edit: NextEdit, cursor: Position): 'jump' | 'apply' {

@@ -7,8 +7,8 @@
 import * as vscode from 'vscode';
 import type { LanguageClient } from 'vscode-languageclient/node';
 
-import { acceptAction, preview } from './nextEdit';
-import { DID_SHOW_INLINE_EDIT, EXECUTE_COMMAND, NEXT_EDIT, type NextEdit, nextEditParams, parseNextEdit } from './protocol';
+import { acceptAction, preview, wordChanges } from './nextEdit';
+import { DID_SHOW_INLINE_EDIT, EXECUTE_COMMAND, NEXT_EDIT, type NextEdit, nextEditParams, type Range, parseNextEdit } from './protocol';
 import type { ClientSettings } from './settings';
 
 export const VISIBLE_KEY = 'diffusionLsp.nextEditVisible';
@@ -136,10 +136,20 @@ export class NextEditView implements vscode.Disposable {
     const lines = Array.from({ length: s.editor.document.lineCount }, (_, i) => s.editor.document.lineAt(i).text);
     const p = preview(s.edit, lines, s.editor.document.languageId);
     const hover = new vscode.MarkdownString(p.hover);
-    s.editor.setDecorations(this.removed, p.deleted ? [{ range: s.range, hoverMessage: hover }] : []);
-    const end = new vscode.Range(s.range.end, s.range.end);
-    s.editor.setDecorations(this.inserted, p.inline ? [{ range: end, hoverMessage: hover,
-      renderOptions: { after: { contentText: p.inline } } }] : []);
+    const changes = wordChanges(s.edit, lines);
+    if (changes) {  // word by word: only what changes is struck, what replaces it follows it
+      const asRange = (r: Range) => new vscode.Range(r.start.line, r.start.character, r.end.line, r.end.character);
+      s.editor.setDecorations(this.removed, changes.filter((c) => c.removed.start.character !== c.removed.end.character)
+        .map((c) => ({ range: asRange(c.removed), hoverMessage: hover })));
+      s.editor.setDecorations(this.inserted, changes.filter((c) => c.written !== '').map((c) => ({
+        range: asRange({ start: c.removed.end, end: c.removed.end }), hoverMessage: hover,
+        renderOptions: { after: { contentText: c.written } } })));
+    } else {
+      s.editor.setDecorations(this.removed, p.deleted ? [{ range: s.range, hoverMessage: hover }] : []);
+      const end = new vscode.Range(s.range.end, s.range.end);
+      s.editor.setDecorations(this.inserted, p.inline ? [{ range: end, hoverMessage: hover,
+        renderOptions: { after: { contentText: p.inline } } }] : []);
+    }
     const cursor = s.editor.selection.active;
     const away = acceptAction(s.edit, { line: cursor.line, character: cursor.character }) === 'jump';
     const where = new vscode.Range(cursor.line, Number.MAX_SAFE_INTEGER, cursor.line, Number.MAX_SAFE_INTEGER);

@@ -8,7 +8,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
 
-import { acceptAction, applyEdit, preview, textIn } from '../src/nextEdit';
+import { acceptAction, applyEdit, preview, textIn, wordChanges } from '../src/nextEdit';
 import { instructParams, noNextEditMessage, parseNextEdit, parseProposal, type NextEdit } from '../src/protocol';
 import { instructionProblem, linesLabel, proposalTitle, withReplacement } from '../src/proposal';
 import {
@@ -119,6 +119,22 @@ describe('next edit', () => {
     assert.equal(parseNextEdit({ edits: [{ text: 1, range: result.edits[0].range }] }, 'file:///a.py', 3), null);
     const backwards = { edits: [{ text: 'x', range: { start: { line: 2, character: 0 }, end: { line: 1, character: 0 } } }] };
     assert.equal(parseNextEdit(backwards, 'file:///a.py', 3), null);
+  });
+
+  it('draws an edit that keeps its lines word by word: a rename over lines reads as renames', () => {
+    const doc = ['def f(result):', '    q._dict = dict(q)', '    return q'];
+    const e = edit(1, 4, 2, 12, 'result._dict = dict(result)\n    return result');
+    const pos = (line: number, character: number) => ({ line, character });
+    assert.deepEqual(wordChanges(e, doc), [
+      { removed: { start: pos(1, 4), end: pos(1, 5) }, written: 'result' },
+      { removed: { start: pos(1, 19), end: pos(1, 20) }, written: 'result' },
+      { removed: { start: pos(2, 11), end: pos(2, 12) }, written: 'result' },
+    ]);
+    assert.deepEqual(wordChanges(edit(1, 4, 1, 9, 'a +'), ['x', '    b - c']), [
+      { removed: { start: pos(1, 4), end: pos(1, 5) }, written: 'a' },
+      { removed: { start: pos(1, 6), end: pos(1, 9) }, written: '+' },  // "- c" became "+"
+    ]);
+    assert.equal(wordChanges(edit(1, 0, 1, 3, 'a\nb'), doc), null);  // a line added: drawn whole
   });
 
   it('previews a replacement, an insertion and a deletion', () => {
