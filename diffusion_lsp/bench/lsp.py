@@ -151,12 +151,14 @@ def _print_header(launch: LaunchSettings, args, worker: dict, ready_s: float) ->
 def server_launch(launch: LaunchSettings, context: int, socket: Path, drafts: bool = True) -> tuple[list[str], dict]:
     """The `serve` command line and initializationOptions that start the server with these launch
     settings (--model and --device on its command line, model.threads and model.precision in its
-    settings), no debounce, next edits on whatever the model claims (they are measured), and a
-    worker of its own that exits with it."""
+    settings), no debounce, the model's next edits on whatever it claims (they are measured; a rename's
+    sites are not followed here: `bench renames` measures that), and a worker of its own that exits
+    with it."""
     cmd = [sys.executable, "-m", "diffusion_lsp", "serve", "--device", launch.device, "--worker-socket", str(socket)]
     options = {"completion": {"maxContextTokens": context, "debounceMs": 0, "drafts": drafts},
                "worker": {"idleExitS": 0},
-               "model": {"threads": launch.threads, "precision": launch.precision}, "nextEdit": {"enable": True}}
+               "model": {"threads": launch.threads, "precision": launch.precision},
+               "nextEdit": {"enable": True, "follow": False}}  # the model's decoding modes (bench renames: the rename's sites)
     return cmd + (["--model", launch.path] if launch.path else []), options
 
 
