@@ -117,7 +117,8 @@ def test_the_embedded_model_answers_nothing_in_go_and_no_next_edit_without_askin
                 await session.next_edit.suggest(py, 1, 1, 4, "utf-16", "m.py"))
 
     assert asyncio.run(go_()) == (None, None)
-    assert session.stats.bad_input == 1 and session.stats.next_edit.requests == 0
+    ne = session.stats.next_edit  # a rename would still be followed (nextEdit.follow): the model is never asked
+    assert session.stats.bad_input == 1 and (ne.requests, ne.answered, ne.errors) == (1, 0, 0)
     report = session.report()["model"]
     assert report == {"claims": PYTHON_DEMO.to_dict(), "languages": ["python"], "next_edits": False, "path": None,
                       "source": "embedded", "answers": "the embedded model", "adapted": None, "refused": None,

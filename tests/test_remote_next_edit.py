@@ -69,7 +69,8 @@ def test_the_server_asks_the_edit_endpoint_and_answers_the_minimal_edit(api):
     api.script.append(chat("```python\ndef area(width, h):\n    return width * h\n```"))
     cfg = parse_config({"model": {"backend": "openai", "baseUrl": api.base, "remoteModel": "mercury-edit",
                                   "apiKeyEnv": ENV}, "worker": {"fillTimeoutS": 20},
-                      "nextEdit": {"enable": True}})[0]  # an API's model claims nothing: the user turns them on
+                      # an API's model claims nothing: the user turns them on; the API's edit, not the rename's sites
+                      "nextEdit": {"enable": True, "follow": False}})[0]
     ui, stats = RecordingUi(), Stats()
     link = RemoteBackend(ui, cfg.model, fill_timeout_s=cfg.worker.fill_timeout_s)
     steps = EditLog()

@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 NEXT_EDIT = "textDocument/copilotInlineEdit"
 ACCEPT = "diffusionLsp.didAcceptNextEdit"
 OPTIONS = {"sampling": {"heal": False}, "completion": {"confidenceCut": 0.0, "debounceMs": 0},
-           "worker": {"idleExitS": 0}, "nextEdit": {"maxSpanLines": 1, "minConfidence": 0.5}}
+           "worker": {"idleExitS": 0},
+           "nextEdit": {"maxSpanLines": 1, "minConfidence": 0.5, "follow": False}}  # the model's edits (test_scope: a rename's)
 SOURCE = "def area(w, h):\n    return w * h\n\n\nprint(area(2, 3))\n"
 
 

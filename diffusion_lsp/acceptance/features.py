@@ -11,6 +11,7 @@ document's length, the language)."""
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 
@@ -61,15 +62,6 @@ class Spot:
                    text.count("\n") + 1, language, below)
 
 
-def _common(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def _gmean(conf: tuple[float, ...]) -> float:
     return math.exp(sum(math.log(max(p, 1e-6)) for p in conf) / len(conf))
 
@@ -78,7 +70,8 @@ def features(offer: Offer, spot: Spot, others: list[Offer]) -> dict[str, float]:
     """The named features of `offer` at `spot`, given the request's other candidates."""
     text, before = offer.text.split("\n", 1)[0], spot.before
     stripped, last = text.strip(), before[-1:] if before else "\n"
-    support = max((_common(text, o.text.split("\n", 1)[0]) / max(len(text), 1) for o in others), default=0.0)
+    support = max((len(os.path.commonprefix([text, o.text.split("\n", 1)[0]])) / max(len(text), 1) for o in others),
+                  default=0.0)
     same = sum(o.text.strip() == offer.text.strip() for o in others) + offer.agree
     line = before + text
     f = {"bias": 1.0, **{f"source_{s}": float(offer.source == s) for s in SOURCES},

@@ -20,13 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from ..local_state import read_state
 from .features import FEATURES
 
 FORMAT = 1
 FILE = "acceptance.json"
+WORKSPACE_DIR = Path(".diffusion-lsp") / "acceptance"  # relative to a workspace: `calibrate` writes, the server looks
 
 
 @dataclass(frozen=True)
@@ -86,6 +85,7 @@ def fit(rows: Sequence[dict[str, float]], labels: Sequence[bool], l2: float = 1.
         iterations: int = 50) -> dict[str, float]:
     """Logistic-regression weights for FEATURES (Newton's method; the penalty spares the bias).
     Features are standardized for the fit and the weights given back on their raw scale."""
+    import numpy as np  # the fit only: the server reads a fitted model with math alone
     x = np.array([[r.get(n, 0.0) for n in FEATURES] for r in rows], dtype=np.float64)
     y = np.asarray(labels, dtype=np.float64)
     if len(x) == 0:

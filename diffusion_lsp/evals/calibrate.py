@@ -19,14 +19,13 @@ import sys
 from pathlib import Path
 
 from .. import jsonout
-from ..acceptance.model import FILE, AcceptanceModel, fit
+from ..acceptance.model import FILE, WORKSPACE_DIR, AcceptanceModel, fit
 from ..context.repo import repo_files
 from ..context.tokens import model_token_counter
 from ..engine import model_folder
 from ..errors import UserError
 from ..local_state import trust
 from ..options import add_launch_args, command_backend, launch_settings
-from ..server.workspace_model import ACCEPTANCE_DIR
 from ..acceptance.features import Offer
 from ..acceptance.feedback import read_feedback
 from ..context.records import Document
@@ -155,7 +154,7 @@ def run(args) -> int:
                  "cases": len(judged),
                  "model": launch.remote_model if launch.backend == "openai" else (launch.path or "embedded")}
     model, table = calibrated(judged, fitted_on)
-    out = Path(args.out) if args.out else Path(args.folders[0]) / ACCEPTANCE_DIR / FILE
+    out = Path(args.out) if args.out else Path(args.folders[0]) / WORKSPACE_DIR / FILE
     model.save(out)
     trusted = trust(out.parent, Path(args.folders[0])) if not args.out else None
     result = {"out": str(out), "show_above": model.show_above, "weights": model.weights, "table": table,

@@ -200,9 +200,9 @@ def model_predictor(args):
 
 
 def rename_through_scope(c: NepCase) -> str | None:
-    """The rest of the last rename at its next sites, from the code alone (nextedit/scope.py)."""
+    """The rest of the last rename at its next sites, from the code alone."""
     from ..nextedit.history import steps_between
-    from ..nextedit.run import follow_rename
+    from ..nextedit.scope import follow_rename
 
     if c.language is None:
         return None

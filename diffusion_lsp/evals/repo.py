@@ -111,14 +111,8 @@ class Row:
 
 def pick_cases(files: list[SourceFile], n: int, rng: random.Random) -> list[Case]:
     """n lines spread uniformly over the held-out files' non-blank lines (all of them when fewer)."""
-    spots = []
-    for k, f in enumerate(files):
-        lines = f.text.split("\n")
-        spots += [(k, i) for i in range(1, len(lines)) if len(lines[i].strip()) >= 2]
     cases = []
-    for k, i in sorted(rng.sample(spots, min(n, len(spots)))):
-        f = files[k]
-        lines = f.text.split("\n")
+    for f, lines, i in retype.sample_lines(files, n, rng):
         line = lines[i]
         indent = line[: len(line) - len(line.lstrip())]
         start = sum(len(x) + 1 for x in lines[:i])

@@ -38,16 +38,21 @@ class Case:
     package: str = ""
 
 
-def pick(files: list[SourceFile], n: int, rng: random.Random, package: str = "", mid: float = 0.5) -> list[Case]:
-    """n cases spread uniformly over the files' non-blank lines; a share `mid` of them mid-line."""
+def sample_lines(files: list[SourceFile], n: int, rng: random.Random):
+    """(file, its lines, a line number) for n lines spread uniformly over the files' lines of two or
+    more non-blank characters (the first line of each file aside; all of them when fewer), in order."""
     spots = []
     for k, f in enumerate(files):
         lines = f.text.split("\n")
         spots += [(k, i) for i in range(1, len(lines)) if len(lines[i].strip()) >= 2]
-    cases = []
     for k, i in sorted(rng.sample(spots, min(n, len(spots)))):
-        f = files[k]
-        lines = f.text.split("\n")
+        yield files[k], files[k].text.split("\n"), i
+
+
+def pick(files: list[SourceFile], n: int, rng: random.Random, package: str = "", mid: float = 0.5) -> list[Case]:
+    """n cases spread uniformly over the files' non-blank lines; a share `mid` of them mid-line."""
+    cases = []
+    for f, lines, i in sample_lines(files, n, rng):
         line = lines[i]
         body = line.strip()
         indent = line[: len(line) - len(line.lstrip())]

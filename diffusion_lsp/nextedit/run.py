@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
 from .history import steps_between
-from .scope import follow
+from .scope import follow_rename
 from .suggest import DOC_KEY, EditRequest, NextEditSettings, Outcome, suggest
 
 
@@ -36,14 +36,3 @@ async def predict_file(backend, path: str, old: str, current: str, cursor: tuple
     out = await suggest(req, backend, DOC_KEY)
     text = None if out.edit is None else out.edit.apply(current)
     return Predicted(text, out.forwards, out)
-
-
-def follow_rename(current: str, spec: LanguageSpec, steps: list, cursor: tuple[int, int]) -> str | None:
-    """The file with the next group of the last rename's sites renamed (scope.py), or None."""
-    lines = current.splitlines(keepends=True)
-    offset = sum(map(len, lines[:cursor[0]])) + cursor[1]
-    found = follow(current, spec, steps, offset)
-    if found is None:
-        return None
-    _, (start, end, text) = found
-    return current[:start] + text + current[end:]

@@ -274,3 +274,14 @@ def follow(text: str, spec: LanguageSpec, steps: list[Step], cursor: int,
     found = sites(text, spec, rename, at_binding=(rename.old, rename.new) != going_on)
     group = next_group(text, found, cursor, rename.new)
     return None if group is None else (rename, group)
+
+
+def follow_rename(current: str, spec: LanguageSpec, steps: list[Step], cursor: tuple[int, int]) -> str | None:
+    """The whole file with the next group of the last rename's sites renamed, or None: `eval nep`'s
+    view of `follow`. `cursor`: 0-based (line, index in the line)."""
+    lines = current.splitlines(keepends=True)
+    found = follow(current, spec, steps, sum(map(len, lines[:cursor[0]])) + cursor[1])
+    if found is None:
+        return None
+    _, (start, end, text) = found
+    return current[:start] + text + current[end:]

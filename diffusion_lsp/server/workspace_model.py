@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..acceptance.model import FILE as ACCEPTANCE_FILE
+from ..acceptance.model import WORKSPACE_DIR as ACCEPTANCE_DIR
 from ..acceptance.model import AcceptanceModel
 from ..context.repo import ADAPTED_DIR
 from ..local_state import trusted
@@ -86,9 +87,6 @@ def changed(choice: ModelChoice, root: str | None) -> bool:
     if choice.source in ("settings", "remote") or not root:
         return False
     return _stamp(Path(root) / ADAPTED_DIR) != choice.stamp
-
-
-ACCEPTANCE_DIR = Path(".diffusion-lsp") / "acceptance"  # relative to a workspace: `calibrate` writes, the server looks
 
 
 def acceptance_for(choice: ModelChoice, model_dir: Path | None, root: str | None) -> tuple[AcceptanceModel | None, str]:
