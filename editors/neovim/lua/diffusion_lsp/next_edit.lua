@@ -128,11 +128,23 @@ local function draw(bufnr, edit, encoding)
 end
 
 --- Show an edit from the server (one element of the result's `edits`).
+--- A hint at the end of the cursor's line naming an edit the cursor is not on (a jump: it may be
+--- off screen), and the key that jumps there.
+local function hint(bufnr, edit)
+  local row = api.nvim_win_get_cursor(0)[1] - 1
+  if api.nvim_win_get_buf(0) ~= bufnr or (row >= edit.range.start.line and row <= edit.range['end'].line) then
+    return nil
+  end
+  local key = ((plugin().config or {}).keymaps or {}).next_edit
+  local text = ('  next edit at line %d%s'):format(edit.range.start.line + 1, key and (' (' .. key .. ': jump)') or '')
+  return api.nvim_buf_set_extmark(bufnr, M.ns, row, 0, { virt_text = { { text, 'Comment' } }, virt_text_pos = 'eol' })
+end
+
 function M.show(bufnr, client, edit)
   bufnr = buf(bufnr)
   M.clear(bufnr)
   draw(bufnr, edit, client.offset_encoding)
-  state[bufnr] = { edit = edit, client_id = client.id, version = edit.textDocument.version }
+  state[bufnr] = { edit = edit, client_id = client.id, version = edit.textDocument.version, hint = hint(bufnr, edit) }
   client:notify('textDocument/didShowInlineEdit', { item = { command = edit.command } })
   redraw_status()
 end
@@ -191,6 +203,10 @@ function M.accept(bufnr)
   local row = api.nvim_win_get_cursor(0)[1] - 1
   if plugin().config.next_edit.jump_first and (row < srow or row > erow) then
     s.jumping = true -- this cursor move keeps the suggestion
+    if s.hint then -- there now: the hint has said what it had to
+      api.nvim_buf_del_extmark(bufnr, M.ns, s.hint)
+      s.hint = nil
+    end
     api.nvim_win_set_cursor(0, { srow + 1, scol })
     return true
   end
