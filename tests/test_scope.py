@@ -23,13 +23,6 @@ def lines_of(text: str, found) -> list[tuple[int, str]]:
     return [(text.count("\n", 0, a) + 1, text[a:b]) for a, b in found]
 
 
-def renamed_at(text: str, new: str, nth: int = 0) -> Rename:
-    at = -1
-    for _ in range(nth + 1):
-        at = text.index(new, at + 1)
-    return at
-
-
 PYTHON = '''def remove(self, key):
     result = self._dict.copy()
     q.pop(key, None)

@@ -64,12 +64,20 @@ def choose(model: AcceptanceModel | None, candidates: list[Offer], spot: Spot,
         return Choice(first, None, [])
     feats = [features(o, spot, [x for x in candidates if x is not o]) for o in candidates]
     scored = [(o, model.p(f)) for o, f in zip(candidates, feats)]
-    bar = model.show_above if show_above is None else show_above
+    shown = chosen(scored, model.show_above if show_above is None else show_above)
+    if shown is None:
+        return Choice(None, max((p for _, p in scored), default=None), scored)
+    return Choice(scored[shown][0], scored[shown][1], scored, feats[shown])
+
+
+def chosen(scored: list[tuple[Offer, float]], bar: float) -> int | None:
+    """The index of the candidate shown among (candidate, P) pairs: the highest P when it reaches
+    `bar`, and of the model's fill the most lines whose P holds; None: nothing reaches the bar."""
     best = max(range(len(scored)), key=lambda i: scored[i][1], default=None)
     if best is None or scored[best][1] < bar:
-        return Choice(None, None if best is None else scored[best][1], scored)
-    if scored[best][0].source == "model":  # the most lines of the model's fill whose P holds
+        return None
+    if scored[best][0].source == "model":
         longer = [i for i, (o, p) in enumerate(scored) if o.source == "model" and p >= bar
                   and o.text.startswith(scored[best][0].text)]
         best = max(longer, key=lambda i: len(scored[i][0].text))
-    return Choice(scored[best][0], scored[best][1], scored, feats[best])
+    return best

@@ -83,11 +83,11 @@ def run(args) -> int:
     passes = {"acceptance": SETTINGS}
     if args.beside_rules:
         passes["rules"] = {**SETTINGS, "completion": {**SETTINGS["completion"], "acceptance": False}}
+    groups = {p: [i for i, c in enumerate(cases) if c.package == p] for p in dict.fromkeys(c.package for c in cases)}
+    groups["all"] = list(range(len(cases)))
     result = {}
     for name, settings in passes.items():
         shown, ms, stats = asyncio.run(one_pass(launch, cases, settings))
-        groups = {p: [i for i, c in enumerate(cases) if c.package == p] for p in dict.fromkeys(c.package for c in cases)}
-        groups["all"] = list(range(len(cases)))
         result[name] = {"rows": {g: score([cases[i] for i in ix], [shown[i] for i in ix], [ms[i] for i in ix])
                                  for g, ix in groups.items()},
                         "acceptance": stats.get("acceptance"), "shown": shown}

@@ -101,7 +101,7 @@ def _lookup(doc: Document, offset: int, others: Iterable[Document]) -> Found | N
     before = text[max(0, offset - 400):offset]
     tails = [before[m.start():] for m in WORDS.finditer(before)][::-1][:MAX_MATCH_WORDS]  # shortest first
     sources = [text] + [d.text for d in others if d.uri != doc.uri]
-    best = None
+    best = None  # (the text that followed, the tail's length, where it was in this document or None)
     for tail in tails:
         if len(tail) < MIN_MATCH_CHARS or not tail.strip():
             continue
@@ -112,14 +112,16 @@ def _lookup(doc: Document, offset: int, others: Iterable[Document]) -> Found | N
             if at < 0 and k == 0:
                 at = src.find(tail, offset)
             if at >= 0:
-                away = abs(text.count("\n", min(at, offset), max(at, offset))) if k == 0 else -1
-                found = Found(_rest_of_line(src, at + len(tail)), float(len(tail)), away)
+                found = (_rest_of_line(src, at + len(tail)), len(tail), at if k == 0 else None)
                 break
         if found is None:
             break  # a longer tail cannot occur where this one does not
-        if found.text.strip():
+        if found[0].strip():
             best = found
-    return best
+    if best is None:
+        return None
+    rest, length, at = best  # lines away counted once, for the tail that won
+    return Found(rest, float(length), -1 if at is None else text.count("\n", min(at, offset), max(at, offset)))
 
 
 @functools.lru_cache(maxsize=8192)  # the lines above the cursor are the same from one keystroke to the next

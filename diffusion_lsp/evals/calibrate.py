@@ -26,6 +26,7 @@ from ..engine import model_folder
 from ..errors import UserError
 from ..local_state import trust
 from ..options import add_launch_args, command_backend, launch_settings
+from ..acceptance.choose import chosen
 from ..acceptance.features import Offer
 from ..acceptance.feedback import read_feedback
 from ..context.records import Document
@@ -61,11 +62,9 @@ def register(sub) -> None:
 def shown(judged: list[Judged], model: AcceptanceModel, bar: float) -> list[tuple[int | None, float]]:
     """Per case, (the index of the candidate shown or None, the best P)."""
     out = []
-    for j in judged:
-        ps = [model.p(f) for f in j.feats]
-        best = max(range(len(ps)), key=ps.__getitem__, default=None)
-        p = ps[best] if best is not None else 0.0
-        out.append((best if best is not None and p >= bar else None, p))
+    for j in judged:  # as the server picks
+        scored = [(o, model.p(f)) for o, f in zip(j.offers, j.feats)]
+        out.append((chosen(scored, bar), max((p for _, p in scored), default=0.0)))
     return out
 
 

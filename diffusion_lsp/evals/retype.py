@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import re
 import sys
+import time
 from dataclasses import dataclass, field
 
 from ..acceptance.choose import offers
@@ -103,9 +104,7 @@ class Judged:
 async def judge(backend, cases: list[Case], cfg: Config | None = None, count=None, progress: bool = False,
                 key: str = "retype") -> list[Judged]:
     """Every case's candidates through `backend`, as the server makes them with `cfg`."""
-    import time
-
-    from tqdm import tqdm
+    from tqdm import tqdm  # kept off --help
 
     cfg = cfg or Config()
     cc = cfg.completion

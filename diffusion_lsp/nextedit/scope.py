@@ -160,7 +160,7 @@ def binding(node) -> bool:
     return (parent.type, None) in BINDINGS or (parent.type, _field(n)) in BINDINGS
 
 
-def _attribute_sites(node, old: bytes) -> list:
+def _attribute_sites(node, old: bytes) -> list | None:
     """`self.old` in the class around `node` (a `self.new` attribute), or None when node is no such attribute."""
     parent = node.parent
     if parent is None or parent.type not in ("attribute", "member_expression", "field_access"):

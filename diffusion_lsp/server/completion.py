@@ -233,10 +233,13 @@ class Completer:
                      indexed)
         if not cc.drafts or ctx.language is None:
             return ctx, []
-        if not self.backend.capabilities.probe and not self.said_no_drafts:
-            self.said_no_drafts = True
-            self.log("info", "drafts are not verified: this backend cannot score given tokens (the acceptance "
-                             "model still weighs them)")
+        if not self.backend.capabilities.probe:
+            if not self.said_no_drafts:
+                self.said_no_drafts = True
+                self.log("info", "drafts are not verified: this backend cannot score given tokens (only an "
+                                 "acceptance model weighs them)")
+            if self.acceptance is None:
+                return ctx, []  # nothing would read them
         return ctx, drafts_for(doc, offset, open_docs, self.last_fills)
 
     async def _sample(self, ticket: Ticket, timing: Timing, ctx: CompletionContext,

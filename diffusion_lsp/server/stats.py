@@ -114,8 +114,6 @@ class Stats:
 
     def chose(self, choice) -> None:
         """Count an acceptance decision (a Choice)."""
-        if choice.p is None and choice.offer is None and not choice.scored:
-            return
         self.judged += 1
         if choice.offer is not None:
             self.judged_shown += 1
