@@ -1,7 +1,7 @@
 """One request's life, written once for the language server, serve-api and the backends: a newer
 request for the same key supersedes it (`Latest`: its holder's flag is set), it may wait for typing
 to pause first (`Ticket.debounce`), its work races whatever ends it early -- a newer request, the
-client leaving, a shutdown (`race`) -- and it has a deadline (`within`). The work itself is a
+client leaving, a shutdown (`race`) -- and it has a deadline (`deadline`). The work itself is a
 coroutine that calls down (a pipeline over a Backend); it is cancelled, never called back, when it
 loses the race, and cancelling it cancels the request in the backend. How it ended is a
 BackendError of protocol/failure.py: DROPPED when superseded, TIMEOUT past its deadline."""
@@ -9,8 +9,8 @@ BackendError of protocol/failure.py: DROPPED when superseded, TIMEOUT past its d
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -43,12 +43,15 @@ async def race(work: Awaitable[T], *stops: Awaitable) -> T:
     return task.result()
 
 
-async def within(work: Awaitable[T], seconds: float, message: str, on_timeout: Callable[[], None] = lambda: None) -> T:
-    """`work`'s result, or BackendError(TIMEOUT, message) once `seconds` pass (the work is then
-    cancelled, and `on_timeout` told: a count, a report)."""
+@asynccontextmanager
+async def deadline(seconds: float, message: str, on_timeout: Callable[[], None] = lambda: None) -> AsyncIterator[None]:
+    """`async with deadline(...)`: the body is cancelled once `seconds` pass, and BackendError(TIMEOUT,
+    message) raised (`on_timeout` told first: a count, a report). The body's work is awaited in
+    the caller's own task: no task of its own to start and schedule."""
     try:
-        return await asyncio.wait_for(work, seconds)
-    except asyncio.TimeoutError:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
         on_timeout()
         raise BackendError(Failure.TIMEOUT, message) from None
 

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from diffusion_lsp.acceptance.choose import choose, offers
-from diffusion_lsp.acceptance.features import FEATURES, Offer, Spot, features
+from diffusion_lsp.acceptance.features import FEATURES, Spot, features
 from diffusion_lsp.acceptance.model import FILE, AcceptanceModel, fit
-from diffusion_lsp.context.drafts import Candidate
-from diffusion_lsp.context.records import Document
+from diffusion_lsp.context.records import Document, Suggestion
 from diffusion_lsp.engine import model_folder
 from diffusion_lsp.protocol.answers import DraftTally, Fill
 from diffusion_lsp.server.positions import UTF16
@@ -28,8 +27,8 @@ def test_spot_and_features_of_a_known_text():
     text = "def f(a):\n    total = compute(a, 1)\n\n    ret\n"
     spot = Spot.at(text, text.index("ret") + 3, "python")
     assert (spot.before, spot.after, spot.above, spot.doc_lines) == ("    ret", "", "total = compute(a, 1)", 5)
-    draft = Offer("urn total", "lookup", match=12.0, lines_away=2, agree=1)
-    model = Offer("urn", "model", conf=(0.9, 0.2, 0.5), kept="part")
+    draft = Suggestion("urn total", source="lookup", match=12.0, lines_away=2, agree=1)
+    model = Suggestion("urn", source="model", conf=(0.9, 0.2, 0.5), kept="part")
     f = features(draft, spot, [model])
     assert f["source_lookup"] == 1.0 and f["source_model"] == 0.0 and f["lookup_match"] == pytest.approx(0.2)
     assert f["near"] == pytest.approx(1 / 3) and f["same"] == 1.0 and f["support"] == pytest.approx(3 / 9)
@@ -38,11 +37,11 @@ def test_spot_and_features_of_a_known_text():
     assert (g["conf_first"], g["conf_min"]) == (0.9, 0.2) and g["conf_gmean"] == pytest.approx(0.09 ** (1 / 3))
     assert g["kept_part"] == 1.0 and g["support"] == 1.0  # the draft starts with all of it
     assert set(f) == set(FEATURES)
-    repeat = features(Offer("total = compute(a, 1)", "line"), Spot.at("    total = compute(a, 1)\n    ", 30, "python"), [])
+    repeat = features(Suggestion("total = compute(a, 1)", source="line"), Spot.at("    total = compute(a, 1)\n    ", 30, "python"), [])
     assert repeat["repeats_above"] == 1.0 and repeat["at_indent"] == 1.0
     below = "    idx = b\n\n    idx = bisect(x)\n"  # the line being written is the one already below it
     assert Spot.at(below, 11, "python").below == "idx = bisect(x)"
-    assert features(Offer("isect(x)", "lookup"), Spot.at(below, 11, "python"), [])["repeats_below"] == 1.0
+    assert features(Suggestion("isect(x)", source="lookup"), Spot.at(below, 11, "python"), [])["repeats_below"] == 1.0
 
 
 def test_the_fit_finds_a_known_rule():
@@ -66,20 +65,20 @@ LIKES_LOOKUP = AcceptanceModel({"bias": -4.6, "source_lookup": 9.2}, 0.5, origin
 
 def test_choose_shows_the_highest_p_and_nothing_below_the_bar():
     spot = Spot.at("x = 1\ny = ", 10, "python")
-    found = [Offer("2", "model"), Offer("x + 1", "lookup"), Offer("3", "line")]
+    found = [Suggestion("2", source="model"), Suggestion("x + 1", source="lookup"), Suggestion("3", source="line")]
     got = choose(LIKES_LOOKUP, found, spot)
-    assert got.offer.text == "x + 1" and got.p > 0.98 and len(got.scored) == 3
-    assert choose(LIKES_LOOKUP, [found[0], found[2]], spot).offer is None  # best P 0.01 < 0.5
-    assert choose(LIKES_LOOKUP, found, spot, show_above=0.999).offer is None
-    assert choose(None, found, spot).offer is found[0]  # the rules: the model's fill
+    assert got.shown.text == "x + 1" and got.p > 0.98 and len(got.scored) == 3
+    assert choose(LIKES_LOOKUP, [found[0], found[2]], spot).shown is None  # best P 0.01 < 0.5
+    assert choose(LIKES_LOOKUP, found, spot, show_above=0.999).shown is None
+    assert choose(None, found, spot).shown is found[0]  # the rules: the model's fill
 
 
 def test_offers_carry_the_fills_probabilities_to_a_draft_it_agrees_with():
     fill = Fill("urn total", ["urn", " total"], [0.6, 0.3], draft=DraftTally(1, 2, 2))
-    got = offers("urn total", 0, fill, [Candidate("urn total", "lookup", 9.0, 1), Candidate("urn 0", "line")])
+    got = offers(Suggestion("urn total"), fill, [Suggestion("urn total", source="lookup", match=9.0, lines_away=1), Suggestion("urn 0", source="line")])
     assert [(o.source, o.conf, o.kept) for o in got] == [("model", (0.6, 0.3), "whole"),
                                                          ("lookup", (0.6, 0.3), "whole"), ("line", (), "whole")]
-    assert offers(None, 0, fill, [])[:1] == []  # nothing left of the fill: no model candidate
+    assert offers(None, fill, [])[:1] == []  # nothing left of the fill: no model candidate
 
 
 def test_the_server_shows_a_draft_the_acceptance_model_prefers_and_counts_it():
@@ -172,9 +171,9 @@ def test_feedback_is_kept_locally_and_refitted(tmp_path, monkeypatch, capsys):
 
 def test_a_multi_line_fill_is_cut_to_the_lines_whose_p_holds():
     fill = Fill("a = 1\nb = 2\nc = 3", ["a = 1", "\nb = 2", "\nc = 3"], [0.9, 0.8, 0.1])
-    found = offers("a = 1\nb = 2\nc = 3", 0, fill, [])
+    found = offers(Suggestion("a = 1\nb = 2\nc = 3"), fill, [])
     assert [o.text for o in found] == ["a = 1", "a = 1\nb = 2", "a = 1\nb = 2\nc = 3"]
     assert [len(o.conf) for o in found] == [1, 2, 3]
     holds = AcceptanceModel({"bias": -2.0, "conf_min": 5.0}, 0.5)  # P >= 0.5 while every token is >= 0.4
     got = choose(holds, found, Spot.at("", 0, "python"))
-    assert got.offer.text == "a = 1\nb = 2" and got.p > 0.5  # the third line's token is doubted
+    assert got.shown.text == "a = 1\nb = 2" and got.p > 0.5  # the third line's token is doubted

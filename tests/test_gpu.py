@@ -126,7 +126,7 @@ def test_the_worker_fills_on_cuda_over_its_socket(tmp_path):
             await asyncio.wait_for(client.settled(), 120)
             assert client.state == "ready"
             orders = [FillRequest(p, s, n, one_line=one) for p, s, n, one in REQUESTS]
-            return [await client.fill(f"doc{i}.py", o) for i, o in enumerate(orders)]  # one at a time
+            return [await client.ask(f"doc{i}.py", o) for i, o in enumerate(orders)]  # one at a time
 
         answers = asyncio.run(go())
         from diffusion_lsp.protocol.settings import SamplerConfig

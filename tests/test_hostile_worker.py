@@ -225,7 +225,7 @@ class ScriptedClient:
             self.state = "ready"
             self.events.put_nowait({"event": "state", "state": "ready", "pid": self.pid})
 
-    async def fill(self, key, order):
+    async def ask(self, key, order):
         if self.hang:
             await asyncio.Event().wait()
         return Fill("ok", ["ok"], [1.0])

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from diffusion_lsp.lifecycle import Latest, Stopped, race, tickets, within
+from diffusion_lsp.lifecycle import Latest, Stopped, deadline, race, tickets
 from diffusion_lsp.protocol.failure import BackendError, Failure
 
 
@@ -92,8 +92,13 @@ def test_past_its_deadline_a_request_is_a_timeout_with_its_message_and_is_told()
 
     async def go():
         with pytest.raises(BackendError) as e:
-            await within(asyncio.Event().wait(), 0.01, "no fill within 0.01 s", lambda: missed.append(1))
+            async with deadline(0.01, "no fill within 0.01 s", lambda: missed.append(1)):
+                await asyncio.Event().wait()
         assert e.value.kind is Failure.TIMEOUT and str(e.value) == "no fill within 0.01 s"
-        assert await within(asyncio.sleep(0, "in time"), 10, "never said") == "in time"
+        async with deadline(10, "never said"):
+            assert await asyncio.sleep(0, "in time") == "in time"
+        with pytest.raises(StopAsyncIteration):  # the body's own exceptions pass unchanged (a stream's end)
+            async with deadline(10, "never said"):
+                raise StopAsyncIteration
     asyncio.run(asyncio.wait_for(go(), 10))
     assert missed == [1]

@@ -45,7 +45,7 @@ class FakeClient:
         self.connected, self.state = False, "stopped"
         self.events.put_nowait({"event": "lost", "state": "stopped", "reason": reason})
 
-    async def fill(self, key, order):  # the real client's signature
+    async def ask(self, key, order):  # the real client's signature
         if self.answer == "hang":
             await asyncio.Event().wait()
         if isinstance(self.answer, Exception):

@@ -384,20 +384,20 @@ def test_the_client_over_a_real_socket_fills_cancels_and_notices_a_lost_worker(t
         assert client.state == "ready" and client.pid == os.getpid()
         said = [client.events.get_nowait() for _ in range(client.events.qsize())]
         assert said[0]["event"] == "hello" and said[-1]["state"] == "ready"  # what its owner awaits
-        held = asyncio.ensure_future(client.fill("a.py", FillRequest("held", "", 4)))
+        held = asyncio.ensure_future(client.ask("a.py", FillRequest("held", "", 4)))
         await asyncio.get_running_loop().run_in_executor(None, engine.started.wait, WAIT)
         held.cancel()  # what $/cancelRequest does: the worker must stop the fill between steps
         with pytest.raises(asyncio.CancelledError):
             await held
         engine.release.set()
-        answer = await asyncio.wait_for(client.fill("a.py", FillRequest("go", "", 4, sampling=SamplerConfig())), WAIT)
+        answer = await asyncio.wait_for(client.ask("a.py", FillRequest("go", "", 4, sampling=SamplerConfig())), WAIT)
         assert answer == Fill("GO", ["G", "O"], [1.0, 1.0], 1.0, 1, 0) and engine.batches[0] == ["held"]
         for conn in list(worker.conns):  # the worker goes away
             conn.sock.shutdown(socket.SHUT_RDWR)
         lost = await asyncio.wait_for(client.events.get(), WAIT)
         assert lost["event"] == "lost" and "lost" in lost["reason"] and not client.connected
         with pytest.raises(WorkerUnavailable):
-            await client.fill("a.py", FillRequest("x", "", 4))
+            await client.ask("a.py", FillRequest("x", "", 4))
 
     try:
         asyncio.run(go())
@@ -477,7 +477,7 @@ def test_an_over_long_line_from_the_worker_drops_the_connection(tmp_path, monkey
     async def go():
         client = WorkerClient(WorkerSpec(socket=path))
         await client.start()
-        fill = asyncio.ensure_future(client.fill("a.py", FillRequest("x", "", 4)))
+        fill = asyncio.ensure_future(client.ask("a.py", FillRequest("x", "", 4)))
         while (await asyncio.wait_for(client.events.get(), WAIT))["event"] != "lost":
             pass
         with pytest.raises(WorkerUnavailable):

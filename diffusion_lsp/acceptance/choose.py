@@ -9,11 +9,12 @@ the model's fill, cut, is shown whenever something of it is left."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from ..context.drafts import Candidate
 from ..protocol.answers import Fill, Kept
-from .features import Offer, Spot, features
+from ..context.records import Suggestion
+from .features import Spot, features
 from .model import AcceptanceModel
 
 KEPT = {Kept.WHOLE: "whole", Kept.PART: "part", Kept.REJECTED: "rejected", None: ""}
@@ -21,9 +22,9 @@ KEPT = {Kept.WHOLE: "whole", Kept.PART: "part", Kept.REJECTED: "rejected", None:
 
 @dataclass(frozen=True)
 class Choice:
-    offer: Offer | None  # what is shown; None: nothing
+    shown: Suggestion | None  # what is shown; None: nothing
     p: float | None  # its P (None: chosen by the rules, no acceptance model)
-    scored: list[tuple[Offer, float]]  # every candidate with its P (empty under the rules)
+    scored: list[tuple[Suggestion, float]]  # every candidate with its P (empty under the rules)
     feats: dict | None = None  # the shown candidate's features (None under the rules)
 
 
@@ -38,30 +39,29 @@ def fill_conf(fill: Fill, text: str) -> tuple[float, ...]:
     return tuple(out)
 
 
-def offers(shown: str | None, replace_chars: int, fill: Fill | None, drafts: list[Candidate]) -> list[Offer]:
-    """The candidates: the model's cut fill `shown` (None or "": nothing left of it), then the drafts."""
+def offers(cut: Suggestion | None, fill: Fill | None, drafts: list[Suggestion]) -> list[Suggestion]:
+    """The candidates: the model's fill as post-processing `cut` it (None: nothing left of it), then the drafts."""
     kept = KEPT[fill.draft.outcome] if fill is not None else ""
     out = []
-    if shown and shown.strip() and fill is not None:  # a multi-line fill: each of its first lines too
-        lines = shown.split("\n")
-        cuts = ["\n".join(lines[:k]) for k in range(1, len(lines)) if "\n".join(lines[:k]).strip()] + [shown]
-        out += [Offer(cut, "model", replace_chars if cut == shown else 0, fill_conf(fill, cut), kept=kept)
-                for cut in cuts]
+    if cut is not None and cut.text.strip() and fill is not None:  # a multi-line fill: each of its first lines too
+        lines = cut.text.split("\n")
+        texts = ["\n".join(lines[:k]) for k in range(1, len(lines)) if "\n".join(lines[:k]).strip()]
+        out += [Suggestion(t, 0, "model", fill_conf(fill, t), kept=kept) for t in texts]
+        out.append(dataclasses.replace(cut, source="model", conf=fill_conf(fill, cut.text), kept=kept))
     model_text = fill.text.split("\n", 1)[0] if fill is not None else None
     for d in drafts:
         text = d.text.split("\n", 1)[0]
         conf = fill_conf(fill, text) if model_text is not None and model_text.rstrip() == text.rstrip() else ()
-        out.append(Offer(text, d.source, 0, conf, d.match, d.lines_away, d.agree, kept))
+        out.append(dataclasses.replace(d, text=text, replace_chars=0, conf=conf, kept=kept))
     return out
 
 
-def choose(model: AcceptanceModel | None, candidates: list[Offer], spot: Spot,
+def choose(model: AcceptanceModel | None, candidates: list[Suggestion], spot: Spot,
            show_above: float | None = None) -> Choice:
     """The candidate to show. With `model`: the highest P, when it reaches `show_above` (None: the
     model's own bar). Without: the model's fill, when there is one."""
     if model is None:
-        first = next((o for o in candidates if o.source == "model"), None)
-        return Choice(first, None, [])
+        return Choice(next((o for o in candidates if o.source == "model"), None), None, [])
     feats = [features(o, spot, [x for x in candidates if x is not o]) for o in candidates]
     scored = [(o, model.p(f)) for o, f in zip(candidates, feats)]
     shown = chosen(scored, model.show_above if show_above is None else show_above)
@@ -70,7 +70,7 @@ def choose(model: AcceptanceModel | None, candidates: list[Offer], spot: Spot,
     return Choice(scored[shown][0], scored[shown][1], scored, feats[shown])
 
 
-def chosen(scored: list[tuple[Offer, float]], bar: float) -> int | None:
+def chosen(scored: list[tuple[Suggestion, float]], bar: float) -> int | None:
     """The index of the candidate shown among (candidate, P) pairs: the highest P when it reaches
     `bar`, and of the model's fill the most lines whose P holds; None: nothing reaches the bar."""
     best = max(range(len(scored)), key=lambda i: scored[i][1], default=None)

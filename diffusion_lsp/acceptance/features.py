@@ -1,6 +1,6 @@
 """What is known of one candidate at one cursor, as numbers an acceptance model weighs (model.py).
 
-A candidate (`Offer`) is text the product could show at the cursor: the model's fill, cut as the
+A candidate (context/records.py's `Suggestion`) is text the product could show at the cursor: the model's fill, cut as the
 server cuts it (context/postprocess.py), or a draft from the user's own code (context/drafts.py).
 Its features are cheap (a few microseconds each; no parse, no model call): where it came from and
 how strong that evidence was, the model's token probabilities where the backend gave them, whether
@@ -15,23 +15,11 @@ import os
 import re
 from dataclasses import dataclass
 
+from ..context.records import Suggestion
+
 SOURCES = ("model", "last", "lookup", "line")
 CLOSERS = set(")]}'\":;,")
 _WORD = re.compile(r"\w")
-
-
-@dataclass(frozen=True)
-class Offer:
-    """One candidate for the cursor, with what its source knows of it."""
-
-    text: str  # to insert at the cursor
-    source: str  # one of SOURCES
-    replace_chars: int = 0  # characters after the cursor (on its line) the insertion replaces
-    conf: tuple[float, ...] = ()  # the model's probability of each of its tokens; () when none scored it
-    match: float = 0.0  # lookup: characters of the repeated tail; line: word overlap of the two lines
-    lines_away: int = 0  # how far its source text is from the cursor; -1: another document
-    agree: int = 0  # other drafters that wrote the same text
-    kept: str = ""  # the verifier's verdict on the request's drafts: "whole", "part", "rejected" or ""
 
 
 @dataclass(frozen=True)
@@ -66,7 +54,7 @@ def _gmean(conf: tuple[float, ...]) -> float:
     return math.exp(sum(math.log(max(p, 1e-6)) for p in conf) / len(conf))
 
 
-def features(offer: Offer, spot: Spot, others: list[Offer]) -> dict[str, float]:
+def features(offer: Suggestion, spot: Spot, others: list[Suggestion]) -> dict[str, float]:
     """The named features of `offer` at `spot`, given the request's other candidates."""
     text, before = offer.text.split("\n", 1)[0], spot.before
     stripped, last = text.strip(), before[-1:] if before else "\n"
@@ -105,4 +93,4 @@ def features(offer: Offer, spot: Spot, others: list[Offer]) -> dict[str, float]:
 
 KEYWORDS = {"return", "pass", "break", "continue", "else:", "try:", "finally:", "self", "None", "True", "False",
             ")", "]", "}", ":", ","}
-FEATURES = tuple(features(Offer("x", "model"), Spot("", "", "", 1, None), []))  # their order, for a model file
+FEATURES = tuple(features(Suggestion("x", source="model"), Spot("", "", "", 1, None), []))  # their order, for a model file

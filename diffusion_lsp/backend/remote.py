@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
-from ..lifecycle import Latest, Stopped, race, within
+from ..lifecycle import Latest, Stopped, deadline, race
 from ..protocol.settings import LaunchSettings
 from .api_client import FimClient, RemoteError
 from ..protocol.backend import FILL_TIMEOUT_S, Reporter
@@ -144,7 +144,8 @@ class RemoteBackend:
             self._report_failure("timeout", message)
         try:
             with self._latest.take(key) as newer:  # a newer order for the key closes this one's request
-                done = await within(race(ask(client), newer.wait()), self.fill_timeout_s, message, missed)
+                async with deadline(self.fill_timeout_s, message, missed):
+                    done = await race(ask(client), newer.wait())
         except Stopped:
             raise BackendError(Failure.DROPPED, "superseded by a newer request") from None
         except RemoteError as e:

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .records import Document
+from .records import Document, Suggestion
 
 WORDS = re.compile(r"\w+|[^\w\s]+|\s+")  # identifiers, runs of punctuation, runs of blanks
 MIN_MATCH_CHARS = 8  # a shorter repeated tail ("self." or "(") says little about what follows
@@ -38,15 +38,6 @@ MAX_MATCH_WORDS = 24  # the longest tail looked up
 SIMILAR_SCAN_LINES = 200
 MIN_SIMILARITY = 0.5  # word overlap (Dice) of a line with the one above the cursor to count as similar
 LIMIT = 3
-
-
-@dataclass(frozen=True)
-class Candidate:
-    text: str  # to insert at the cursor, to the end of its line
-    source: str  # "lookup", "line" or "last"
-    match: float = 0.0  # lookup: characters of the repeated tail; line: the lines' word overlap (Dice)
-    lines_away: int = 0  # how far above or below the cursor its source text is; -1: another document
-    agree: int = 0  # how many other drafters wrote the same text
 
 
 @dataclass(frozen=True)
@@ -229,7 +220,7 @@ class LastFills:
 
 
 def drafts_for(doc: Document, offset: int, others: Iterable[Document] = (), last: LastFills | None = None,
-               limit: int = LIMIT) -> list[Candidate]:
+               limit: int = LIMIT) -> list[Suggestion]:
     """Distinct drafts at `offset`, best first: the last suggestion, prompt lookup, the similar line.
     A draft that ends with the text after the cursor on its line ends before it (the fill goes
     between the two)."""
@@ -237,7 +228,7 @@ def drafts_for(doc: Document, offset: int, others: Iterable[Document] = (), last
     rest = last.draft(doc.uri, cursor_lines(doc.text, offset)) if last else None
     found = [("last", Found(rest, 0.0, 0) if rest else None),
              ("lookup", lookup_found(doc, offset, others)), ("line", similar_found(doc, offset))]
-    out: list[Candidate] = []
+    out: list[Suggestion] = []
     for source, f in found:
         text = f.text if f else None
         if text and after.strip() and text.endswith(after):
@@ -246,7 +237,7 @@ def drafts_for(doc: Document, offset: int, others: Iterable[Document] = (), last
             continue
         same = next((i for i, c in enumerate(out) if c.text == text), None)
         if same is None:
-            out.append(Candidate(text, source, f.match, f.lines_away))
+            out.append(Suggestion(text, source=source, match=f.match, lines_away=f.lines_away))
         else:
             out[same] = dataclasses.replace(out[same], agree=out[same].agree + 1)
     return out[:limit]

@@ -27,9 +27,8 @@ from ..errors import UserError
 from ..local_state import trust
 from ..options import add_launch_args, command_backend, launch_settings
 from ..acceptance.choose import chosen
-from ..acceptance.features import Offer
 from ..acceptance.feedback import read_feedback
-from ..context.records import Document
+from ..context.records import Document, Suggestion
 from .retype import Case, Judged, judge, pick
 
 # the bar's target: what is shown is exactly right this often on the calibration lines. Chosen by
@@ -116,7 +115,7 @@ def collect(args, launch) -> list[Judged]:
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UserError(f"{path}: not saved candidates ({e})") from None
     if args.feedback:
-        judged += [Judged(Case(Document("", "", ""), 0, "", "", "feedback"), [Offer("", "feedback")], [feats],
+        judged += [Judged(Case(Document("", "", ""), 0, "", "", "feedback"), [Suggestion("", source="feedback")], [feats],
                           [kept], [partly]) for feats, kept, partly in read_feedback()]
     if not args.folders:
         return judged

@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass, field
 
 from ..acceptance.choose import offers
-from ..acceptance.features import Offer, Spot, features
+from ..acceptance.features import Spot, features
 from ..context.drafts import drafts_for
 from ..context.gather import gather
-from ..context.records import ContextBudget, Document
+from ..context.records import ContextBudget, Document, Suggestion
 from ..context.repo import SourceFile
 from ..server.completion import finish, fill_request
 from ..server.config import Config
@@ -83,7 +83,7 @@ class Judged:
     """One case's candidates, their features and labels."""
 
     case: Case
-    offers: list[Offer] = field(default_factory=list)
+    offers: list[Suggestion] = field(default_factory=list)
     feats: list[dict] = field(default_factory=list)
     exact: list[bool] = field(default_factory=list)
     partly: list[bool] = field(default_factory=list)
@@ -97,7 +97,7 @@ class Judged:
     @classmethod
     def from_json(cls, raw: dict) -> Judged:
         case = Case(Document("", "", ""), 0, raw["truth"], raw["typed"], raw.get("package", ""))
-        return cls(case, [Offer(o["text"], o["source"]) for o in raw["offers"]], raw["feats"], raw["exact"],
+        return cls(case, [Suggestion(o["text"], source=o["source"]) for o in raw["offers"]], raw["feats"], raw["exact"],
                    raw["partly"])
 
 
@@ -121,7 +121,7 @@ async def judge(backend, cases: list[Case], cfg: Config | None = None, count=Non
         fill = await backend.fill(f"{key}-{i}", order)
         ms = (time.perf_counter() - t0) * 1e3
         sug, _ = finish(ctx, fill, cc.confidence_cut, cc.reject_parse_errors)
-        found = offers(sug.text if sug else None, sug.replace_chars if sug else 0, fill, drafts)
+        found = offers(sug, fill, drafts)
         spot = Spot.at(c.doc.text, c.offset, ctx.language)
         out.append(Judged(c, found, [features(o, spot, [x for x in found if x is not o]) for o in found],
                           [exact(o.text, c.truth) for o in found], [partly(o.text, c.truth) for o in found], ms))

@@ -7,6 +7,8 @@ minus what was typed and answers with the rest of the suggestion at once, withou
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -71,4 +73,4 @@ def _type_ahead(entry: _Entry, prefix: str, suffix_hash: int) -> Suggestion | No
         return None
     if not sug.text.startswith(prefix[entry.prefix_len:]) or hash(prefix[: entry.prefix_len]) != entry.prefix_hash:
         return None
-    return Suggestion(sug.text[typed:], sug.replace_chars)
+    return dataclasses.replace(sug, text=sug.text[typed:])

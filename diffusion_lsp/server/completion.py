@@ -31,7 +31,7 @@ from ..acceptance.choose import choose, offers
 from ..acceptance.features import Spot
 from ..acceptance.feedback import Feedback
 from ..acceptance.model import AcceptanceModel
-from ..context.drafts import Candidate, LastFills, cursor_lines, drafts_for
+from ..context.drafts import LastFills, cursor_lines, drafts_for
 from ..context.gather import gather
 from ..context.index import indexed
 from ..context.postprocess import postprocess
@@ -207,26 +207,22 @@ class Completer:
         return sug
 
     def _choose(self, doc: Document, offset: int, ctx: CompletionContext, sug: Suggestion | None, fill: Fill,
-                drafts: list[Candidate]) -> Suggestion | None:
+                drafts: list[Suggestion]) -> Suggestion | None:
         """What is shown: the candidate the acceptance model likes best when it is likely
         enough to be kept, else nothing; without one, the model's cut fill."""
         if self.acceptance is None:
             return sug
-        candidates = offers(sug.text if sug else None, sug.replace_chars if sug else 0, fill, drafts)
-        choice = choose(self.acceptance, candidates, Spot.at(doc.text, offset, ctx.language),
+        choice = choose(self.acceptance, offers(sug, fill, drafts), Spot.at(doc.text, offset, ctx.language),
                         self.cfg.completion.show_above)
         self.stats.chose(choice)
         self.log("debug", "acceptance: " + ", ".join(f"{o.source} {o.text.strip()[:40]!r} P={p:.2f}" for o, p in choice.scored)
-                 + (f"; shown: {choice.offer.source}" if choice.offer else "; nothing reaches the bar"))
-        if choice.offer is None:
-            return None
-        self.feedback.shown(doc.uri, choice.feats)
-        if sug is not None and choice.offer.source == "model" and choice.offer.text == sug.text:
-            return sug
-        return Suggestion(choice.offer.text, choice.offer.replace_chars)
+                 + (f"; shown: {choice.shown.source}" if choice.shown else "; nothing reaches the bar"))
+        if choice.shown is not None:
+            self.feedback.shown(doc.uri, choice.feats)
+        return choice.shown
 
     def _context(self, doc: Document, offset: int, open_docs: list[Document],
-                 edits: Sequence[EditSnippet]) -> tuple[CompletionContext, list[Candidate]]:
+                 edits: Sequence[EditSnippet]) -> tuple[CompletionContext, list[Suggestion]]:
         """(the context, the drafts from the user's code) at `offset`: in the context thread."""
         cc = self.cfg.completion
         ctx = gather(doc, offset, open_docs, edits, ContextBudget.split(cc.max_context_tokens), self.count_tokens,

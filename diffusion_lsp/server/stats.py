@@ -115,9 +115,9 @@ class Stats:
     def chose(self, choice) -> None:
         """Count an acceptance decision (a Choice)."""
         self.judged += 1
-        if choice.offer is not None:
+        if choice.shown is not None:
             self.judged_shown += 1
-            self.won[choice.offer.source] = self.won.get(choice.offer.source, 0) + 1
+            self.won[choice.shown.source] = self.won.get(choice.shown.source, 0) + 1
             if choice.p is not None:
                 self.shown_p.append(choice.p)
 

@@ -26,6 +26,9 @@ SPAWN_TIMEOUT_S = 60.0  # the worker prints "ready" once its socket listens, bef
 CONNECT_TRIES = 40  # when another session is starting the worker: 40 x 0.25 s
 MAX_SPAWNS = 3
 HELLO_TIMEOUT_S = 10.0  # a listening worker says hello at once, from its socket thread
+Request = FillRequest | ProbeRequest | RewriteRequest | InstructRequest | StructuredRequest
+ANSWERS = {FillRequest: Fill, ProbeRequest: Probed, RewriteRequest: Fill, InstructRequest: Fill,
+           StructuredRequest: Answered}  # what each request is answered with
 
 
 def refusal(hello: dict, settings: LaunchSettings) -> str | None:
@@ -100,55 +103,26 @@ class WorkerClient:
         while self.connected and self.state == "loading":
             await self._changed.wait()
 
-    async def fill(self, key: str, order: FillRequest) -> Fill:
-        """The worker's fill for `order`. Raises WorkerUnavailable when it is not connected and
-        ready or goes away meanwhile, BackendError when it says no. Cancelling this coroutine sends
-        a cancel, so the worker abandons the work."""
-        stream = self._order(key, order, Fill)
+    async def ask(self, key: str, order: Request) -> Fill | Probed | Answered:
+        """The worker's answer to `order` (a fill's drafts, if it asked for them, are passed over).
+        Raises WorkerUnavailable when it is not connected and ready or goes away meanwhile,
+        BackendError when it says no. Cancelling this coroutine sends a cancel, so the worker
+        abandons the work."""
+        rid, queue = self._open(key, order)
         try:
-            async for item in stream:
-                if isinstance(item, Fill):
-                    return item
+            while (message := await queue.get()) is not None and "draft" in message:
+                pass
+        except asyncio.CancelledError:
+            self._send({"op": "cancel", "id": rid})
+            raise
         finally:
-            await stream.aclose()
-        raise AssertionError("a stream ends with its fill")
+            self._pending.pop(rid, None)
+        return self._answer(message, order)
 
-    def stream(self, key: str, order: FillRequest) -> AsyncIterator[Draft | Fill]:
+    async def stream(self, key: str, order: FillRequest) -> AsyncIterator[Draft | Fill]:
         """The drafts the worker sends after each denoising step (with `order.drafts`), then the
-        fill; raises like `fill`."""
-        return self._order(key, order, Fill)
-
-    async def probe(self, key: str, order: ProbeRequest) -> Probed:
-        """The worker's probe; raises like `fill`."""
-        return await self._answer(key, order, Probed)
-
-    async def rewrite(self, key: str, order: RewriteRequest) -> Fill:
-        """A region rewritten by a model asked through its prompt; raises like `fill`."""
-        return await self._answer(key, order, Fill)
-
-    async def instruct(self, key: str, order: InstructRequest) -> Fill:
-        """A region rewritten as an instruction says; raises like `fill`."""
-        return await self._answer(key, order, Fill)
-
-    async def structured(self, key: str, order: StructuredRequest) -> Answered:
-        """JSON or tool calls under constraints; raises like `fill`."""
-        return await self._answer(key, order, Answered)
-
-    async def _answer(self, key: str, order, answer):
-        stream = self._order(key, order, answer)
-        try:
-            async for item in stream:
-                return item
-        finally:
-            await stream.aclose()
-        raise AssertionError("an order has an answer")
-
-    async def _order(self, key: str, order, answer) -> AsyncIterator:
-        if not self.connected or self.state != "ready":
-            raise WorkerUnavailable(f"the model worker is {self.state}")
-        rid = next(self._ids)
-        queue = self._pending[rid] = asyncio.Queue()
-        self._send(order.message(rid, key))
+        fill; raises like `ask`."""
+        rid, queue = self._open(key, order)
         try:
             while (message := await queue.get()) is not None and "draft" in message:
                 if (draft := Draft.from_message(message)) is not None:
@@ -158,13 +132,25 @@ class WorkerClient:
             raise
         finally:
             self._pending.pop(rid, None)
+        yield self._answer(message, order)
+
+    def _open(self, key: str, order: Request) -> tuple[int, asyncio.Queue]:
+        """Send `order` -> (its id, the queue its messages arrive on; None: the connection went)."""
+        if not self.connected or self.state != "ready":
+            raise WorkerUnavailable(f"the model worker is {self.state}")
+        rid = next(self._ids)
+        queue = self._pending[rid] = asyncio.Queue()
+        self._writer.write(encode(order.message(rid, key)))
+        return rid, queue
+
+    def _answer(self, message: dict | None, order: Request) -> Fill | Probed | Answered:
         if message is None:
             raise WorkerUnavailable(f"{self._killed}; it is being restarted" if self._killed
                                     else "the connection to the model worker was lost")
         if not message.get("ok"):
             raise BackendError.from_message(message)
         try:
-            yield answer.from_message(message)
+            return ANSWERS[type(order)].from_message(message)
         except (TypeError, ValueError) as e:
             raise BackendError(Failure.REFUSED, f"the worker's answer is unusable: {e}") from None
 

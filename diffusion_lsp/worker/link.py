@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from contextlib import asynccontextmanager
 from collections.abc import AsyncIterator, Callable
 
 from ..protocol.capabilities import Capabilities
@@ -24,7 +25,7 @@ from ..protocol.failure import BackendError, Failure
 from ..protocol.answers import Answered, Draft, Fill, Probed
 from ..protocol.requests import FillRequest, InstructRequest, ProbeRequest, RewriteRequest, StructuredRequest
 from .client import Pong, WorkerClient, WorkerUnavailable
-from ..lifecycle import within
+from ..lifecycle import deadline
 from ..protocol.backend import FILL_TIMEOUT_S
 from .spec import WorkerSpec
 
@@ -145,22 +146,22 @@ class WorkerLink:
 
     async def fill(self, key: str, order: FillRequest) -> Fill:
         """The worker's fill. Raises BackendError. Cancelling this coroutine cancels the fill in the worker."""
-        return await self._call("fill", lambda c: c.fill(key, order))
+        return await self._call("fill", key, order)
 
     async def probe(self, key: str, order: ProbeRequest) -> Probed:
         """The worker's probe, with the same deadline and failures as `fill`."""
-        return await self._call("probe", lambda c: c.probe(key, order))
+        return await self._call("probe", key, order)
 
     async def rewrite(self, key: str, order: RewriteRequest) -> Fill:
         """A region rewritten from an edit prompt, where the worker's model is asked so (capabilities.rewrite)."""
         if not self.capabilities.rewrite:
             raise BackendError(Failure.INVALID, "the model worker's model rewrites no region from a prompt "
                                                 "(capabilities.rewrite)")
-        return await self._call("rewrite", lambda c: c.rewrite(key, order))
+        return await self._call("rewrite", key, order)
 
     async def instruct(self, key: str, order: InstructRequest) -> Fill:
         """A region rewritten as an instruction says: every model answers one."""
-        return await self._call("instruct", lambda c: c.instruct(key, order))
+        return await self._call("instruct", key, order)
 
     async def structured(self, key: str, order: StructuredRequest) -> Answered:
         """A conversation answered in JSON under constraints, where the worker's model decodes so
@@ -168,17 +169,18 @@ class WorkerLink:
         if not self.capabilities.structured:
             raise BackendError(Failure.INVALID, "the model worker's model decodes no JSON under constraints "
                                                 "(capabilities.structured)")
-        return await self._call("structured", lambda c: c.structured(key, order))
+        return await self._call("structured", key, order)
 
     async def stream(self, key: str, order: FillRequest) -> AsyncIterator[Draft | Fill]:
         """The fill's drafts after each denoising step, then the fill; the deadline is the whole stream's."""
         client = await self._client()
-        deadline = time.monotonic() + self.fill_timeout_s
+        end = time.monotonic() + self.fill_timeout_s
         items = client.stream(key, order)
         try:
             while True:
                 try:
-                    item = await self._guard("fill", client, items.__anext__(), deadline - time.monotonic())
+                    async with self._guard("fill", client, end - time.monotonic()):
+                        item = await items.__anext__()
                 except StopAsyncIteration:
                     return
                 yield item
@@ -201,19 +203,22 @@ class WorkerLink:
                                f"the model worker is not available{': ' + self._shown_failure if self._shown_failure else ''}")
         return client
 
-    async def _call(self, op: str, ask):
+    async def _call(self, op: str, key: str, order):
         client = await self._client()
-        return await self._guard(op, client, ask(client))
+        async with self._guard(op, client):
+            return await client.ask(key, order)
 
-    async def _guard(self, op: str, client: WorkerClient, work, seconds: float | None = None):
-        """`work`'s answer within `seconds` (the order's deadline by default), its failures as BackendErrors; a missed deadline
-        is counted and starts a liveness check."""
+    @asynccontextmanager
+    async def _guard(self, op: str, client: WorkerClient, seconds: float | None = None) -> AsyncIterator[None]:
+        """The body within `seconds` (the order's deadline by default), its failures as BackendErrors; a missed
+        deadline is counted and starts a liveness check."""
         def missed() -> None:
             self.counts["fill_timeouts"] += 1
             self.suspect()
         try:
-            return await within(work, max(0.0, self.fill_timeout_s if seconds is None else seconds),
-                                f"no {op} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)", missed)
+            async with deadline(max(0.0, self.fill_timeout_s if seconds is None else seconds),
+                                f"no {op} within worker.fillTimeoutS ({self.fill_timeout_s:g} s)", missed):
+                yield
         except WorkerUnavailable as e:
             kind = Failure.STARTING if client.connected and client.state == "loading" else Failure.LOST
             raise BackendError(kind, str(e)) from None

@@ -111,9 +111,24 @@ class Worker:
                 self._stop(job, "cancelled", reply=False)
 
     def handle(self, conn: Conn, msg: dict) -> None:
+        """One message from a client: an order is queued for the model thread (a newer one for the same
+        key supersedes it), a cancel stops one, a ping is answered at once."""
         op, rid = msg.get("op"), msg.get("id")
         if op in ORDERS:
-            self._submit(conn, msg)
+            try:
+                order = ORDERS[op].from_message(msg)
+            except ValueError as e:
+                conn.send(BackendError(Failure.REFUSED, f"bad {op} request: {e}").message(rid))
+                return
+            job = Job(conn, rid, str(msg.get("key", "")), order)
+            with self.cond:
+                if self.state == "failed":
+                    conn.send(unloaded(self.error).message(rid))
+                    return
+                self.latest.claim((conn.id, job.key), job)
+                self.jobs[(conn.id, rid)] = job
+                self.queue.append(job)
+                self.cond.notify()
         elif op == "cancel":
             with self.cond:
                 if (job := self.jobs.get((conn.id, rid))) is not None:
@@ -126,24 +141,6 @@ class Worker:
                        **({"dead": self.died} if self.died else {})})
         else:
             conn.send(BackendError(Failure.REFUSED, f"unknown op {op!r}").message(rid))
-
-    def _submit(self, conn: Conn, msg: dict) -> None:
-        rid, key = msg.get("id"), str(msg.get("key", ""))
-        kind = ORDERS[msg.get("op")]
-        try:
-            order = kind.from_message(msg)
-        except ValueError as e:
-            conn.send(BackendError(Failure.REFUSED, f"bad {msg.get('op')} request: {e}").message(rid))
-            return
-        job = Job(conn, rid, key, order)
-        with self.cond:
-            if self.state == "failed":
-                conn.send(unloaded(self.error).message(rid))
-                return
-            self.latest.claim((conn.id, key), job)
-            self.jobs[(conn.id, rid)] = job
-            self.queue.append(job)
-            self.cond.notify()
 
     def stuck_s(self, now: float) -> float | None:
         """How long the model thread has held a job that was stopped and not let it go (None when none):
@@ -197,7 +194,32 @@ class Worker:
                                       "worker.loadTimeoutS in the editor, --load-timeout for serve-api)")
 
     def run(self) -> None:
-        """The model thread: load, warm up, then decode batches forever."""
+        """The model thread: load and warm up, then take the queue's orders, a batch at a time, forever."""
+        if not self._start():
+            return
+        try:
+            while True:
+                batch = self._take()
+                try:
+                    if isinstance(batch[0].order, FillRequest):
+                        self._decode(batch)
+                    else:
+                        self._single(batch[0])
+                except Exception as e:  # a failure the order's own handling missed fails its batch, not the thread
+                    log.exception("a batch failed")
+                    self._fail(self.running, f"{type(e).__name__}: {e}")
+                finally:
+                    with self.cond:
+                        self.busy_since, self.running = None, []
+        except BaseException as e:  # not an order's failure (those are answered): the thread is gone, and pings say so
+            log.exception("the model thread died")
+            with self.cond:
+                self.died = f"{type(e).__name__}: {e}"
+                self.cond.notify_all()
+            raise
+
+    def _start(self) -> bool:
+        """Load the model and warm it up -> whether it is ready (else the state says why)."""
         try:
             self.engine = self._load()
             self.engine.answer([WARM_UP], [""])
@@ -207,47 +229,28 @@ class Worker:
             with self.cond:
                 if self.state == "loading":
                     self._set_state("failed", str(e) if expected else f"{type(e).__name__}: {e}")
-            return
+            return False
         with self.cond:
             if self.state != "loading":  # past its deadline (load_overdue)
                 log.warning("the model loaded after its load timeout; it stays failed")
-                return
+                return False
             self._set_state("ready")
-        try:
-            self._serve_orders()
-        except BaseException as e:  # not an order's failure (those are answered): the thread is gone, and pings say so
-            log.exception("the model thread died")
-            with self.cond:
-                self.died = f"{type(e).__name__}: {e}"
-                self.cond.notify_all()
-            raise
+        return True
 
-    def _serve_orders(self) -> None:
-        while True:
-            with self.cond:
-                while not self.queue:
-                    self.cond.wait()
-                first = self.queue[0].order
-                if not isinstance(first, FillRequest):  # one probe, rewrite, instruct or structured order, alone
-                    batch, sampling = [self.queue[0]], None
-                else:  # frozen settings: equal ones decode together
-                    sampling = first.sampling
-                    batch = [j for j in self.queue if isinstance(j.order, FillRequest)
-                             and j.order.sampling == sampling][: self.max_batch]
-                for job in batch:
-                    self.queue.remove(job)
-                self.busy_since, self.running = time.monotonic(), list(batch)
-            try:
-                if sampling is None:
-                    self._single(batch[0])
-                else:
-                    self._decode(batch)
-            except Exception as e:  # a failure the order's own handling missed fails its batch, not the thread
-                log.exception("a batch failed")
-                self._fail(self.running, f"{type(e).__name__}: {e}")
-            finally:
-                with self.cond:
-                    self.busy_since, self.running = None, []
+    def _take(self) -> list[Job]:
+        """The next batch off the queue (waiting for one): one probe, rewrite, instruct or structured
+        order alone, or fills with equal (frozen) settings, which decode together."""
+        with self.cond:
+            while not self.queue:
+                self.cond.wait()
+            first = self.queue[0].order
+            batch = [self.queue[0]] if not isinstance(first, FillRequest) else \
+                [j for j in self.queue if isinstance(j.order, FillRequest) and j.order.sampling == first.sampling][
+                    : self.max_batch]
+            for job in batch:
+                self.queue.remove(job)
+            self.busy_since, self.running = time.monotonic(), list(batch)
+        return batch
 
     def _fail(self, jobs: list[Job], why: str) -> None:
         """Answer "error" to each of `jobs` not answered yet."""
