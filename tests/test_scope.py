@@ -12,7 +12,8 @@ import pytest
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.context.records import Document
 from diffusion_lsp.nextedit.history import EditLog, Step
-from diffusion_lsp.nextedit.scope import Rename, follow, last_rename, next_group, renamed, sites
+from diffusion_lsp.nextedit.follow import follow, next_group
+from diffusion_lsp.nextedit.scope import Rename, last_rename, renamed, sites
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.next_edit import NextEditor
 from diffusion_lsp.server.positions import UTF16
@@ -95,11 +96,11 @@ def test_parameter_renamed_in_each_language(language, source, new, expected):
 
 def test_close_sites_are_one_suggestion_and_the_next_one_comes_first_then_the_first_in_the_file():
     text = "a\nq\nq\n\n\n\n\n\nq\n"
-    found = [(i, i + 1) for i, ch in enumerate(text) if ch == "q"]
-    assert next_group(text, found, 0, "z") == (2, 5, "z\nz")  # lines 2 and 3: one edit
-    assert next_group(text, found, 6, "z") == (11, 12, "z")  # after the cursor: the one at line 9
-    assert next_group(text, found[:2], 11, "z") == (2, 5, "z\nz")  # none after it: back to the first (a jump)
-    assert next_group(text, [], 0, "z") is None
+    found = [(i, i + 1, "z") for i, ch in enumerate(text) if ch == "q"]
+    assert next_group(text, found, 0) == (2, 5, "z\nz")  # lines 2 and 3: one edit
+    assert next_group(text, found, 6) == (11, 12, "z")  # after the cursor: the one at line 9
+    assert next_group(text, found[:2], 11) == (2, 5, "z\nz")  # none after it: back to the first (a jump)
+    assert next_group(text, [], 0) is None
 
 
 def test_a_rename_typed_with_pauses_is_one_rename():
@@ -108,7 +109,8 @@ def test_a_rename_typed_with_pauses_is_one_rename():
     assert last_rename(steps, text) == Rename("q", "result", text.index("result"))
     assert renamed("x = q\n", "x = 1\n", 0) is None  # a literal, not a name
     assert renamed("if a:\n", "if not a:\n", 0) is None
-    assert follow(text, language_for("python"), steps, 0)[1] == (text.index("q"), text.index("q") + 1, "result")
+    found = follow(text, language_for("python"), steps, 0)
+    assert (found.start, found.end, found.text) == (text.index("q"), text.index("q") + 1, "result")
 
 
 def test_the_server_follows_a_rename_site_by_site_and_never_proposes_an_edited_site_again():

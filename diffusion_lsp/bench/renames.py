@@ -1,7 +1,9 @@
 """`diffusion-lsp bench renames FILE...`: renames followed through the real language server by
 accepting next edits alone, on real Python files.
 
-For each file, renames are picked at random: a local, a parameter and an attribute of `self`. The
+For each file, renames are picked at random: a local, a parameter and an attribute of `self`; and
+functions with calls in the file get a parameter added (the "argument" kind, judged by
+signatures.py: each call must pass it, bound as Python binds it). The
 right answer comes from Python itself, not from the server's scoping: `symtable` says which
 function a name is local to (and which nested functions shadow it), `ast` says where it occurs (an
 attribute: `self.NAME` in its class). The name is renamed where it is first bound (as a user
@@ -16,6 +18,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import random
+import re
 import statistics
 import sys
 import symtable
@@ -27,8 +30,10 @@ from .. import jsonout
 from ..errors import UserError
 from ..options import add_launch_args, launch_settings
 from ..server.positions import column_to_index, offset_at
+from . import signatures
+from .signatures import Added
 
-KINDS = ("local", "parameter", "attribute")
+KINDS = ("local", "parameter", "attribute", "argument")  # argument: a parameter added, passed at its calls
 SETTINGS = {"completion": {"debounceMs": 0}, "nextEdit": {"debounceMs": 0}, "worker": {"idleExitS": 0}}
 
 
@@ -55,9 +60,9 @@ class Target:
         return "\n".join(lines)
 
 
-def _scope_sites(func: ast.AST, name: str, table: symtable.SymbolTable) -> list[tuple[int, int]]:
-    """Where `name`, local to `func`, occurs in it: its parameters and Name nodes, nested scopes
-    included unless they bind the name themselves (symtable says so)."""
+def _scope_sites(func: ast.AST, name: str, table: symtable.SymbolTable, lines: list[str]) -> list[tuple[int, int]]:
+    """Where `name`, local to `func`, occurs in it: its parameters, Name nodes and `except ... as name`,
+    nested scopes included unless they bind the name themselves (symtable says so)."""
     out, children = [], {(t.get_name(), t.get_lineno()): t for t in table.get_children()}
 
     def visit(node, here: symtable.SymbolTable) -> None:
@@ -76,6 +81,11 @@ def _scope_sites(func: ast.AST, name: str, table: symtable.SymbolTable) -> list[
                 out.append((child.lineno - 1, child.col_offset))
             elif isinstance(child, ast.arg) and child.arg == name:
                 out.append((child.lineno - 1, child.col_offset))
+            elif isinstance(child, ast.ExceptHandler) and child.name == name and child.type is not None:
+                line = lines[child.type.end_lineno - 1]
+                found = re.compile(r"\s+as\s+(" + re.escape(name) + r")\b").match(line, child.type.end_col_offset)
+                if found:
+                    out.append((child.type.end_lineno - 1, found.start(1)))
             visit(child, here)
 
     visit(func, table)
@@ -100,8 +110,10 @@ def targets(text: str, rng: random.Random, per_kind: int) -> list[Target]:
             for sym in table.get_symbols():
                 if not sym.is_local() or sym.is_global() or sym.get_name().startswith("__"):
                     continue
-                sites = _scope_sites(node, sym.get_name(), table)
+                sites = sorted(_scope_sites(node, sym.get_name(), table, text.split("\n")))
                 kind = "parameter" if sym.get_name() in params else "local"
+                if kind == "parameter":  # and its keyword at the function's calls
+                    sites += signatures.keyword_sites(tree, top, node, sym.get_name())
                 if len(sites) >= 2 and sites[0][0] >= node.lineno - 1:
                     found[kind].append(Target(kind, sym.get_name(), tuple(sites)))
         if isinstance(node, ast.ClassDef):
@@ -118,18 +130,30 @@ def targets(text: str, rng: random.Random, per_kind: int) -> list[Target]:
                 if len(set(sites)) >= 2 and name in stored and name not in methods and not name.startswith("__"):
                     rest = sorted(set(sites) - {stored[name]})
                     found["attribute"].append(Target("attribute", name, (stored[name], *rest)))
+    found["argument"] = signatures.targets(text, tree, top)
     return [t for k in KINDS for t in rng.sample(found[k], min(per_kind, len(found[k])))]
 
 
-async def chain(lsp, uri: str, text: str, target: Target) -> dict:
-    """Rename `target` at its definition, then accept next edits until none comes."""
-    new = target.name + "_2"
-    expected = target.renamed(text, new)
-    line, col = target.sites[0]
+async def chain(lsp, uri: str, text: str, target: Target | Added) -> dict:
+    """Make `target`'s first change (rename it at its definition; add the parameter), then accept next
+    edits until none comes, judging each."""
+    if isinstance(target, Added):
+        line, col, old, new = target.line, target.col, "", target.insert
+        now = "\n".join(t if i != line else t[:col] + new + t[col:] for i, t in enumerate(text.split("\n")))
+        start = now
+
+        def judged(after: str) -> tuple[bool, bool]:
+            return signatures.judge(start, after, target)
+    else:
+        (line, col), old, new = target.sites[0], target.name, target.name + "_2"
+        expected, now = target.renamed(text, new), target.renamed(text, new, only_first=True)
+
+        def judged(after: str) -> tuple[bool, bool]:
+            return after == expected, _only_the_name(now, after, target.name, new, expected)
     lsp.open(uri, text)
     before = text.split("\n")[line][:col]
-    lsp.change(uri, (line, before), (line, before + target.name), new)
-    now, shown, wrong, ms = target.renamed(text, new, only_first=True), 0, 0, []
+    lsp.change(uri, (line, before), (line, before + old), new)
+    shown, wrong, ms = 0, 0, []
     for _ in range(2 * len(target.sites)):
         took, edit = await lsp.next_edit(uri, line, before + new)
         ms.append(took)
@@ -137,8 +161,7 @@ async def chain(lsp, uri: str, text: str, target: Target) -> dict:
             break
         shown += 1
         after = _apply(now, edit, lsp.encoding)
-        if not _only_the_name(now, after, target.name, new, expected):
-            wrong += 1
+        wrong += not judged(after)[1] or after == now
         rng, lines = edit["range"], now.split("\n")
 
         def at(pos: dict) -> tuple[int, str]:
@@ -148,7 +171,7 @@ async def chain(lsp, uri: str, text: str, target: Target) -> dict:
         now = after
     lsp.close(uri)
     return {"kind": target.kind, "sites": len(target.sites), "shown": shown, "wrong": wrong, "ms": ms,
-            "done": now == expected}
+            "done": judged(now)[0]}
 
 
 def _apply(text: str, edit: dict, encoding: str) -> str:
@@ -161,7 +184,7 @@ def _apply(text: str, edit: dict, encoding: str) -> str:
 def _only_the_name(now: str, after: str, old: str, new: str, expected: str) -> bool:
     """Whether an edit renamed only right sites: every line it changed reads as the expected one."""
     a, b, e = now.split("\n"), after.split("\n"), expected.split("\n")
-    return len(b) == len(a) and all(y == z for x, y, z in zip(a, b, e) if x != y) and after != now
+    return len(b) == len(a) and all(y == z for x, y, z in zip(a, b, e) if x != y)
 
 
 async def run_all(launch, files: list[tuple[str, str, list[Target]]]) -> list[dict]:

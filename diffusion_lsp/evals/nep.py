@@ -202,11 +202,11 @@ def model_predictor(args):
 def rename_through_scope(c: NepCase) -> str | None:
     """The rest of the last rename at its next sites, from the code alone."""
     from ..nextedit.history import steps_between
-    from ..nextedit.scope import follow_rename
+    from ..nextedit.follow import follow_text
 
     if c.language is None:
         return None
-    return follow_rename(c.current, c.language, steps_between(c.path, c.old, c.current), c.cursor)
+    return follow_text(c.current, c.language, steps_between(c.path, c.old, c.current), c.cursor)
 
 
 def run(args) -> int:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
 from .history import steps_between
-from .scope import follow_rename
+from .follow import follow_text
 from .suggest import DOC_KEY, EditRequest, NextEditSettings, Outcome, suggest
 
 
@@ -28,7 +28,7 @@ async def predict_file(backend, path: str, old: str, current: str, cursor: tuple
     `cursor`: what `eval nep` asks. Raises BackendError."""
     steps = steps_between(path, old, current)
     if settings.follow and spec is not None:  # the rest of a rename first, as the language server does
-        text = follow_rename(current, spec, steps, cursor)
+        text = follow_text(current, spec, steps, cursor)
         if text is not None:
             return Predicted(text, 0, None)
     req = EditRequest(current, path, cursor, spec, [st.diff() for st in steps], steps[-1] if steps else None,

@@ -3,8 +3,8 @@
 Top to bottom: refuse a stale version or bad input; share a request already running for the same
 document, version and position (the code action and the NES request ask the same question); the
 request's ticket (lifecycle.py: superseded by a newer one for the document, the debounce); then
-the rest of the user's last rename at its next sites in the name's scope, from the code alone
-(nextedit/scope.py), else the next-edit pipeline (nextedit/suggest.py) over the Backend, its CPU steps (the region's parse,
+the rest of the user's last change at its next sites, from the code alone (nextedit/follow.py: a
+rename through the name's scope, a signature's calls), else the next-edit pipeline (nextedit/suggest.py) over the Backend, its CPU steps (the region's parse,
 the prompt's token counts, the filters) in a thread of their own. The last answer per document is kept for the code action and for inline
 completion, which offers it when it is an insertion at the cursor."""
 
@@ -23,10 +23,12 @@ from ..context.index import indexed
 from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..context.records import Document
+from ..nextedit.calls import Change
 from ..nextedit.edits import LineEnds
 from ..nextedit.history import EditLog
 from ..lifecycle import tickets
-from ..nextedit.scope import follow
+from ..nextedit.follow import follow
+from ..nextedit.scope import Rename
 from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, suggest
 from . import positions
 from .completion import check_language, locate
@@ -61,7 +63,7 @@ class NextEditor:
         self.tickets = tickets()
         self._running: dict[tuple, asyncio.Future] = {}
         self.last: dict[str, NextEdit] = {}  # per document, the newest answer
-        self.renaming: dict[str, tuple[str, str]] = {}  # per document, the (old, new) of a rename being followed
+        self.following: dict[str, Rename | Change] = {}  # per document, the change being followed (a rename, a signature)
 
     def configure(self, cfg: Config, count_tokens: Callable[[str], int] | None = None) -> None:
         self.cfg = cfg
@@ -151,13 +153,13 @@ class NextEditor:
         return NextEdit(doc.uri, doc.version, rng, e.text, e.start, e.end, out.jump), out
 
     async def _follow(self, doc: Document, spec, offset: int, encoding: str) -> NextEdit | None:
-        """The rest of the user's last rename in `doc`, at its next sites in the name's scope, or None."""
+        """The rest of the user's last change in `doc` (a rename, a signature) at its next sites, or None."""
         steps = [step for step in self.edits.steps if step.uri == doc.uri]
-        found = await self._in_thread(follow, doc.text, spec, steps, offset, self.renaming.get(doc.uri))
+        found = await self._in_thread(follow, doc.text, spec, steps, offset, self.following.get(doc.uri))
         if found is None:
             return None
-        rename, (start, end, text) = found
-        self.renaming[doc.uri] = (rename.old, rename.new)
+        start, end, text = found.start, found.end, found.text
+        self.following[doc.uri] = found.change
         self.stats.reasons[EditOutcome.SCOPE] = self.stats.reasons.get(EditOutcome.SCOPE, 0) + 1
         jump = abs(doc.text.count("\n", 0, start) - doc.text.count("\n", 0, offset)) > self.settings.jump_lines
         self.stats.jumps += jump

@@ -168,7 +168,7 @@ class Session:
     def closed(self, uri: str) -> None:
         self.texts.pop(uri, None)
         self.next_edit.last.pop(uri, None)
-        self.next_edit.renaming.pop(uri, None)
+        self.next_edit.following.pop(uri, None)
 
     def report(self) -> dict:
         c = self.cfg

@@ -1,0 +1,270 @@
+"""The rest of a changed signature: the calls of a Python function whose parameters the user just
+changed, found with tree-sitter in the file.
+
+- A parameter added without a default: each call that still has the old arity gets an argument
+  for it, spelled as the parameter (`area(w, h)` -> `area(w, h, scale)`), positionally where the
+  call passes its arguments so, else as a keyword (`scale=scale`).
+- A parameter removed: each call that still passes it loses that argument (positional or keyword).
+- A parameter renamed (scope.py renames its uses in the body): each call's keyword argument of the
+  old name (`f(width=3)` -> `f(max_width=3)`): `keyword_sites`, which scope.py adds to the rename's.
+The calls of a function are `name(...)` where `name` resolves to the scope that defines it (no
+function in between binds it); of a method, `self.name(...)` / `cls.name(...)` in its class. A call
+with `*args` or `**kwargs`, a definition with them, or a call whose arity fits neither signature is
+left alone: nothing is guessed where the call cannot be read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..context.languages import LanguageSpec, parser_for
+from .history import Step
+from .names import FUNCTIONS, SELF, binding, char_offsets, names, python_sees, root
+
+PARAM_NODES = {"identifier", "typed_parameter", "default_parameter", "typed_default_parameter"}
+SPLATS = {"list_splat_pattern", "dictionary_splat_pattern", "list_splat", "dictionary_splat"}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: bool
+    keyword_only: bool
+
+
+@dataclass(frozen=True)
+class Change:
+    """A parameter `added` to or `removed` from a definition (index into the parameter list after /
+    before, self excluded)."""
+
+    function: str
+    kind: str  # "added" or "removed"
+    index: int
+    param: Param
+    old_params: tuple[Param, ...]
+
+
+def parameters(fn) -> tuple[tuple[Param, ...], bool] | None:
+    """(the parameters of a function_definition node, self/cls excluded for a method; whether it is a
+    method), or None when it has *args, **kwargs or anything else a call cannot be matched against."""
+    params = fn.child_by_field_name("parameters")
+    if params is None:
+        return None
+    out, keyword_only = [], False
+    for node in params.named_children:
+        if node.type == "keyword_separator":
+            keyword_only = True
+            continue
+        if node.type == "positional_separator":
+            continue
+        if node.type not in PARAM_NODES:  # *args, **kwargs, an error node
+            return None
+        ident = node if node.type == "identifier" else (node.child_by_field_name("name") or node.named_children[0])
+        out.append(Param(ident.text.decode("utf-8", "replace"), "default" in node.type, keyword_only))
+    method = fn.parent is not None and fn.parent.type == "block" and fn.parent.parent is not None \
+        and fn.parent.parent.type == "class_definition"
+    if method and out and out[0].name in SELF:
+        out = out[1:]
+    return tuple(out), method
+
+
+def _defining(tree, lo: int, hi: int):
+    """The innermost function_definition whose parameters overlap bytes lo..hi, or None."""
+    found, stack = None, [tree.root_node]
+    while stack:
+        n = stack.pop()
+        if n.end_byte <= lo or n.start_byte >= hi:
+            continue
+        params = n.child_by_field_name("parameters") if n.type == "function_definition" else None
+        if params is not None and params.start_byte < hi and lo < params.end_byte:
+            found = n
+        stack.extend(n.children)
+    return found
+
+
+def changed(steps: list[Step], text: str, spec: LanguageSpec) -> tuple[Change, object, bytes] | None:
+    """(the change the newest step made to a Python def's parameters, the def's node in `text`, the
+    text's bytes), or None: one parameter added or removed, nothing else (a rename is followed as one)."""
+    if spec.name != "python" or not steps or (parser := parser_for(spec)) is None:
+        return None
+    newest, old = steps[-1], steps[-1].old
+    for step in reversed(steps[:-1]):  # a parameter typed with pauses is several steps on its line
+        if step.first != newest.first or step.new != old:
+            break
+        old = step.old
+    lines = text.splitlines(keepends=True)
+    before = "".join(lines[:newest.first] + list(old) + lines[newest.first + len(newest.new):])
+    start = sum(map(len, lines[:newest.first]))
+    data, old_data = text.encode("utf-8"), before.encode("utf-8")
+    lo = len(text[:start].encode("utf-8"))
+    fn = _defining(parser.parse(data), lo, lo + len("".join(newest.new).encode("utf-8")))
+    was = _defining(parser.parse(old_data), lo, lo + len("".join(old).encode("utf-8")))
+    if fn is None or was is None or fn.child_by_field_name("name").text != was.child_by_field_name("name").text:
+        return None
+    now, then = parameters(fn), parameters(was)
+    if now is None or then is None:
+        return None
+    change = _compare(fn.child_by_field_name("name").text.decode("utf-8", "replace"), then[0], now[0])
+    return None if change is None else (change, fn, data)
+
+
+def _compare(function: str, old: tuple[Param, ...], new: tuple[Param, ...]) -> Change | None:
+    names_old, names_new = [p.name for p in old], [p.name for p in new]
+    if len(new) == len(old) + 1:
+        i = next((k for k in range(len(old)) if names_old[k] != names_new[k]), len(old))
+        if names_new[:i] + names_new[i + 1:] == names_old:
+            return Change(function, "added", i, new[i], old)
+    if len(new) == len(old) - 1:
+        i = next((k for k in range(len(new)) if names_old[k] != names_new[k]), len(new))
+        if names_old[:i] + names_old[i + 1:] == names_new:
+            return Change(function, "removed", i, old[i], old)
+    return None
+
+
+def calls(fn, method: bool) -> list:
+    """The argument_list nodes of the calls of function_definition `fn` in its file."""
+    name = fn.child_by_field_name("name").text
+    out = []
+    if method:
+        cls = fn.parent.parent
+        stack = [cls]
+        while stack:
+            n = stack.pop()
+            callee = n.child_by_field_name("function") if n.type == "call" else None
+            if callee is not None and callee.type == "attribute":
+                obj, attr = callee.child_by_field_name("object"), callee.child_by_field_name("attribute")
+                if obj is not None and attr is not None and obj.text.decode() in SELF and attr.text == name:
+                    out.append(n.child_by_field_name("arguments"))
+            stack.extend(n.children)
+    else:
+        scope = fn.parent
+        while scope is not None and scope.type not in FUNCTIONS["python"]:
+            scope = scope.parent
+        scope = scope if scope is not None else root(fn)
+        for ident in names(scope, name):
+            call = ident.parent
+            if call is not None and call.type == "call" and call.child_by_field_name("function") == ident \
+                    and python_sees(ident, scope, name):
+                out.append(call.child_by_field_name("arguments"))
+    return sorted((a for a in out if a is not None and a.type == "argument_list"), key=lambda a: a.start_byte)
+
+
+def _rewrite(args, change: Change) -> tuple[int, int, str] | None:
+    """The call's edit (start byte, end byte, new text), the smallest that passes the change on and
+    keeps the call's layout, or None when it needs none or cannot be read."""
+    items = args.named_children
+    if any(a.type in SPLATS or a.type == "comment" for a in items):
+        return None
+    positional = [a for a in items if a.type != "keyword_argument"]
+    keywords = {a.child_by_field_name("name").text.decode(): a for a in items if a.type == "keyword_argument"}
+    if items[len(positional):] != [a for a in items if a.type == "keyword_argument"]:
+        return None  # a positional argument after a keyword: not Python we can read
+    p, name = change.param, change.param.name
+    old = change.old_params
+    new = old[:change.index] + (p,) + old[change.index:] if change.kind == "added" else \
+        old[:change.index] + old[change.index + 1:]
+    if not _fits(old, len(items), keywords):
+        return None  # written for another signature: updated already, or another function
+    if _fits(new, len(items), keywords) and (change.kind == "removed" or name in keywords or (
+            change.index < len(positional) and positional[change.index].text.decode("utf-8", "replace") == name)):
+        return None  # fits the new one too, and passes the new parameter by its name already
+    if change.kind == "removed":
+        gone = keywords.get(name) or (positional[change.index] if len(positional) > change.index else None)
+        if gone is None:
+            return None
+        i = items.index(gone)
+        if i + 1 < len(items):  # up to the next argument
+            return gone.start_byte, items[i + 1].start_byte, ""
+        return (items[i - 1].end_byte if i else gone.start_byte), gone.end_byte, ""
+    if p.default or name in keywords:
+        return None
+    if not p.keyword_only and change.index < len(items) and change.index <= len(positional):
+        return items[change.index].start_byte, items[change.index].start_byte, f"{name}, "
+    if not p.keyword_only and change.index == len(positional) == len(items):
+        return (items[-1].end_byte, items[-1].end_byte, f", {name}") if items else \
+            (args.start_byte + 1, args.start_byte + 1, name)
+    return (items[-1].end_byte, items[-1].end_byte, f", {name}={name}") if items else \
+        (args.start_byte + 1, args.start_byte + 1, f"{name}={name}")
+
+
+def _fits(params: tuple[Param, ...], n: int, keywords) -> bool:
+    """Whether a call of n arguments, `keywords` among them, can bind to `params`."""
+    return sum(not p.default for p in params) <= n <= len(params) and all(k in {p.name for p in params} for k in keywords)
+
+
+def call_edits(steps: list[Step], text: str, spec: LanguageSpec,
+               going_on: Change | None = None) -> tuple[Change, list[tuple[int, int, str]]] | None:
+    """(the signature change, (start, end, new text) of every call it implies, in order: character
+    offsets into `text`), or None. The change is the newest step's, else `going_on` (one this document
+    began, whose calls the newest step is editing) while its definition still has the new parameters."""
+    found = changed(steps, text, spec)
+    if found is None and going_on is not None and steps \
+            and going_on.function + "(" in "".join(steps[-1].new).replace(" ", ""):
+        found = _still(going_on, text, spec)
+    if found is None:
+        return None
+    change, fn, data = found
+    _, method = parameters(fn)
+    chars = char_offsets(data)
+    out = []
+    for args in calls(fn, method):
+        if (edit := _rewrite(args, change)) is not None:
+            out.append((chars(edit[0]), chars(edit[1]), edit[2]))
+    return change, out
+
+
+def _still(change: Change, text: str, spec: LanguageSpec):
+    """(change, its definition, the text's bytes) when `text` still defines change.function with the
+    changed parameters, else None."""
+    old = [p.name for p in change.old_params]
+    new = old[:change.index] + [change.param.name] + old[change.index:] if change.kind == "added" \
+        else old[:change.index] + old[change.index + 1:]
+    data = text.encode("utf-8")
+    stack = [parser_for(spec).parse(data).root_node]
+    while stack:
+        n = stack.pop()
+        stack.extend(n.children)
+        if n.type == "function_definition" and n.child_by_field_name("name").text.decode() == change.function \
+                and (found := parameters(n)) is not None and [p.name for p in found[0]] == new:
+            return change, n, data
+    return None
+
+
+def keyword_sites(node, old: bytes) -> list:
+    """The keyword-argument names spelled `old` at the calls of the function whose parameter `node`
+    (an identifier, just renamed) is; [] when it is no parameter of a Python def."""
+    fn = node.parent
+    while fn is not None and fn.type not in ("parameters", "function_definition", "lambda_parameters"):
+        fn = fn.parent
+    if fn is None or fn.type != "parameters" or not binding(node):
+        return []
+    fn = fn.parent
+    found = parameters(fn)
+    if fn is None or fn.type != "function_definition" or found is None:
+        return []
+    out = []
+    for args in calls(fn, found[1]):
+        for a in args.named_children:
+            key = a.child_by_field_name("name") if a.type == "keyword_argument" else None
+            if key is not None and key.text == old:
+                out.append(key)
+    return out
+
+
+def keyword_parameter(node):
+    """The parameter (its identifier in the def) that `node`, a keyword argument's name at a call,
+    names; None when it is none or the call's function is not defined in the file."""
+    arg = node.parent
+    if arg is None or arg.type != "keyword_argument" or arg.child_by_field_name("name") != node:
+        return None
+    args, name = arg.parent, node.text
+    stack = [root(node)]
+    while stack:
+        n = stack.pop()
+        stack.extend(n.children)
+        if n.type != "function_definition" or (found := parameters(n)) is None:
+            continue
+        params = n.child_by_field_name("parameters")
+        ident = next((x for x in names(params, name) if binding(x)), None)
+        if ident is not None and any(a == args for a in calls(n, found[1])):
+            return ident
+    return None

@@ -1,0 +1,69 @@
+"""The rest of the user's last change, from the code alone: a rename's remaining sites in the name's
+scope (scope.py), else a changed signature's calls (calls.py). Sites close together (within
+GROUP_LINES) are one suggestion; the first group after the cursor comes first, then the first in
+the file (a jump). The language server proposes it before asking a model (server/next_edit.py),
+and so does `eval nep`'s predictor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..context.languages import LanguageSpec
+from .calls import Change, call_edits
+from .history import Step
+from .scope import Rename, last_rename, sites
+
+GROUP_LINES = 3  # sites at most this many lines apart are one suggestion
+
+
+@dataclass(frozen=True)
+class Followed:
+    change: Rename | Change  # what is being followed
+    start: int  # the span the suggestion replaces (character offsets) and what it becomes
+    end: int
+    text: str
+
+
+def next_group(text: str, edits: list[tuple[int, int, str]], cursor: int) -> tuple[int, int, str] | None:
+    """(start, end, what that span becomes) for the group of edits (start, end, new text; in order)
+    to suggest: the first group that ends at or after `cursor`, else the first in the file; None
+    when there are none."""
+    if not edits:
+        return None
+    groups: list[list[tuple[int, int, str]]] = []
+    for edit in edits:
+        if groups and text.count("\n", groups[-1][-1][1], edit[0]) <= GROUP_LINES:
+            groups[-1].append(edit)
+        else:
+            groups.append([edit])
+    group = next((g for g in groups if g[-1][1] >= cursor), groups[0])
+    start, end, out, at = group[0][0], group[-1][1], [], group[0][0]
+    for s, e, new in group:
+        out += [text[at:s], new]
+        at = e
+    return start, end, "".join(out)
+
+
+def follow(text: str, spec: LanguageSpec, steps: list[Step], cursor: int,
+           going_on: Rename | Change | None = None) -> Followed | None:
+    """The next group of the last change's remaining sites, or None. `going_on`: a change this
+    document began (a rename at a definition, a signature), whose next step may be at one of its sites."""
+    if not steps:
+        return None
+    change, edits = last_rename(steps, text), []
+    if change is not None:
+        begun = isinstance(going_on, Rename) and (going_on.old, going_on.new) == (change.old, change.new)
+        edits = [(s, e, change.new) for s, e in sites(text, spec, change, at_binding=not begun)]
+    if not edits:
+        calls = call_edits(steps, text, spec, going_on if isinstance(going_on, Change) else None)
+        change, edits = calls if calls is not None else (None, [])
+    group = next_group(text, edits, cursor)
+    return None if group is None else Followed(change, *group)
+
+
+def follow_text(current: str, spec: LanguageSpec, steps: list[Step], cursor: tuple[int, int]) -> str | None:
+    """The whole file with the next group of the last change's sites edited, or None: `eval nep`'s
+    view of `follow`. `cursor`: 0-based (line, index in the line)."""
+    lines = current.splitlines(keepends=True)
+    found = follow(current, spec, steps, sum(map(len, lines[:cursor[0]])) + cursor[1])
+    return None if found is None else current[:found.start] + found.text + current[found.end:]

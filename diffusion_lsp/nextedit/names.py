@@ -1,0 +1,116 @@
+"""Names in a tree-sitter tree: which identifier nodes are uses of a name, which bind it, which
+function scopes bind it (Python's rules: parameters and assignment targets, `nonlocal`/`global`),
+and the character offsets of nodes. scope.py (renames) and calls.py (signatures) stand on these."""
+
+from __future__ import annotations
+
+NAMES = {"identifier", "shorthand_property_identifier"}  # a name's own use; property and field names are other types
+FUNCTIONS = {
+    "python": {"function_definition", "lambda"},
+    "javascript": {"function_declaration", "function_expression", "arrow_function", "method_definition",
+                   "generator_function_declaration", "function"},
+    "go": {"function_declaration", "method_declaration", "func_literal"},
+    "rust": {"function_item", "closure_expression"},
+    "java": {"method_declaration", "constructor_declaration", "lambda_expression"},
+    "c": {"function_definition"},
+    "cpp": {"function_definition", "lambda_expression"},
+}
+FUNCTIONS["typescript"] = FUNCTIONS["tsx"] = FUNCTIONS["javascript"]
+NOT_A_USE = {("attribute", "attribute"), ("keyword_argument", "name"), ("field_access", "field"),
+             ("method_invocation", "name"), ("pair_pattern", "key")}  # (parent type, field): another namespace
+SELF = {"self", "cls", "this"}
+# (parent type, field or None for any child): where a name is bound, not only used
+BINDINGS = {("parameters", None), ("lambda_parameters", None), ("default_parameter", "name"),
+            ("typed_parameter", None), ("typed_default_parameter", "name"), ("assignment", "left"),
+            ("augmented_assignment", "left"), ("pattern_list", None), ("tuple_pattern", None),
+            ("for_statement", "left"), ("for_in_clause", "left"), ("as_pattern_target", None),
+            ("function_definition", "name"), ("class_definition", "name"), ("named_expression", "name"),
+            ("formal_parameters", None), ("required_parameter", "pattern"), ("optional_parameter", "pattern"),
+            ("variable_declarator", "name"), ("parameter_declaration", "name"), ("short_var_declaration", "left"),
+            ("expression_list", None), ("var_spec", "name"), ("parameter", "pattern"), ("let_declaration", "pattern"),
+            ("parameter_declaration", "declarator"), ("pointer_declarator", "declarator"),
+            ("list_splat_pattern", None), ("dictionary_splat_pattern", None),
+            ("closure_parameters", None), ("formal_parameter", "name"), ("init_declarator", "declarator"),
+            ("function_declaration", "name"), ("method_declaration", "name"), ("function_item", "name")}
+
+
+def root(node):
+    while node.parent is not None:
+        node = node.parent
+    return node
+
+
+def field_of(node) -> str | None:
+    parent = node.parent
+    for i, child in enumerate(parent.children if parent is not None else ()):
+        if child.id == node.id:
+            return parent.field_name_for_child(i)
+    return None
+
+
+def is_use(node) -> bool:
+    return node.type in NAMES and node.parent is not None and (node.parent.type, field_of(node)) not in NOT_A_USE
+
+
+def names(node, name: bytes):
+    """Every identifier node under `node` spelled `name`, in order."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type in NAMES and n.text == name:
+            yield n
+        stack.extend(reversed(n.children))
+
+
+def binds(scope, name: bytes, functions: set[str]) -> bool:
+    """Whether a Python function binds `name` itself: a parameter, or a target it assigns, not
+    declared nonlocal or global."""
+    params = scope.child_by_field_name("parameters")
+    if params is not None and any(True for _ in names(params, name)):
+        return True
+    body = scope.child_by_field_name("body")
+    stack, bound = [body] if body is not None else [], False
+    while stack:
+        n = stack.pop()
+        if n.type in ("nonlocal_statement", "global_statement") and any(True for _ in names(n, name)):
+            return False
+        if n.type in functions or n.type == "class_definition":
+            continue
+        if n.type in ("assignment", "augmented_assignment", "for_statement", "for_in_clause", "as_pattern",
+                      "with_item", "named_expression"):
+            target = n.child_by_field_name("left") or n.child_by_field_name("name") or n.child_by_field_name("alias")
+            if target is not None and any(is_use(x) for x in names(target, name)):
+                bound = True
+        stack.extend(n.children)
+    return bound
+
+
+def binding(node) -> bool:
+    """Whether this occurrence of a name defines it (a parameter, an assignment's target, a definition's
+    name) rather than uses it; `self.x = ...` defines the attribute x."""
+    n = node
+    if n.parent is not None and n.parent.type in ("attribute", "member_expression", "field_access"):
+        n = n.parent
+    parent = n.parent
+    if parent is None:
+        return False
+    if parent.type == "expression_list" and (parent.parent is None or parent.parent.type != "short_var_declaration"):
+        return False
+    return (parent.type, None) in BINDINGS or (parent.type, field_of(n)) in BINDINGS
+
+
+def python_sees(node, scope, old: bytes) -> bool:
+    """Whether a use of `old` resolves to `scope`: no function between them binds it."""
+    functions = FUNCTIONS["python"]
+    n = node.parent
+    while n is not None and n != scope:
+        if n.type in functions and binds(n, old, functions):
+            return False
+        n = n.parent
+    return True
+
+
+def char_offsets(data: bytes):
+    def chars(byte: int) -> int:
+        return len(data[:byte].decode("utf-8", "replace"))
+    return chars

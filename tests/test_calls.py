@@ -1,0 +1,123 @@
+"""The rest of a changed signature (nextedit/calls.py): a parameter added, removed or renamed at a
+Python def reaches the calls of that def in the file, and only those (a shadowing name, another
+class's method, a call with *args or over several lines, a call already updated are left alone);
+the chain through the language server: change the def, accept, next call, never a call twice."""
+
+from __future__ import annotations
+
+import asyncio
+
+from diffusion_lsp.context.languages import language_for
+from diffusion_lsp.context.records import Document
+from diffusion_lsp.nextedit.calls import call_edits
+from diffusion_lsp.nextedit.history import EditLog, Step
+from diffusion_lsp.server.config import parse_config
+from diffusion_lsp.server.next_edit import NextEditor
+from diffusion_lsp.server.positions import UTF16
+from diffusion_lsp.server.stats import NextEditStats
+
+PY = language_for("python", "a.py")
+SOURCE = '''def area(w, h):
+    return w * h
+
+
+def scaled(shapes, area):
+    return [area(s) for s in shapes]  # a parameter named area: not the def
+
+
+print(area(3, 4), area(w=1, h=2), area(*dims))
+print(area(
+    5, 6))
+done = area(1, 2, 3)
+
+
+class Box:
+    def size(self, a, b=2):
+        return self.size(a) + self.size(a, b=3) + other.size(a)
+
+
+total = area(7, 8)
+'''
+
+
+def change(line: int, old: str, new: str) -> tuple[str, Step]:
+    lines = SOURCE.splitlines(keepends=True)
+    assert lines[line].rstrip("\n") == old
+    return SOURCE.replace(old + "\n", new + "\n", 1), Step("u", "a.py", line, [old + "\n"], [new + "\n"])
+
+
+def edits(text: str, step: Step) -> list[tuple[int, str]]:
+    """(1-based line, the line after the edits) of every line the change's call edits touch."""
+    found = call_edits([step], text, PY)
+    after = text
+    for s, e, new in reversed(found[1] if found else []):
+        after = after[:s] + new + after[e:]
+    return [(i + 1, b) for i, (a, b) in enumerate(zip(text.split("\n"), after.split("\n"))) if a != b]
+
+
+def test_a_parameter_added_reaches_the_calls_that_still_have_the_old_arity():
+    text, step = change(0, "def area(w, h):", "def area(w, h, scale):")
+    # line 6's area is a parameter; *dims cannot be read; line 11's call keeps its layout; line 12 has 3 already
+    assert edits(text, step) == [(9, "print(area(3, 4, scale), area(w=1, h=2, scale=scale), area(*dims))"),
+                                 (11, "    5, 6, scale))"), (20, "total = area(7, 8, scale)")]
+    text, step = change(0, "def area(w, h):", "def area(scale, w, h):")
+    assert edits(text, step) == [(9, "print(area(scale, 3, 4), area(scale, w=1, h=2), area(*dims))"),
+                                 (11, "    scale, 5, 6))"), (20, "total = area(scale, 7, 8)")]
+    text, step = change(0, "def area(w, h):", "def area(w, h, scale=1):")
+    assert edits(text, step) == []  # a default: no call needs it
+
+
+def test_a_parameter_removed_leaves_the_calls_positionally_or_by_keyword():
+    text, step = change(0, "def area(w, h):", "def area(h):")
+    assert edits(text, step) == [(9, "print(area(4), area(h=2), area(*dims))"), (11, "    6))"),
+                                 (20, "total = area(8)")]
+
+
+def test_a_methods_calls_are_those_through_self_in_its_class():
+    text, step = change(15, "    def size(self, a, b=2):", "    def size(self, a, c, b=2):")
+    assert edits(text, step) == [(17, "        return self.size(a, c) + self.size(a, c, b=3) + other.size(a)")]  # not other's
+
+
+def test_a_change_that_is_not_one_parameter_is_left_alone():
+    text, step = change(0, "def area(w, h):", "def area(x, y, z):")
+    assert edits(text, step) == []
+    text, step = change(1, "    return w * h", "    return w * h * 2")
+    assert edits(text, step) == []
+
+
+def suggest_until_done(text: str, before: str, line: int) -> tuple[str, list]:
+    class NoModel:  # the sites come from the code: the model is never asked
+        capabilities = None
+
+    log, uri = EditLog(merge_s=0), "file:///a.py"
+    editor = NextEditor(NoModel(), NextEditStats(), lambda kind, message: None, log)
+    editor.configure(parse_config({"nextEdit": {"enable": False}})[0])
+    log.note(uri, "a.py", before, text, line, line, line)
+    shown, version = [], 1
+    while len(shown) < 10:
+        version += 1
+        edit = asyncio.run(editor.suggest(Document(uri, text, "python", version), version, line, 0, UTF16, "a.py"))
+        if edit is None:
+            break
+        shown.append((edit.range[0][0], edit.text))
+        after = text[:edit.start] + edit.text + text[edit.end:]  # the user presses Tab
+        at = text.count("\n", 0, edit.start)
+        log.note(uri, "a.py", text, after, at, at + text.count("\n", edit.start, edit.end), at + edit.text.count("\n"))
+        text = after
+    return text, shown
+
+
+def test_the_server_follows_an_added_parameter_call_by_call():
+    text, _ = change(0, "def area(w, h):", "def area(w, h, scale):")
+    text, shown = suggest_until_done(text, SOURCE, 0)
+    # the calls within three lines are one suggestion; after it is accepted, the next call (a jump)
+    assert shown == [(8, ", scale), area(w=1, h=2, scale=scale), area(*dims))\nprint(area(\n    5, 6, scale"),
+                     (19, ", scale")]
+    assert "area(3, 4, scale), area(w=1, h=2, scale=scale), area(*dims)" in text and "area(1, 2, 3)" in text
+
+
+def test_a_renamed_parameter_renames_its_keyword_at_the_calls_too():
+    text, _ = change(0, "def area(w, h):", "def area(width, h):")
+    text, shown = suggest_until_done(text, SOURCE, 0)
+    assert [t for _, t in shown] == ["width", "width"]  # the body's w, then area(w=1, ...)'s keyword
+    assert "return width * h" in text and "area(width=1, h=2)" in text and "area(3, 4)" in text
