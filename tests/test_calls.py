@@ -121,3 +121,34 @@ def test_a_renamed_parameter_renames_its_keyword_at_the_calls_too():
     text, shown = suggest_until_done(text, SOURCE, 0)
     assert [t for _, t in shown] == ["width", "width"]  # the body's w, then area(w=1, ...)'s keyword
     assert "return width * h" in text and "area(width=1, h=2)" in text and "area(3, 4)" in text
+
+
+def test_an_open_document_that_imports_the_function_gets_its_calls_passed_on():
+    class NoModel:
+        capabilities = None
+
+    caller = ("from pkg.shapes import area\nfrom other import area as not_it\n\n\n"
+              "def box(w, h):\n    return area(w, h)\n\n\n\n\nprint(area(1, 2))\n")
+    log, a_uri, b_uri = EditLog(merge_s=0), "file:///pkg/shapes.py", "file:///pkg/main.py"
+    editor = NextEditor(NoModel(), NextEditStats(), lambda kind, message: None, log)
+    editor.configure(parse_config({"nextEdit": {"enable": False}})[0])
+    text, _ = change(0, "def area(w, h):", "def area(w, h, scale):")
+    log.note(a_uri, "pkg/shapes.py", SOURCE, text, 0, 0, 0)
+    shapes = Document(a_uri, text, "python", 2)
+    shown, version = [], 1
+    while len(shown) < 5:
+        version += 1
+        doc = Document(b_uri, caller, "python", version)
+        edit = asyncio.run(editor.suggest(doc, version, 0, 0, UTF16, "pkg/main.py", [shapes]))
+        if edit is None:
+            break
+        shown.append((edit.range[0][0], edit.text))
+        after = caller[:edit.start] + edit.text + caller[edit.end:]
+        at = caller.count("\n", 0, edit.start)
+        log.note(b_uri, "pkg/main.py", caller, after, at, at, at)
+        caller = after
+    assert shown == [(5, ", scale"), (10, ", scale")]
+    assert "return area(w, h, scale)" in caller and "print(area(1, 2, scale))" in caller
+    # a document that does not import it from there is left alone
+    elsewhere = Document("file:///pkg/x.py", "from geometry import area\narea(1, 2)\n", "python", 1)
+    assert asyncio.run(editor.suggest(elsewhere, 1, 0, 0, UTF16, "pkg/x.py", [shapes])) is None

@@ -268,3 +268,42 @@ def keyword_parameter(node):
         if ident is not None and any(a == args for a in calls(n, found[1])):
             return ident
     return None
+
+
+def pending(steps: list[Step], text: str, spec: LanguageSpec, going_on: Change | None) -> Change | None:
+    """The signature change a document's newest step made, else `going_on` while the document still
+    defines it so: what another document's calls may still need."""
+    found = changed(steps, text, spec) or (_still(going_on, text, spec) if going_on is not None else None)
+    return None if found is None else found[0]
+
+
+def imported_edits(text: str, spec: LanguageSpec, change: Change, module: str) -> list[tuple[int, int, str]]:
+    """(start, end, new text) of the calls in `text` (another document) of change.function imported
+    from `module` (the defining file's name without .py: `from pkg.module import function [as f]`)."""
+    if spec.name != "python" or (parser := parser_for(spec)) is None:
+        return []
+    data = text.encode("utf-8")
+    tree = parser.parse(data)
+    local = None
+    for stmt in tree.root_node.children:
+        src = stmt.child_by_field_name("module_name") if stmt.type == "import_from_statement" else None
+        if src is None or src.text.decode("utf-8", "replace").rsplit(".", 1)[-1] != module:
+            continue
+        for i, child in enumerate(stmt.children):
+            if stmt.field_name_for_child(i) != "name":
+                continue
+            name = child.child_by_field_name("name") if child.type == "aliased_import" else child
+            if name is not None and name.text.decode("utf-8", "replace") == change.function:
+                alias = child.child_by_field_name("alias") if child.type == "aliased_import" else child
+                local = alias.text if alias is not None else None
+    if local is None:
+        return []
+    chars, out = char_offsets(data), []
+    for ident in names(tree.root_node, local):
+        call = ident.parent
+        if call is not None and call.type == "call" and call.child_by_field_name("function") == ident \
+                and python_sees(ident, tree.root_node, local) \
+                and (args := call.child_by_field_name("arguments")) is not None and args.type == "argument_list" \
+                and (edit := _rewrite(args, change)) is not None:
+            out.append((chars(edit[0]), chars(edit[1]), edit[2]))
+    return sorted(out)

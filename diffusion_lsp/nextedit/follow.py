@@ -1,5 +1,6 @@
 """The rest of the user's last change, from the code alone: a rename's remaining sites in the name's
-scope (scope.py), else a changed signature's calls (calls.py). Sites close together (within
+scope (scope.py), else a changed signature's calls (calls.py), in this document, else those of a
+signature changed in another open document that this one imports from. Sites close together (within
 GROUP_LINES) are one suggestion; the first group after the cursor comes first, then the first in
 the file (a jump). The language server proposes it before asking a model (server/next_edit.py),
 and so does `eval nep`'s predictor."""
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
-from .calls import Change, call_edits
+from .calls import Change, call_edits, imported_edits, pending
 from .history import Step
 from .scope import Rename, last_rename, sites
 
@@ -59,6 +60,27 @@ def follow(text: str, spec: LanguageSpec, steps: list[Step], cursor: int,
         change, edits = calls if calls is not None else (None, [])
     group = next_group(text, edits, cursor)
     return None if group is None else Followed(change, *group)
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """Another open document, and what this one's follow needs of it."""
+
+    steps: list[Step]  # its steps, oldest first
+    text: str
+    module: str  # its file's name without .py: what an import names it by
+    going_on: Rename | Change | None  # the change its own follow is following
+
+
+def follow_elsewhere(text: str, spec: LanguageSpec, cursor: int, others: list[Elsewhere]) -> Followed | None:
+    """The next group of calls in `text` that a signature change in another open document implies
+    (the function imported from there), the most recently edited document first; or None."""
+    for other in others:
+        change = pending(other.steps, other.text, spec, other.going_on if isinstance(other.going_on, Change) else None)
+        group = next_group(text, imported_edits(text, spec, change, other.module), cursor) if change else None
+        if group is not None:
+            return Followed(change, *group)
+    return None
 
 
 def follow_text(current: str, spec: LanguageSpec, steps: list[Step], cursor: tuple[int, int]) -> str | None:

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import PurePosixPath
+from urllib.parse import unquote
 
 from ..protocol.backend import Backend
 from ..protocol.failure import BackendError, Failure
@@ -27,7 +29,7 @@ from ..nextedit.calls import Change
 from ..nextedit.edits import LineEnds
 from ..nextedit.history import EditLog
 from ..lifecycle import tickets
-from ..nextedit.follow import follow
+from ..nextedit.follow import Elsewhere, follow, follow_elsewhere
 from ..nextedit.scope import Rename
 from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, suggest
 from . import positions
@@ -129,7 +131,7 @@ class NextEditor:
         with self.tickets.take(doc.uri) as ticket:
             if not await ticket.debounce(s.debounce_ms / 1000):
                 raise BackendError(Failure.DROPPED, "superseded while waiting for typing to pause")
-            if s.follow and (site := await self._follow(doc, spec, offset, encoding)) is not None:
+            if s.follow and (site := await self._follow(doc, spec, offset, encoding, open_docs)) is not None:
                 return site, None
             if not s.enable:
                 return None, None
@@ -152,19 +154,33 @@ class NextEditor:
         rng = (positions.position_at(doc.text, e.start, encoding), positions.position_at(doc.text, e.end, encoding))
         return NextEdit(doc.uri, doc.version, rng, e.text, e.start, e.end, out.jump), out
 
-    async def _follow(self, doc: Document, spec, offset: int, encoding: str) -> NextEdit | None:
-        """The rest of the user's last change in `doc` (a rename, a signature) at its next sites, or None."""
+    async def _follow(self, doc: Document, spec, offset: int, encoding: str,
+                      open_docs: list[Document]) -> NextEdit | None:
+        """The rest of the user's last change in `doc` (a rename, a signature) at its next sites, else
+        the calls in `doc` of a function whose signature changed in another open document; or None."""
         steps = [step for step in self.edits.steps if step.uri == doc.uri]
         found = await self._in_thread(follow, doc.text, spec, steps, offset, self.following.get(doc.uri))
+        if found is not None:
+            self.following[doc.uri] = found.change
+        elif others := self._elsewhere(doc, open_docs):
+            found = await self._in_thread(follow_elsewhere, doc.text, spec, offset, others)
         if found is None:
             return None
         start, end, text = found.start, found.end, found.text
-        self.following[doc.uri] = found.change
         self.stats.reasons[EditOutcome.SCOPE] = self.stats.reasons.get(EditOutcome.SCOPE, 0) + 1
         jump = abs(doc.text.count("\n", 0, start) - doc.text.count("\n", 0, offset)) > self.settings.jump_lines
         self.stats.jumps += jump
         rng = (positions.position_at(doc.text, start, encoding), positions.position_at(doc.text, end, encoding))
         return NextEdit(doc.uri, doc.version, rng, text, start, end, jump)
+
+    def _elsewhere(self, doc: Document, open_docs: list[Document], most: int = 3) -> list[Elsewhere]:
+        """The other open documents of doc's language edited lately (at most `most`, newest first)."""
+        by_uri, uris = {d.uri: d for d in open_docs if d.language_id == doc.language_id}, []
+        for step in reversed(self.edits.steps):
+            if len(uris) < most and step.uri != doc.uri and step.uri in by_uri and step.uri not in uris:
+                uris.append(step.uri)
+        return [Elsewhere([s for s in self.edits.steps if s.uri == uri], by_uri[uri].text,
+                          PurePosixPath(unquote(uri)).stem, self.following.get(uri)) for uri in uris]
 
     async def _in_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.thread, functools.partial(fn, *args))
