@@ -191,7 +191,7 @@ def test_command_baselines_only(tmp_path, capsys):
     assert code == 0
     report = json.loads(out)
     assert report["n"] == 2 and [r["name"] for r in report["rows"]] == ["no edit", "repeat last edit",
-                                                                         "rename through scope"]
+                                                                         "follow the change"]
     none, repeat, rename = report["rows"]
     assert rename["edit_rate"] == 0.0  # a call changed, not a name renamed where it is defined
     # record 0 needs an edit, record "same" needs none

@@ -199,8 +199,8 @@ def model_predictor(args):
     return predict
 
 
-def rename_through_scope(c: NepCase) -> str | None:
-    """The rest of the last rename at its next sites, from the code alone."""
+def follow_the_change(c: NepCase) -> str | None:
+    """The rest of the last change (a rename, a signature) at its next sites, from the code alone."""
     from ..nextedit.history import steps_between
     from ..nextedit.follow import follow_text
 
@@ -219,7 +219,7 @@ def run(args) -> int:
         raise UserError(f"{path}: no records")
     runs = [] if args.no_model else [("model", model_predictor(args), True)]
     runs += [(name, lambda c, f=f: f(c.old, c.current, c.cursor), False) for name, f in BASELINES]
-    runs.append(("rename through scope", rename_through_scope, False))
+    runs.append(("follow the change", follow_the_change, False))
     try:
         out = open(args.predictions, "w", encoding="utf-8") if args.predictions else None  # fail before the run
     except OSError as e:
