@@ -152,3 +152,13 @@ def test_an_open_document_that_imports_the_function_gets_its_calls_passed_on():
     # a document that does not import it from there is left alone
     elsewhere = Document("file:///pkg/x.py", "from geometry import area\narea(1, 2)\n", "python", 1)
     assert asyncio.run(editor.suggest(elsewhere, 1, 0, 0, UTF16, "pkg/x.py", [shapes])) is None
+
+
+def test_an_undo_and_the_edit_after_it_in_one_step_are_held_against_the_change_followed_last():
+    added, step = change(0, "def area(w, h):", "def area(w, h, scale):")
+    going_on = call_edits([step], added, PY)[0]
+    text = SOURCE.replace("def area(w, h):", "def area(h):")  # undo, then w removed, quickly: one step
+    merged = Step("u", "a.py", 0, ["def area(w, h, scale):\n"], ["def area(h):\n"])
+    assert call_edits([merged], text, PY) is None  # two parameters apart: not one change by itself
+    found = call_edits([merged], text, PY, going_on)
+    assert found[0].kind == "removed" and found[0].param.name == "w" and len(found[1]) == 4

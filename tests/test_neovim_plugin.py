@@ -77,6 +77,7 @@ def test_a_next_edit_is_drawn_jumped_to_and_applied(echo_checkpoint, tmp_path): 
     edited = AREA.replace("area(w,", "area(width,").splitlines()
     assert n["answered"] and n["edit"] is not None, n
     assert n["edited"] == edited and n["marks"] >= 1 and n["status"] == "diffusion: next edit", n
+    assert n["deleted_hl"] and all(hl == ["DiffusionLspDelete", True] for hl in n["deleted_hl"]), n  # struck through
     start = n["edit"]["range"]["start"]
     assert n["jumped"] and n["cursor_after_jump"] == [start["line"] + 1, start["character"]], n  # ASCII: bytes
     assert n["still_shown"], n  # the jump keeps the suggestion

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec, parser_for
-from .history import Step
+from .history import Step, joined
 from .names import FUNCTIONS, SELF, binding, char_offsets, names, python_sees, root
 
 PARAM_NODES = {"identifier", "typed_parameter", "default_parameter", "typed_default_parameter"}
@@ -81,16 +81,17 @@ def _defining(tree, lo: int, hi: int):
     return found
 
 
-def changed(steps: list[Step], text: str, spec: LanguageSpec) -> tuple[Change, object, bytes] | None:
+def changed(steps: list[Step], text: str, spec: LanguageSpec,
+            going_on: Change | None = None) -> tuple[Change, object, bytes] | None:
     """(the change the newest step made to a Python def's parameters, the def's node in `text`, the
-    text's bytes), or None: one parameter added or removed, nothing else (a rename is followed as one)."""
+    text's bytes), or None: one parameter added or removed, nothing else (a rename is followed as one).
+    Quick edits at one spot are one step (an undo and the edit after it too): when the step's own
+    before differs by more than one parameter, the def is also held against `going_on`, the change
+    followed last, as it was before and after it."""
     if spec.name != "python" or not steps or (parser := parser_for(spec)) is None:
         return None
-    newest, old = steps[-1], steps[-1].old
-    for step in reversed(steps[:-1]):  # a parameter typed with pauses is several steps on its line
-        if step.first != newest.first or step.new != old:
-            break
-        old = step.old
+    newest = joined(steps)
+    old = newest.old
     lines = text.splitlines(keepends=True)
     before = "".join(lines[:newest.first] + list(old) + lines[newest.first + len(newest.new):])
     start = sum(map(len, lines[:newest.first]))
@@ -103,8 +104,19 @@ def changed(steps: list[Step], text: str, spec: LanguageSpec) -> tuple[Change, o
     now, then = parameters(fn), parameters(was)
     if now is None or then is None:
         return None
-    change = _compare(fn.child_by_field_name("name").text.decode("utf-8", "replace"), then[0], now[0])
+    name = fn.child_by_field_name("name").text.decode("utf-8", "replace")
+    befores = [then[0]]
+    if going_on is not None and going_on.function == name:
+        befores += [going_on.old_params, _after(going_on)]
+    change = next((c for b in befores if (c := _compare(name, b, now[0])) is not None), None)
     return None if change is None else (change, fn, data)
+
+
+def _after(change: Change) -> tuple[Param, ...]:
+    """The parameters once `change` is made."""
+    old = change.old_params
+    return old[:change.index] + (change.param,) + old[change.index:] if change.kind == "added" else \
+        old[:change.index] + old[change.index + 1:]
 
 
 def _compare(function: str, old: tuple[Param, ...], new: tuple[Param, ...]) -> Change | None:
@@ -159,9 +171,7 @@ def _rewrite(args, change: Change) -> tuple[int, int, str] | None:
     if items[len(positional):] != [a for a in items if a.type == "keyword_argument"]:
         return None  # a positional argument after a keyword: not Python we can read
     p, name = change.param, change.param.name
-    old = change.old_params
-    new = old[:change.index] + (p,) + old[change.index:] if change.kind == "added" else \
-        old[:change.index] + old[change.index + 1:]
+    old, new = change.old_params, _after(change)
     if not _fits(old, len(items), keywords):
         return None  # written for another signature: updated already, or another function
     if _fits(new, len(items), keywords) and (change.kind == "removed" or name in keywords or (
@@ -196,7 +206,7 @@ def call_edits(steps: list[Step], text: str, spec: LanguageSpec,
     """(the signature change, (start, end, new text) of every call it implies, in order: character
     offsets into `text`), or None. The change is the newest step's, else `going_on` (one this document
     began, whose calls the newest step is editing) while its definition still has the new parameters."""
-    found = changed(steps, text, spec)
+    found = changed(steps, text, spec, going_on)
     if found is None and going_on is not None and steps \
             and going_on.function + "(" in "".join(steps[-1].new).replace(" ", ""):
         found = _still(going_on, text, spec)
@@ -215,9 +225,7 @@ def call_edits(steps: list[Step], text: str, spec: LanguageSpec,
 def _still(change: Change, text: str, spec: LanguageSpec):
     """(change, its definition, the text's bytes) when `text` still defines change.function with the
     changed parameters, else None."""
-    old = [p.name for p in change.old_params]
-    new = old[:change.index] + [change.param.name] + old[change.index:] if change.kind == "added" \
-        else old[:change.index] + old[change.index + 1:]
+    new = [p.name for p in _after(change)]
     data = text.encode("utf-8")
     stack = [parser_for(spec).parse(data).root_node]
     while stack:
@@ -273,7 +281,7 @@ def keyword_parameter(node):
 def pending(steps: list[Step], text: str, spec: LanguageSpec, going_on: Change | None) -> Change | None:
     """The signature change a document's newest step made, else `going_on` while the document still
     defines it so: what another document's calls may still need."""
-    found = changed(steps, text, spec) or (_still(going_on, text, spec) if going_on is not None else None)
+    found = changed(steps, text, spec, going_on) or (_still(going_on, text, spec) if going_on is not None else None)
     return None if found is None else found[0]
 
 

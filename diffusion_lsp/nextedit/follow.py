@@ -1,5 +1,6 @@
 """The rest of the user's last change, from the code alone: a rename's remaining sites in the name's
-scope (scope.py), else a changed signature's calls (calls.py), in this document, else those of a
+scope (scope.py), else a changed signature's calls (calls.py), else an argument changed at one
+call made again at the analogous calls (analogous.py), in this document; else the calls of a
 signature changed in another open document that this one imports from. Sites close together (within
 GROUP_LINES) are one suggestion; the first group after the cursor comes first, then the first in
 the file (a jump). The language server proposes it before asking a model (server/next_edit.py),
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
+from .analogous import ArgChange, analogous_edits, arg_change
 from .calls import Change, call_edits, imported_edits, pending
 from .history import Step
 from .scope import Rename, last_rename, sites
@@ -19,7 +21,7 @@ GROUP_LINES = 3  # sites at most this many lines apart are one suggestion
 
 @dataclass(frozen=True)
 class Followed:
-    change: Rename | Change  # what is being followed
+    change: Rename | Change | ArgChange  # what is being followed
     start: int  # the span the suggestion replaces (character offsets) and what it becomes
     end: int
     text: str
@@ -58,6 +60,8 @@ def follow(text: str, spec: LanguageSpec, steps: list[Step], cursor: int,
     if not edits:
         calls = call_edits(steps, text, spec, going_on if isinstance(going_on, Change) else None)
         change, edits = calls if calls is not None else (None, [])
+    if not edits and (change := arg_change(steps, text, spec)) is not None:
+        edits = analogous_edits(text, spec, change)
     group = next_group(text, edits, cursor)
     return None if group is None else Followed(change, *group)
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec, parser_for
-from .history import Step
+from .history import Step, joined
 from .names import (FUNCTIONS, SELF, binding, binds, char_offsets, field_of, is_use, names, python_sees,
                     root)
 from .calls import keyword_parameter, keyword_sites
@@ -127,15 +127,10 @@ def sites(text: str, spec: LanguageSpec, rename: Rename, at_binding: bool = True
 def last_rename(steps: list[Step], text: str) -> Rename | None:
     """The rename the newest of a document's steps (oldest first) made, with the steps just before it
     on the same lines (a name typed with pauses is several steps); None when it is no rename."""
-    newest = steps[-1]
-    old = newest.old
-    for step in reversed(steps[:-1]):
-        if step.first != newest.first or step.new != old:
-            break
-        old = step.old
+    newest = joined(steps)
     start = 0
     for _ in range(newest.first):
         start = text.find("\n", start) + 1
         if start == 0:
             return None
-    return renamed("".join(old), "".join(newest.new), start)
+    return renamed("".join(newest.old), "".join(newest.new), start)

@@ -16,6 +16,17 @@ local function plugin()
   return require('diffusion_lsp')
 end
 
+--- The removed words' highlight: the colour scheme's DiffDelete, struck through, so a removed word
+--- never reads as part of the new one drawn right after it (a user's own DiffusionLspDelete is kept).
+local function highlight()
+  if vim.tbl_isempty(api.nvim_get_hl(0, { name = 'DiffusionLspDelete' })) then
+    local hl = api.nvim_get_hl(0, { name = 'DiffDelete', link = false })
+    hl.strikethrough = true
+    hl.default = true
+    api.nvim_set_hl(0, 'DiffusionLspDelete', hl)
+  end
+end
+
 local function buf(bufnr)
   return (bufnr == nil or bufnr == 0) and api.nvim_get_current_buf() or bufnr
 end
@@ -92,7 +103,7 @@ local function draw_words(bufnr, srow, scol, erow, ecol, new_lines)
         local from = base + upto(ta, ca > 0 and sa - 1 or sa)
         local to = base + upto(ta, ca > 0 and sa + ca - 1 or sa)
         if ca > 0 then
-          api.nvim_buf_set_extmark(bufnr, M.ns, row, from, { end_row = row, end_col = to, hl_group = 'DiffDelete' })
+          api.nvim_buf_set_extmark(bufnr, M.ns, row, from, { end_row = row, end_col = to, hl_group = 'DiffusionLspDelete' })
         end
         if cb > 0 then
           local text = table.concat(tb, '', sb, sb + cb - 1)
@@ -105,6 +116,7 @@ local function draw_words(bufnr, srow, scol, erow, ecol, new_lines)
 end
 
 local function draw(bufnr, edit, encoding)
+  highlight()
   local srow, scol = pos(bufnr, edit.range.start, encoding)
   local erow, ecol = pos(bufnr, edit.range['end'], encoding)
   local lines = vim.split(edit.text, '\n', { plain = true })
@@ -112,7 +124,7 @@ local function draw(bufnr, edit, encoding)
     return
   end
   if srow ~= erow or scol ~= ecol then -- what the edit removes
-    api.nvim_buf_set_extmark(bufnr, M.ns, srow, scol, { end_row = erow, end_col = ecol, hl_group = 'DiffDelete' })
+    api.nvim_buf_set_extmark(bufnr, M.ns, srow, scol, { end_row = erow, end_col = ecol, hl_group = 'DiffusionLspDelete' })
   end
   if edit.text ~= '' then -- what it writes: the first line inline, the others as lines below
     local virt_lines = {}

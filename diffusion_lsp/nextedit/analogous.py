@@ -1,0 +1,124 @@
+"""The rest of an argument change: the user changed one argument of a call (a literal, a name, an
+expression), so the calls of the same function in the file that pass the same old argument in the
+same place (its position; in Python a keyword's name) are proposed the same change, found with
+tree-sitter in every language the server parses. Names swapped for names are not such a change
+(`f(a)` -> `f(b)`, `f(self.a)` -> `f(self.b)`: a rename's step at a use, or another variable
+passed): scope.py's to follow.
+
+The call is the one the newest step (with the steps typed just before it on its lines) changed in
+exactly one argument, keeping its function and its other arguments; of nested calls, the innermost.
+Its "function" is the call's text before its arguments (`self.assertEqual`, `fmt.Println`), so a
+method of another object is another function. An argument that merely holds the old text inside a
+longer one is not the same argument."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..context.languages import LanguageSpec, parser_for
+from .history import Step, joined
+from .names import char_offsets
+
+CALLS = {"call", "call_expression", "method_invocation"}
+NAME_LEAVES = {"identifier", "property_identifier", "field_identifier", "shorthand_property_identifier", "type_identifier"}
+
+
+@dataclass(frozen=True)
+class ArgChange:
+    callee: str  # the call's text before its arguments, without spaces
+    slot: int | str  # the argument's position, or its keyword
+    old: str
+    new: str
+
+
+def _callee(call) -> str | None:
+    args = call.child_by_field_name("arguments")
+    if args is None:
+        return None
+    return re.sub(r"\s+", "", call.text[:args.start_byte - call.start_byte].decode("utf-8", "replace"))
+
+
+def _slots(call) -> dict:
+    """{position or keyword: the argument's value node} of a call."""
+    items = [c for c in call.child_by_field_name("arguments").named_children if c.type != "comment"]
+    out = {}
+    for i, item in enumerate(items):
+        if item.type == "keyword_argument" and (key := item.child_by_field_name("name")) is not None:
+            out[key.text.decode("utf-8", "replace")] = item.child_by_field_name("value")
+        else:
+            out[i] = item
+    return out
+
+
+def _calls(root, lo: int, hi: int) -> list:
+    """The calls whose arguments overlap bytes lo..hi, in order of position."""
+    out, stack = [], [root]
+    while stack:
+        n = stack.pop()
+        if n.end_byte <= lo or n.start_byte >= hi:
+            continue
+        args = n.child_by_field_name("arguments") if n.type in CALLS else None
+        if args is not None and args.start_byte < hi and lo < args.end_byte:
+            out.append(n)
+        stack.extend(n.children)
+    return sorted(out, key=lambda n: n.start_byte)
+
+
+def arg_change(steps: list[Step], text: str, spec: LanguageSpec) -> ArgChange | None:
+    """The one argument the newest step changed in one call, or None."""
+    if not steps or (parser := parser_for(spec)) is None:
+        return None
+    step = joined(steps)
+    lines = text.splitlines(keepends=True)
+    before = "".join(lines[:step.first] + list(step.old) + lines[step.first + len(step.new):])
+    lo = len("".join(lines[:step.first]).encode("utf-8"))
+    now = _calls(parser.parse(text.encode("utf-8")).root_node, lo, lo + len("".join(step.new).encode("utf-8")))
+    was = _calls(parser.parse(before.encode("utf-8")).root_node, lo, lo + len("".join(step.old).encode("utf-8")))
+    if len(now) != len(was):
+        return None
+    found = []
+    for old, new in zip(was, now):
+        if old.text == new.text or _callee(old) != _callee(new):
+            continue
+        a, b = _slots(old), _slots(new)
+        diff = [k for k in a if a[k] is not None and b.get(k) is not None and a[k].text != b[k].text]
+        if a.keys() == b.keys() and len(diff) == 1 and not _names_only(a[diff[0]], b[diff[0]]):
+            found.append((len(new.text), ArgChange(_callee(new), diff[0], a[diff[0]].text.decode("utf-8", "replace"),
+                                                   b[diff[0]].text.decode("utf-8", "replace"))))
+    if not found:
+        return None
+    change = min(found, key=lambda f: f[0])[1]  # of nested calls, the innermost
+    return change if change.old.strip() and change.new.strip() else None
+
+
+def _leaves(node) -> list:
+    stack, out = [node], []
+    while stack:
+        n = stack.pop()
+        if n.child_count == 0:
+            out.append(n)
+        stack.extend(reversed(n.children))
+    return out
+
+
+def _names_only(old, new) -> bool:
+    """Whether two arguments differ in names alone (`a` -> `b`, `self.a` -> `self.b`, `**kw` -> `**kw2`):
+    a rename's step at a use, or another variable passed; not followed."""
+    x, y = _leaves(old), _leaves(new)
+    return len(x) == len(y) and all(m.type == n.type and (m.text == n.text or m.type in NAME_LEAVES) for m, n in zip(x, y))
+
+
+def analogous_edits(text: str, spec: LanguageSpec, change: ArgChange) -> list[tuple[int, int, str]]:
+    """(start, end, new text) of the argument at every call of change.callee still passing change.old
+    in change.slot, in order."""
+    parser = parser_for(spec)
+    data = text.encode("utf-8")
+    chars, out = char_offsets(data), []
+    for call in _calls(parser.parse(data).root_node, 0, len(data)):
+        if _callee(call) != change.callee:
+            continue
+        arg = _slots(call).get(change.slot)
+        if arg is not None and arg.text.decode("utf-8", "replace") == change.old:
+            out.append((chars(arg.start_byte), chars(arg.end_byte), change.new))
+    return sorted(out)
