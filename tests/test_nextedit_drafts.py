@@ -161,3 +161,46 @@ def test_a_step_with_context_lines_repeats_its_inserted_line_in_the_next_class()
     out = run(req, Scripted(high={"height:"}))
     assert (out.reason, out.drafts) == ("draft", 1)
     assert out.edit.apply(after) == after.replace("    width: int\n    depth", "    width: int\n    height: int\n    depth")
+
+
+def test_a_site_of_the_last_change_outside_the_region_moves_the_region_there_and_is_a_jump():
+    far = "def f(timeout=10):\n    return 1\n" + "\n" * 40 + "def g():\n    return call(timeout=10)\n"
+    text = far.replace("def f(timeout=10)", "def f(timeout=30)")
+    step = Step("file:///m.py", "m.py", 0, ["def f(timeout=10):\n"], ["def f(timeout=30):\n"])
+    req = EditRequest(text, "m.py", (0, 17), PY, [step.diff()], step, NextEditSettings(region_lines=6),
+                      lambda t: len(t.split()))
+    backend = Scripted(low={"call(timeout=10)"}, high={"call(timeout=30)"})
+    out = run(req, backend)
+    assert out.reason == "draft" and out.jump
+    assert out.edit.apply(text) == text.replace("call(timeout=10)", "call(timeout=30)")
+    assert out.region.first > 30  # the region around the site, not the cursor
+    req.settings = NextEditSettings(region_lines=6, drafts=False)  # without drafts: the cursor's region
+    assert run(req, Scripted()).region.first == 0
+
+
+def test_a_remote_api_that_cannot_score_is_asked_to_rewrite_the_region_of_the_site():
+    from diffusion_lsp.formats.mercury import CURSOR
+    from diffusion_lsp.protocol.requests import RewriteRequest
+
+    class Api:  # an edit endpoint: rewrites the region it is sent, here with the change made again
+        capabilities = Capabilities(probe=False, rewrite=True)
+
+        def __init__(self):
+            self.asked = []
+
+        async def rewrite(self, key, order: RewriteRequest) -> Fill:
+            self.asked.append(order.content)
+            region = order.content.split("<|code_to_edit|>\n", 1)[1].split("<|/code_to_edit|>", 1)[0]
+            text = "```\n" + region.replace(CURSOR, "").replace("timeout=10", "timeout=30") + "```"
+            return Fill(text, [text], [0.9], ms=1.0, forwards=1, end_confidence=0.9)
+
+    far = "def f(timeout=10):\n    return 1\n" + "\n" * 40 + "def g():\n    return call(timeout=10)\n"
+    text = far.replace("def f(timeout=10)", "def f(timeout=30)")
+    step = Step("file:///m.py", "m.py", 0, ["def f(timeout=10):\n"], ["def f(timeout=30):\n"])
+    req = EditRequest(text, "m.py", (0, 17), PY, [step.diff()], step, NextEditSettings(region_lines=6),
+                      lambda t: len(t.split()))
+    api = Api()
+    out = run(req, api)
+    (asked,) = api.asked
+    assert "call(timeout=" + CURSOR + "10)" in asked.split("<|code_to_edit|>", 1)[1]  # the site's region, marked at the site
+    assert out.edit.apply(text) == text.replace("call(timeout=10)", "call(timeout=30)") and out.jump

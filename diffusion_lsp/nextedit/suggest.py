@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -217,6 +218,7 @@ class _Prepared:
     before: str
     after: str
     diffs: list[str]
+    cursor: tuple[int, int]  # where the model is told the user is: the cursor, or the site jumped to
 
 
 Cpu = Callable[..., Awaitable]  # cpu(fn, *args) -> fn(*args), run where the caller wants CPU work
@@ -229,12 +231,37 @@ async def inline(fn, *args):
 def _prepare(req: EditRequest) -> _Prepared:
     s, text = req.settings, req.text
     region_tokens = max(8, min(s.region_tokens, s.max_context_tokens // 4))
-    region = (given_region(text, *req.region) if req.region is not None else
-              editable_region(text, req.cursor[0], req.spec, req.count, s.region_lines, region_tokens))
+    cursor = req.cursor
+    if req.region is not None:
+        region = given_region(text, *req.region)
+    else:
+        region = editable_region(text, cursor[0], req.spec, req.count, s.region_lines, region_tokens)
+        if s.drafts and (site := next_site(req, region)) is not None:  # the last step's next site, elsewhere
+            cursor = site
+            region = editable_region(text, cursor[0], req.spec, req.count, s.region_lines, region_tokens)
     old = text[region.start_offset:region.end_offset]
     before, after = text[:region.start_offset], text[region.end_offset:]
     diffs = req.diffs[-s.history_steps:] if s.history_steps else []
-    return _Prepared(region, old, before, after, diffs)
+    return _Prepared(region, old, before, after, diffs, cursor)
+
+
+def next_site(req: EditRequest, region: Region) -> tuple[int, int] | None:
+    """(line, column) of the next place the user's last step would be made again (the text it
+    replaced, as a whole word: repeat.py), when the region around the cursor holds none: the first
+    after the region, else the first in the file. None when the region holds one, or none is left."""
+    last = req.last_step
+    change = None if last is None else repeat.last_change(last.old, last.new)
+    if change is None:
+        return None
+    old_text, _ = repeat.token_change(change[0], change[1])
+    if not old_text.strip():
+        return None
+    hits = [m.start() for m in re.finditer(repeat.whole(old_text), req.text)]
+    if not hits or any(region.start_offset <= h < region.end_offset for h in hits):
+        return None
+    at = next((h for h in hits if h >= region.end_offset), hits[0])
+    line = req.text.count("\n", 0, at)
+    return line, at - (req.text.rfind("\n", 0, at) + 1)
 
 
 def _prompt(req: EditRequest, p: _Prepared, room: int, old_region: str | None = None):
@@ -252,7 +279,7 @@ async def suggest(req: EditRequest, backend: Backend, key: str, cpu: Cpu = inlin
     n_old = await cpu(count, old)
     forwards, model_ms = 0, 0.0
     if mode == "api":
-        cursor = _cursor_in(old, region, req.cursor)
+        cursor = _cursor_in(old, region, p.cursor)
         content = await cpu(mercury.edit_request, req.path, p.before, old, cursor, p.after, p.diffs, count,
                             s.max_context_tokens)
         fill = await backend.rewrite(key, RewriteRequest(content, 2 * n_old + 64))
@@ -278,7 +305,7 @@ async def suggest(req: EditRequest, backend: Backend, key: str, cpu: Cpu = inlin
             out = await cpu(_judge, req, mode, region, old, best, math.exp(best_score), forwards, model_ms, True)
             out.drafts = len(drafts)
             return out
-        span = choose_span(doubted_lines(old, probed, s.doubt), req.cursor[0] - region.first, s.max_span_lines)
+        span = choose_span(doubted_lines(old, probed, s.doubt), p.cursor[0] - region.first, s.max_span_lines)
         if span is None:
             return Outcome(None, EditOutcome.NO_DOUBT, mode, region, forwards, model_ms, drafts=len(drafts))
         a, b = narrow(old, probed, s.doubt, span)
@@ -305,7 +332,7 @@ def _drafts(req: EditRequest, p: _Prepared) -> list[str]:
     lines = req.text.splitlines(keepends=True)
     above = last.first + at - 1  # the document line above the changed block: a copied line's original
     anchor = lines[above] if 0 <= above < len(lines) else None
-    cursor = _cursor_in(p.old, p.region, req.cursor)
+    cursor = _cursor_in(p.old, p.region, p.cursor)
     return [d for d in repeat.in_region(p.old, cursor, removed, added, anchor) if d != p.old]
 
 
