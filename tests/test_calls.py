@@ -6,6 +6,7 @@ the chain through the language server: change the def, accept, next call, never 
 from __future__ import annotations
 
 import asyncio
+import re
 
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.context.records import Document
@@ -61,8 +62,11 @@ def test_a_parameter_added_reaches_the_calls_that_still_have_the_old_arity():
     assert edits(text, step) == [(9, "print(area(3, 4, scale), area(w=1, h=2, scale=scale), area(*dims))"),
                                  (11, "    5, 6, scale))"), (20, "total = area(7, 8, scale)")]
     text, step = change(0, "def area(w, h):", "def area(scale, w, h):")
-    assert edits(text, step) == [(9, "print(area(scale, 3, 4), area(scale, w=1, h=2), area(*dims))"),
-                                 (11, "    scale, 5, 6))"), (20, "total = area(scale, 7, 8)")]
+    after = text
+    for s, e, new in reversed(call_edits([step], text, PY)[1]):
+        after = after[:s] + new + after[e:]
+    assert "print(area(scale, 3, 4), area(scale, w=1, h=2), area(*dims))\nprint(area(\n    scale,\n    5, 6))" in after
+    assert "total = area(scale, 7, 8)" in after and len(re.findall(r"\bscale\b", after)) == 5  # and the def's
     text, step = change(0, "def area(w, h):", "def area(w, h, scale=1):")
     assert edits(text, step) == []  # a default: no call needs it
 
@@ -162,3 +166,20 @@ def test_an_undo_and_the_edit_after_it_in_one_step_are_held_against_the_change_f
     assert call_edits([merged], text, PY) is None  # two parameters apart: not one change by itself
     found = call_edits([merged], text, PY, going_on)
     assert found[0].kind == "removed" and found[0].param.name == "w" and len(found[1]) == 4
+
+
+def test_an_argument_added_to_a_call_written_one_argument_a_line_gets_a_line_of_its_own():
+    source = "def area(w, h):\n    return w * h\n\n\nx = area(\n    3,\n    4,\n)\ny = area(3, 4,)\nz = area(\n    3,\n    4)\n"
+    step = Step("u", "a.py", 0, ["def area(w, h):\n"], ["def area(w, h, scale):\n"])
+    text = source.replace("def area(w, h):", "def area(w, h, scale):")
+    after = text
+    for s, e, new in reversed(call_edits([step], text, PY)[1]):
+        after = after[:s] + new + after[e:]
+    assert after.split("\n")[4:] == ["x = area(", "    3,", "    4,", "    scale,", ")", "y = area(3, 4, scale,)",
+                                     "z = area(", "    3,", "    4, scale)", ""]
+    step = Step("u", "a.py", 0, ["def area(w, h):\n"], ["def area(scale, w, h):\n"])
+    text = source.replace("def area(w, h):", "def area(scale, w, h):")
+    after = text
+    for s, e, new in reversed(call_edits([step], text, PY)[1]):
+        after = after[:s] + new + after[e:]
+    assert after.split("\n")[4:8] == ["x = area(", "    scale,", "    3,", "    4,"]

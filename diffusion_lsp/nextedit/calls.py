@@ -187,13 +187,27 @@ def _rewrite(args, change: Change) -> tuple[int, int, str] | None:
         return (items[i - 1].end_byte if i else gone.start_byte), gone.end_byte, ""
     if p.default or name in keywords:
         return None
+    arg = name if not p.keyword_only and change.index == len(positional) else f"{name}={name}"
     if not p.keyword_only and change.index < len(items) and change.index <= len(positional):
-        return items[change.index].start_byte, items[change.index].start_byte, f"{name}, "
-    if not p.keyword_only and change.index == len(positional) == len(items):
-        return (items[-1].end_byte, items[-1].end_byte, f", {name}") if items else \
-            (args.start_byte + 1, args.start_byte + 1, name)
-    return (items[-1].end_byte, items[-1].end_byte, f", {name}={name}") if items else \
-        (args.start_byte + 1, args.start_byte + 1, f"{name}={name}")
+        at, indent = items[change.index], _own_line(args, items[change.index])
+        return at.start_byte, at.start_byte, f"{name}, " if indent is None else f"{name},\n{indent}"
+    if not items:
+        return args.start_byte + 1, args.start_byte + 1, arg
+    last = items[-1]
+    rest = args.text[last.end_byte - args.start_byte:]
+    if rest.lstrip(b" \t").startswith(b","):  # a trailing comma: the new argument after it, as the others stand
+        comma = last.end_byte + rest.index(b",") + 1
+        indent = _own_line(args, last)
+        return comma, comma, f" {arg}," if indent is None else f"\n{indent}{arg},"
+    return last.end_byte, last.end_byte, f", {arg}"
+
+
+def _own_line(args, node) -> str | None:
+    """The indentation before `node` when it starts a line of a call's arguments, else None."""
+    head = args.text[:node.start_byte - args.start_byte]
+    if b"\n" not in head or head.rsplit(b"\n", 1)[1].strip(b" \t"):
+        return None
+    return head.rsplit(b"\n", 1)[1].decode("utf-8", "replace")
 
 
 def _fits(params: tuple[Param, ...], n: int, keywords) -> bool:

@@ -247,7 +247,7 @@ def _prepare(req: EditRequest) -> _Prepared:
 
 def next_site(req: EditRequest, region: Region) -> tuple[int, int] | None:
     """(line, column) of the next place the user's last step would be made again (the text it
-    replaced, as a whole word: repeat.py), when the region around the cursor holds none: the first
+    replaced, as a whole word, as the drafts make it), when the region around the cursor holds none: the first
     after the region, else the first in the file. None when the region holds one, or none is left."""
     last = req.last_step
     change = None if last is None else repeat.last_change(last.old, last.new)
