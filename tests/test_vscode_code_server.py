@@ -386,7 +386,7 @@ def test_a_next_edit_is_drawn_jumped_to_and_applied(code_server, echo_checkpoint
     # asked again from line 3 (Suggest next edit): the edit is elsewhere, so a hint names it
     hints = [a for a in n["shown"]["after"] if "Tab: next edit" in a]
     assert len(hints) == 1, n["shown"]
-    m = re.search(r"⇥ Tab: next edit \((?:replace|insert|delete) at line (\d+)\)", hints[0])
+    m = re.search(r"⇥ Tab: next edit \((?:replace|insert|delete) at lines? (\d+)(?:–\d+)?\)", hints[0])
     assert m, hints
     assert n["shown"]["cursor"] == "Ln 3, Col 1" and any("width" in a for a in n["shown"]["after"])
     # Tab: the cursor jumps to the edit's line; the edit stays drawn, without the hint

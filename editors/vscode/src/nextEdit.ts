@@ -46,8 +46,14 @@ export function preview(edit: NextEdit, lines: string[], languageId = ''): Previ
     inline = clip(first.trim() === '' ? '⏎' : first, INLINE_MAX) + (more > 0 ? `  (+${more} line${more > 1 ? 's' : ''})` : '');
   }
   const line = edit.range.start.line + 1;
-  const summary = insertedLines.length === 0 ? `delete at line ${line}`
-    : empty ? `insert at line ${line}` : `replace at line ${line}`;
+  const { end } = edit.range;
+  const last = end.character === 0 && end.line > edit.range.start.line ? end.line : end.line + 1;
+  const where = last > line ? `lines ${line}–${last}` : `line ${line}`;
+  // what the edit does, word by word: an edit over several sites that only adds words is an insertion
+  const changes = empty || insertedLines.length === 0 ? [] : wordDiff(words(deletedText), words(edit.text));
+  const kind = insertedLines.length === 0 || (changes.length > 0 && changes.every(([, , w]) => w.length === 0)) ? 'delete'
+    : empty || (changes.length > 0 && changes.every(([, n]) => n === 0)) ? 'insert' : 'replace';
+  const summary = `${kind} at ${where}`;
   const fence = '```';
   const hover = [`**Next edit** (${summary}) — Tab: accept, Esc: dismiss`, '',
     ...(empty ? [] : ['Removes:', `${fence}${languageId}`, deletedText, fence]),

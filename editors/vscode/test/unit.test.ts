@@ -152,6 +152,11 @@ describe('next edit', () => {
     assert.equal(del.deletedText, 'def area(width, h):\n');
     assert.equal(del.inline, '');
     assert.equal(del.summary, 'delete at line 1');
+    // the rest of a signature change over two calls: words added only, on two lines
+    const calls = ['x = f(1)', 'y = f(2)'];
+    assert.equal(preview(edit(0, 7, 1, 7, ', s)\ny = f(2, s'), calls).summary, 'insert at lines 1–2');
+    assert.equal(preview(edit(0, 6, 0, 7, ''), calls).summary, 'delete at line 1');
+    assert.equal(preview(edit(0, 6, 1, 7, '1)\ny = f('), ['x = f(1, s)', 'y = f(s, 2)']).summary, 'delete at lines 1–2');
   });
 
   it('jumps to an edit off the cursor line, then applies it', () => {
