@@ -44,6 +44,7 @@ def test_a_call_is_right_when_python_binds_it_as_before_plus_the_new_parameter(c
     target = signatures.Added("area", 0, 15, "extra_2, ", False, 1)
     assert signatures.judge(before, before.replace("print(area(3, 4))", f"print({calls})"), target) == (done, right)
     assert signatures.judge(before, before.replace("w * h", "w * h + 1"), target) == (False, False)  # not a call
+    assert signatures.judge(before, before.replace("extra_2, ", ""), target) == (False, False)  # the parameter undone
 
 
 @pytest.mark.slow

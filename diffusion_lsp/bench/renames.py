@@ -53,6 +53,10 @@ class Target:
     name: str
     sites: tuple[tuple[int, int], ...]  # (line, column) of each occurrence, 0-based; the definition first
 
+    @property
+    def size(self) -> int:
+        return len(self.sites)
+
     def renamed(self, text: str, new: str, only_first: bool = False) -> str:
         lines = text.split("\n")
         for line, col in sorted(self.sites[:1] if only_first else self.sites, reverse=True):
@@ -154,7 +158,7 @@ async def chain(lsp, uri: str, text: str, target: Target | Added) -> dict:
     before = text.split("\n")[line][:col]
     lsp.change(uri, (line, before), (line, before + old), new)
     shown, wrong, ms = 0, 0, []
-    for _ in range(2 * len(target.sites)):
+    for _ in range(2 * target.size):
         took, edit = await lsp.next_edit(uri, line, before + new)
         ms.append(took)
         if edit is None:
@@ -170,7 +174,7 @@ async def chain(lsp, uri: str, text: str, target: Target | Added) -> dict:
         lsp.change(uri, at(rng["start"]), at(rng["end"]), edit["text"])
         now = after
     lsp.close(uri)
-    return {"kind": target.kind, "sites": len(target.sites), "shown": shown, "wrong": wrong, "ms": ms,
+    return {"kind": target.kind, "sites": target.size, "shown": shown, "wrong": wrong, "ms": ms,
             "done": judged(now)[0]}
 
 

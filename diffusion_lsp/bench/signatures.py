@@ -32,8 +32,9 @@ class Added:
     calls: int  # calls that must pass it
 
     @property
-    def sites(self) -> tuple:  # the bench's rows count sites: the definition and its calls
-        return (None,) * (1 + self.calls)
+    def size(self) -> int:
+        """Sites: the definition and its calls."""
+        return 1 + self.calls
 
 
 def _signature(fn: ast.FunctionDef, method: bool) -> inspect.Signature:
@@ -142,8 +143,10 @@ def judge(before: str, after: str, target: Added) -> tuple[bool, bool]:
     except SyntaxError:
         return False, False
     top = symtable.symtable(after, "<file>", "exec")
-    fn = next(f for f in ast.walk(new_tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-              and f.name == target.name and NEW in {a.arg for a in f.args.posonlyargs + f.args.args})
+    fn = next((f for f in ast.walk(new_tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and f.name == target.name and NEW in {a.arg for a in f.args.posonlyargs + f.args.args}), None)
+    if fn is None:  # an edit undid the parameter, or renamed the function
+        return False, False
     cls = next((c.name for c in ast.walk(new_tree) if isinstance(c, ast.ClassDef) and fn in c.body), None)
     new_sig = _signature(fn, target.method)
     old_sig = inspect.Signature([p for p in new_sig.parameters.values() if p.name != NEW])

@@ -16,9 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..context.languages import LanguageSpec, parser_for
-from .history import Step, joined
-from .names import char_offsets
+from ..context.languages import LanguageSpec
+from .history import Step, joined, undone
+from .names import char_offsets, parsed
 
 CALLS = {"call", "call_expression", "method_invocation"}
 NAME_LEAVES = {"identifier", "property_identifier", "field_identifier", "shorthand_property_identifier", "type_identifier"}
@@ -67,14 +67,16 @@ def _calls(root, lo: int, hi: int) -> list:
 
 def arg_change(steps: list[Step], text: str, spec: LanguageSpec) -> ArgChange | None:
     """The one argument the newest step changed in one call, or None."""
-    if not steps or (parser := parser_for(spec)) is None:
+    if not steps:
         return None
     step = joined(steps)
-    lines = text.splitlines(keepends=True)
-    before = "".join(lines[:step.first] + list(step.old) + lines[step.first + len(step.new):])
-    lo = len("".join(lines[:step.first]).encode("utf-8"))
-    now = _calls(parser.parse(text.encode("utf-8")).root_node, lo, lo + len("".join(step.new).encode("utf-8")))
-    was = _calls(parser.parse(before.encode("utf-8")).root_node, lo, lo + len("".join(step.old).encode("utf-8")))
+    before, start = undone(step, text)
+    now_tree, then_tree = parsed(spec, text), parsed(spec, before)
+    if now_tree is None or then_tree is None:
+        return None
+    lo = len(text[:start].encode("utf-8"))
+    now = _calls(now_tree[0].root_node, lo, lo + len("".join(step.new).encode("utf-8")))
+    was = _calls(then_tree[0].root_node, lo, lo + len("".join(step.old).encode("utf-8")))
     if len(now) != len(was):
         return None
     found = []
@@ -112,10 +114,11 @@ def _names_only(old, new) -> bool:
 def analogous_edits(text: str, spec: LanguageSpec, change: ArgChange) -> list[tuple[int, int, str]]:
     """(start, end, new text) of the argument at every call of change.callee still passing change.old
     in change.slot, in order."""
-    parser = parser_for(spec)
-    data = text.encode("utf-8")
-    chars, out = char_offsets(data), []
-    for call in _calls(parser.parse(data).root_node, 0, len(data)):
+    if (found := parsed(spec, text)) is None:
+        return []
+    (tree, data), out = found, []
+    chars = char_offsets(data)
+    for call in _calls(tree.root_node, 0, len(data)):
         if _callee(call) != change.callee:
             continue
         arg = _slots(call).get(change.slot)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..context.languages import LanguageSpec, parser_for
-from .history import Step, joined
-from .names import FUNCTIONS, SELF, binding, char_offsets, names, python_sees, root
+from ..context.languages import LanguageSpec
+from .history import Step, joined, undone
+from .names import FUNCTIONS, SELF, binding, char_offsets, names, parsed, python_sees, root
 
 PARAM_NODES = {"identifier", "typed_parameter", "default_parameter", "typed_default_parameter"}
 SPLATS = {"list_splat_pattern", "dictionary_splat_pattern", "list_splat", "dictionary_splat"}
@@ -88,17 +88,16 @@ def changed(steps: list[Step], text: str, spec: LanguageSpec,
     Quick edits at one spot are one step (an undo and the edit after it too): when the step's own
     before differs by more than one parameter, the def is also held against `going_on`, the change
     followed last, as it was before and after it."""
-    if spec.name != "python" or not steps or (parser := parser_for(spec)) is None:
+    if spec.name != "python" or not steps:
         return None
-    newest = joined(steps)
-    old = newest.old
-    lines = text.splitlines(keepends=True)
-    before = "".join(lines[:newest.first] + list(old) + lines[newest.first + len(newest.new):])
-    start = sum(map(len, lines[:newest.first]))
-    data, old_data = text.encode("utf-8"), before.encode("utf-8")
-    lo = len(text[:start].encode("utf-8"))
-    fn = _defining(parser.parse(data), lo, lo + len("".join(newest.new).encode("utf-8")))
-    was = _defining(parser.parse(old_data), lo, lo + len("".join(old).encode("utf-8")))
+    step = joined(steps)
+    before, start = undone(step, text)
+    now_tree, then_tree = parsed(spec, text), parsed(spec, before)
+    if now_tree is None or then_tree is None:
+        return None
+    (tree, data), lo = now_tree, len(text[:start].encode("utf-8"))
+    fn = _defining(tree, lo, lo + len("".join(step.new).encode("utf-8")))
+    was = _defining(then_tree[0], lo, lo + len("".join(step.old).encode("utf-8")))
     if fn is None or was is None or fn.child_by_field_name("name").text != was.child_by_field_name("name").text:
         return None
     now, then = parameters(fn), parameters(was)
@@ -151,13 +150,29 @@ def calls(fn, method: bool) -> list:
         scope = fn.parent
         while scope is not None and scope.type not in FUNCTIONS["python"]:
             scope = scope.parent
-        scope = scope if scope is not None else root(fn)
-        for ident in names(scope, name):
-            call = ident.parent
-            if call is not None and call.type == "call" and call.child_by_field_name("function") == ident \
-                    and python_sees(ident, scope, name):
-                out.append(call.child_by_field_name("arguments"))
+        out = _named_calls(scope if scope is not None else root(fn), name)
     return sorted((a for a in out if a is not None and a.type == "argument_list"), key=lambda a: a.start_byte)
+
+
+def _named_calls(scope, name: bytes) -> list:
+    """The argument lists of the calls `name(...)` in `scope` where `name` is the scope's own (no
+    function in between binds it)."""
+    out = []
+    for ident in names(scope, name):
+        call = ident.parent
+        if call is not None and call.type == "call" and call.child_by_field_name("function") == ident \
+                and python_sees(ident, scope, name):
+            out.append(call.child_by_field_name("arguments"))
+    return [a for a in out if a is not None and a.type == "argument_list"]
+
+
+def _edits(calls_args: list, change: Change, data: bytes) -> list[tuple[int, int, str]]:
+    """(start, end, new text), character offsets, of the calls (their argument nodes) the change reaches."""
+    chars, out = char_offsets(data), []
+    for args in calls_args:
+        if (edit := _rewrite(args, change)) is not None:
+            out.append((chars(edit[0]), chars(edit[1]), edit[2]))
+    return out
 
 
 def _rewrite(args, change: Change) -> tuple[int, int, str] | None:
@@ -227,21 +242,16 @@ def call_edits(steps: list[Step], text: str, spec: LanguageSpec,
     if found is None:
         return None
     change, fn, data = found
-    _, method = parameters(fn)
-    chars = char_offsets(data)
-    out = []
-    for args in calls(fn, method):
-        if (edit := _rewrite(args, change)) is not None:
-            out.append((chars(edit[0]), chars(edit[1]), edit[2]))
-    return change, out
+    return change, _edits(calls(fn, parameters(fn)[1]), change, data)
 
 
 def _still(change: Change, text: str, spec: LanguageSpec):
     """(change, its definition, the text's bytes) when `text` still defines change.function with the
     changed parameters, else None."""
-    new = [p.name for p in _after(change)]
-    data = text.encode("utf-8")
-    stack = [parser_for(spec).parse(data).root_node]
+    new, found = [p.name for p in _after(change)], parsed(spec, text)
+    if found is None:
+        return None
+    data, stack = found[1], [found[0].root_node]
     while stack:
         n = stack.pop()
         stack.extend(n.children)
@@ -260,8 +270,8 @@ def keyword_sites(node, old: bytes) -> list:
     if fn is None or fn.type != "parameters" or not binding(node):
         return []
     fn = fn.parent
-    found = parameters(fn)
-    if fn is None or fn.type != "function_definition" or found is None:
+    found = parameters(fn) if fn.type == "function_definition" else None
+    if found is None:
         return []
     out = []
     for args in calls(fn, found[1]):
@@ -302,11 +312,9 @@ def pending(steps: list[Step], text: str, spec: LanguageSpec, going_on: Change |
 def imported_edits(text: str, spec: LanguageSpec, change: Change, module: str) -> list[tuple[int, int, str]]:
     """(start, end, new text) of the calls in `text` (another document) of change.function imported
     from `module` (the defining file's name without .py: `from pkg.module import function [as f]`)."""
-    if spec.name != "python" or (parser := parser_for(spec)) is None:
+    if spec.name != "python" or (found := parsed(spec, text)) is None:
         return []
-    data = text.encode("utf-8")
-    tree = parser.parse(data)
-    local = None
+    (tree, data), local = found, None
     for stmt in tree.root_node.children:
         src = stmt.child_by_field_name("module_name") if stmt.type == "import_from_statement" else None
         if src is None or src.text.decode("utf-8", "replace").rsplit(".", 1)[-1] != module:
@@ -320,12 +328,4 @@ def imported_edits(text: str, spec: LanguageSpec, change: Change, module: str) -
                 local = alias.text if alias is not None else None
     if local is None:
         return []
-    chars, out = char_offsets(data), []
-    for ident in names(tree.root_node, local):
-        call = ident.parent
-        if call is not None and call.type == "call" and call.child_by_field_name("function") == ident \
-                and python_sees(ident, tree.root_node, local) \
-                and (args := call.child_by_field_name("arguments")) is not None and args.type == "argument_list" \
-                and (edit := _rewrite(args, change)) is not None:
-            out.append((chars(edit[0]), chars(edit[1]), edit[2]))
-    return sorted(out)
+    return sorted(_edits(_named_calls(tree.root_node, local), change, data))

@@ -114,7 +114,13 @@ def joined(steps: list[Step]) -> Step:
     return Step(newest.uri, newest.path, newest.first, old, newest.new, newest.at)
 
 
-def _offset(text: str, line: int) -> int:
+def undone(step: Step, text: str) -> tuple[str, int]:
+    """(`text` as it was before `step`, the offset where the step's lines start, in both)."""
+    start, end = line_offset(text, step.first), line_offset(text, step.first + len(step.new))
+    return text[:start] + "".join(step.old) + text[end:], start
+
+
+def line_offset(text: str, line: int) -> int:
     """Offset where 0-based `line` starts (len(text) past the end). str.split runs in C: 0.6 ms at
     line 4,500 of a 170 KB file, where a loop of str.find takes 1.5 ms."""
     if line <= 0:
@@ -158,7 +164,7 @@ class EditLog:
             lo, hi_old = min(last.first, start_line), max(last.first + len(last.new) - 1, end_line)
         else:
             lo, hi_old = max(0, start_line - CONTEXT), end_line + CONTEXT
-        base = _offset(before, lo)  # the same in `after`: nothing above start_line changed
+        base = line_offset(before, lo)  # the same in `after`: nothing above start_line changed
         old = _lines_at(before, base, hi_old - lo + 1)
         new = _lines_at(after, base, hi_old + delta - lo + 1)
         if merge:  # the step's own old lines stand where its new ones are now

@@ -1,8 +1,14 @@
 """Names in a tree-sitter tree: which identifier nodes are uses of a name, which bind it, which
 function scopes bind it (Python's rules: parameters and assignment targets, `nonlocal`/`global`),
-and the character offsets of nodes. scope.py (renames) and calls.py (signatures) stand on these."""
+and the character offsets of nodes. scope.py (renames), calls.py (signatures) and analogous.py
+(arguments) stand on these, and parse a text through `parsed`: one follow asks each of them in
+turn about the same document and the same document before the step, parsed once each."""
 
 from __future__ import annotations
+
+import functools
+
+from ..context.languages import LanguageSpec, parser_for
 
 NAMES = {"identifier", "shorthand_property_identifier"}  # a name's own use; property and field names are other types
 FUNCTIONS = {
@@ -114,3 +120,13 @@ def char_offsets(data: bytes):
     def chars(byte: int) -> int:
         return len(data[:byte].decode("utf-8", "replace"))
     return chars
+
+
+@functools.lru_cache(maxsize=8)
+def parsed(spec: LanguageSpec, text: str):
+    """(the tree of `text`, its UTF-8 bytes), or None for a language without a parser."""
+    parser = parser_for(spec)
+    if parser is None:
+        return None
+    data = text.encode("utf-8")
+    return parser.parse(data), data

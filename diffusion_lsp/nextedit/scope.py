@@ -20,10 +20,10 @@ import keyword
 import re
 from dataclasses import dataclass
 
-from ..context.languages import LanguageSpec, parser_for
-from .history import Step, joined
-from .names import (FUNCTIONS, SELF, binding, binds, char_offsets, field_of, is_use, names, python_sees,
-                    root)
+from ..context.languages import LanguageSpec
+from .history import Step, joined, line_offset
+from .names import (FUNCTIONS, SELF, binding, binds, char_offsets, field_of, is_use, names, parsed,
+                    python_sees, root)
 from .calls import keyword_parameter, keyword_sites
 from .repeat import renames
 
@@ -95,12 +95,9 @@ def sites(text: str, spec: LanguageSpec, rename: Rename, at_binding: bool = True
     scope, in order; [] when the change is not a rename tree-sitter can place. `at_binding`: only when
     the change renamed the name where it is defined (one name swapped for another at a use is an
     argument changed, unless a rename begun at its definition goes on)."""
-    parser = parser_for(spec)
-    if parser is None:
+    if (found := parsed(spec, text)) is None:
         return []
-    data = text.encode("utf-8")
-    byte_at = len(text[:rename.at].encode("utf-8"))
-    tree = parser.parse(data)
+    (tree, data), byte_at = found, len(text[:rename.at].encode("utf-8"))
     node = tree.root_node.named_descendant_for_byte_range(byte_at, byte_at + len(rename.new.encode("utf-8")))
     if node is None or node.text != rename.new.encode("utf-8"):
         return []
@@ -116,9 +113,9 @@ def sites(text: str, spec: LanguageSpec, rename: Rename, at_binding: bool = True
         scope = _scope(node, rename.new.encode("utf-8"), spec)
         found = [n for n in names(scope, old) if is_use(n)
                  and (spec.name != "python" or python_sees(n, scope, old))]
-        params = scope.child_by_field_name("parameters") if scope.type == "function_definition" else None
+        params = scope.child_by_field_name("parameters") if spec.name == "python" else None
         param = next((n for n in names(params, rename.new.encode("utf-8")) if binding(n)), None) if params else None
-        if spec.name == "python" and param is not None:  # a parameter's keyword at the calls of its function
+        if param is not None:  # a parameter's keyword at the calls of its function
             found += keyword_sites(param, old)
     chars = char_offsets(data)
     return sorted({(chars(n.start_byte), chars(n.end_byte)) for n in found})
@@ -128,9 +125,6 @@ def last_rename(steps: list[Step], text: str) -> Rename | None:
     """The rename the newest of a document's steps (oldest first) made, with the steps just before it
     on the same lines (a name typed with pauses is several steps); None when it is no rename."""
     newest = joined(steps)
-    start = 0
-    for _ in range(newest.first):
-        start = text.find("\n", start) + 1
-        if start == 0:
-            return None
-    return renamed("".join(newest.old), "".join(newest.new), start)
+    if text.count("\n") < newest.first:
+        return None
+    return renamed("".join(newest.old), "".join(newest.new), line_offset(text, newest.first))

@@ -244,9 +244,7 @@ class Worker:
             while not self.queue:
                 self.cond.wait()
             first = self.queue[0].order
-            batch = [self.queue[0]] if not isinstance(first, FillRequest) else \
-                [j for j in self.queue if isinstance(j.order, FillRequest) and j.order.sampling == first.sampling][
-                    : self.max_batch]
+            batch = self._fills(first.sampling, self.max_batch) if isinstance(first, FillRequest) else [self.queue[0]]
             for job in batch:
                 self.queue.remove(job)
             self.busy_since, self.running = time.monotonic(), list(batch)
@@ -283,6 +281,10 @@ class Worker:
         dropped = {id(j) for j, _, _ in refused} | {id(j) for j in failed}
         return [j for j in jobs if id(j) not in dropped]
 
+    def _fills(self, sampling, n: int) -> list[Job]:
+        """Up to n queued fills with these (frozen) settings, oldest first; call with the lock held."""
+        return [j for j in self.queue if isinstance(j.order, FillRequest) and j.order.sampling == sampling][:n]
+
     def _joiners(self, sampling, room: int) -> list[Job]:
         """Queued fills that may join the running batch (continuous batching): the same sampling, up
         to `room`, and only while the oldest queued job is one of them, so a probe or a fill with
@@ -293,7 +295,7 @@ class Worker:
             head = self.queue[0].order
             if not isinstance(head, FillRequest) or head.sampling != sampling:
                 return []
-            jobs = [j for j in self.queue if isinstance(j.order, FillRequest) and j.order.sampling == sampling][:room]
+            jobs = self._fills(sampling, room)
             for job in jobs:
                 self.queue.remove(job)
         return self._admit(jobs)
