@@ -156,6 +156,18 @@ def test_ghost_text_has_a_terminal_colour_without_termguicolors(tmp_path):
     assert h["own"]["ctermfg"] == 33, h  # a terminal colour of the user's own is kept
 
 
+def test_an_edit_that_only_removes_or_only_adds_words_is_drawn_word_by_word(tmp_path):
+    line = "    return parse257(resp, verbose)"
+    draw = [{"line": line, "from": 24, "to": 33, "text": ""},  # a removed argument: nothing written
+            {"line": "    return parse257(resp)", "from": 24, "to": 24, "text": ", verbose"},
+            {"line": line, "from": 20, "to": 24, "text": "reply"}]
+    result = session(tmp_path, ["/nonexistent/diffusion-lsp", "serve"], SAMPLE, draw=draw)
+    removed, added, renamed = result["draw"]
+    assert removed == {"ok": True, "struck": [", verbose"], "written": []}, removed
+    assert added["ok"] and added["written"] == [", verbose"] and not added["struck"], added
+    assert renamed == {"ok": True, "struck": ["resp"], "written": ["reply"]}, renamed
+
+
 def test_adapt_runs_the_server_command_as_adapt_on_the_workspace(tmp_path):
     """:DiffusionLspAdapt's command line: `serve` and its flags become `adapt ROOT`, the served
     --model kept, minutes passed on."""

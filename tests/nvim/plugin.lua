@@ -208,6 +208,31 @@ local function highlight_step()
   return record
 end
 
+--- Edits drawn without a server (a client that notifies nothing): each keeps its line count, so it is
+--- drawn word by word; records the highlighted spans and the inline text, or the error.
+local function draw_step(edits)
+  local next_edit = require('diffusion_lsp.next_edit')
+  local client = { id = 0, offset_encoding = 'utf-16', notify = function() end }
+  local out = {}
+  for _, e in ipairs(edits) do
+    api.nvim_buf_set_lines(0, 0, -1, true, { e.line })
+    local edit = { text = e.text, textDocument = { version = 0 },
+                   range = { start = { line = 0, character = e.from }, ['end'] = { line = 0, character = e.to } } }
+    local ok, err = pcall(next_edit.show, 0, client, edit)
+    local drawn = { ok = ok, err = (not ok) and tostring(err) or nil, struck = {}, written = {} }
+    for _, m in ipairs(api.nvim_buf_get_extmarks(0, next_edit.ns, 0, -1, { details = true })) do
+      if m[4].hl_group then
+        drawn.struck[#drawn.struck + 1] = e.line:sub(m[3] + 1, m[4].end_col)
+      elseif m[4].virt_text and m[4].virt_text_pos == 'inline' then
+        drawn.written[#drawn.written + 1] = m[4].virt_text[1][1]
+      end
+    end
+    next_edit.clear(0)
+    out[#out + 1] = drawn
+  end
+  return out
+end
+
 local function next_edit_step(n)
   local record = {}
   local c = n.change
@@ -280,6 +305,9 @@ local function main()
   end
   if spec.highlight then
     result.highlight = highlight_step()
+  end
+  if spec.draw then
+    result.draw = draw_step(spec.draw)
   end
   if spec.health then
     result.health = health_step()

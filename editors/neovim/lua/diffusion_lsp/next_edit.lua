@@ -75,6 +75,11 @@ local function tokens(line)
   return out
 end
 
+--- Tokens as the lines vim.diff compares; none: no line at all (not one empty line).
+local function as_lines(toks)
+  return #toks > 0 and (table.concat(toks, '\n') .. '\n') or ''
+end
+
 --- Byte offset in a line of the end of its first `n` tokens.
 local function upto(toks, n)
   local b = 0
@@ -96,8 +101,7 @@ local function draw_words(bufnr, srow, scol, erow, ecol, new_lines)
     if old[i] ~= new_lines[i] then
       local row, base = srow + i - 1, i == 1 and scol or 0
       local ta, tb = tokens(old[i]), tokens(new_lines[i])
-      local hunks = vim.diff(table.concat(ta, '\n') .. '\n', table.concat(tb, '\n') .. '\n',
-        { result_type = 'indices' })
+      local hunks = vim.diff(as_lines(ta), as_lines(tb), { result_type = 'indices' })
       for _, h in ipairs(hunks) do
         local sa, ca, sb, cb = h[1], h[2], h[3], h[4]
         local from = base + upto(ta, ca > 0 and sa - 1 or sa)
