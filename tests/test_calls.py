@@ -10,7 +10,7 @@ import re
 
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.context.records import Document
-from diffusion_lsp.nextedit.calls import call_edits
+from diffusion_lsp.nextedit.calls import call_edits, imported_edits
 from diffusion_lsp.nextedit.history import EditLog, Step
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.next_edit import NextEditor
@@ -156,6 +156,17 @@ def test_an_open_document_that_imports_the_function_gets_its_calls_passed_on():
     # a document that does not import it from there is left alone
     elsewhere = Document("file:///pkg/x.py", "from geometry import area\narea(1, 2)\n", "python", 1)
     assert asyncio.run(editor.suggest(elsewhere, 1, 0, 0, UTF16, "pkg/x.py", [shapes])) is None
+
+
+def test_calls_through_the_module_are_passed_on_too():
+    _, step = change(0, "def area(w, h):", "def area(w, h, scale):")
+    change_ = call_edits([step], SOURCE.replace("def area(w, h):", "def area(w, h, scale):"), PY)[0]
+    caller = ("import pkg.shapes\nimport pkg.shapes as sh\nfrom pkg import shapes\nimport other\n\n"
+              "a = pkg.shapes.area(1, 2)\nb = sh.area(1, 2)\nc = shapes.area(1, 2)\nd = other.area(1, 2)\n"
+              "e = sh.volume(1, 2)\n")
+    edits = imported_edits(caller, PY, change_, "shapes")
+    assert [caller.count("\n", 0, s) for s, _, _ in edits] == [5, 6, 7]  # not other.area, not sh.volume
+    assert all(new == ", scale" for _, _, new in edits)
 
 
 def test_an_undo_and_the_edit_after_it_in_one_step_are_held_against_the_change_followed_last():

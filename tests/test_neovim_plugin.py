@@ -82,6 +82,8 @@ def test_a_next_edit_is_drawn_jumped_to_and_applied(echo_checkpoint, tmp_path): 
     assert n["jumped"] and n["cursor_after_jump"] == [start["line"] + 1, start["character"]], n  # ASCII: bytes
     assert n["still_shown"], n  # the jump keeps the suggestion
     assert n["applied"] and not n["shown_after"], n
+    end = [start["line"] + 1, start["character"] + len(n["edit"]["text"])]  # one line, ASCII
+    assert "\n" not in n["edit"]["text"] and n["cursor_after_apply"] in (end, [end[0], end[1] - 1]), n  # normal mode: on its last char
     changed = [(a, b) for a, b in zip(edited, n["lines"]) if a != b]  # the rename, followed to the parameter's use
     assert len(n["lines"]) == len(edited) and changed == [("    return w * h", "    return width * h")], n
     counts = result["stats"]["next_edit"]["counts"]

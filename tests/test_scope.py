@@ -64,6 +64,38 @@ def test_python_parameter_and_attribute():
     assert lines_of(param, found) == [(7, "count")] and param[found[0][0] - 3:found[0][0]] == "+= "
 
 
+DOCUMENTED = '''def area(w, h):
+    """Area of a w by h box; w must not be negative.
+
+    :param w: the width
+    :type w: int
+    Args:
+        w (int): the width, not `w2` nor ``width``
+    w : int
+        NumPy style
+    ``w`` and `w` too.
+    """
+    return w * h
+
+
+def other(w):
+    """:param w: another function's w"""
+    return w
+'''
+
+
+def test_a_parameter_renamed_is_renamed_where_its_docstring_names_it_and_nowhere_else_in_it():
+    src = DOCUMENTED.replace("def area(w,", "def area(width,")
+    found = sites(src, language_for("python"), Rename("w", "width", src.index("width")))
+    # the reST fields, the Google and NumPy entries, the backticked mentions and the use; not the prose
+    # ("a w by h box; w must"), not `w2`, not other()'s docstring or body
+    assert lines_of(src, found) == [(4, "w"), (5, "w"), (7, "w"), (8, "w"), (10, "w"), (10, "w"), (12, "w")]
+    local = "def f():\n    \"\"\":param v: not a parameter of f\"\"\"\n    v = 1\n    return v\n"
+    renamed_local = local.replace("v = 1", "count = 1")  # a local, not a parameter: its docstring stays
+    found = sites(renamed_local, language_for("python"), Rename("v", "count", renamed_local.index("count")))
+    assert lines_of(renamed_local, found) == [(4, "v")]
+
+
 def test_a_name_swapped_at_a_use_is_not_a_rename_unless_one_is_going_on():
     src = "def f(a, b):\n    g(b)\n    return a + b\n"
     py = language_for("python")

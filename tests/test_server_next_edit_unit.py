@@ -67,7 +67,7 @@ def make(link, steps=None, **next_edit):
     return editor
 
 
-EXPECTED = NextEdit(URI, 1, ((2, 31), (2, 31)), ", 4", AT, AT, False)  # "é😀": 2 + 1 UTF-16 units
+EXPECTED = NextEdit(URI, 1, ((2, 31), (2, 31)), ", 4", AT, AT, False, "model")  # "é😀": 2 + 1 UTF-16 units
 
 
 def test_an_edit_gets_its_range_in_the_negotiated_encoding_and_is_kept_for_its_version():
@@ -138,7 +138,7 @@ def test_a_newer_request_for_the_document_supersedes_the_older():
         return got_older, await newer
 
     older, newer = asyncio.run(go())
-    assert older is None and newer == NextEdit(URI, 2, ((2, 31), (2, 31)), ", 4", AT, AT, False)
+    assert older is None and newer == NextEdit(URI, 2, ((2, 31), (2, 31)), ", 4", AT, AT, False, "model")
     assert link.cancelled == 1 and len(link.probes) == 2 and len(link.fills) == 1
     assert editor.stats.superseded == 1 and editor.stats.answered == 1 and editor.stats.empty == 1
     assert editor.cached(URI, 2) == newer and editor.cached(URI, 1) is None

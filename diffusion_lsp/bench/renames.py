@@ -28,6 +28,7 @@ from pathlib import Path
 
 from .. import jsonout
 from ..errors import UserError
+from ..nextedit import scope
 from ..options import add_launch_args, launch_settings
 from ..server.positions import column_to_index, offset_at
 from . import signatures
@@ -62,6 +63,22 @@ class Target:
         for line, col in sorted(self.sites[:1] if only_first else self.sites, reverse=True):
             lines[line] = lines[line][:col] + new + lines[line][col + len(self.name):]
         return "\n".join(lines)
+
+
+def _docstring_sites(func: ast.AST, name: str, text: str) -> list[tuple[int, int]]:
+    """Where `func`'s docstring names its parameter `name` as one (the server's convention, scope.DOC_MENTIONS:
+    `:param name:`, `name (type):`, `name : type`, `name` in backticks), as (line, column)."""
+    first = func.body[0] if func.body else None
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)):
+        return []
+    segment = ast.get_source_segment(text, first.value) or ""
+    out = []
+    for pattern in scope.DOC_MENTIONS:
+        for m in re.finditer(pattern.format(name=re.escape(name)), segment):
+            line = segment.count("\n", 0, m.start(1))
+            col = m.start(1) - segment.rfind("\n", 0, m.start(1)) - 1 if line else first.value.col_offset + m.start(1)
+            out.append((first.value.lineno - 1 + line, col))
+    return out
 
 
 def _scope_sites(func: ast.AST, name: str, table: symtable.SymbolTable, lines: list[str]) -> list[tuple[int, int]]:
@@ -116,8 +133,9 @@ def targets(text: str, rng: random.Random, per_kind: int) -> list[Target]:
                     continue
                 sites = sorted(_scope_sites(node, sym.get_name(), table, text.split("\n")))
                 kind = "parameter" if sym.get_name() in params else "local"
-                if kind == "parameter":  # and its keyword at the function's calls
+                if kind == "parameter":  # and its keyword at the function's calls, and its docstring's mentions
                     sites += signatures.keyword_sites(tree, top, node, sym.get_name())
+                    sites += _docstring_sites(node, sym.get_name(), text)
                 if len(sites) >= 2 and sites[0][0] >= node.lineno - 1:
                     found[kind].append(Target(kind, sym.get_name(), tuple(sites)))
         if isinstance(node, ast.ClassDef):

@@ -29,6 +29,8 @@ from ..options import add_launch_args, command_backend, launch_settings
 from ..acceptance.choose import chosen
 from ..acceptance.feedback import read_feedback
 from ..context.records import Document, Suggestion
+from . import edits_command
+from .edits_command import add_replay_args
 from .retype import Case, Judged, judge, pick
 
 # the bar's target: what is shown is exactly right this often on the calibration lines. Chosen by
@@ -53,6 +55,10 @@ def register(sub) -> None:
                    help="fit on candidates saved by --save-cases instead of retyping (repeatable)")
     c.add_argument("--feedback", action="store_true",
                    help="also fit on what you accepted in your editor (kept on this machine by the language server)")
+    c.add_argument("--edits", action="store_true",
+                   help="fit the next-edit acceptance model instead: each FOLDER is a git work tree whose recent "
+                        "commits are replayed (default out: FOLDER/.diffusion-lsp/acceptance/edit_acceptance.json)")
+    add_replay_args(c)
     c.add_argument("--json", action="store_true", help="print one JSON object")
     add_launch_args(c)
     c.set_defaults(run=run)
@@ -142,6 +148,15 @@ def collect(args, launch) -> list[Judged]:
 
 
 def run(args) -> int:
+    if args.edits:
+        if not args.folders and not args.edits_from:
+            raise UserError("give a FOLDER (a git work tree) to replay, or --edits-from FILE")
+        if not args.out and len(args.folders) != 1:
+            raise UserError("--out FILE is needed unless exactly one FOLDER is given")
+        got = edits_command.calibrate(args, launch_settings(args))
+        if args.json:
+            print(jsonout.dumps(got))
+        return 0
     if not args.folders and not args.cases and not args.feedback:
         raise UserError("give a FOLDER to retype, --cases FILE or --feedback")
     if not args.out and len(args.folders) != 1:

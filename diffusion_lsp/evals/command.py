@@ -12,7 +12,7 @@ from .. import jsonout
 from ..errors import UserError
 from ..fim_batch import Item, decode_all
 from ..options import add_fill_args, command_backend, launch_settings, paragraphs, sampler_config
-from . import confidence, heldout, humaneval, nep, repo, typing_session
+from . import confidence, edits_command, heldout, humaneval, nep, repo, typing_session
 from .execute import run_all
 
 
@@ -48,6 +48,7 @@ def register(sub):
     heldout.register(ev)
     typing_session.register(ev)
     nep.register(ev)
+    edits_command.register(ev)
     repo.register(ev)
     confidence.register(ev)
 

@@ -1,5 +1,7 @@
 """`diffusion-lsp eval nep`: next-edit prediction (Lu et al. 2025, arXiv 2508.10074) on nep_test.jsonl,
-the model beside two baselines in one run (nep_baselines.py), scored as the benchmark does
+the model beside two baselines in one run (nep_baselines.py), the change's own sites, and what the
+language server shows with next edits off (those and repeat-the-last-edit, judged by the next-edit
+acceptance model: acceptance/edits.py; when the model has one), scored as the benchmark does
 (nep_metrics.py).
 
 A record needs `new_file` (its path and language), `old_contents` (before the commit's edits),
@@ -28,6 +30,7 @@ from ..errors import UserError
 from ..nextedit.history import last_change_end
 from ..options import add_launch_args, command_backend, launch_settings, paragraphs
 from .humaneval import DATA_ENV, default_data_dir
+from .edits_command import edit_acceptance
 from .nep_baselines import no_edit, repeat_last_edit
 from .nep_metrics import score, summarize
 
@@ -209,6 +212,23 @@ def follow_the_change(c: NepCase) -> str | None:
     return follow_text(c.current, c.language, steps_between(c.path, c.old, c.current), c.cursor)
 
 
+def shown_by_default(acceptance):
+    """predict(case): what the language server shows with next edits off (its default for a model that
+    does not claim them): the change's own sites and repeat-the-last-edit, judged by the next-edit
+    acceptance model."""
+    from ..acceptance.edits import choose_edit
+    from ..nextedit.history import steps_between
+    from ..nextedit.repeat import offset_of
+    from .edit_replay import code_offers
+
+    def predict(c: NepCase) -> str | None:
+        offers = code_offers(c.path, c.old, c.current, c.cursor)
+        steps = len(steps_between(c.path, c.old, c.current))
+        shown = choose_edit(acceptance, offers, c.current, offset_of(c.current, c.cursor), steps).shown
+        return None if shown is None else shown.apply(c.current)
+    return predict
+
+
 def run(args) -> int:
     path = Path(args.data) if args.data else default_data()
     try:
@@ -220,6 +240,8 @@ def run(args) -> int:
     runs = [] if args.no_model else [("model", model_predictor(args), True)]
     runs += [(name, lambda c, f=f: f(c.old, c.current, c.cursor), False) for name, f in BASELINES]
     runs.append(("follow the change", follow_the_change, False))
+    if (acceptance := edit_acceptance(None, launch_settings(args))) is not None:
+        runs.append(("shown, next edits off", shown_by_default(acceptance), False))
     try:
         out = open(args.predictions, "w", encoding="utf-8") if args.predictions else None  # fail before the run
     except OSError as e:

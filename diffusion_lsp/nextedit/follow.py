@@ -17,6 +17,7 @@ from .history import Step
 from .scope import Rename, last_rename, sites
 
 GROUP_LINES = 3  # sites at most this many lines apart are one suggestion
+FOLLOWED = ("rename", "signature", "argument", "imported")  # a Followed's sources
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Followed:
     start: int  # the span the suggestion replaces (character offsets) and what it becomes
     end: int
     text: str
+    source: str = "rename"  # rename, signature, argument or imported (the acceptance model's names)
 
 
 def next_group(text: str, edits: list[tuple[int, int, str]], cursor: int) -> tuple[int, int, str] | None:
@@ -53,17 +55,17 @@ def follow(text: str, spec: LanguageSpec, steps: list[Step], cursor: int,
     document began (a rename at a definition, a signature), whose next step may be at one of its sites."""
     if not steps:
         return None
-    change, edits = last_rename(steps, text), []
+    change, edits, source = last_rename(steps, text), [], "rename"
     if change is not None:
         begun = isinstance(going_on, Rename) and (going_on.old, going_on.new) == (change.old, change.new)
         edits = [(s, e, change.new) for s, e in sites(text, spec, change, at_binding=not begun)]
     if not edits:
         calls = call_edits(steps, text, spec, going_on if isinstance(going_on, Change) else None)
-        change, edits = calls if calls is not None else (None, [])
+        (change, edits), source = calls if calls is not None else (None, []), "signature"
     if not edits and (change := arg_change(steps, text, spec)) is not None:
-        edits = analogous_edits(text, spec, change)
+        edits, source = analogous_edits(text, spec, change), "argument"
     group = next_group(text, edits, cursor)
-    return None if group is None else Followed(change, *group)
+    return None if group is None else Followed(change, *group, source)
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ def follow_elsewhere(text: str, spec: LanguageSpec, cursor: int, others: list[El
         change = pending(other.steps, other.text, spec, other.going_on if isinstance(other.going_on, Change) else None)
         group = next_group(text, imported_edits(text, spec, change, other.module), cursor) if change else None
         if group is not None:
-            return Followed(change, *group)
+            return Followed(change, *group, "imported")
     return None
 
 

@@ -96,3 +96,29 @@ def in_region(region: str, cursor: int, removed: str, added: str, anchor: str | 
     lines = region.splitlines(keepends=True)
     line = region.count("\n", 0, cursor)
     return [text for _, text in copied_below(lines, swaps, line + 1)][:limit]
+
+
+def repeat_last_edit(old: str, current: str, cursor: tuple[int, int]) -> str | None:
+    """The file after the last edit's change is made again (the rule above); None: no edit.
+    `cursor`: 0-based (line, character) in `current`."""
+    block = last_change(old.splitlines(keepends=True), current.splitlines(keepends=True))
+    if block is None:
+        return None
+    removed, added, first = block
+    old_text, new_text = token_change(removed, added)
+    if old_text.strip():  # a replacement or deletion: again at the next occurrence
+        m = re.compile(whole(old_text)).search(current, offset_of(current, cursor))
+        return None if m is None else current[:m.start()] + new_text + current[m.end():]
+    lines = current.splitlines(keepends=True)
+    if removed or len(added.splitlines()) != 1 or first == 0:
+        return None  # only a one-line insertion is repeated
+    swaps = renames(lines[first - 1], added)
+    if swaps is None:
+        return None
+    return next((text for _, text in copied_below(lines, swaps, cursor[0] + 1)), None)
+
+
+def offset_of(text: str, cursor: tuple[int, int]) -> int:
+    lines = text.splitlines(keepends=True)
+    line, col = cursor
+    return sum(map(len, lines[:line])) + (min(col, len(lines[line])) if line < len(lines) else 0)

@@ -11,7 +11,8 @@ suggestion), the sites still holding the old name are the rest of the change:
   `nonlocal`/`global`; in the other languages the innermost function, method or closure.
 A site is an identifier node, so a string or comment holding the name is never one, nor an
 attribute or field of the same name (`x.q`, `{q: ...}`'s key, `f(q=1)`'s keyword), except a
-renamed parameter's keyword at the calls of its function (calls.py). Sites close together are one
+renamed parameter's keyword at the calls of its function (calls.py) and, in Python, where its
+function's docstring names it as a parameter (`:param q:`, `q (int):`, `q : int`, ``` `q` ```). Sites close together are one
 suggestion (follow.py)."""
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def sites(text: str, spec: LanguageSpec, rename: Rename, at_binding: bool = True
         node = param  # a call's keyword renamed as a parameter's rename goes on: its parameter's sites
     if at_binding and not binding(node):
         return []
-    old = rename.old.encode("utf-8")
+    old, param = rename.old.encode("utf-8"), None
     found = _attribute_sites(node, old)
     if found is None:
         if not is_use(node):
@@ -118,7 +119,29 @@ def sites(text: str, spec: LanguageSpec, rename: Rename, at_binding: bool = True
         if param is not None:  # a parameter's keyword at the calls of its function
             found += keyword_sites(param, old)
     chars = char_offsets(data)
-    return sorted({(chars(n.start_byte), chars(n.end_byte)) for n in found})
+    spans = {(chars(n.start_byte), chars(n.end_byte)) for n in found}
+    if param is not None:  # and where its function's docstring names it
+        spans |= docstring_sites(scope, rename.old, chars)
+    return sorted(spans)
+
+
+# a parameter named in its function's docstring: reST fields (:param x:, :type x:), a Google or NumPy
+# entry (a line that starts with the name, an optional (type), then a colon), and `x` / ``x``
+DOC_MENTIONS = (r":(?:param|parameter|arg|argument|key|keyword|type)(?:\s+[^:\s]+)?\s+({name})\s*:",
+                 r"(?m)^\s*({name})(?:\s*\([^)\n]*\))?\s*:", r"(?<!`)``?({name})``?(?!`)")
+
+
+def docstring_sites(fn, old: str, chars) -> set[tuple[int, int]]:
+    """(start, end) of each structured mention of parameter `old` in the docstring of function `fn`."""
+    body = fn.child_by_field_name("body")
+    first = body.named_children[0] if body is not None and body.named_children else None
+    doc = first.named_children[0] if first is not None and first.type == "expression_statement" \
+        and first.named_children else None
+    if doc is None or doc.type != "string":
+        return set()
+    text, at = doc.text.decode("utf-8", "replace"), chars(doc.start_byte)
+    return {(at + m.start(1), at + m.end(1)) for pattern in DOC_MENTIONS
+            for m in re.finditer(pattern.format(name=re.escape(old)), text)}
 
 
 def last_rename(steps: list[Step], text: str) -> Rename | None:

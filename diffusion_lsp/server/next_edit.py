@@ -2,11 +2,14 @@
 
 Top to bottom: refuse a stale version or bad input; share a request already running for the same
 document, version and position (the code action and the NES request ask the same question); the
-request's ticket (lifecycle.py: superseded by a newer one for the document, the debounce); then
-the rest of the user's last change at its next sites, from the code alone (nextedit/follow.py: a
-rename through the name's scope, a signature's calls), else the next-edit pipeline (nextedit/suggest.py) over the Backend, its CPU steps (the region's parse,
-the prompt's token counts, the filters) in a thread of their own. The last answer per document is kept for the code action and for inline
-completion, which offers it when it is an insertion at the cursor."""
+request's ticket (lifecycle.py: superseded by a newer one for the document, the debounce); then the
+candidates, cheapest first: the rest of the user's last change at its next sites, from the code
+alone (nextedit/follow.py: a rename through the name's scope, a signature's calls), then the
+next-edit pipeline's edit (nextedit/suggest.py) over the Backend, its CPU steps (the region's
+parse, the prompt's token counts, the filters) in a thread of their own. The next-edit acceptance
+model (acceptance/edits.py) decides which is shown, if any; without one, the rules: the change's
+sites whenever there are some, else the model's edit. The last answer per document is kept for the
+code action and for inline completion, which offers it when it is an insertion at the cursor."""
 
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from urllib.parse import unquote
 
+from ..acceptance.edits import EditChoice, EditOffer, choose_edit
+from ..acceptance.model import AcceptanceModel
 from ..protocol.backend import Backend
 from ..protocol.failure import BackendError, Failure
 from ..context.index import indexed
@@ -27,9 +32,10 @@ from ..context.tokens import approx_tokens
 from ..context.records import Document
 from ..nextedit.calls import Change
 from ..nextedit.edits import LineEnds
-from ..nextedit.history import EditLog
+from ..nextedit.history import EditLog, joined, undone
+from ..nextedit.repeat import repeat_last_edit
 from ..lifecycle import tickets
-from ..nextedit.follow import Elsewhere, follow, follow_elsewhere
+from ..nextedit.follow import FOLLOWED, Elsewhere, follow, follow_elsewhere
 from ..nextedit.scope import Rename
 from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, suggest
 from . import positions
@@ -51,6 +57,8 @@ class NextEdit:
     start: int  # str offsets in that version
     end: int
     jump: bool = False
+    source: str = ""  # where it came from (the acceptance model's SOURCES)
+    p: float | None = None  # the next-edit acceptance model's P(right); None: shown by the rules
 
 
 class NextEditor:
@@ -66,6 +74,7 @@ class NextEditor:
         self._running: dict[tuple, asyncio.Future] = {}
         self.last: dict[str, NextEdit] = {}  # per document, the newest answer
         self.following: dict[str, Rename | Change] = {}  # per document, the change being followed (a rename, a signature)
+        self.acceptance: AcceptanceModel | None = None  # decides which next edit is shown; None: the rules
 
     def configure(self, cfg: Config, count_tokens: Callable[[str], int] | None = None) -> None:
         self.cfg = cfg
@@ -123,18 +132,24 @@ class NextEditor:
 
     async def _decide(self, doc: Document, offset: int, encoding: str, path: str,
                       open_docs: list[Document]) -> tuple[NextEdit | None, Outcome | None]:
+        """The candidates, cheapest first: the change's own next sites (code alone), shown at once when
+        the acceptance model likes them (or, with none, whenever there are some); else the model's edit
+        (when next edits are on), and the best of all when it reaches the bar."""
         s = self.settings
         spec = language_for(doc.language_id, doc.uri)
         if spec is None:
             raise BadInput(f"unsupported language {doc.language_id!r}")
         check_language(self.cfg, doc)
+        steps = sum(step.uri == doc.uri for step in self.edits.steps)
         with self.tickets.take(doc.uri) as ticket:
             if not await ticket.debounce(s.debounce_ms / 1000):
                 raise BackendError(Failure.DROPPED, "superseded while waiting for typing to pause")
-            if s.follow and (site := await self._follow(doc, spec, offset, encoding, open_docs)) is not None:
-                return site, None
-            if not s.enable:
-                return None, None
+            offers = [site] if s.follow and (site := await self._follow(doc, spec, offset, open_docs)) else []
+            if self.acceptance is not None and (again := await self._in_thread(self._repeat, doc, offset)):
+                offers.append(again)  # the rules never show it
+            choice = choose_edit(self.acceptance, offers, doc.text, offset, steps, s.show_above)
+            if choice.shown is not None or not s.enable:
+                return self._answer(doc, choice, offset, encoding), None
             ends = LineEnds(doc.text)  # the pipeline sees "\n" line ends; its edit is mapped back
             before = LineEnds(doc.text[:offset]).unix
             cursor = (before.count("\n"), len(before) - before.rfind("\n") - 1)
@@ -147,15 +162,33 @@ class NextEditor:
         self.stats.forwards.append(out.forwards)
         self.stats.drafts_offered += out.drafts
         self.stats.drafts_kept += out.reason is EditOutcome.DRAFT and out.edit is not None
-        if out.edit is None:
-            return None, out
-        self.stats.jumps += out.jump
-        e = ends.edit(out.edit)
-        rng = (positions.position_at(doc.text, e.start, encoding), positions.position_at(doc.text, e.end, encoding))
-        return NextEdit(doc.uri, doc.version, rng, e.text, e.start, e.end, out.jump), out
+        if out.edit is not None:
+            e = ends.edit(out.edit)
+            offers.append(EditOffer("draft" if out.reason is EditOutcome.DRAFT else "model", e.start, e.end, e.text,
+                                    out.confidence))
+        choice = choose_edit(self.acceptance, offers, doc.text, offset, steps, s.show_above)
+        return self._answer(doc, choice, offset, encoding), out
 
-    async def _follow(self, doc: Document, spec, offset: int, encoding: str,
-                      open_docs: list[Document]) -> NextEdit | None:
+    def _answer(self, doc: Document, choice: EditChoice, offset: int, encoding: str) -> NextEdit | None:
+        """The edit shown, counted; None when nothing is."""
+        st = self.stats
+        if choice.scored:
+            st.judged += 1
+            st.held_back += choice.shown is None
+            self.log("debug", "next-edit acceptance: " + ", ".join(
+                f"{o.source} {o.text.strip()[:30]!r} P={p:.2f}" for o, p in choice.scored))
+        shown = choice.shown
+        if shown is None:
+            return None
+        st.by_source[shown.source] = st.by_source.get(shown.source, 0) + 1
+        if shown.source in FOLLOWED:
+            st.reasons[EditOutcome.SCOPE] = st.reasons.get(EditOutcome.SCOPE, 0) + 1
+        jump = abs(doc.text.count("\n", 0, shown.start) - doc.text.count("\n", 0, offset)) > self.settings.jump_lines
+        st.jumps += jump
+        rng = (positions.position_at(doc.text, shown.start, encoding), positions.position_at(doc.text, shown.end, encoding))
+        return NextEdit(doc.uri, doc.version, rng, shown.text, shown.start, shown.end, jump, shown.source, choice.p)
+
+    async def _follow(self, doc: Document, spec, offset: int, open_docs: list[Document]) -> EditOffer | None:
         """The rest of the user's last change in `doc` (a rename, a signature) at its next sites, else
         the calls in `doc` of a function whose signature changed in another open document; or None."""
         steps = [step for step in self.edits.steps if step.uri == doc.uri]
@@ -164,14 +197,17 @@ class NextEditor:
             self.following[doc.uri] = found.change
         elif others := self._elsewhere(doc, open_docs):
             found = await self._in_thread(follow_elsewhere, doc.text, spec, offset, others)
-        if found is None:
+        return None if found is None else EditOffer(found.source, found.start, found.end, found.text)
+
+    def _repeat(self, doc: Document, offset: int) -> EditOffer | None:
+        """The user's last change in `doc` made again at its next occurrence."""
+        steps = [step for step in self.edits.steps if step.uri == doc.uri]
+        if not steps:
             return None
-        start, end, text = found.start, found.end, found.text
-        self.stats.reasons[EditOutcome.SCOPE] = self.stats.reasons.get(EditOutcome.SCOPE, 0) + 1
-        jump = abs(doc.text.count("\n", 0, start) - doc.text.count("\n", 0, offset)) > self.settings.jump_lines
-        self.stats.jumps += jump
-        rng = (positions.position_at(doc.text, start, encoding), positions.position_at(doc.text, end, encoding))
-        return NextEdit(doc.uri, doc.version, rng, text, start, end, jump)
+        old, _ = undone(joined(steps), doc.text)
+        line = doc.text.count("\n", 0, offset)
+        again = repeat_last_edit(old, doc.text, (line, offset - doc.text.rfind("\n", 0, offset) - 1))
+        return None if again is None or again == doc.text else EditOffer.between(doc.text, again, "repeat")
 
     def _elsewhere(self, doc: Document, open_docs: list[Document], most: int = 3) -> list[Elsewhere]:
         """The other open documents of doc's language edited lately (at most `most`, newest first)."""

@@ -29,7 +29,7 @@ from .config import Config, WorkerSettings, parse_config, with_claims
 from .indexer import Indexer
 from .next_edit import NextEditor
 from .stats import Stats
-from .workspace_model import ModelChoice, acceptance_for, changed, choose
+from .workspace_model import RULES, ModelChoice, acceptance_for, changed, choose
 
 
 @dataclass
@@ -122,9 +122,13 @@ class Session:
             model, line = None, "acceptance: off (completion.acceptance); shown by the rules: the model's fill, " \
                                 "cut at completion.confidenceCut"
         self.completer.acceptance = model
-        if line != self.stats.acceptance:
-            self.ui.log("info", line)
-            self.stats.acceptance = line
+        edits, edit_line = acceptance_for(self.choice, folder, self.root, "edit")
+        if not self.cfg.completion.acceptance:
+            edits, edit_line = None, "acceptance: off (completion.acceptance); " + RULES["edit"]
+        self.next_edit.acceptance = edits
+        if (line, edit_line) != (self.stats.acceptance, self.stats.next_edit.acceptance):
+            self.ui.log("info", line if edit_line == self.stats.next_edit.acceptance else f"{line}; {edit_line}")
+            self.stats.acceptance, self.stats.next_edit.acceptance = line, edit_line
 
     def _choose_model(self, cfg: Config) -> Config:
         """`cfg` with the model that answers in this workspace; a new choice is

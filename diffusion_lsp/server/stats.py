@@ -62,6 +62,10 @@ class NextEditStats:
     jumps: int = 0  # edits more than nextEdit.jumpLines lines from the cursor
     drafts_offered: int = 0  # drafts probed: the last edit made again at an analogous site
     drafts_kept: int = 0  # answers that were a draft the model preferred to what was there
+    judged: int = 0  # requests whose candidates the next-edit acceptance model scored
+    held_back: int = 0  # of those, nothing reached its bar
+    acceptance: str = ""  # which next-edit acceptance model decides, or why none (one line)
+    by_source: dict = field(default_factory=dict)  # source of what was shown -> count
     reasons: dict = field(default_factory=dict)  # outcome reason -> count (edit, no-doubt, unchanged, undo, ...)
     latency_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
     model_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
@@ -71,7 +75,8 @@ class NextEditStats:
 
     def report(self) -> dict:
         counts = {f.name: getattr(self, f.name) for f in fields(self) if f.type in ("int", int)}
-        return {"counts": counts, "reasons": dict(self.reasons),
+        return {"counts": counts, "reasons": dict(self.reasons), "acceptance": self.acceptance,
+                "shown_by_source": dict(self.by_source),
                 "latency_ms": {f"p{q}": percentile(self.latency_ms, q) for q in (50, 95, 99)},
                 "model_ms": {f"p{q}": percentile(self.model_ms, q) for q in (50, 95, 99)},
                 "forwards": {f"p{q}": percentile(self.forwards, q) for q in (50, 95)},

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..acceptance.model import EDIT_FILE as EDIT_ACCEPTANCE_FILE
 from ..acceptance.model import FILE as ACCEPTANCE_FILE
 from ..acceptance.model import WORKSPACE_DIR as ACCEPTANCE_DIR
 from ..acceptance.model import AcceptanceModel
@@ -89,26 +90,32 @@ def changed(choice: ModelChoice, root: str | None) -> bool:
     return _stamp(Path(root) / ADAPTED_DIR) != choice.stamp
 
 
-def acceptance_for(choice: ModelChoice, model_dir: Path | None, root: str | None) -> tuple[AcceptanceModel | None, str]:
-    """(the acceptance model that decides what is shown, one line saying which or why none): the one
-    `diffusion-lsp calibrate` fitted for this workspace on this machine (ROOT/.diffusion-lsp/acceptance),
-    else the one beside the model's weights (not for a remote API's model), else None (the rules)."""
-    places = []
+RULES = {"completion": "shown by the rules: the model's fill, cut at completion.confidenceCut",
+         "edit": "next edits shown by the rules: the change's own sites, else the model's edit"}
+
+
+def acceptance_for(choice: ModelChoice, model_dir: Path | None, root: str | None,
+                   kind: str = "completion") -> tuple[AcceptanceModel | None, str]:
+    """(the acceptance model of `kind` that decides what is shown, one line saying which or why none):
+    the one `diffusion-lsp calibrate` fitted for this workspace on this machine
+    (ROOT/.diffusion-lsp/acceptance), else the one beside the model's weights (not for a remote API's
+    model), else None (the rules)."""
+    name, places = ACCEPTANCE_FILE if kind == "completion" else EDIT_ACCEPTANCE_FILE, []
     if root:
         folder = Path(root) / ACCEPTANCE_DIR
-        if (folder / ACCEPTANCE_FILE).exists() and trusted(folder, Path(root)):
-            places.append(folder / ACCEPTANCE_FILE)
+        if (folder / name).exists() and trusted(folder, Path(root)):
+            places.append(folder / name)
     if choice.source != "remote" and model_dir is not None:
-        places.append(model_dir / ACCEPTANCE_FILE)
+        places.append(model_dir / name)
     problems = []
     for path in places:
         if not path.exists():
             continue
         try:
-            model = AcceptanceModel.load(path)
+            model = AcceptanceModel.load(path, kind)
         except ValueError as e:
             problems.append(f"{path} is unusable ({e})")
             continue
         return model, f"acceptance: {path} (shown when P >= {model.show_above:g})"
-    rules = "shown by the rules: the model's fill, cut at completion.confidenceCut"
-    return None, f"acceptance: {'; '.join(problems) + '; ' if problems else 'no acceptance model; '}{rules}"
+    none = f"no {'next-edit ' if kind == 'edit' else ''}acceptance model; "
+    return None, f"acceptance: {'; '.join(problems) + '; ' if problems else none}{RULES[kind]}"

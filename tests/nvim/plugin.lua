@@ -262,6 +262,7 @@ local function next_edit_step(n)
   record.cursor_after_jump = api.nvim_win_get_cursor(0)
   record.still_shown = next_edit.shown()
   record.applied = next_edit.accept()
+  record.cursor_after_apply = api.nvim_win_get_cursor(0)
   record.lines = api.nvim_buf_get_lines(0, 0, -1, true)
   record.shown_after = next_edit.shown()
   return record

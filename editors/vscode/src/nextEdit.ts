@@ -133,6 +133,16 @@ export function acceptAction(edit: NextEdit, cursor: Position): 'jump' | 'apply'
   return cursor.line < edit.range.start.line || cursor.line > edit.range.end.line ? 'jump' : 'apply';
 }
 
+/** Where the cursor goes once the edit is applied: the end of its new text (Copilot's next edits
+ * leave it there too), so the next suggestion is asked from where the change ended. */
+export function endOf(edit: Pick<NextEdit, 'range' | 'text'>): Position {
+  const lines = edit.text.split('\n');
+  const last = lines[lines.length - 1];
+  return lines.length === 1
+    ? { line: edit.range.start.line, character: edit.range.start.character + last.length }
+    : { line: edit.range.start.line + lines.length - 1, character: last.length };
+}
+
 /** A document's text after the edit (what VS Code's TextEditorEdit.replace does), for tests and
  * clients without an editor. */
 export function applyEdit(text: string, edit: Pick<NextEdit, 'range' | 'text'>): string {

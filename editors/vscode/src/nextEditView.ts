@@ -7,7 +7,7 @@
 import * as vscode from 'vscode';
 import type { LanguageClient } from 'vscode-languageclient/node';
 
-import { acceptAction, preview, wordChanges } from './nextEdit';
+import { acceptAction, endOf, preview, wordChanges } from './nextEdit';
 import { DID_SHOW_INLINE_EDIT, EXECUTE_COMMAND, NEXT_EDIT, type NextEdit, nextEditParams, type Range, parseNextEdit } from './protocol';
 import type { ClientSettings } from './settings';
 
@@ -177,6 +177,10 @@ export class NextEditView implements vscode.Disposable {
     }
     this.clear();
     const ok = await s.editor.edit((b) => b.replace(s.range, s.edit.text));
+    if (ok) {
+      const end = endOf(s.edit);
+      s.editor.selection = new vscode.Selection(end.line, end.character, end.line, end.character);
+    }
     const command = s.edit.command;
     if (ok && command) {
       void this.client()?.sendRequest(EXECUTE_COMMAND, { command: command.command, arguments: command.arguments });

@@ -8,7 +8,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
 
-import { acceptAction, applyEdit, preview, textIn, wordChanges } from '../src/nextEdit';
+import { acceptAction, applyEdit, endOf, preview, textIn, wordChanges } from '../src/nextEdit';
 import { instructParams, noNextEditMessage, parseNextEdit, parseProposal, type NextEdit } from '../src/protocol';
 import { instructionProblem, linesLabel, proposalTitle, withReplacement } from '../src/proposal';
 import {
@@ -172,6 +172,12 @@ describe('next edit', () => {
     assert.equal(applyEdit(text, edit(1, 11, 1, 12, 'width')), 'def area(width, h):\n    return width * h\n');
     assert.equal(applyEdit(text, edit(0, 0, 1, 0, '')), '    return w * h\n');
     assert.equal(textIn(lines, edit(0, 4, 1, 4, '').range), 'area(width, h):\n    ');
+  });
+
+  it('leaves the cursor at the end of the applied text', () => {
+    assert.deepEqual(endOf(edit(1, 11, 1, 12, 'width')), { line: 1, character: 16 });
+    assert.deepEqual(endOf(edit(2, 4, 2, 4, 'a,\n    b')), { line: 3, character: 5 });
+    assert.deepEqual(endOf(edit(0, 0, 1, 0, '')), { line: 0, character: 0 });
   });
 });
 

@@ -3,7 +3,8 @@
 -- text, or virtual lines where it adds lines), reported to the server as shown
 -- (textDocument/didShowInlineEdit), and cleared when the cursor moves or the text changes (asked again
 -- once changes pause, and on leaving insert mode). The statusline is redrawn when one is shown or cleared. The accept key jumps to an edit away from the cursor
--- first, then applies it with vim.lsp.util.apply_text_edits and runs its accept command.
+-- first, then applies it with vim.lsp.util.apply_text_edits, leaves the cursor at the end of the applied text and
+-- runs its accept command.
 local api = vim.api
 local M = {}
 
@@ -229,6 +230,10 @@ function M.accept(bufnr)
   local edit = s.edit
   M.clear(bufnr)
   vim.lsp.util.apply_text_edits({ { range = edit.range, newText = edit.text } }, bufnr, client.offset_encoding)
+  -- the cursor goes to the end of the applied text, where the next suggestion is asked from
+  local lines = vim.split(edit.text, '\n', { plain = true })
+  local last = lines[#lines]
+  pcall(api.nvim_win_set_cursor, 0, { srow + #lines, #lines == 1 and scol + #last or #last })
   if edit.command then
     client:exec_cmd(edit.command, { bufnr = bufnr })
   end

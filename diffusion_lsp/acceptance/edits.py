@@ -1,0 +1,91 @@
+"""What is known of one next-edit candidate, as numbers an acceptance model weighs (model.py), and
+which candidate (if any) is shown.
+
+A candidate is one span of the document and what it becomes, from one source:
+- rename, signature, argument, imported: the rest of the user's last change at its next sites,
+  from the code alone (nextedit/follow.py: a rename through its scope, a changed signature's calls
+  in this document or in one that imports it, an argument changed at the analogous calls);
+- repeat: the last edit's change made again at its next occurrence (evals/nep_baselines.py's rule);
+- model: the next-edit pipeline's edit (nextedit/suggest.py), `draft` when it is the last step made
+  again that the model preferred to what stands there, with the model's confidence.
+Its features are cheap: where it came from, how far from the cursor, how much it changes, whether
+another source proposes the same, and how much the user has just done. Not whether it lies above
+the cursor: the commits it is fitted on (evals/edit_replay.py) are replayed top to bottom, so that
+would learn the replay, not the user; nor the language: it is fitted on Python alone so far."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+SOURCES = ("rename", "signature", "argument", "imported", "repeat", "model", "draft")
+CODE = SOURCES[:5]  # the candidates from the code alone: all there is while the model's next edits are off
+
+
+@dataclass(frozen=True)
+class EditOffer:
+    source: str  # one of SOURCES
+    start: int  # the span it replaces (str offsets in the document) and what that becomes
+    end: int
+    text: str
+    conf: float | None = None  # the model's confidence (model, draft); None: no model judged it
+
+    @classmethod
+    def between(cls, doc: str, new: str, source: str, conf: float | None = None) -> EditOffer:
+        """The one span where `doc` and `new` differ, as a candidate."""
+        a = len(os.path.commonprefix([doc, new]))
+        b = len(os.path.commonprefix([doc[a:][::-1], new[a:][::-1]]))
+        return cls(source, a, len(doc) - b, new[a:len(new) - b], conf)
+
+    def apply(self, doc: str) -> str:
+        return doc[:self.start] + self.text + doc[self.end:]
+
+    def same(self, other: EditOffer, doc: str) -> bool:
+        return self.apply(doc) == other.apply(doc)
+
+
+def edit_features(offer: EditOffer, doc: str, cursor: int, steps: int, others: list[EditOffer] = ()) -> dict[str, float]:
+    """The named features of `offer` in `doc` with the cursor at offset `cursor`; `steps`: the
+    user's recent edit steps in this document; `others`: the request's other candidates, of which
+    those from the code (CODE) count as agreeing: so a candidate from the code weighs the same
+    whether the model's next edits are on or off."""
+    old = doc[offer.start:offer.end]
+    first, last, at = doc.count("\n", 0, offer.start), doc.count("\n", 0, offer.end), doc.count("\n", 0, cursor)
+    away = 0 if first <= at <= last else min(abs(first - at), abs(last - at))
+    removed, added = old.strip(), offer.text.strip()
+    f = {"bias": 1.0, **{f"source_{s}": float(offer.source == s) for s in SOURCES},
+         "away": math.log1p(away),
+         "lines": math.log1p(last - first + offer.text.count("\n") - old.count("\n")),
+         "removed": math.log1p(len(removed)), "added": math.log1p(len(added)),
+         "insertion": float(not removed), "deletion": float(not added),
+         "conf": offer.conf if offer.conf is not None else 0.0,
+         "agree": float(any(o.source in CODE and o.same(offer, doc) for o in others)),
+         "steps": math.log1p(steps)}
+    return f
+
+
+EDIT_FEATURES = tuple(edit_features(EditOffer("model", 0, 0, "x"), "", 0, 0))  # their order, for a file
+
+
+@dataclass(frozen=True)
+class EditChoice:
+    shown: EditOffer | None
+    p: float | None  # its P; None: chosen by the rules (no acceptance model)
+    scored: list[tuple[EditOffer, float]]
+
+
+def choose_edit(model, offers: list[EditOffer], doc: str, cursor: int, steps: int,
+                show_above: float | None = None) -> EditChoice:
+    """The candidate to show: with `model` (an AcceptanceModel of kind "edit") the highest P when it
+    reaches `show_above` (None: the model's own bar); without, the first candidate (the sources'
+    order of old: the change's own sites, then the model's edit)."""
+    if model is None:
+        return EditChoice(offers[0] if offers else None, None, [])
+    scored = [(o, model.p(edit_features(o, doc, cursor, steps, [x for x in offers if x is not o])))
+              for o in offers]
+    bar = model.show_above if show_above is None else show_above
+    best = max(scored, key=lambda s: s[1], default=None)
+    if best is None or best[1] < bar:
+        return EditChoice(None, None if best is None else best[1], scored)
+    return EditChoice(best[0], best[1], scored)

@@ -1,0 +1,219 @@
+"""Next edits judged against the rest of real commits: the material `calibrate --edits` fits the
+next-edit acceptance model on, and `eval edits` reports.
+
+A repository's recent commits (data/git_history.py) are replayed as a user makes them: each hunk
+of a file's diff is one change, and a hunk that replaces lines one for one is made a line at a time
+(a rename over three lines is typed on the first, and the next two are the next edit). After the
+first k changes, with the cursor where the k-th ended, every candidate the server weighs is made
+(acceptance/edits.py: the change's own sites, repeat-the-last-edit, the model's edit) and judged
+against what the commit still has to do, not against its next hunk: a candidate is right when the
+lines it touches read, after it, as the commit has them (those lines widened to every line the
+commit changes that they touch). A commit-order label would call a right rest-of-rename wrong
+whenever the commit's next hunk lies elsewhere.
+
+Fit on repositories that no figure you report uses: the ones you calibrate on are tuning data."""
+
+from __future__ import annotations
+
+import difflib
+import sys
+import random
+from dataclasses import dataclass
+
+from ..acceptance.edits import EditOffer, edit_features
+from ..context.languages import language_for
+from ..context.repo import repo_files
+from ..data.edits import apply_hunks, hunks
+from ..data.git_history import file_pairs
+from ..nextedit.follow import follow
+from ..nextedit.history import last_change_end, steps_between
+from ..nextedit.repeat import offset_of, repeat_last_edit
+
+MAX_CHANGES = 40  # a file changed in more places was refactored wholesale: not a next edit
+PER_COMMIT = 3  # cases from one commit's file, spread over its changes
+
+
+@dataclass(frozen=True)
+class EditCase:
+    id: str  # commit:path#k
+    repo: str
+    path: str
+    old: str  # the file before the commit
+    current: str  # after its first k changes
+    target: str  # after the commit
+    cursor: tuple[int, int]  # 0-based (line, column) where the k-th change ended
+
+    @property
+    def offset(self) -> int:
+        return offset_of(self.current, self.cursor)
+
+
+def changes(old: str, new: str) -> list[list[tuple]]:
+    """old -> new as a user makes it: each hunk's opcodes, a one-for-one replacement line by line."""
+    out = []
+    for group in hunks(old, new):
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "replace" and i2 - i1 == j2 - j1:
+                out += [[(tag, i1 + k, i1 + k + 1, j1 + k, j1 + k + 1)] for k in range(i2 - i1)]
+            else:
+                out.append([(tag, i1, i2, j1, j2)])
+    return out
+
+
+def replay_cases(root: str, n: int, seed: int = 0) -> list[EditCase]:
+    """Up to n cases from the recent commits of the repository at `root` (a git work tree), drawn
+    at random with `seed`."""
+    files, _ = repo_files(root)
+    name = root.rstrip("/").rsplit("/", 1)[-1]
+    out = []
+    for pair in file_pairs(root, {f.path for f in files}):
+        if language_for(None, pair.path) is None:
+            continue
+        steps = changes(pair.old, pair.new)
+        if not 2 <= len(steps) <= MAX_CHANGES:
+            continue
+        rng = random.Random(f"{seed}:{pair.commit}:{pair.path}")
+        for k in sorted(rng.sample(range(1, len(steps)), min(PER_COMMIT, len(steps) - 1))):
+            current = apply_hunks(pair.old, pair.new, steps, k)
+            cursor = last_change_end(pair.old, current)
+            if cursor is not None and current != pair.new:
+                out.append(EditCase(f"{pair.commit[:12]}:{pair.path}#{k}", name, pair.path, pair.old, current,
+                                    pair.new, cursor))
+    if len(out) > n:
+        out = random.Random(seed).sample(out, n)
+    return sorted(out, key=lambda c: c.id)
+
+
+def code_offers(path: str, old: str, current: str, cursor: tuple[int, int]) -> list[EditOffer]:
+    """The candidates that need no model, after the edits old -> current with the cursor at `cursor`
+    (0-based line, column): the change's own next sites, repeat-the-last-edit."""
+    spec, out = language_for(None, path), []
+    found = None if spec is None else follow(current, spec, steps_between(path, old, current),
+                                             offset_of(current, cursor))
+    if found is not None:
+        out.append(EditOffer(found.source, found.start, found.end, found.text))
+    repeated = repeat_last_edit(old, current, cursor)
+    if repeated is not None and repeated != current:
+        out.append(EditOffer.between(current, repeated, "repeat"))
+    return out
+
+
+def right(doc: str, offer: EditOffer, target: str) -> bool:
+    """Whether the lines `offer` touches read, after it, as in `target`: those lines, widened to
+    every changed line of doc -> target that they overlap, compared whole."""
+    a, t = doc.splitlines(keepends=True), target.splitlines(keepends=True)
+    first = doc.count("\n", 0, offer.start)
+    at_line = offer.start == offer.end and doc.rfind("\n", 0, offer.start) + 1 == offer.start
+    last = first - 1 if at_line and offer.text.endswith("\n") else doc.count("\n", 0, max(offer.start, offer.end - 1))
+    lo, hi = first, last + 1  # lines inserted before `first`: no line is touched, lo == hi
+    ops = line_ops(a, t)
+    grown = True
+    while grown:
+        grown = False
+        for _, i1, i2, _, _ in ops:
+            touches = (i1 < hi and i2 > lo) if i1 < i2 else (lo < i1 < hi or lo == hi == i1)
+            if touches and (i1 < lo or i2 > hi):
+                lo, hi, grown = min(lo, i1), max(hi, i2), True
+    edited = offer.apply(doc)
+    start, end_old = sum(map(len, a[:first])), sum(map(len, a[:last + 1]))
+    mine = "".join(a[lo:first]) + edited[start:end_old + len(edited) - len(doc)] + "".join(a[last + 1:hi])
+    empty = lo == hi  # what is inserted there: from before to after the lines inserted at lo
+    return mine == "".join(t[_mapped(ops, lo, len(t), not empty):_mapped(ops, hi, len(t), empty)])
+
+
+def line_ops(a: list[str], t: list[str]) -> list[tuple]:
+    """The changed opcodes of lines a -> t, a replaced block paired line by line where a line was
+    changed rather than replaced (difflib.Differ's pairing of similar lines)."""
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, t, autojunk=False).get_opcodes():
+        if tag != "replace":
+            out += [] if tag == "equal" else [(tag, i1, i2, j1, j2)]
+            continue
+        codes = [line[:2] for line in difflib.Differ().compare(a[i1:i2], t[j1:j2]) if not line.startswith("? ")]
+        i, j, k = i1, j1, 0
+        while k < len(codes):
+            if codes[k] == "  ":
+                i, j, k = i + 1, j + 1, k + 1
+            elif codes[k] == "- " and codes[k + 1:k + 2] == ["+ "]:
+                out.append(("replace", i, i + 1, j, j + 1))
+                i, j, k = i + 1, j + 1, k + 2
+            elif codes[k] == "- ":
+                out.append(("delete", i, i + 1, j, j))
+                i, k = i + 1, k + 1
+            else:
+                out.append(("insert", i, i, j, j + 1))
+                j, k = j + 1, k + 1
+    return out
+
+
+def _mapped(ops: list[tuple], x: int, n_t: int, low: bool) -> int:
+    """Line x of doc as a line of target (`low`: after any lines inserted at x; else before them).
+    `ops`: doc -> target's changed opcodes."""
+    shift = 0
+    for _, i1, i2, j1, j2 in ops:
+        if i2 < x or (i2 == x and (i1 < i2 or low)):
+            shift = j2 - i2
+        elif i1 <= x < i2:  # at an op's start (one the widening left out), or, never after it, within
+            return j1 if x == i1 else j2
+        else:
+            break
+    return min(x + shift, n_t)
+
+
+@dataclass
+class JudgedEdit:
+    """One case's candidates, their features and labels."""
+
+    case_id: str
+    repo: str
+    offers: list[EditOffer]
+    feats: list[dict]
+    right: list[bool]
+
+    def to_json(self) -> dict:
+        return {"id": self.case_id, "repo": self.repo, "right": self.right, "feats": self.feats,
+                "offers": [[o.source, o.start, o.end, o.text, o.conf] for o in self.offers]}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> JudgedEdit:
+        return cls(raw["id"], raw["repo"], [EditOffer(*o) for o in raw["offers"]], raw["feats"], raw["right"])
+
+
+def judged(case: EditCase, offers: list[EditOffer]) -> JudgedEdit:
+    steps = len(steps_between(case.path, case.old, case.current))
+    feats = [edit_features(o, case.current, case.offset, steps, [x for x in offers if x is not o]) for o in offers]
+    return JudgedEdit(case.id, case.repo, offers, feats, [right(case.current, o, case.target) for o in offers])
+
+
+async def model_offer(backend, case: EditCase, count, settings) -> EditOffer | None:
+    """The next-edit pipeline's edit at the case (at `settings`), or None (also when the
+    backend refuses it: a region that does not fit the model, as the language server answers)."""
+    from ..nextedit.suggest import DOC_KEY, EditRequest, suggest  # the model's libraries: only here
+    from ..protocol.failure import BackendError
+    from ..protocol.reasons import EditOutcome
+
+    steps = steps_between(case.path, case.old, case.current)
+    req = EditRequest(case.current, case.path, case.cursor, language_for(None, case.path),
+                      [st.diff() for st in steps], steps[-1] if steps else None, settings, count)
+    try:
+        out = await suggest(req, backend, DOC_KEY)
+    except BackendError:
+        return None
+    if out.edit is None:
+        return None
+    return EditOffer("draft" if out.reason is EditOutcome.DRAFT else "model", out.edit.start, out.edit.end,
+                     out.edit.text, round(out.confidence, 4))
+
+
+async def judge_cases(cases: list[EditCase], backend=None, count=None, settings=None,
+                      progress: bool = False) -> list[JudgedEdit]:
+    """Every case's candidates (the model's too when `backend` is given), judged."""
+    from tqdm import tqdm  # kept off --help
+
+    out = []
+    for case in tqdm(cases, desc="next edits", unit="case", disable=not progress, file=sys.stderr):
+        offers = code_offers(case.path, case.old, case.current, case.cursor)
+        if backend is not None and (got := await model_offer(backend, case, count, settings)) is not None:
+            offers.append(got)
+        out.append(judged(case, offers))
+    return out

@@ -1,0 +1,240 @@
+"""`diffusion-lsp eval edits REPO...`: what the server would show as the next edit on replayed
+commits (edit_replay.py), judged against the rest of each commit, source by source, by the rules and
+by the next-edit acceptance model; `calibrate --edits REPO...` fits that model.
+
+Figures are shares of the replayed cases: shown (a candidate was shown), right (what was shown makes
+the lines it touches read as the commit has them), wrong (shown and not right), precision (right
+among shown)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from .. import jsonout
+from ..acceptance.edits import CODE, EDIT_FEATURES, SOURCES
+from ..acceptance.model import AcceptanceModel, fit
+from ..errors import UserError
+from ..nextedit.follow import FOLLOWED
+from .edit_replay import JudgedEdit, judge_cases, replay_cases
+
+# the bar's target: what is shown is right this often on the calibration commits. A wrong next edit
+# costs more than a wrong completion (it rewrites code away from the cursor), so the target is higher.
+TARGET_PRECISION = 0.8
+BARS = [round(0.05 * i, 2) for i in range(1, 20)]
+CASES = 300  # cases per repository
+
+
+def register(ev) -> None:
+    e = ev.add_parser("edits", help="next edits on replayed commits: shown, right and wrong, by source, "
+                                    "by the rules and by the acceptance model")
+    e.add_argument("repos", nargs="*", metavar="REPO", help="git work trees whose recent commits are replayed")
+    add_replay_args(e)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--acceptance", metavar="FILE",
+                   help="a next-edit acceptance model (default: the model's own edit_acceptance.json)")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    from ..options import add_launch_args
+    add_launch_args(e)
+    e.set_defaults(run=run)
+
+
+def add_replay_args(p) -> None:
+    p.add_argument("--edit-cases", type=int, default=CASES, metavar="N",
+                   help=f"cases replayed per repository (default {CASES})")
+    p.add_argument("--no-model", action="store_true", help="only the candidates that need no model")
+    p.add_argument("--save-edits", metavar="FILE", help="also write the judged candidates (JSON lines)")
+    p.add_argument("--edits-from", metavar="FILE", action="append", default=[],
+                   help="judged candidates saved by --save-edits instead of replaying (repeatable)")
+
+
+def rates(judged: list[JudgedEdit], picks: list[int | None]) -> dict:
+    n = max(len(judged), 1)
+    shown = sum(k is not None for k in picks)
+    right = sum(k is not None and j.right[k] for j, k in zip(judged, picks))
+    return {"shown": shown / n, "right": right / n, "precision": right / shown if shown else None,
+            "wrong": (shown - right) / n, "n_shown": shown}
+
+
+def first_of(judged: list[JudgedEdit], sources: tuple[str, ...]) -> list[int | None]:
+    """Per case, the first candidate from `sources` (the rules: the code's sites, then the model's)."""
+    return [next((i for s in sources for i, o in enumerate(j.offers) if o.source == s), None) for j in judged]
+
+
+def accepted(judged: list[JudgedEdit], model: AcceptanceModel, bar: float) -> list[int | None]:
+    """Per case, the candidate the acceptance model shows at `bar` (acceptance/edits.choose_edit)."""
+    picks = []
+    for j in judged:
+        ps = [model.p(f) for f in j.feats]
+        best = max(range(len(ps)), key=ps.__getitem__, default=None)
+        picks.append(best if best is not None and ps[best] >= bar else None)
+    return picks
+
+
+def view(judged: list[JudgedEdit], sources: tuple[str, ...] = CODE) -> list[JudgedEdit]:
+    """The cases as the server sees them with candidates from `sources` only (CODE: next edits off,
+    the default for a model that does not claim them)."""
+    out = []
+    for j in judged:
+        keep = [i for i, o in enumerate(j.offers) if o.source in sources]
+        out.append(JudgedEdit(j.case_id, j.repo, [j.offers[i] for i in keep], [j.feats[i] for i in keep],
+                              [j.right[i] for i in keep]))
+    return out
+
+
+def over_bars(judged: list[JudgedEdit], model: AcceptanceModel) -> list[dict]:
+    return [{"bar": b, **rates(judged, accepted(judged, model, b))} for b in BARS]
+
+
+def pick_bar(table: list[dict], target: float = TARGET_PRECISION) -> float:
+    """The lowest bar whose precision reaches `target` with something shown; else the most precise."""
+    ok = [r for r in table if r["precision"] is not None and r["precision"] >= target]
+    if ok:
+        return ok[0]["bar"]
+    scored = [r for r in table if r["precision"] is not None]
+    return max(scored, key=lambda r: (r["precision"], -r["bar"]))["bar"] if scored else 0.5
+
+
+def calibrated(judged: list[JudgedEdit], fitted_on: dict) -> tuple[AcceptanceModel, list[dict]]:
+    rows = [f for j in judged for f in j.feats]
+    labels = [y for j in judged for y in j.right]
+    if not any(labels) or all(labels):
+        raise UserError(f"cannot fit on {len(rows)} candidates with {sum(labels)} right: replay more commits "
+                        "(--edit-cases) or other repositories")
+    weights = fit(rows, labels, names=EDIT_FEATURES)
+    model = AcceptanceModel(weights, 0.5, "right", fitted_on, kind="edit")
+    table = over_bars(view(judged), model)  # the bar is set where users are: next edits off
+    return AcceptanceModel(weights, pick_bar(table), "right",
+                           {**fitted_on, "candidates": len(rows), "right": sum(labels)}, kind="edit"), table
+
+
+def collect(args, launch) -> list[JudgedEdit]:
+    """The judged candidates of --edits-from files and of the repositories replayed now."""
+    judged = []
+    for path in args.edits_from:
+        try:
+            judged += [JudgedEdit.from_json(json.loads(line)) for line in Path(path).read_text().splitlines() if line]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UserError(f"{path}: not saved next-edit candidates ({e})") from None
+    repos = getattr(args, "repos", None) or getattr(args, "folders", [])
+    cases = []
+    for k, repo in enumerate(repos):
+        found = replay_cases(repo, args.edit_cases, args.seed + k)
+        if not found:
+            raise UserError(f"{repo}: no commit to replay (a git work tree with commits that change source "
+                            "files in two places or more)")
+        cases += found
+    if not cases:
+        return judged
+    fresh = asyncio.run(_judge(cases, None if args.no_model else launch, progress=not args.json))
+    if args.save_edits:
+        Path(args.save_edits).write_text("".join(json.dumps(j.to_json()) + "\n" for j in fresh))
+    return judged + fresh
+
+
+async def _judge(cases, launch, progress: bool) -> list[JudgedEdit]:
+    if launch is None:
+        return await judge_cases(cases, progress=progress)
+    from ..context.tokens import approx_tokens, model_token_counter
+    from ..engine import model_folder
+    from ..nextedit.suggest import NextEditSettings
+    from ..options import command_backend
+
+    backend = command_backend(launch)
+    count = approx_tokens if launch.backend == "openai" else model_token_counter(model_folder(launch.path))
+    try:
+        return await judge_cases(cases, backend, count, NextEditSettings(enable=True), progress)
+    finally:
+        await backend.close()
+
+
+def report(judged: list[JudgedEdit], model: AcceptanceModel | None) -> dict:
+    """Each source alone; by the rules and by `model`, with the model's next edits off (the default:
+    candidates from the code alone) and on (nextEdit.enable, when the model's were replayed)."""
+    present = [s for s in SOURCES if any(o.source == s for j in judged for o in j.offers)]
+    out = {"cases": len(judged), "sources": {s: rates(judged, first_of(judged, (s,))) for s in present},
+           "rules, next edits off (default): the change's own sites": rates(judged, first_of(judged, FOLLOWED))}
+    if model is not None:
+        out[f"acceptance, next edits off (default; P >= {model.show_above:g})"] = rates(
+            judged, accepted(view(judged), model, model.show_above))
+    if any(s in present for s in ("model", "draft")):
+        out["rules, nextEdit.enable: those, else the model's"] = rates(
+            judged, first_of(judged, FOLLOWED + ("draft", "model")))
+        if model is not None:
+            out[f"acceptance, nextEdit.enable (P >= {model.show_above:g})"] = rates(
+                judged, accepted(judged, model, model.show_above))
+    if model is not None:
+        out["bars (next edits off)"] = over_bars(view(judged), model)
+    return out
+
+
+def print_report(title: str, got: dict, file=None) -> None:
+    file = file or sys.stdout
+    print(title, file=file)
+    print(f"{'':56} {'shown':>7} {'right':>7} {'wrong':>7} {'precision':>10}", file=file)
+
+    def line(name: str, r: dict) -> None:
+        prec = f"{r['precision']:10.1%}" if r["precision"] is not None else f"{'-':>10}"
+        print(f"{name:56} {r['shown']:7.1%} {r['right']:7.1%} {r['wrong']:7.1%} {prec}", file=file)
+
+    for s, r in got["sources"].items():
+        line(f"{s} alone (whenever there is one)", r)
+    for name, r in got.items():
+        if name.startswith(("rules", "acceptance")):
+            line(name, r)
+    for r in got.get("bars (next edits off)", []):
+        line(f"  P >= {r['bar']:.2f}", r)
+
+
+def edit_acceptance(path: str | None, launch) -> AcceptanceModel | None:
+    from ..acceptance.model import EDIT_FILE
+    from ..engine import model_folder
+
+    if path is None:
+        folder = model_folder(launch.path) if launch.backend == "local" else None
+        if folder is None or not (Path(folder) / EDIT_FILE).is_file():
+            return None
+        path = str(Path(folder) / EDIT_FILE)
+    try:
+        return AcceptanceModel.load(path, kind="edit")
+    except ValueError as e:
+        raise UserError(f"{path}: {e}") from None
+
+
+def calibrate(args, launch) -> dict:
+    """`calibrate --edits`: fit the next-edit acceptance model on the replayed commits and save it."""
+    from ..acceptance.model import EDIT_FILE, WORKSPACE_DIR
+
+    judged = collect(args, launch)
+    fitted_on = {"repos": sorted({j.repo for j in judged}), "cases": len(judged),
+                 "model": launch.remote_model if launch.backend == "openai" else (launch.path or "embedded")}
+    model, table = calibrated(judged, fitted_on)
+    out = Path(args.out) if args.out else Path(args.folders[0]) / WORKSPACE_DIR / EDIT_FILE
+    model.save(out)
+    got = {"out": str(out), "show_above": model.show_above, "weights": model.weights, **report(judged, model)}
+    if not args.json:
+        print_report(f"{len(judged)} replayed commit steps; the next-edit model's bar: P >= {model.show_above:g}",
+                     got)
+        weights = sorted(model.weights.items(), key=lambda kv: -abs(kv[1]))
+        print("weights (largest first): " + ", ".join(f"{n} {w:+.2f}" for n, w in weights[:12]))
+        print(f"wrote {out}")
+    return got
+
+
+def run(args) -> int:
+    from ..options import launch_settings
+
+    if not args.repos and not args.edits_from:
+        raise UserError("give a REPO (a git work tree) to replay, or --edits-from FILE")
+    launch = launch_settings(args)
+    model = edit_acceptance(args.acceptance, launch)
+    judged = collect(args, launch)
+    got = report(judged, model)
+    if args.json:
+        print(jsonout.dumps(got))
+    else:
+        names = sorted({j.repo for j in judged})
+        print_report(f"Next edits on {len(judged)} replayed commit steps of {', '.join(names)}", got)
+    return 0
