@@ -142,6 +142,17 @@ def test_the_choice_is_the_likeliest_candidate_at_the_bar_and_the_first_without_
     assert choose_edit(None, [wrong, rename], doc, 5, 1).shown is wrong
 
 
+def test_the_changes_own_sites_from_a_source_the_model_hardly_saw_are_shown_by_the_rules():
+    doc = "a = 1\nb = 2\n"
+    rename, repeat = EditOffer("rename", 0, 1, "x"), EditOffer("repeat", 6, 7, "y")
+    low = AcceptanceModel({"bias": -5.0}, 0.5, "right", {"seen": {"rename": 3, "repeat": 400}}, kind="edit")
+    got = choose_edit(low, [repeat, rename], doc, 5, 1)
+    assert got.shown is rename and got.p is None and len(got.scored) == 2  # 3 renames measure nothing
+    assert choose_edit(low, [repeat], doc, 5, 1).shown is None  # a repeat it saw 400 of: its P decides
+    seen = AcceptanceModel({"bias": -5.0}, 0.5, "right", {"seen": {"rename": 300}}, kind="edit")
+    assert choose_edit(seen, [rename], doc, 5, 1).shown is None
+
+
 def test_features_say_how_far_and_how_much():
     doc = "".join(f"line{i}\n" for i in range(20))
     far = edit_features(EditOffer("repeat", doc.index("line15"), doc.index("line15") + 6, "LINE15"), doc, 0, 2)

@@ -21,6 +21,10 @@ from dataclasses import dataclass
 
 SOURCES = ("rename", "signature", "argument", "imported", "repeat", "model", "draft")
 CODE = SOURCES[:5]  # the candidates from the code alone: all there is while the model's next edits are off
+FOLLOWED = SOURCES[:4]  # the change's own sites (nextedit/follow.py): one feature for all four besides
+# each one's own, so a kind the calibration commits hardly hold (a changed signature's calls) weighs
+# as the change's sites do, not as nothing
+MEASURED = 30  # a source of the change's own sites with fewer candidates in calibration is shown by the rules
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ def edit_features(offer: EditOffer, doc: str, cursor: int, steps: int, others: l
     first, last, at = doc.count("\n", 0, offer.start), doc.count("\n", 0, offer.end), doc.count("\n", 0, cursor)
     away = 0 if first <= at <= last else min(abs(first - at), abs(last - at))
     removed, added = old.strip(), offer.text.strip()
-    f = {"bias": 1.0, **{f"source_{s}": float(offer.source == s) for s in SOURCES},
+    f = {"bias": 1.0, "followed": float(offer.source in FOLLOWED), **{f"source_{s}": float(offer.source == s) for s in SOURCES},
          "away": math.log1p(away),
          "lines": math.log1p(last - first + offer.text.count("\n") - old.count("\n")),
          "removed": math.log1p(len(removed)), "added": math.log1p(len(added)),
@@ -75,15 +79,26 @@ class EditChoice:
     scored: list[tuple[EditOffer, float]]
 
 
+def measured(model, source: str) -> bool:
+    """Whether `model` was fitted on at least MEASURED candidates from `source` (its file's
+    fitted_on.seen); a model file without those counts judges every source."""
+    seen = model.fitted_on.get("seen")
+    return not isinstance(seen, dict) or seen.get(source, 0) >= MEASURED
+
+
 def choose_edit(model, offers: list[EditOffer], doc: str, cursor: int, steps: int,
                 show_above: float | None = None) -> EditChoice:
-    """The candidate to show: with `model` (an AcceptanceModel of kind "edit") the highest P when it
-    reaches `show_above` (None: the model's own bar); without, the first candidate (the sources'
-    order of old: the change's own sites, then the model's edit)."""
+    """The candidate to show. Without `model`, the rules: the first candidate (the change's own
+    sites, then the model's edit). With one (an AcceptanceModel of kind "edit"): the change's own
+    sites from a source the model was not measured on (`measured`) by the rules, else the highest P
+    when it reaches `show_above` (None: the model's own bar)."""
     if model is None:
         return EditChoice(offers[0] if offers else None, None, [])
     scored = [(o, model.p(edit_features(o, doc, cursor, steps, [x for x in offers if x is not o])))
               for o in offers]
+    unmeasured = next((o for o in offers if o.source in FOLLOWED and not measured(model, o.source)), None)
+    if unmeasured is not None:
+        return EditChoice(unmeasured, None, scored)
     bar = model.show_above if show_above is None else show_above
     best = max(scored, key=lambda s: s[1], default=None)
     if best is None or best[1] < bar:
