@@ -191,8 +191,9 @@ def test_command_baselines_only(tmp_path, capsys):
     assert code == 0
     report = json.loads(out)
     assert report["n"] == 2 and [r["name"] for r in report["rows"]] == ["no edit", "repeat last edit",
-                                                                         "follow the change"]
-    none, repeat, rename = report["rows"]
+                                                                         "follow the change", "shown, next edits off"]
+    none, repeat, rename, shown = report["rows"]  # the embedded model ships a next-edit acceptance model
+    assert shown["edit_rate"] <= repeat["edit_rate"]  # it shows some of the candidates, never more
     assert rename["edit_rate"] == 0.0  # a call changed, not a name renamed where it is defined
     # record 0 needs an edit, record "same" needs none
     assert (none["exact"], none["partial"], none["edit_rate"], none["noise_rate"]) == (0.5, 0.5, 0.0, 0.0)
@@ -209,7 +210,7 @@ def test_command_baselines_only(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "--no-model", "--data", data, "--json")
     report = json.loads(out)
     assert report["noise_cases"].startswith("noise rate: on 1 derived cases")
-    assert [r["noise_rate"] for r in report["rows"]] == [0.0, 0.0, 0.0]  # no history: nothing to repeat or follow
+    assert [r["noise_rate"] for r in report["rows"]] == [0.0] * 4  # no history: nothing to repeat or follow
 
 
 def test_the_derived_unedited_case_is_the_old_file_with_the_cursor_at_the_first_edit():

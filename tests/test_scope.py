@@ -96,6 +96,19 @@ def test_a_parameter_renamed_is_renamed_where_its_docstring_names_it_and_nowhere
     assert lines_of(renamed_local, found) == [(4, "v")]
 
 
+def test_a_rename_goes_on_after_its_docstring_mention_is_accepted():
+    old = 'def area(w, h):\n    """:param w: the width"""\n    a = 1\n    b = 2\n    c = 3\n    d = 4\n    return w * h\n'
+    text = old.replace("def area(w,", "def area(width,")
+    steps, going, shown = [Step("u", "a.py", 0, ["def area(w, h):\n"], ["def area(width, h):\n"])], None, []
+    while (found := follow(text, language_for("python"), steps, 20, going)) is not None and len(shown) < 4:
+        line = text.count("\n", 0, found.start)
+        before = text.splitlines(keepends=True)[line]
+        text, going = text[:found.start] + found.text + text[found.end:], found.change
+        steps.append(Step("u", "a.py", line, [before], [text.splitlines(keepends=True)[line]]))
+        shown.append(line)
+    assert shown == [1, 6] and text == old.replace("w,", "width,").replace(" w:", " width:").replace("w *", "width *")
+
+
 def test_a_name_swapped_at_a_use_is_not_a_rename_unless_one_is_going_on():
     src = "def f(a, b):\n    g(b)\n    return a + b\n"
     py = language_for("python")

@@ -14,7 +14,7 @@ from ..context.languages import LanguageSpec
 from .analogous import ArgChange, analogous_edits, arg_change
 from .calls import Change, call_edits, imported_edits, pending
 from .history import Step
-from .scope import Rename, last_rename, sites
+from .scope import Rename, from_binding, last_rename, sites
 
 GROUP_LINES = 3  # sites at most this many lines apart are one suggestion
 FOLLOWED = ("rename", "signature", "argument", "imported")  # a Followed's sources
@@ -58,7 +58,8 @@ def follow(text: str, spec: LanguageSpec, steps: list[Step], cursor: int,
     change, edits, source = last_rename(steps, text), [], "rename"
     if change is not None:
         begun = isinstance(going_on, Rename) and (going_on.old, going_on.new) == (change.old, change.new)
-        edits = [(s, e, change.new) for s, e in sites(text, spec, change, at_binding=not begun)]
+        found = sites(text, spec, change, at_binding=not begun) or (from_binding(text, spec, change) if begun else [])
+        edits = [(s, e, change.new) for s, e in found]
     if not edits:
         calls = call_edits(steps, text, spec, going_on if isinstance(going_on, Change) else None)
         (change, edits), source = calls if calls is not None else (None, []), "signature"

@@ -102,8 +102,12 @@ def repeat_last_edit(old: str, current: str, cursor: tuple[int, int]) -> str | N
     """The file after the last edit's change is made again (the rule above); None: no edit.
     `cursor`: 0-based (line, character) in `current`."""
     block = last_change(old.splitlines(keepends=True), current.splitlines(keepends=True))
-    if block is None:
-        return None
+    return None if block is None else made_again(block, current, cursor)
+
+
+def made_again(block: tuple[str, str, int], current: str, cursor: tuple[int, int]) -> str | None:
+    """`current` with the change `block` (removed text, added text, its first line in current: the
+    last changed block, `last_change`) made again after `cursor`; None: nowhere to."""
     removed, added, first = block
     old_text, new_text = token_change(removed, added)
     if old_text.strip():  # a replacement or deletion: again at the next occurrence

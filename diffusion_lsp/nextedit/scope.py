@@ -125,6 +125,16 @@ def sites(text: str, spec: LanguageSpec, rename: Rename, at_binding: bool = True
     return sorted(spans)
 
 
+def from_binding(text: str, spec: LanguageSpec, rename: Rename, most: int = 20) -> list[tuple[int, int]]:
+    """The sites of a rename going on whose last step renamed what `sites` cannot place (a mention
+    in a docstring), seen from the nearest binding of the new name before it (the parameter in the def)."""
+    before = list(re.finditer(r"(?<!\w)" + re.escape(rename.new) + r"(?!\w)", text[:rename.at]))
+    for m in reversed(before[-most:]):
+        if found := sites(text, spec, Rename(rename.old, rename.new, m.start())):
+            return found
+    return []
+
+
 # a parameter named in its function's docstring: reST fields (:param x:, :type x:), a Google or NumPy
 # entry (a line that starts with the name, an optional (type), then a colon), and `x` / ``x``
 DOC_MENTIONS = (r":(?:param|parameter|arg|argument|key|keyword|type)(?:\s+[^:\s]+)?\s+({name})\s*:",

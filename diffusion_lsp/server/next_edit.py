@@ -32,8 +32,8 @@ from ..context.tokens import approx_tokens
 from ..context.records import Document
 from ..nextedit.calls import Change
 from ..nextedit.edits import LineEnds
-from ..nextedit.history import EditLog, joined, undone
-from ..nextedit.repeat import repeat_last_edit
+from ..nextedit.history import EditLog, joined
+from ..nextedit.repeat import last_change, made_again
 from ..lifecycle import tickets
 from ..nextedit.follow import FOLLOWED, Elsewhere, follow, follow_elsewhere
 from ..nextedit.scope import Rename
@@ -200,13 +200,16 @@ class NextEditor:
         return None if found is None else EditOffer(found.source, found.start, found.end, found.text)
 
     def _repeat(self, doc: Document, offset: int) -> EditOffer | None:
-        """The user's last change in `doc` made again at its next occurrence."""
+        """The user's last change in `doc` made again at its next occurrence (from the step's own
+        lines: no diff of the whole document)."""
         steps = [step for step in self.edits.steps if step.uri == doc.uri]
-        if not steps:
+        step = joined(steps) if steps else None
+        block = None if step is None else last_change(step.old, step.new)
+        if block is None or doc.text.count("\n") < step.first:
             return None
-        old, _ = undone(joined(steps), doc.text)
         line = doc.text.count("\n", 0, offset)
-        again = repeat_last_edit(old, doc.text, (line, offset - doc.text.rfind("\n", 0, offset) - 1))
+        cursor = (line, offset - doc.text.rfind("\n", 0, offset) - 1)
+        again = made_again((block[0], block[1], block[2] + step.first), doc.text, cursor)
         return None if again is None or again == doc.text else EditOffer.between(doc.text, again, "repeat")
 
     def _elsewhere(self, doc: Document, open_docs: list[Document], most: int = 3) -> list[Elsewhere]:
