@@ -128,7 +128,7 @@ def test_the_embedded_model_answers_nothing_in_go_and_no_next_edit_without_askin
 def test_the_demo_notice_is_said_once_per_install_with_the_way_to_a_real_model(monkeypatch, tmp_path):
     _, ui = _session(monkeypatch, tmp_path)
     [(kind, message)] = ui.shown
-    assert kind == "info" and "a small offline demo model (Python only, no next edits of its own: renames and signatures are still followed);" in message
+    assert kind == "info" and "a small offline demo model (Python only, no next edits of its own: the rest of your change (a rename, a signature, an edit repeated) is still proposed);" in message
     assert message.endswith("#use-a-real-model)") and "[Use a real model](file://" in message  # a link in VS Code
     assert json.loads(notice.state_file().read_text()) == {notice.DEMO: True}
     session, again = _session(monkeypatch, tmp_path)  # the next start, and a settings change

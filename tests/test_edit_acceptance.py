@@ -179,6 +179,24 @@ def test_eval_edits_and_calibrate_edits_on_a_repository(repo, tmp_path, capsys):
                  "--out", str(out), "--json"]) == 0
     fitted = AcceptanceModel.load(out, kind="edit")
     assert fitted.fitted_on["right"] == 2 and fitted.weights["source_rename"] > fitted.weights["source_model"]
+    assert fitted.fitted_on["seen"] == {"model": 1, "rename": 1, "repeat": 1}
+
+
+def test_calibrate_edits_on_one_repository_is_what_the_server_uses_there(repo, tmp_path, monkeypatch, capsys):
+    from diffusion_lsp.cli import main
+    from diffusion_lsp.server.workspace_model import ModelChoice, acceptance_for
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    (repo / "conf.py").write_text("a = 1\nb = 2\nc = 1\n\n\n\nd = 1\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "conf")
+    (repo / "conf.py").write_text("a = 5\nb = 2\nc = 1\n\n\n\nd = 7\n")  # repeating 1 -> 5 at c is wrong
+    git(repo, "commit", "-qam", "new values")
+    assert main(["calibrate", "--edits", str(repo), "--no-model", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["trusted"] and got["out"].endswith(".diffusion-lsp/acceptance/edit_acceptance.json")
+    model, line = acceptance_for(ModelChoice(None, "embedded"), None, str(repo), "edit")
+    assert model is not None and model.kind == "edit" and got["out"] in line
 
 
 class NoModel:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 SOURCES = ("rename", "signature", "argument", "imported", "repeat", "model", "draft")
 CODE = SOURCES[:5]  # the candidates from the code alone: all there is while the model's next edits are off
-FOLLOWED = SOURCES[:4]  # the change's own sites (nextedit/follow.py): one feature for all four besides
+FOLLOWED = SOURCES[:4]  # the change's own sites (a Followed's sources): one feature for all four besides
 # each one's own, so a kind the calibration commits hardly hold (a changed signature's calls) weighs
 # as the change's sites do, not as nothing
 MEASURED = 30  # a source of the change's own sites with fewer candidates in calibration is shown by the rules

@@ -211,6 +211,7 @@ def edit_acceptance(path: str | None, launch) -> AcceptanceModel | None:
 def calibrate(args, launch) -> dict:
     """`calibrate --edits`: fit the next-edit acceptance model on the replayed commits and save it."""
     from ..acceptance.model import EDIT_FILE, WORKSPACE_DIR
+    from ..local_state import trust
 
     judged = collect(args, launch)
     fitted_on = {"repos": sorted({j.repo for j in judged}), "cases": len(judged),
@@ -218,13 +219,15 @@ def calibrate(args, launch) -> dict:
     model, table = calibrated(judged, fitted_on)
     out = Path(args.out) if args.out else Path(args.folders[0]) / WORKSPACE_DIR / EDIT_FILE
     model.save(out)
-    got = {"out": str(out), "show_above": model.show_above, "weights": model.weights, **report(judged, model)}
+    trusted = trust(out.parent, Path(args.folders[0])) if not args.out else None  # the server uses it there
+    got = {"out": str(out), "show_above": model.show_above, "weights": model.weights, "trusted": trusted,
+           **report(judged, model)}
     if not args.json:
         print_report(f"{len(judged)} replayed commit steps; the next-edit model's bar: P >= {model.show_above:g}",
                      got)
         weights = sorted(model.weights.items(), key=lambda kv: -abs(kv[1]))
         print("weights (largest first): " + ", ".join(f"{n} {w:+.2f}" for n, w in weights[:12]))
-        print(f"wrote {out}")
+        print(f"wrote {out}" + (" (the server uses it in this workspace)" if trusted else ""))
     return got
 
 

@@ -215,8 +215,10 @@ class Completer:
         choice = choose(self.acceptance, offers(sug, fill, drafts), Spot.at(doc.text, offset, ctx.language),
                         self.cfg.completion.show_above)
         self.stats.chose(choice)
-        self.log("debug", "acceptance: " + ", ".join(f"{o.source} {o.text.strip()[:40]!r} P={p:.2f}" for o, p in choice.scored)
-                 + (f"; shown: {choice.shown.source}" if choice.shown else "; nothing reaches the bar"))
+        if choice.scored:
+            self.log("debug", "completion acceptance: " + ", ".join(
+                f"{o.source} {o.text.strip()[:40]!r} P={p:.2f}" for o, p in choice.scored)
+                + (f"; shown: {choice.shown.source}" if choice.shown else "; nothing reaches the bar"))
         if choice.shown is not None:
             self.feedback.shown(doc.uri, choice.feats)
         return choice.shown

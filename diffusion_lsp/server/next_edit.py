@@ -176,7 +176,10 @@ class NextEditor:
             st.judged += 1
             st.held_back += choice.shown is None
             self.log("debug", "next-edit acceptance: " + ", ".join(
-                f"{o.source} {o.text.strip()[:30]!r} P={p:.2f}" for o, p in choice.scored))
+                f"{o.source} {o.text.strip()[:30]!r} P={p:.2f}" for o, p in choice.scored)
+                + ("; nothing reaches the bar" if choice.shown is None else
+                   f"; shown: {choice.shown.source}" + (" (by the rules: too few in its calibration)"
+                                                        if choice.p is None else "")))
         shown = choice.shown
         if shown is None:
             return None

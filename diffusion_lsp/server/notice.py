@@ -61,7 +61,7 @@ def demo_message(claims: Claims) -> str:
     """One sentence and a link, in markdown: VS Code makes [text](url) a link in its notification,
     Neovim shows it as written (the plugin keeps it whole in :messages)."""
     what = ([] if claims.languages is None else ["/".join(n.capitalize() for n in claims.languages) + " only"]) + (
-        [] if claims.next_edits else ["no next edits of its own: renames and signatures are still followed"])
+        [] if claims.next_edits else ["no next edits of its own: the rest of your change (a rename, a signature, an edit repeated) is still proposed"])
     said = f" ({', '.join(what)})" if what else ""
     return (f"diffusion-lsp: a small offline demo model{said}; its suggestions are rarely right. "
             f"[Use a real model]({readme_link()})")

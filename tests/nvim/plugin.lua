@@ -252,7 +252,8 @@ local function next_edit_step(n)
   for _, m in ipairs(api.nvim_buf_get_extmarks(0, next_edit.ns, 0, -1, { details = true })) do
     if m[4].hl_group then
       local hl = api.nvim_get_hl(0, { name = m[4].hl_group })
-      record.deleted_hl[#record.deleted_hl + 1] = { m[4].hl_group, hl.strikethrough == true }
+      record.deleted_hl[#record.deleted_hl + 1] = { m[4].hl_group, hl.strikethrough == true,
+        (hl.cterm or {}).strikethrough == true }
     end
   end
   record.edited = api.nvim_buf_get_lines(0, 0, -1, true)

@@ -23,6 +23,7 @@ local function highlight()
   if vim.tbl_isempty(api.nvim_get_hl(0, { name = 'DiffusionLspDelete' })) then
     local hl = api.nvim_get_hl(0, { name = 'DiffDelete', link = false })
     hl.strikethrough = true
+    hl.cterm = vim.tbl_extend('force', hl.cterm or {}, { strikethrough = true }) -- a terminal without termguicolors
     hl.default = true
     api.nvim_set_hl(0, 'DiffusionLspDelete', hl)
   end
@@ -230,10 +231,15 @@ function M.accept(bufnr)
   local edit = s.edit
   M.clear(bufnr)
   vim.lsp.util.apply_text_edits({ { range = edit.range, newText = edit.text } }, bufnr, client.offset_encoding)
-  -- the cursor goes to the end of the applied text, where the next suggestion is asked from
+  -- the cursor goes to the end of the applied text, where the next suggestion is asked from: after
+  -- it in insert mode, on its last character in normal mode
   local lines = vim.split(edit.text, '\n', { plain = true })
   local last = lines[#lines]
-  pcall(api.nvim_win_set_cursor, 0, { srow + #lines, #lines == 1 and scol + #last or #last })
+  local col = #lines == 1 and scol + #last or #last
+  if api.nvim_get_mode().mode:sub(1, 1) ~= 'i' and #edit.text > 0 and #last > 0 then
+    col = col - 1
+  end
+  pcall(api.nvim_win_set_cursor, 0, { srow + #lines, col })
   if edit.command then
     client:exec_cmd(edit.command, { bufnr = bufnr })
   end
