@@ -74,6 +74,7 @@ DOCUMENTED = '''def area(w, h):
     w : int
         NumPy style
     ``w`` and `w` too.
+     - w   : a bulleted entry
     """
     return w * h
 
@@ -89,7 +90,7 @@ def test_a_parameter_renamed_is_renamed_where_its_docstring_names_it_and_nowhere
     found = sites(src, language_for("python"), Rename("w", "width", src.index("width")))
     # the reST fields, the Google and NumPy entries, the backticked mentions and the use; not the prose
     # ("a w by h box; w must"), not `w2`, not other()'s docstring or body
-    assert lines_of(src, found) == [(4, "w"), (5, "w"), (7, "w"), (8, "w"), (10, "w"), (10, "w"), (12, "w")]
+    assert lines_of(src, found) == [(4, "w"), (5, "w"), (7, "w"), (8, "w"), (10, "w"), (10, "w"), (11, "w"), (13, "w")]
     local = "def f():\n    \"\"\":param v: not a parameter of f\"\"\"\n    v = 1\n    return v\n"
     renamed_local = local.replace("v = 1", "count = 1")  # a local, not a parameter: its docstring stays
     found = sites(renamed_local, language_for("python"), Rename("v", "count", renamed_local.index("count")))

@@ -158,7 +158,8 @@ def server_launch(launch: LaunchSettings, context: int, socket: Path, drafts: bo
     options = {"completion": {"maxContextTokens": context, "debounceMs": 0, "drafts": drafts},
                "worker": {"idleExitS": 0},
                "model": {"threads": launch.threads, "precision": launch.precision},
-               "nextEdit": {"enable": True, "follow": False}}  # the model's decoding modes (bench renames: the rename's sites)
+               "nextEdit": {"enable": True, "follow": False, "acceptance": False}}  # the model's
+    # decoding modes, as the model edits (bench renames: the rename's sites; eval edits: what is shown)
     return cmd + (["--model", launch.path] if launch.path else []), options
 
 

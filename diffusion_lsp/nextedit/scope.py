@@ -136,9 +136,10 @@ def from_binding(text: str, spec: LanguageSpec, rename: Rename, most: int = 20) 
 
 
 # a parameter named in its function's docstring: reST fields (:param x:, :type x:), a Google or NumPy
-# entry (a line that starts with the name, an optional (type), then a colon), and `x` / ``x``
+# entry (a line that starts with the name, or a bullet and the name, an optional (type), then a
+# colon), and `x` / ``x``
 DOC_MENTIONS = (r":(?:param|parameter|arg|argument|key|keyword|type)(?:\s+[^:\s]+)?\s+({name})\s*:",
-                 r"(?m)^\s*({name})(?:\s*\([^)\n]*\))?\s*:", r"(?<!`)``?({name})``?(?!`)")
+                 r"(?m)^\s*(?:[-*]\s+)?({name})(?:\s*\([^)\n]*\))?\s*:", r"(?<!`)``?({name})``?(?!`)")
 
 
 def docstring_sites(fn, old: str, chars) -> set[tuple[int, int]]:

@@ -83,6 +83,8 @@ class NextEditSettings:
     follow: bool = field(default=True, metadata=check(
         None, "true or false", doc="propose the rest of a rename at its other sites in the name's scope, anywhere in "
                                    "the file, from the code alone (also when the model's own next edits are off)"))
+    acceptance: bool = field(default=True, metadata=check(None, "true or false", doc="decide which next edit to show "
+                             "with the next-edit acceptance model (false: the change's sites, else the model's edit)"))
     show_above: float | None = field(default=None, metadata=check(lambda v: 0 <= v <= 1, "in [0, 1], or null", minimum=0,
         maximum=1, doc="show a next edit only when the acceptance model's P(right) reaches this; null: its own bar"))
 

@@ -123,8 +123,8 @@ class Session:
                                 "cut at completion.confidenceCut"
         self.completer.acceptance = model
         edits, edit_line = acceptance_for(self.choice, folder, self.root, "edit")
-        if not self.cfg.completion.acceptance:
-            edits, edit_line = None, "acceptance: off (completion.acceptance); " + RULES["edit"]
+        if not self.cfg.next_edit.acceptance:
+            edits, edit_line = None, "acceptance: off (nextEdit.acceptance); " + RULES["edit"]
         self.next_edit.acceptance = edits
         if (line, edit_line) != (self.stats.acceptance, self.stats.next_edit.acceptance):
             self.ui.log("info", line if edit_line == self.stats.next_edit.acceptance else f"{line}; {edit_line}")

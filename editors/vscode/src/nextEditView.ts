@@ -1,8 +1,9 @@
 // Next-edit suggestions in the editor: asked for after a change (textDocument/copilotInlineEdit),
 // drawn as a decorated preview (the text to delete struck through, the text to insert after it, all
 // of it in the hover), reported as shown (textDocument/didShowInlineEdit), and cleared when the text
-// changes or the cursor moves. The accept key (Tab while `diffusionLsp.nextEditVisible`) jumps to an
-// edit the cursor is not on, then applies it. Stable API only: decorations and a context key.
+// changes or the cursor moves. Showing one closes the word-suggestion list (it would take Tab). The
+// accept key (Tab while `diffusionLsp.nextEditVisible`) jumps to an edit the cursor is not on, then
+// applies it and leaves the cursor at its end. Stable API only: decorations and a context key.
 
 import * as vscode from 'vscode';
 import type { LanguageClient } from 'vscode-languageclient/node';
@@ -124,6 +125,9 @@ export class NextEditView implements vscode.Disposable {
     this.clear();
     this.shown = { editor, edit, range: client.protocol2CodeConverter.asRange(edit.range), jumping: false };
     this.draw();
+    // the word-suggestion list a rename's typing opened would take Tab and Esc (Tab there put the old
+    // name back: a user trial): once typing has paused and a next edit is shown, it is closed
+    void vscode.commands.executeCommand('hideSuggestWidget');
     void vscode.commands.executeCommand('setContext', VISIBLE_KEY, true);
     void client.sendNotification(DID_SHOW_INLINE_EDIT, { item: { command: edit.command } });
   }
