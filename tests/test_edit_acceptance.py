@@ -233,3 +233,21 @@ def test_the_server_shows_the_sites_the_acceptance_model_likes_and_holds_back_th
     editor, doc = editor_after_rename(None)  # the rules: the change's sites, whenever there are some
     got = asyncio.run(editor.suggest(doc, 2, 1, 10, UTF16, "geo.py"))
     assert got.source == "rename" and got.p is None and editor.stats.judged == 0
+
+
+@pytest.mark.slow
+def test_eval_edits_through_the_server_judges_what_it_answers(repo, tiny_checkpoint, tmp_path, capsys):
+    from pathlib import Path
+
+    import diffusion_lsp
+    from diffusion_lsp.cli import main
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    shutil.copy(Path(diffusion_lsp.__file__).parent / "checkpoints" / "default" / "edit_acceptance.json", ckpt)
+    assert main(["eval", "edits", str(repo), "--no-model", "--through-server", "--json", "--model", str(ckpt),
+                 "--threads", "1"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    offline = next(v for k, v in got.items() if k.startswith("acceptance, next edits off"))
+    assert got["through the server, default settings"] == offline and offline["right"] == 1.0
+    assert got["through the server, by the rules (nextEdit.acceptance false)"]["right"] == 1.0

@@ -42,6 +42,7 @@ class EditCase:
     current: str  # after its first k changes
     target: str  # after the commit
     cursor: tuple[int, int]  # 0-based (line, column) where the k-th change ended
+    k: int = 0  # changes made (changes(old, target)[:k])
 
     @property
     def offset(self) -> int:
@@ -78,7 +79,7 @@ def replay_cases(root: str, n: int, seed: int = 0) -> list[EditCase]:
             cursor = last_change_end(pair.old, current)
             if cursor is not None and current != pair.new:
                 out.append(EditCase(f"{pair.commit[:12]}:{pair.path}#{k}", name, pair.path, pair.old, current,
-                                    pair.new, cursor))
+                                    pair.new, cursor, k))
     if len(out) > n:
         out = random.Random(seed).sample(out, n)
     return sorted(out, key=lambda c: c.id)

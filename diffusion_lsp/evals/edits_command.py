@@ -39,6 +39,9 @@ def register(ev) -> None:
     e.add_argument("repos", nargs="*", metavar="REPO", help="git work trees whose recent commits are replayed")
     add_replay_args(e)
     e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--through-server", action="store_true",
+                   help="also type the commits into the running language server (default settings, then by the "
+                        "rules) and judge the next edit it answers")
     e.add_argument("--acceptance", metavar="FILE",
                    help="a next-edit acceptance model (default: the model's own edit_acceptance.json)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
@@ -115,28 +118,34 @@ def calibrated(judged: list[JudgedEdit], fitted_on: dict) -> tuple[AcceptanceMod
     return dataclasses.replace(model, show_above=pick_bar(table)), table
 
 
-def collect(args, launch) -> list[JudgedEdit]:
-    """The judged candidates of --edits-from files and of the repositories replayed now."""
+def collect(args, launch, cases: list | None = None) -> list[JudgedEdit]:
+    """The judged candidates of --edits-from files and of the repositories' cases (`cases`, else
+    replayed now)."""
     judged = []
     for path in args.edits_from:
         try:
             judged += [JudgedEdit.from_json(json.loads(line)) for line in Path(path).read_text().splitlines() if line]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UserError(f"{path}: not saved next-edit candidates ({e})") from None
-    repos = getattr(args, "repos", None) or getattr(args, "folders", [])
-    cases = []
-    for k, repo in enumerate(repos):
-        found = replay_cases(repo, args.edit_cases, args.seed + k)
-        if not found:
-            raise UserError(f"{repo}: no commit to replay (a git work tree with commits that change source "
-                            "files in two places or more)")
-        cases += found
+    cases = replayed(args) if cases is None else cases
     if not cases:
         return judged
     fresh = asyncio.run(_judge(cases, None if args.no_model else launch, progress=not args.json))
     if args.save_edits:
         Path(args.save_edits).write_text("".join(json.dumps(j.to_json()) + "\n" for j in fresh))
     return judged + fresh
+
+
+def replayed(args) -> list:
+    """The cases of the repositories named (REPO... or calibrate's FOLDER...), each its own seed."""
+    cases = []
+    for k, repo in enumerate(getattr(args, "repos", None) or getattr(args, "folders", [])):
+        found = replay_cases(repo, args.edit_cases, args.seed + k)
+        if not found:
+            raise UserError(f"{repo}: no commit to replay (a git work tree with commits that change source "
+                            "files in two places or more)")
+        cases += found
+    return cases
 
 
 async def _judge(cases, launch, progress: bool) -> list[JudgedEdit]:
@@ -178,16 +187,16 @@ def report(judged: list[JudgedEdit], model: AcceptanceModel | None) -> dict:
 def print_report(title: str, got: dict, file=None) -> None:
     file = file or sys.stdout
     print(title, file=file)
-    print(f"{'':56} {'shown':>7} {'right':>7} {'wrong':>7} {'precision':>10}", file=file)
+    print(f"{'':62} {'shown':>7} {'right':>7} {'wrong':>7} {'precision':>10}", file=file)
 
     def line(name: str, r: dict) -> None:
         prec = f"{r['precision']:10.1%}" if r["precision"] is not None else f"{'-':>10}"
-        print(f"{name:56} {r['shown']:7.1%} {r['right']:7.1%} {r['wrong']:7.1%} {prec}", file=file)
+        print(f"{name:62} {r['shown']:7.1%} {r['right']:7.1%} {r['wrong']:7.1%} {prec}", file=file)
 
     for s, r in got["sources"].items():
         line(f"{s} alone (whenever there is one)", r)
     for name, r in got.items():
-        if name.startswith(("rules", "acceptance")):
+        if name.startswith(("rules", "acceptance", "through")):
             line(name, r)
     for r in got.get("bars (next edits off)", []):
         line(f"  P >= {r['bar']:.2f}", r)
@@ -236,10 +245,18 @@ def run(args) -> int:
 
     if not args.repos and not args.edits_from:
         raise UserError("give a REPO (a git work tree) to replay, or --edits-from FILE")
+    if args.through_server and not args.repos:
+        raise UserError("--through-server types the commits of a REPO: give one")
     launch = launch_settings(args)
     model = edit_acceptance(args.acceptance, launch)
-    judged = collect(args, launch)
+    cases = replayed(args)
+    judged = collect(args, launch, cases)
     got = report(judged, model)
+    if args.through_server:
+        from .edit_server import through_server
+        answers = asyncio.run(through_server(cases, launch, progress=not args.json))
+        for name, js in answers.items():
+            got[name] = rates(js, [0 if j.offers else None for j in js])
     if args.json:
         print(jsonout.dumps(got))
     else:

@@ -1,0 +1,72 @@
+"""`eval edits --through-server`: the replayed commits (edit_replay.py) typed into the running
+language server with its default settings, one didChange per change, and the next edit it answers
+(textDocument/copilotInlineEdit at the cursor) judged against the rest of the commit as `eval edits`
+judges candidates: what a user is shown, not a model of it. Once with the next-edit acceptance model
+(the default) and once by the rules (nextEdit.acceptance false)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ..acceptance.edits import EditOffer
+from ..context.languages import language_for
+from ..data.edits import apply_hunks
+from ..server.positions import offset_at
+from .edit_replay import EditCase, JudgedEdit, changes, right
+
+SETTINGS = {"completion": {"debounceMs": 0}, "nextEdit": {"debounceMs": 0}, "worker": {"idleExitS": 0}}
+PASSES = {"through the server, default settings": {},
+          "through the server, by the rules (nextEdit.acceptance false)": {"acceptance": False}}
+
+
+def _typed(lsp, uri: str, before: str, after: str) -> None:
+    """One didChange: the span where `before` and `after` differ."""
+    a = len(os.path.commonprefix([before, after]))
+    b = len(os.path.commonprefix([before[a:][::-1], after[a:][::-1]]))
+
+    def at(offset: int) -> tuple[int, str]:
+        start = before.rfind("\n", 0, offset) + 1
+        return before.count("\n", 0, offset), before[start:offset]
+    lsp.change(uri, at(a), at(len(before) - b), after[a:len(after) - b])
+
+
+async def _ask(lsp, uri: str, case: EditCase) -> JudgedEdit:
+    lsp.open(uri, case.old, language_for(None, case.path).name)
+    steps, text = changes(case.old, case.target), case.old
+    for k in range(1, case.k + 1):
+        now = apply_hunks(case.old, case.target, steps, k)
+        _typed(lsp, uri, text, now)
+        text = now
+    line = case.cursor[0]
+    _, edit = await lsp.next_edit(uri, line, case.current.splitlines(keepends=True)[line][:case.cursor[1]]
+                                  if line < len(case.current.splitlines()) else "")
+    lsp.close(uri)
+    if edit is None:
+        return JudgedEdit(case.id, case.repo, [], [], [])
+    rng = edit["range"]
+    start = offset_at(case.current, rng["start"]["line"], rng["start"]["character"], lsp.encoding)
+    end = offset_at(case.current, rng["end"]["line"], rng["end"]["character"], lsp.encoding)
+    shown = EditOffer("shown", start, end, edit["text"])
+    return JudgedEdit(case.id, case.repo, [shown], [{}], [right(case.current, shown, case.target)])
+
+
+async def through_server(cases: list[EditCase], launch, progress: bool = False) -> dict[str, list[JudgedEdit]]:
+    """Per pass (PASSES), each case's answer: no candidate, or the one shown, judged."""
+    from tqdm import tqdm  # kept off --help
+
+    from ..bench.lsp_client import BenchClient  # pygls and lsprotocol
+
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="diffusion-lsp-edits-", ignore_cleanup_errors=True) as tmp:
+        cmd = [sys.executable, "-m", "diffusion_lsp", "serve", "--worker-socket", str(Path(tmp) / "w.sock")]
+        async with BenchClient(cmd + launch.to_argv(), SETTINGS) as lsp:
+            await lsp.wait_for_model(local=launch.backend == "local")
+            for name, next_edit in PASSES.items():
+                lsp.configure({"diffusionLsp": {**SETTINGS, "nextEdit": {**SETTINGS["nextEdit"], **next_edit}}})
+                bar = tqdm(cases, desc=name, unit="case", disable=not progress, file=sys.stderr)
+                out[name] = [await _ask(lsp, f"file:///edits/{len(out)}/{i}/{Path(c.path).name}", c)
+                             for i, c in enumerate(bar)]
+    return out
