@@ -31,6 +31,7 @@ from ..acceptance.feedback import read_feedback
 from ..context.records import Document, Suggestion
 from . import edits_command
 from .edits_command import add_replay_args
+from .metrics import rates_head, rates_row
 from .retype import Case, Judged, judge, pick
 
 # the bar's target: what is shown is exactly right this often on the calibration lines. Chosen by
@@ -184,12 +185,11 @@ def run(args) -> int:
 def print_table(title: str, judged: list[Judged], model: AcceptanceModel, table: list[dict], file=None) -> None:
     file = file or sys.stdout
     print(title, file=file)
-    head = f"{'':22} {'shown':>7} {'exact':>7} {'precision':>10} {'partly':>7} {'wrong':>7}"
-    print(head, file=file)
+    columns = ("shown", "exact", "precision", "partly", "wrong")
+    print(rates_head(22, columns), file=file)
 
     def line(name: str, r: dict) -> None:
-        prec = f"{r['precision']:10.1%}" if r["precision"] is not None else f"{'-':>10}"
-        print(f"{name:22} {r['shown']:7.1%} {r['exact']:7.1%} {prec} {r['partly']:7.1%} {r['wrong']:7.1%}", file=file)
+        print(rates_row(name, r, 22, columns), file=file)
 
     for s in ("model", "lookup", "line", "last"):
         if any(o.source == s for j in judged for o in j.offers):

@@ -21,6 +21,7 @@ from ..acceptance.model import AcceptanceModel, fit
 from ..errors import UserError
 from ..nextedit.follow import FOLLOWED
 from .edit_replay import JudgedEdit, judge_cases, replay_cases
+from .metrics import rates_head, rates_row
 
 # the bar: the one where right - WRONG_COST x wrong (shares of cases) is largest. A wrong next edit
 # costs more than a right one saves (it rewrites code away from the cursor, to be read and undone).
@@ -187,11 +188,11 @@ def report(judged: list[JudgedEdit], model: AcceptanceModel | None) -> dict:
 def print_report(title: str, got: dict, file=None) -> None:
     file = file or sys.stdout
     print(title, file=file)
-    print(f"{'':62} {'shown':>7} {'right':>7} {'wrong':>7} {'precision':>10}", file=file)
+    columns = ("shown", "right", "wrong", "precision")
+    print(rates_head(62, columns), file=file)
 
     def line(name: str, r: dict) -> None:
-        prec = f"{r['precision']:10.1%}" if r["precision"] is not None else f"{'-':>10}"
-        print(f"{name:62} {r['shown']:7.1%} {r['right']:7.1%} {r['wrong']:7.1%} {prec}", file=file)
+        print(rates_row(name, r, 62, columns), file=file)
 
     for s, r in got["sources"].items():
         line(f"{s} alone (whenever there is one)", r)

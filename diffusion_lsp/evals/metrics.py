@@ -1,4 +1,6 @@
-"""Line scores the evaluations and `bench lsp` share: exact match and edit similarity."""
+"""Line scores the evaluations and `bench lsp` share: exact match and edit similarity; and the rows
+of the tables of what is shown (shares of cases, precision) that calibrate, eval repo and eval
+edits print."""
 
 from __future__ import annotations
 
@@ -18,3 +20,14 @@ def edit_similarity(guess: str, line: str) -> float:
 
 def mean_score(score, guesses: list[str], lines: list[str]) -> float:
     return sum(score(g, x) for g, x in zip(guesses, lines)) / max(len(lines), 1)
+
+
+def rates_head(width: int, columns: tuple[str, ...]) -> str:
+    """The head of a table of rates: `columns` right-aligned after a name column of `width`."""
+    return f"{'':{width}} " + " ".join(f"{c:>{max(len(c), 7)}}" for c in columns)
+
+
+def rates_row(name: str, r: dict, width: int, columns: tuple[str, ...]) -> str:
+    """One row of it: r[column] as a percentage, '-' where it is None (a precision of nothing shown)."""
+    return f"{name:{width}} " + " ".join(f"{'-':>{max(len(c), 7)}}" if r[c] is None else f"{r[c]:{max(len(c), 7)}.1%}"
+                                         for c in columns)

@@ -50,7 +50,7 @@ from ..acceptance.model import FILE as ACCEPTANCE_FILE
 from ..acceptance.model import AcceptanceModel
 from . import calibrate, retype
 from .heldout import MASK_RATES, masked_token_loss
-from .metrics import edit_similarity, exact_match
+from .metrics import edit_similarity, exact_match, rates_head, rates_row
 from .repo_edits import baseline_row, history_cases
 from .repo_edits import model_row as edits_row
 
@@ -270,11 +270,11 @@ def print_report(title: str, m: Material, result: dict, file=None) -> None:
 
 def print_shown(title: str, got: dict, file) -> None:
     print(title, file=file)
-    print(f"{'':24} {'shown':>7} {'exact':>7} {'precision':>10} {'partly':>7} {'wrong':>7}", file=file)
+    columns = ("shown", "exact", "precision", "partly", "wrong")
+    print(rates_head(24, columns), file=file)
 
     def line(name: str, r: dict) -> None:
-        prec = f"{r['precision']:10.1%}" if r["precision"] is not None else f"{'-':>10}"
-        print(f"{name:24} {r['shown']:7.1%} {r['exact']:7.1%} {prec} {r['partly']:7.1%} {r['wrong']:7.1%}", file=file)
+        print(rates_row(name, r, 24, columns), file=file)
 
     for name, r in got["rows"].items():
         line(name, r)
