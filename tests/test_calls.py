@@ -6,11 +6,14 @@ the chain through the language server: change the def, accept, next call, never 
 from __future__ import annotations
 
 import asyncio
+
+import pytest
 import re
 
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.context.records import Document
-from diffusion_lsp.nextedit.calls import call_edits, imported_edits
+from diffusion_lsp.nextedit.calls import call_edits
+from diffusion_lsp.nextedit.imported import imported_edits
 from diffusion_lsp.nextedit.history import EditLog, Step
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.next_edit import NextEditor
@@ -194,3 +197,45 @@ def test_an_argument_added_to_a_call_written_one_argument_a_line_gets_a_line_of_
     for s, e, new in reversed(call_edits([step], text, PY)[1]):
         after = after[:s] + new + after[e:]
     assert after.split("\n")[4:8] == ["x = area(", "    scale,", "    3,", "    4,"]
+
+
+SCRIPTS = [  # (language, file, source, the def's line before and after, the calls' lines after every edit)
+    ("javascript", "a.js",
+     "function area(w, h) {\n  return w * h;\n}\nconst a = area(3, 4);\nconst b = other(1, 2);\n"
+     "function inner(area) { return area(5, 6); }\nconsole.log(area(...dims), area(1, 2));\n"
+     "function shadow() { const area = f; return area(7, 8); }\n",
+     "function area(w, h) {", "function area(w, h, scale) {",
+     ["const a = area(3, 4, scale);", "function inner(area) { return area(5, 6); }",
+      "console.log(area(...dims), area(1, 2, scale));", "function shadow() { const area = f; return area(7, 8); }"]),
+    ("typescript", "a.ts",
+     "function area(w: number, h: number): number {\n  return w * h;\n}\n\n\n\nlet a = area(3, 4);\n",
+     "function area(w: number, h: number): number {", "function area(h: number): number {",
+     ["let a = area(4);"]),
+    ("typescript", "b.ts",  # an optional parameter is not passed
+     "function area(w: number, h: number): number {\n  return w * h;\n}\nlet a = area(3, 4);\n",
+     "function area(w: number, h: number): number {", "function area(w: number, h: number, s?: number): number {",
+     ["let a = area(3, 4);"]),
+    ("javascript", "c.js",  # a method: this.name(...) in its class
+     "class Box {\n  area(w, h) { return w * h; }\n  total() { return this.area(1, 2) + area(3, 4); }\n}\n",
+     "  area(w, h) { return w * h; }", "  area(w, h, d) { return w * h; }",
+     ["  total() { return this.area(1, 2, d) + area(3, 4); }"]),
+]
+
+
+@pytest.mark.parametrize("language, path, source, old, new, calls_after", SCRIPTS, ids=[s[1] for s in SCRIPTS])
+def test_a_changed_signature_reaches_its_calls_in_javascript_and_typescript(language, path, source, old, new,
+                                                                            calls_after):
+    from diffusion_lsp.nextedit.follow import follow
+
+    spec, line = language_for(language, path), source.splitlines().index(old)
+    text = source.replace(old + "\n", new + "\n", 1)
+    steps, going = [Step("u", path, line, [old + "\n"], [new + "\n"])], None
+    while (found := follow(text, spec, steps, 0, going)) is not None and len(steps) < 6:
+        assert found.source == "signature"
+        at = text.count("\n", 0, found.start)
+        before = text.splitlines(keepends=True)[at:at + found.text.count("\n") + 1]
+        text, going = text[:found.start] + found.text + text[found.end:], found.change
+        steps.append(Step("u", path, at, before, text.splitlines(keepends=True)[at:at + len(before)]))
+    # inner()'s parameter and shadow()'s local named like the function, the spread call, other(): as they were
+    assert [ln for ln in text.splitlines() if "area(" in ln and "function area" not in ln
+            and not ln.lstrip().startswith("area(w")] == calls_after

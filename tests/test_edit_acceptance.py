@@ -236,7 +236,7 @@ def test_the_server_shows_the_sites_the_acceptance_model_likes_and_holds_back_th
 
 
 @pytest.mark.slow
-def test_eval_edits_through_the_server_judges_what_it_answers(repo, tiny_checkpoint, tmp_path, capsys):
+def test_bench_edits_types_the_commits_into_the_server_and_judges_what_it_answers(repo, tiny_checkpoint, tmp_path, capsys):
     from pathlib import Path
 
     import diffusion_lsp
@@ -245,8 +245,7 @@ def test_eval_edits_through_the_server_judges_what_it_answers(repo, tiny_checkpo
     ckpt = tmp_path / "ckpt"
     shutil.copytree(tiny_checkpoint, ckpt)
     shutil.copy(Path(diffusion_lsp.__file__).parent / "checkpoints" / "default" / "edit_acceptance.json", ckpt)
-    assert main(["eval", "edits", str(repo), "--no-model", "--through-server", "--json", "--model", str(ckpt),
-                 "--threads", "1"]) == 0
+    assert main(["bench", "edits", str(repo), "--json", "--model", str(ckpt), "--threads", "1"]) == 0
     got = json.loads(capsys.readouterr().out)
     offline = next(v for k, v in got.items() if k.startswith("acceptance, next edits off"))
     assert got["through the server, default settings"] == offline and offline["right"] == 1.0

@@ -49,7 +49,8 @@ class EditOffer:
         return self.apply(doc) == other.apply(doc)
 
 
-def edit_features(offer: EditOffer, doc: str, cursor: int, steps: int, others: list[EditOffer] = ()) -> dict[str, float]:
+def edit_features(offer: EditOffer, doc: str, cursor: int, steps: int,
+                  others: list[EditOffer] = ()) -> dict[str, float]:
     """The named features of `offer` in `doc` with the cursor at offset `cursor`; `steps`: the
     user's recent edit steps in this document; `others`: the request's other candidates, of which
     those from the code (CODE) count as agreeing: so a candidate from the code weighs the same
@@ -58,7 +59,8 @@ def edit_features(offer: EditOffer, doc: str, cursor: int, steps: int, others: l
     first, last, at = doc.count("\n", 0, offer.start), doc.count("\n", 0, offer.end), doc.count("\n", 0, cursor)
     away = 0 if first <= at <= last else min(abs(first - at), abs(last - at))
     removed, added = old.strip(), offer.text.strip()
-    f = {"bias": 1.0, "followed": float(offer.source in FOLLOWED), **{f"source_{s}": float(offer.source == s) for s in SOURCES},
+    f = {"bias": 1.0, "followed": float(offer.source in FOLLOWED),
+         **{f"source_{s}": float(offer.source == s) for s in SOURCES},
          "away": math.log1p(away),
          "lines": math.log1p(last - first + offer.text.count("\n") - old.count("\n")),
          "removed": math.log1p(len(removed)), "added": math.log1p(len(added)),

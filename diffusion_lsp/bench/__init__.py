@@ -4,6 +4,7 @@
     bench lsp       inline-completion latency through the real server over stdio (lsp.py)
     bench retype    what a user is shown: lines of a folder retyped through the real server (retype.py)
     bench renames   renames followed by accepting next edits alone, through the real server (renames.py)
+    bench edits     next edits on replayed commits typed into the real server, beside eval edits (edits.py)
     bench pretrained  load time, peak RSS, fill time: a 0.5 B checkpoint vs the embedded model, fp32 vs int8
     bench structured  JSON answers with and without constraints: validity, forwards, tokens/s (structured.py)
     bench api       serve-api under load and faults: requests/s, tokens/s, latency, 429s, RSS (api.py)
@@ -13,7 +14,7 @@
 
 from __future__ import annotations
 
-from . import api, gpu, lsp, pretrained, renames, retype, sampler, structured
+from . import api, edits, gpu, lsp, pretrained, renames, retype, sampler, structured
 
 
 def register(sub) -> None:
@@ -23,6 +24,7 @@ def register(sub) -> None:
     lsp.register(bench)
     retype.register(bench)
     renames.register(bench)
+    edits.register(bench)
     pretrained.register(bench)
     api.register(bench)
     gpu.register(bench)

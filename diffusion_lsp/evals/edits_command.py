@@ -41,9 +41,6 @@ def register(ev) -> None:
     e.add_argument("repos", nargs="*", metavar="REPO", help="git work trees whose recent commits are replayed")
     add_replay_args(e)
     e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--through-server", action="store_true",
-                   help="also type the commits into the running language server (default settings, then by the "
-                        "rules) and judge the next edit it answers")
     e.add_argument("--acceptance", metavar="FILE",
                    help="a next-edit acceptance model (default: the model's own edit_acceptance.json)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
@@ -247,18 +244,11 @@ def run(args) -> int:
 
     if not args.repos and not args.edits_from:
         raise UserError("give a REPO (a git work tree) to replay, or --edits-from FILE")
-    if args.through_server and not args.repos:
-        raise UserError("--through-server types the commits of a REPO: give one")
     launch = launch_settings(args)
     model = edit_acceptance(args.acceptance, launch)
     cases = replayed(args)
     judged = collect(args, launch, cases)
     got = report(judged, model)
-    if args.through_server:
-        from .edit_server import through_server
-        answers = asyncio.run(through_server(cases, launch, progress=not args.json))
-        for name, js in answers.items():
-            got[name] = rates(js, [0 if j.offers else None for j in js])
     if args.json:
         print(jsonout.dumps(got))
     else:

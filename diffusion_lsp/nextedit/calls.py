@@ -1,18 +1,20 @@
-"""The rest of a changed signature: the calls of a Python function whose parameters the user just
-changed, found with tree-sitter in the file.
+"""The rest of a changed signature: the calls of a function whose parameters the user just changed,
+found with tree-sitter in the file; in Python, JavaScript and TypeScript (`Grammar`: a def, a
+function declaration or a method; a call, its argument list, `self.f` / `this.f`).
 
 - A parameter added without a default: each call that still has the old arity gets an argument
   for it, spelled as the parameter (`area(w, h)` -> `area(w, h, scale)`), positionally where the
-  call passes its arguments so, else as a keyword (`scale=scale`).
+  call passes its arguments so, else (Python) as a keyword (`scale=scale`). A parameter with a
+  default, or TypeScript's optional `x?: T`, is not passed.
 - A parameter removed: each call that still passes it loses that argument (positional or keyword).
 - A parameter renamed (scope.py renames its uses in the body): each call's keyword argument of the
   old name (`f(width=3)` -> `f(max_width=3)`): `keyword_sites`, which scope.py adds to the rename's.
 The calls of a function are `name(...)` where `name` resolves to the scope that defines it (no
-function in between binds it); of a method, `self.name(...)` / `cls.name(...)` in its class; in
-another open document (`imported_edits`), `name(...)` imported from the module, or
-`module.name(...)` through it. A call
-with `*args` or `**kwargs`, a definition with them, or a call whose arity fits neither signature is
-left alone: nothing is guessed where the call cannot be read."""
+function in between binds it); of a method, `self.name(...)` / `cls.name(...)` /
+`this.name(...)` in its class; in another open Python document (imported.py), `name(...)` imported
+from the module, or `module.name(...)` through it. A call with `*args`, `**kwargs` or `...spread`, a
+definition with them or with a destructured parameter, or a call whose arity fits neither signature
+is left alone: nothing is guessed where the call cannot be read."""
 
 from __future__ import annotations
 
@@ -20,10 +22,30 @@ from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
 from .history import Step, joined, undone
-from .names import FUNCTIONS, SELF, binding, char_offsets, names, parsed, python_sees, root
+from .names import FUNCTIONS, SELF, binding, char_offsets, names, parsed, python_sees, root, script_sees
 
 PARAM_NODES = {"identifier", "typed_parameter", "default_parameter", "typed_default_parameter"}
-SPLATS = {"list_splat_pattern", "dictionary_splat_pattern", "list_splat", "dictionary_splat"}
+SPLATS = {"list_splat_pattern", "dictionary_splat_pattern", "list_splat", "dictionary_splat", "spread_element"}
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A language's definitions and calls, as this module reads them."""
+
+    definitions: frozenset[str]  # node types of a named function with parameters
+    call: str  # a call's node type, its "function" and "arguments" fields
+    arguments: str  # the argument list's node type
+    member: tuple[str, str, str]  # `self.f` / `this.f`: node type, object field, name field
+
+
+PYTHON = Grammar(frozenset({"function_definition"}), "call", "argument_list", ("attribute", "object", "attribute"))
+SCRIPT = Grammar(frozenset({"function_declaration", "generator_function_declaration", "method_definition"}),
+                 "call_expression", "arguments", ("member_expression", "object", "property"))
+GRAMMARS = {"python": PYTHON, "javascript": SCRIPT, "typescript": SCRIPT, "tsx": SCRIPT}
+
+
+def grammar_of(fn) -> Grammar:
+    return PYTHON if fn.type == "function_definition" else SCRIPT
 
 
 @dataclass(frozen=True)
@@ -46,11 +68,15 @@ class Change:
 
 
 def parameters(fn) -> tuple[tuple[Param, ...], bool] | None:
-    """(the parameters of a function_definition node, self/cls excluded for a method; whether it is a
-    method), or None when it has *args, **kwargs or anything else a call cannot be matched against."""
+    """(the parameters of a definition node, self/cls excluded for a Python method; whether it is a
+    method), or None when it has *args, **kwargs, ...rest, a destructured parameter or anything else
+    a call cannot be matched against."""
     params = fn.child_by_field_name("parameters")
     if params is None:
         return None
+    if grammar_of(fn) is SCRIPT:
+        found = _script_parameters(params)
+        return None if found is None else (found, fn.type == "method_definition")
     out, keyword_only = [], False
     for node in params.named_children:
         if node.type == "keyword_separator":
@@ -69,14 +95,32 @@ def parameters(fn) -> tuple[tuple[Param, ...], bool] | None:
     return tuple(out), method
 
 
-def _defining(tree, lo: int, hi: int):
-    """The innermost function_definition whose parameters overlap bytes lo..hi, or None."""
+def _script_parameters(params) -> tuple[Param, ...] | None:
+    """JavaScript's and TypeScript's parameters: `x`, `x = 1`, `x: T`, `x?: T`, `x: T = 1`."""
+    out = []
+    for node in params.named_children:
+        if node.type == "comment":
+            continue
+        ident, default = node, False
+        if node.type == "assignment_pattern":
+            ident, default = node.child_by_field_name("left"), True
+        elif node.type in ("required_parameter", "optional_parameter"):
+            ident = node.child_by_field_name("pattern")
+            default = node.type == "optional_parameter" or node.child_by_field_name("value") is not None
+        if ident is None or ident.type != "identifier" or ident.text == b"this":
+            return None  # ...rest, {destructured}, [destructured]
+        out.append(Param(ident.text.decode("utf-8", "replace"), default, False))
+    return tuple(out)
+
+
+def _defining(tree, lo: int, hi: int, grammar: Grammar):
+    """The innermost definition whose parameters overlap bytes lo..hi, or None."""
     found, stack = None, [tree.root_node]
     while stack:
         n = stack.pop()
         if n.end_byte <= lo or n.start_byte >= hi:
             continue
-        params = n.child_by_field_name("parameters") if n.type == "function_definition" else None
+        params = n.child_by_field_name("parameters") if n.type in grammar.definitions else None
         if params is not None and params.start_byte < hi and lo < params.end_byte:
             found = n
         stack.extend(n.children)
@@ -85,12 +129,13 @@ def _defining(tree, lo: int, hi: int):
 
 def changed(steps: list[Step], text: str, spec: LanguageSpec,
             going_on: Change | None = None) -> tuple[Change, object, bytes] | None:
-    """(the change the newest step made to a Python def's parameters, the def's node in `text`, the
+    """(the change the newest step made to a definition's parameters, its node in `text`, the
     text's bytes), or None: one parameter added or removed, nothing else (a rename is followed as one).
     Quick edits at one spot are one step (an undo and the edit after it too): when the step's own
     before differs by more than one parameter, the def is also held against `going_on`, the change
     followed last, as it was before and after it."""
-    if spec.name != "python" or not steps:
+    grammar = GRAMMARS.get(spec.name)
+    if grammar is None or not steps:
         return None
     step = joined(steps)
     before, start = undone(step, text)
@@ -98,8 +143,8 @@ def changed(steps: list[Step], text: str, spec: LanguageSpec,
     if now_tree is None or then_tree is None:
         return None
     (tree, data), lo = now_tree, len(text[:start].encode("utf-8"))
-    fn = _defining(tree, lo, lo + len("".join(step.new).encode("utf-8")))
-    was = _defining(then_tree[0], lo, lo + len("".join(step.old).encode("utf-8")))
+    fn = _defining(tree, lo, lo + len("".join(step.new).encode("utf-8")), grammar)
+    was = _defining(then_tree[0], lo, lo + len("".join(step.old).encode("utf-8")), grammar)
     if fn is None or was is None or fn.child_by_field_name("name").text != was.child_by_field_name("name").text:
         return None
     now, then = parameters(fn), parameters(was)
@@ -134,41 +179,40 @@ def _compare(function: str, old: tuple[Param, ...], new: tuple[Param, ...]) -> C
 
 
 def calls(fn, method: bool) -> list:
-    """The argument_list nodes of the calls of function_definition `fn` in its file."""
-    name = fn.child_by_field_name("name").text
+    """The argument lists of the calls of definition `fn` in its file."""
+    g, name = grammar_of(fn), fn.child_by_field_name("name").text
     out = []
     if method:
-        cls = fn.parent.parent
-        stack = [cls]
+        stack = [fn.parent.parent]  # the class
         while stack:
             n = stack.pop()
-            callee = n.child_by_field_name("function") if n.type == "call" else None
-            if callee is not None and callee.type == "attribute":
-                obj, attr = callee.child_by_field_name("object"), callee.child_by_field_name("attribute")
+            callee = n.child_by_field_name("function") if n.type == g.call else None
+            if callee is not None and callee.type == g.member[0]:
+                obj, attr = callee.child_by_field_name(g.member[1]), callee.child_by_field_name(g.member[2])
                 if obj is not None and attr is not None and obj.text.decode() in SELF and attr.text == name:
                     out.append(n.child_by_field_name("arguments"))
             stack.extend(n.children)
     else:
-        scope = fn.parent
-        while scope is not None and scope.type not in FUNCTIONS["python"]:
+        scope, functions = fn.parent, FUNCTIONS["python" if g is PYTHON else "javascript"]
+        while scope is not None and scope.type not in functions:
             scope = scope.parent
-        out = _named_calls(scope if scope is not None else root(fn), name)
-    return sorted((a for a in out if a is not None and a.type == "argument_list"), key=lambda a: a.start_byte)
+        out = named_calls(scope if scope is not None else root(fn), name, g)
+    return sorted((a for a in out if a is not None and a.type == g.arguments), key=lambda a: a.start_byte)
 
 
-def _named_calls(scope, name: bytes) -> list:
+def named_calls(scope, name: bytes, g: Grammar = PYTHON) -> list:
     """The argument lists of the calls `name(...)` in `scope` where `name` is the scope's own (no
     function in between binds it)."""
     out = []
     for ident in names(scope, name):
         call = ident.parent
-        if call is not None and call.type == "call" and call.child_by_field_name("function") == ident \
-                and python_sees(ident, scope, name):
+        if call is not None and call.type == g.call and call.child_by_field_name("function") == ident \
+                and (python_sees if g is PYTHON else script_sees)(ident, scope, name):
             out.append(call.child_by_field_name("arguments"))
-    return [a for a in out if a is not None and a.type == "argument_list"]
+    return [a for a in out if a is not None and a.type == g.arguments]
 
 
-def _edits(calls_args: list, change: Change, data: bytes) -> list[tuple[int, int, str]]:
+def edits_of(calls_args: list, change: Change, data: bytes) -> list[tuple[int, int, str]]:
     """(start, end, new text), character offsets, of the calls (their argument nodes) the change reaches."""
     chars, out = char_offsets(data), []
     for args in calls_args:
@@ -244,7 +288,7 @@ def call_edits(steps: list[Step], text: str, spec: LanguageSpec,
     if found is None:
         return None
     change, fn, data = found
-    return change, _edits(calls(fn, parameters(fn)[1]), change, data)
+    return change, edits_of(calls(fn, parameters(fn)[1]), change, data)
 
 
 def _still(change: Change, text: str, spec: LanguageSpec):
@@ -257,7 +301,7 @@ def _still(change: Change, text: str, spec: LanguageSpec):
     while stack:
         n = stack.pop()
         stack.extend(n.children)
-        if n.type == "function_definition" and n.child_by_field_name("name").text.decode() == change.function \
+        if n.type in GRAMMARS[spec.name].definitions and n.child_by_field_name("name").text.decode() == change.function \
                 and (found := parameters(n)) is not None and [p.name for p in found[0]] == new:
             return change, n, data
     return None
@@ -309,44 +353,3 @@ def pending(steps: list[Step], text: str, spec: LanguageSpec, going_on: Change |
     defines it so: what another document's calls may still need."""
     found = changed(steps, text, spec, going_on) or (_still(going_on, text, spec) if going_on is not None else None)
     return None if found is None else found[0]
-
-
-def imported_edits(text: str, spec: LanguageSpec, change: Change, module: str) -> list[tuple[int, int, str]]:
-    """(start, end, new text) of the calls in `text` (another document) of change.function defined in
-    `module` (the defining file's name without .py): imported from it (`from pkg.module import
-    function [as f]`: `f(...)`), or through the module (`import pkg.module [as m]`, `from pkg import
-    module [as m]`: `pkg.module.function(...)`, `m.function(...)`)."""
-    if spec.name != "python" or (found := parsed(spec, text)) is None:
-        return []
-    (tree, data), local, through = found, None, set()
-    for stmt in tree.root_node.children:
-        if stmt.type not in ("import_from_statement", "import_statement"):
-            continue
-        src = stmt.child_by_field_name("module_name")
-        from_module = src is not None and src.text.decode("utf-8", "replace").rsplit(".", 1)[-1] == module
-        for i, child in enumerate(stmt.children):
-            if stmt.field_name_for_child(i) != "name":
-                continue
-            name = child.child_by_field_name("name") if child.type == "aliased_import" else child
-            alias = child.child_by_field_name("alias") if child.type == "aliased_import" else None
-            spelled = "" if name is None else name.text.decode("utf-8", "replace")
-            if from_module and spelled == change.function:
-                local = (alias or name).text
-            elif spelled.rsplit(".", 1)[-1] == module and (stmt.type == "import_statement" or src is not None):
-                through.add((alias or name).text)
-    out = _named_calls(tree.root_node, local) if local is not None else []
-    return sorted(_edits(out + _module_calls(tree.root_node, through, change.function.encode()), change, data))
-
-
-def _module_calls(node, modules: set[bytes], function: bytes) -> list:
-    """The argument lists of the calls `module.function(...)` under `node`, for each of `modules`."""
-    out, stack = [], [node] if modules else []
-    while stack:
-        n = stack.pop()
-        callee = n.child_by_field_name("function") if n.type == "call" else None
-        if callee is not None and callee.type == "attribute":
-            obj, attr = callee.child_by_field_name("object"), callee.child_by_field_name("attribute")
-            if obj is not None and attr is not None and obj.text in modules and attr.text == function:
-                out.append(n.child_by_field_name("arguments"))
-        stack.extend(n.children)
-    return [a for a in out if a is not None and a.type == "argument_list"]

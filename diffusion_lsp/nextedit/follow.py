@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
 from .analogous import ArgChange, analogous_edits, arg_change
-from .calls import Change, call_edits, imported_edits, pending
+from .calls import Change, call_edits, pending
+from .imported import imported_edits
 from .history import Step
 from .scope import Rename, from_binding, last_rename, sites
 

@@ -116,6 +116,30 @@ def python_sees(node, scope, old: bytes) -> bool:
     return True
 
 
+def script_sees(node, scope, name: bytes) -> bool:
+    """JavaScript's and TypeScript's python_sees: no function between them has a parameter `name` or
+    declares it in its body (`let`/`const`/`var name`, `function name`)."""
+    n = node.parent
+    while n is not None and n != scope:
+        if n.type in FUNCTIONS["javascript"] and _script_binds(n, name):
+            return False
+        n = n.parent
+    return True
+
+
+def _script_binds(fn, name: bytes) -> bool:
+    params = fn.child_by_field_name("parameters") or fn.child_by_field_name("parameter")
+    if params is not None and any(binding(x) for x in names(params, name)):
+        return True
+    body = fn.child_by_field_name("body")
+    for stmt in body.named_children if body is not None else ():
+        declared = [d.child_by_field_name("name") for d in stmt.named_children if d.type == "variable_declarator"] \
+            if stmt.type in ("lexical_declaration", "variable_declaration") else [stmt.child_by_field_name("name")]
+        if any(d is not None and d.text == name for d in declared):
+            return True
+    return False
+
+
 def char_offsets(data: bytes):
     def chars(byte: int) -> int:
         return len(data[:byte].decode("utf-8", "replace"))

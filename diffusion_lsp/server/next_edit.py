@@ -188,7 +188,8 @@ class NextEditor:
             st.reasons[EditOutcome.SCOPE] = st.reasons.get(EditOutcome.SCOPE, 0) + 1
         jump = abs(doc.text.count("\n", 0, shown.start) - doc.text.count("\n", 0, offset)) > self.settings.jump_lines
         st.jumps += jump
-        rng = (positions.position_at(doc.text, shown.start, encoding), positions.position_at(doc.text, shown.end, encoding))
+        rng = (positions.position_at(doc.text, shown.start, encoding),
+               positions.position_at(doc.text, shown.end, encoding))
         return NextEdit(doc.uri, doc.version, rng, shown.text, shown.start, shown.end, jump, shown.source, choice.p)
 
     async def _follow(self, doc: Document, spec, offset: int, open_docs: list[Document]) -> EditOffer | None:

@@ -1,21 +1,28 @@
-"""`eval edits --through-server`: the replayed commits (edit_replay.py) typed into the running
-language server with its default settings, one didChange per change, and the next edit it answers
-(textDocument/copilotInlineEdit at the cursor) judged against the rest of the commit as `eval edits`
-judges candidates: what a user is shown, not a model of it. Once with the next-edit acceptance model
-(the default) and once by the rules (nextEdit.acceptance false)."""
+"""`diffusion-lsp bench edits REPO...`: the replayed commits of `eval edits` (evals/edit_replay.py)
+typed into the running language server with its default settings, one didChange per change, and
+the next edit it answers (textDocument/copilotInlineEdit at the cursor) judged against the rest of
+the commit as `eval edits` judges candidates: what a user is shown, not a model of it. Once with
+the next-edit acceptance model (the default) and once by the rules (nextEdit.acceptance false),
+printed beside `eval edits`' own rows for the same steps (candidates from the code; --model-edits
+adds the model's), which the first should equal."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import tempfile
 from pathlib import Path
 
+from .. import jsonout
 from ..acceptance.edits import EditOffer
 from ..context.languages import language_for
 from ..data.edits import apply_hunks
+from ..errors import UserError
+from ..evals import edits_command
+from ..evals.edit_replay import EditCase, JudgedEdit, changes, right
+from ..options import add_launch_args, launch_settings
 from ..server.positions import offset_at
-from .edit_replay import EditCase, JudgedEdit, changes, right
 
 SETTINGS = {"completion": {"debounceMs": 0}, "nextEdit": {"debounceMs": 0}, "worker": {"idleExitS": 0}}
 PASSES = {"through the server, default settings": {},
@@ -57,7 +64,7 @@ async def through_server(cases: list[EditCase], launch, progress: bool = False) 
     """Per pass (PASSES), each case's answer: no candidate, or the one shown, judged."""
     from tqdm import tqdm  # kept off --help
 
-    from ..bench.lsp_client import BenchClient  # pygls and lsprotocol
+    from .lsp_client import BenchClient  # pygls and lsprotocol
 
     out = {}
     with tempfile.TemporaryDirectory(prefix="diffusion-lsp-edits-", ignore_cleanup_errors=True) as tmp:
@@ -70,3 +77,37 @@ async def through_server(cases: list[EditCase], launch, progress: bool = False) 
                 out[name] = [await _ask(lsp, f"file:///edits/{len(out)}/{i}/{Path(c.path).name}", c)
                              for i, c in enumerate(bar)]
     return out
+
+
+def register(bench) -> None:
+    b = bench.add_parser("edits", help="next edits on replayed commits typed into the real server: shown, right, "
+                                       "wrong, beside eval edits' rows")
+    b.add_argument("repos", nargs="+", metavar="REPO", help="git work trees whose recent commits are replayed")
+    b.add_argument("--edit-cases", type=int, default=edits_command.CASES, metavar="N",
+                   help=f"cases replayed per repository (default {edits_command.CASES})")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--model-edits", action="store_true",
+                   help="eval edits' rows with the model's candidates too (its next edits on); slower")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    add_launch_args(b)
+    b.set_defaults(run=run, no_model=True, edits_from=[], save_edits=None, acceptance=None)
+
+
+def run(args) -> int:
+    launch = launch_settings(args)
+    args.no_model = not args.model_edits
+    model = edits_command.edit_acceptance(None, launch)
+    cases = edits_command.replayed(args)
+    got = edits_command.report(edits_command.collect(args, launch, cases), model)
+    try:
+        answers = asyncio.run(through_server(cases, launch, progress=not args.json))
+    except OSError as e:
+        raise UserError(f"the language server could not be run: {e}") from None
+    for name, js in answers.items():
+        got[name] = edits_command.rates(js, [0 if j.offers else None for j in js])
+    if args.json:
+        print(jsonout.dumps(got))
+    else:
+        edits_command.print_report(f"Next edits on {len(cases)} replayed commit steps of "
+                                   f"{', '.join(sorted({c.repo for c in cases}))}", got)
+    return 0
