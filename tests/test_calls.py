@@ -239,3 +239,17 @@ def test_a_changed_signature_reaches_its_calls_in_javascript_and_typescript(lang
     # inner()'s parameter and shadow()'s local named like the function, the spread call, other(): as they were
     assert [ln for ln in text.splitlines() if "area(" in ln and "function area" not in ln
             and not ln.lstrip().startswith("area(w")] == calls_after
+
+
+def test_a_signature_is_followed_in_a_language_the_model_does_not_write():
+    class NoModel:  # the sites come from the code: the model is never asked
+        capabilities = None
+
+    source = "function area(w, h) {\n  return w * h;\n}\n\n\n\nconst a = area(3, 4);\n"
+    text = source.replace("function area(w, h) {", "function area(w, h, depth) {")
+    log, uri = EditLog(merge_s=0), "file:///a.js"
+    log.note(uri, "a.js", source, text, 0, 0, 0)
+    editor = NextEditor(NoModel(), NextEditStats(), lambda kind, message: None, log)
+    editor.configure(parse_config({"nextEdit": {"enable": True}, "completion": {"languages": ["python"]}})[0])
+    edit = asyncio.run(editor.suggest(Document(uri, text, "javascript", 2), 2, 0, 27, UTF16, "a.js"))
+    assert edit is not None and edit.text == ", depth" and edit.source == "signature" and edit.range[0][0] == 6

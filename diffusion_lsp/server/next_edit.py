@@ -139,7 +139,6 @@ class NextEditor:
         spec = language_for(doc.language_id, doc.uri)
         if spec is None:
             raise BadInput(f"unsupported language {doc.language_id!r}")
-        check_language(self.cfg, doc)
         steps = sum(step.uri == doc.uri for step in self.edits.steps)
         with self.tickets.take(doc.uri) as ticket:
             if not await ticket.debounce(s.debounce_ms / 1000):
@@ -150,6 +149,7 @@ class NextEditor:
             choice = choose_edit(self.acceptance, offers, doc.text, offset, steps, s.show_above)
             if choice.shown is not None or not s.enable:
                 return self._answer(doc, choice, offset, encoding), None
+            check_language(self.cfg, doc)  # the model's languages: the code's candidates are any language's
             ends = LineEnds(doc.text)  # the pipeline sees "\n" line ends; its edit is mapped back
             before = LineEnds(doc.text[:offset]).unix
             cursor = (before.count("\n"), len(before) - before.rfind("\n") - 1)
