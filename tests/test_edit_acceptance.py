@@ -18,6 +18,7 @@ from diffusion_lsp.acceptance.edits import EDIT_FEATURES, EditOffer, choose_edit
 from diffusion_lsp.acceptance.model import AcceptanceModel
 from diffusion_lsp.context.records import Document
 from diffusion_lsp.evals.edit_replay import changes, code_offers, judged, replay_cases, right
+from diffusion_lsp.nextedit.edits import minimal_edit
 from diffusion_lsp.nextedit.history import EditLog
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.next_edit import NextEditor
@@ -26,7 +27,8 @@ from diffusion_lsp.server.stats import NextEditStats
 
 
 def between(doc: str, new: str, source: str = "model") -> EditOffer:
-    return EditOffer.between(doc, new, source)
+    e = minimal_edit(doc, new)
+    return EditOffer(source, e.start, e.end, e.text)
 
 
 CUR = "a\nr = 1\nx(q)\ny(q)\nz\n"  # q renamed r on its first line; the commit renames the rest too

@@ -16,7 +16,6 @@ would learn the replay, not the user; nor the language: it is fitted on Python a
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 SOURCES = ("rename", "signature", "argument", "imported", "repeat", "model", "draft")
@@ -34,13 +33,6 @@ class EditOffer:
     end: int
     text: str
     conf: float | None = None  # the model's confidence (model, draft); None: no model judged it
-
-    @classmethod
-    def between(cls, doc: str, new: str, source: str, conf: float | None = None) -> EditOffer:
-        """The one span where `doc` and `new` differ, as a candidate."""
-        a = len(os.path.commonprefix([doc, new]))
-        b = len(os.path.commonprefix([doc[a:][::-1], new[a:][::-1]]))
-        return cls(source, a, len(doc) - b, new[a:len(new) - b], conf)
 
     def apply(self, doc: str) -> str:
         return doc[:self.start] + self.text + doc[self.end:]
@@ -88,21 +80,31 @@ def measured(model, source: str) -> bool:
     return not isinstance(seen, dict) or seen.get(source, 0) >= MEASURED
 
 
+def ruled(model, offer: EditOffer) -> bool:
+    """Whether `offer` is shown by the rules though `model` decides: the change's own site from a
+    source the model was not measured on."""
+    return offer.source in FOLLOWED and not measured(model, offer.source)
+
+
+def picked(model, offers: list[EditOffer], ps: list[float], bar: float) -> int | None:
+    """The index of the candidate shown among `offers` with their P `ps`: the first one `ruled`,
+    else the highest P when it reaches `bar`; None: nothing is shown."""
+    first = next((i for i, o in enumerate(offers) if ruled(model, o)), None)
+    if first is not None:
+        return first
+    best = max(range(len(ps)), key=ps.__getitem__, default=None)
+    return best if best is not None and ps[best] >= bar else None
+
+
 def choose_edit(model, offers: list[EditOffer], doc: str, cursor: int, steps: int,
                 show_above: float | None = None) -> EditChoice:
     """The candidate to show. Without `model`, the rules: the first candidate (the change's own
-    sites, then the model's edit). With one (an AcceptanceModel of kind "edit"): the change's own
-    sites from a source the model was not measured on (`measured`) by the rules, else the highest P
-    when it reaches `show_above` (None: the model's own bar)."""
+    sites, then the model's edit). With one (an AcceptanceModel of kind "edit"): `picked`, at
+    `show_above` (None: the model's own bar)."""
     if model is None:
         return EditChoice(offers[0] if offers else None, None, [])
-    scored = [(o, model.p(edit_features(o, doc, cursor, steps, [x for x in offers if x is not o])))
-              for o in offers]
-    unmeasured = next((o for o in offers if o.source in FOLLOWED and not measured(model, o.source)), None)
-    if unmeasured is not None:
-        return EditChoice(unmeasured, None, scored)
-    bar = model.show_above if show_above is None else show_above
-    best = max(scored, key=lambda s: s[1], default=None)
-    if best is None or best[1] < bar:
-        return EditChoice(None, None if best is None else best[1], scored)
-    return EditChoice(best[0], best[1], scored)
+    ps = [model.p(edit_features(o, doc, cursor, steps, [x for x in offers if x is not o])) for o in offers]
+    i = picked(model, offers, ps, model.show_above if show_above is None else show_above)
+    if i is None:
+        return EditChoice(None, max(ps, default=None), list(zip(offers, ps)))
+    return EditChoice(offers[i], None if ruled(model, offers[i]) else ps[i], list(zip(offers, ps)))

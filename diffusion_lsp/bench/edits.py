@@ -9,7 +9,6 @@ adds the model's), which the first should equal."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -21,6 +20,7 @@ from ..data.edits import apply_hunks
 from ..errors import UserError
 from ..evals import edits_command
 from ..evals.edit_replay import EditCase, JudgedEdit, changes, right
+from ..nextedit.edits import minimal_edit
 from ..options import add_launch_args, launch_settings
 from ..server.positions import offset_at
 
@@ -31,13 +31,13 @@ PASSES = {"through the server, default settings": {},
 
 def _typed(lsp, uri: str, before: str, after: str) -> None:
     """One didChange: the span where `before` and `after` differ."""
-    a = len(os.path.commonprefix([before, after]))
-    b = len(os.path.commonprefix([before[a:][::-1], after[a:][::-1]]))
+    e = minimal_edit(before, after)
 
     def at(offset: int) -> tuple[int, str]:
         start = before.rfind("\n", 0, offset) + 1
         return before.count("\n", 0, offset), before[start:offset]
-    lsp.change(uri, at(a), at(len(before) - b), after[a:len(after) - b])
+    if e is not None:
+        lsp.change(uri, at(e.start), at(e.end), e.text)
 
 
 async def _ask(lsp, uri: str, case: EditCase) -> JudgedEdit:

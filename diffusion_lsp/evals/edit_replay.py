@@ -15,6 +15,7 @@ Fit on repositories that no figure you report uses: the ones you calibrate on ar
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import sys
 import random
@@ -25,6 +26,7 @@ from ..context.languages import language_for
 from ..context.repo import repo_files
 from ..data.edits import apply_hunks, hunks
 from ..data.git_history import file_pairs
+from ..nextedit.edits import minimal_edit
 from ..nextedit.follow import follow
 from ..nextedit.history import last_change_end, steps_between
 from ..nextedit.repeat import offset_of, repeat_last_edit
@@ -94,8 +96,8 @@ def code_offers(path: str, old: str, current: str, cursor: tuple[int, int]) -> l
     if found is not None:
         out.append(EditOffer(found.source, found.start, found.end, found.text))
     repeated = repeat_last_edit(old, current, cursor)
-    if repeated is not None and repeated != current:
-        out.append(EditOffer.between(current, repeated, "repeat"))
+    if repeated is not None and (e := minimal_edit(current, repeated)) is not None:
+        out.append(EditOffer("repeat", e.start, e.end, e.text))
     return out
 
 
@@ -187,23 +189,21 @@ def judged(case: EditCase, offers: list[EditOffer]) -> JudgedEdit:
 
 
 async def model_offer(backend, case: EditCase, count, settings) -> EditOffer | None:
-    """The next-edit pipeline's edit at the case (at `settings`), or None (also when the
+    """The next-edit pipeline's edit at the case (predict_file, as `eval nep` asks it, at
+    `settings` with follow off: the change's sites are code_offers'), or None (also when the
     backend refuses it: a region that does not fit the model, as the language server answers)."""
-    from ..nextedit.suggest import DOC_KEY, EditRequest, suggest  # the model's libraries: only here
+    from ..nextedit.run import predict_file  # the model's libraries: only here
     from ..protocol.failure import BackendError
     from ..protocol.reasons import EditOutcome
 
-    steps = steps_between(case.path, case.old, case.current)
-    req = EditRequest(case.current, case.path, case.cursor, language_for(None, case.path),
-                      [st.diff() for st in steps], steps[-1] if steps else None, settings, count)
     try:
-        out = await suggest(req, backend, DOC_KEY)
+        out = (await predict_file(backend, case.path, case.old, case.current, case.cursor,
+                                  language_for(None, case.path), count, dataclasses.replace(settings, follow=False)))
     except BackendError:
         return None
-    if out.edit is None:
-        return None
-    return EditOffer("draft" if out.reason is EditOutcome.DRAFT else "model", out.edit.start, out.edit.end,
-                     out.edit.text, round(out.confidence, 4))
+    e = out.outcome.edit
+    return None if e is None else EditOffer("draft" if out.outcome.reason is EditOutcome.DRAFT else "model",
+                                            e.start, e.end, e.text, round(out.outcome.confidence, 4))
 
 
 async def judge_cases(cases: list[EditCase], backend=None, count=None, settings=None,

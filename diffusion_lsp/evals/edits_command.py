@@ -16,10 +16,9 @@ from collections import Counter
 from pathlib import Path
 
 from .. import jsonout
-from ..acceptance.edits import CODE, EDIT_FEATURES, SOURCES, measured
+from ..acceptance.edits import CODE, EDIT_FEATURES, FOLLOWED, SOURCES, picked
 from ..acceptance.model import AcceptanceModel, fit
 from ..errors import UserError
-from ..nextedit.follow import FOLLOWED
 from .edit_replay import JudgedEdit, judge_cases, replay_cases
 from .metrics import rates_head, rates_row
 
@@ -72,16 +71,8 @@ def first_of(judged: list[JudgedEdit], sources: tuple[str, ...]) -> list[int | N
 
 
 def accepted(judged: list[JudgedEdit], model: AcceptanceModel, bar: float) -> list[int | None]:
-    """Per case, the candidate the acceptance model shows at `bar` (as acceptance/edits.choose_edit
-    picks: the change's sites from a source it was not measured on by the rules, else the highest P)."""
-    picks = []
-    for j in judged:
-        ruled = next((i for i, o in enumerate(j.offers) if o.source in FOLLOWED and not measured(model, o.source)),
-                     None)
-        ps = [model.p(f) for f in j.feats]
-        best = max(range(len(ps)), key=ps.__getitem__, default=None)
-        picks.append(ruled if ruled is not None else best if best is not None and ps[best] >= bar else None)
-    return picks
+    """Per case, the candidate the acceptance model shows at `bar`, as the server picks it."""
+    return [picked(model, j.offers, [model.p(f) for f in j.feats], bar) for j in judged]
 
 
 def view(judged: list[JudgedEdit], sources: tuple[str, ...] = CODE) -> list[JudgedEdit]:

@@ -18,7 +18,6 @@ from .history import Step
 from .scope import Rename, from_binding, last_rename, sites
 
 GROUP_LINES = 3  # sites at most this many lines apart are one suggestion
-FOLLOWED = ("rename", "signature", "argument", "imported")  # a Followed's sources
 
 
 @dataclass(frozen=True)

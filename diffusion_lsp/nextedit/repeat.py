@@ -16,6 +16,8 @@ import os
 import re
 from collections.abc import Iterator
 
+from .history import line_offset
+
 TOKEN = re.compile(r"\w+|\S")  # identifiers and single symbols
 MAX_SITES = 3  # drafts offered for one request
 
@@ -102,16 +104,16 @@ def repeat_last_edit(old: str, current: str, cursor: tuple[int, int]) -> str | N
     """The file after the last edit's change is made again (the rule above); None: no edit.
     `cursor`: 0-based (line, character) in `current`."""
     block = last_change(old.splitlines(keepends=True), current.splitlines(keepends=True))
-    return None if block is None else made_again(block, current, cursor)
+    return None if block is None else made_again(block, current, offset_of(current, cursor))
 
 
-def made_again(block: tuple[str, str, int], current: str, cursor: tuple[int, int]) -> str | None:
+def made_again(block: tuple[str, str, int], current: str, cursor: int) -> str | None:
     """`current` with the change `block` (removed text, added text, its first line in current: the
-    last changed block, `last_change`) made again after `cursor`; None: nowhere to."""
+    last changed block, `last_change`) made again after offset `cursor`; None: nowhere to."""
     removed, added, first = block
     old_text, new_text = token_change(removed, added)
     if old_text.strip():  # a replacement or deletion: again at the next occurrence
-        m = re.compile(whole(old_text)).search(current, offset_of(current, cursor))
+        m = re.compile(whole(old_text)).search(current, cursor)
         return None if m is None else current[:m.start()] + new_text + current[m.end():]
     lines = current.splitlines(keepends=True)
     if removed or len(added.splitlines()) != 1 or first == 0:
@@ -119,10 +121,12 @@ def made_again(block: tuple[str, str, int], current: str, cursor: tuple[int, int
     swaps = renames(lines[first - 1], added)
     if swaps is None:
         return None
-    return next((text for _, text in copied_below(lines, swaps, cursor[0] + 1)), None)
+    return next((text for _, text in copied_below(lines, swaps, current.count("\n", 0, cursor) + 1)), None)
 
 
 def offset_of(text: str, cursor: tuple[int, int]) -> int:
-    lines = text.splitlines(keepends=True)
+    """The offset of 0-based (line, column) in `text`, the column held to its line (newline included)."""
     line, col = cursor
-    return sum(map(len, lines[:line])) + (min(col, len(lines[line])) if line < len(lines) else 0)
+    start = line_offset(text, line)
+    end = text.find("\n", start)
+    return start + min(col, (len(text) if end < 0 else end + 1) - start)

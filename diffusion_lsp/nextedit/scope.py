@@ -12,8 +12,8 @@ suggestion), the sites still holding the old name are the rest of the change:
 A site is an identifier node, so a string or comment holding the name is never one, nor an
 attribute or field of the same name (`x.q`, `{q: ...}`'s key, `f(q=1)`'s keyword), except a
 renamed parameter's keyword at the calls of its function (calls.py) and, in Python, where its
-function's docstring names it as a parameter (`:param q:`, `q (int):`, `q : int`, ``` `q` ```). Sites close together are one
-suggestion (follow.py)."""
+function's docstring names it as a parameter (`:param q:`, `q (int):`, `q : int`, ``` `q` ```).
+Sites close together are one suggestion (follow.py)."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def from_binding(text: str, spec: LanguageSpec, rename: Rename, most: int = 20) 
 # entry (a line that starts with the name, or a bullet and the name, an optional (type), then a
 # colon), and `x` / ``x``
 DOC_MENTIONS = (r":(?:param|parameter|arg|argument|key|keyword|type)(?:\s+[^:\s]+)?\s+({name})\s*:",
-                 r"(?m)^\s*(?:[-*]\s+)?({name})(?:\s*\([^)\n]*\))?\s*:", r"(?<!`)``?({name})``?(?!`)")
+                r"(?m)^\s*(?:[-*]\s+)?({name})(?:\s*\([^)\n]*\))?\s*:", r"(?<!`)``?({name})``?(?!`)")
 
 
 def docstring_sites(fn, old: str, chars) -> set[tuple[int, int]]:

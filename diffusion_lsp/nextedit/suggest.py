@@ -29,7 +29,6 @@ model claims: model/claims.py."""
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -345,13 +344,6 @@ def _cursor_in(old: str, region: Region, cursor: tuple[int, int]) -> int:
     return sum(map(len, old.splitlines(keepends=True)[:cursor[0] - region.first])) + cursor[1]
 
 
-def _changed(a: str, b: str) -> tuple[int, int, int]:
-    """(start, end in a, end in b) of what differs between a and b: their common ends cut off."""
-    i = len(os.path.commonprefix([a, b]))
-    j = len(os.path.commonprefix([a[i:][::-1], b[i:][::-1]]))
-    return i, len(a) - j, len(b) - j
-
-
 def _span_logp(probed: Probed, lo: int, hi: int) -> float | None:
     """Mean log-probability of the probed tokens that overlap text[lo:hi] (the token at lo when the
     span is empty: a deletion is judged by what then stands there)."""
@@ -367,8 +359,8 @@ def _span_logp(probed: Probed, lo: int, hi: int) -> float | None:
 def preference(old: str, probed_old: Probed, draft: str, probed_draft: Probed) -> tuple[float, float] | None:
     """(the model's mean log-probability of the tokens a draft replaces, of the tokens it writes),
     each judged in place; None when either side has no token to judge."""
-    a, end_old, end_new = _changed(old, draft)
-    before, after = _span_logp(probed_old, a, end_old), _span_logp(probed_draft, a, end_new)
+    e = minimal_edit(old, draft) or TextEdit(len(old), len(old), "")
+    before, after = _span_logp(probed_old, e.start, e.end), _span_logp(probed_draft, e.start, e.start + len(e.text))
     return None if before is None or after is None else (before, after)
 
 

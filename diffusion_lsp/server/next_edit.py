@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from urllib.parse import unquote
 
-from ..acceptance.edits import EditChoice, EditOffer, choose_edit
+from ..acceptance.edits import FOLLOWED, EditChoice, EditOffer, choose_edit
 from ..acceptance.model import AcceptanceModel
 from ..protocol.backend import Backend
 from ..protocol.failure import BackendError, Failure
@@ -31,11 +31,11 @@ from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..context.records import Document
 from ..nextedit.calls import Change
-from ..nextedit.edits import LineEnds
-from ..nextedit.history import EditLog, joined
+from ..nextedit.edits import LineEnds, minimal_edit
+from ..nextedit.history import EditLog, Step, joined
 from ..nextedit.repeat import last_change, made_again
 from ..lifecycle import tickets
-from ..nextedit.follow import FOLLOWED, Elsewhere, follow, follow_elsewhere
+from ..nextedit.follow import Elsewhere, follow, follow_elsewhere
 from ..nextedit.scope import Rename
 from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, suggest
 from . import positions
@@ -139,13 +139,15 @@ class NextEditor:
         spec = language_for(doc.language_id, doc.uri)
         if spec is None:
             raise BadInput(f"unsupported language {doc.language_id!r}")
-        steps = sum(step.uri == doc.uri for step in self.edits.steps)
         with self.tickets.take(doc.uri) as ticket:
             if not await ticket.debounce(s.debounce_ms / 1000):
                 raise BackendError(Failure.DROPPED, "superseded while waiting for typing to pause")
-            offers = [site] if s.follow and (site := await self._follow(doc, spec, offset, open_docs)) else []
-            if self.acceptance is not None and (again := await self._in_thread(self._repeat, doc, offset)):
-                offers.append(again)  # the rules never show it
+            mine = [step for step in self.edits.steps if step.uri == doc.uri]  # oldest first
+            offers = [site] if s.follow and (site := await self._follow(doc, spec, offset, mine, open_docs)) else []
+            if self.acceptance is not None and mine:  # the rules never show a repeat
+                again = await self._in_thread(self._repeat, doc, offset, mine)
+                offers += [again] if again is not None else []
+            steps = len(mine)
             choice = choose_edit(self.acceptance, offers, doc.text, offset, steps, s.show_above)
             if choice.shown is not None or not s.enable:
                 return self._answer(doc, choice, offset, encoding), None
@@ -192,10 +194,11 @@ class NextEditor:
                positions.position_at(doc.text, shown.end, encoding))
         return NextEdit(doc.uri, doc.version, rng, shown.text, shown.start, shown.end, jump, shown.source, choice.p)
 
-    async def _follow(self, doc: Document, spec, offset: int, open_docs: list[Document]) -> EditOffer | None:
-        """The rest of the user's last change in `doc` (a rename, a signature) at its next sites, else
-        the calls in `doc` of a function whose signature changed in another open document; or None."""
-        steps = [step for step in self.edits.steps if step.uri == doc.uri]
+    async def _follow(self, doc: Document, spec, offset: int, steps: list[Step],
+                      open_docs: list[Document]) -> EditOffer | None:
+        """The rest of the user's last change in `doc` (its `steps`: a rename, a signature) at its next
+        sites, else the calls in `doc` of a function whose signature changed in another open document;
+        or None."""
         found = await self._in_thread(follow, doc.text, spec, steps, offset, self.following.get(doc.uri))
         if found is not None:
             self.following[doc.uri] = found.change
@@ -203,18 +206,17 @@ class NextEditor:
             found = await self._in_thread(follow_elsewhere, doc.text, spec, offset, others)
         return None if found is None else EditOffer(found.source, found.start, found.end, found.text)
 
-    def _repeat(self, doc: Document, offset: int) -> EditOffer | None:
-        """The user's last change in `doc` made again at its next occurrence (from the step's own
-        lines: no diff of the whole document)."""
-        steps = [step for step in self.edits.steps if step.uri == doc.uri]
-        step = joined(steps) if steps else None
-        block = None if step is None else last_change(step.old, step.new)
+    @staticmethod
+    def _repeat(doc: Document, offset: int, steps: list[Step]) -> EditOffer | None:
+        """The user's last change in `doc` (the newest of its `steps`) made again at its next
+        occurrence, from the step's own lines: no diff of the whole document."""
+        step = joined(steps)
+        block = last_change(step.old, step.new)
         if block is None or doc.text.count("\n") < step.first:
             return None
-        line = doc.text.count("\n", 0, offset)
-        cursor = (line, offset - doc.text.rfind("\n", 0, offset) - 1)
-        again = made_again((block[0], block[1], block[2] + step.first), doc.text, cursor)
-        return None if again is None or again == doc.text else EditOffer.between(doc.text, again, "repeat")
+        again = made_again((block[0], block[1], block[2] + step.first), doc.text, offset)
+        e = None if again is None else minimal_edit(doc.text, again)
+        return None if e is None else EditOffer("repeat", e.start, e.end, e.text)
 
     def _elsewhere(self, doc: Document, open_docs: list[Document], most: int = 3) -> list[Elsewhere]:
         """The other open documents of doc's language edited lately (at most `most`, newest first)."""

@@ -126,9 +126,12 @@ class Session:
         if not self.cfg.next_edit.acceptance:
             edits, edit_line = None, "acceptance: off (nextEdit.acceptance); " + RULES["edit"]
         self.next_edit.acceptance = edits
-        if (line, edit_line) != (self.stats.acceptance, self.stats.next_edit.acceptance):
-            self.ui.log("info", line if edit_line == self.stats.next_edit.acceptance else f"{line}; {edit_line}")
-            self.stats.acceptance, self.stats.next_edit.acceptance = line, edit_line
+        if line != self.stats.acceptance:
+            self.ui.log("info", line)
+            self.stats.acceptance = line
+        if edit_line != self.stats.next_edit.acceptance:
+            self.ui.log("info", edit_line)
+            self.stats.next_edit.acceptance = edit_line
 
     def _choose_model(self, cfg: Config) -> Config:
         """`cfg` with the model that answers in this workspace; a new choice is
