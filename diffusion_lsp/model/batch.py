@@ -17,6 +17,7 @@ from .transformer import KVCache
 
 
 _FIXED = {"fixed": True}  # a Batch field that is not one entry per batch row: keep() leaves it
+_LISTED = {"fixed": True, "listed": True}  # one entry per batch row, a list: keep() takes its entries too
 
 
 @dataclass(eq=False)
@@ -41,8 +42,10 @@ class Batch:
     cache: KVCache | None = None  # per layer [B, Hkv, S + 1, D]
     newline: torch.Tensor | None = field(default=None, metadata=_FIXED)  # [V] with one-line rows
     shift: int = field(default=0, metadata=_FIXED)  # 1 when output i predicts position i + 1
-    rows: list[Row] = field(default_factory=list, metadata=_FIXED)  # per request, as built
-    plans: list[Plan] | None = field(default=None, metadata=_FIXED)  # per request: first pass from earlier fills
+    # per batch row, as built (a row that left took its own along: a first pass after a row was stopped
+    # lines up only the rows still there)
+    rows: list[Row] = field(default_factory=list, metadata=_LISTED)
+    plans: list[Plan] | None = field(default=None, metadata=_LISTED)  # per batch row: first pass from earlier fills
     dense: bool = field(default=False, metadata=_FIXED)  # no row shorter than S: only junk is left out
 
     @property
@@ -81,9 +84,13 @@ class Batch:
 
     def keep(self, kept: torch.Tensor) -> None:
         """Only batch rows `kept` [B'] stay, in every per-row field."""
+        rows = kept.tolist()
         for f in dataclasses.fields(self):
-            if not f.metadata.get("fixed"):
-                setattr(self, f.name, _take(getattr(self, f.name), kept))
+            value = getattr(self, f.name)
+            if f.metadata.get("listed") and value is not None:
+                setattr(self, f.name, [value[b] for b in rows])
+            elif not f.metadata.get("fixed"):
+                setattr(self, f.name, _take(value, kept))
 
     def joined(self, other: Batch) -> Batch:
         """This batch and `other` (rows that joined, their first pass done) as one: both padded to
