@@ -57,3 +57,56 @@ def test_the_bench_finishes_renames_and_added_parameters_through_the_server(tmp_
     rows = json.loads(out.stdout)["rows"]
     assert rows["argument"] == {**rows["argument"], "renames": 1, "sites": 4, "done": 1.0}  # area's def and 3 calls
     assert rows["local"]["done"] == 1.0 and rows["all"]["wrong_shown"] == 0
+
+
+WIDE = '''class Box:
+    def __init__(self, n):
+        self.size = n
+
+    def grow(self, delta):
+        """Grow it by `delta`."""
+        label = '😀😀'; total = self.size + delta
+        print('é€', label, total, self.size)
+        try:
+            pass
+        except ValueError as err:
+            print('😀', err, err)
+        return total
+
+
+def draw(box, scale=1):
+    return box
+
+
+print('😀😀', draw(Box(1), scale=2), draw(Box(2)))
+'''
+
+
+def test_sites_after_non_ascii_text_are_character_columns_so_a_right_rename_is_judged_right():
+    """ast's col_offset counts UTF-8 bytes: after '😀😀' on a line, a site taken as a character column
+    lands 12 characters too far right, and the expected text, built from it, is wrong."""
+    import random
+
+    from diffusion_lsp.bench.renames import targets
+
+    found = {(t.kind, t.name): t for t in targets(WIDE, random.Random(0), 20)}
+    assert {("local", "total"), ("local", "label"), ("local", "err"), ("parameter", "delta"), ("parameter", "scale"),
+            ("attribute", "size"), ("argument", "draw")} <= set(found)
+    for (kind, name), t in found.items():
+        if name == "self":
+            continue  # a local of each method
+        if kind == "argument":
+            line = WIDE.split("\n")[t.line]
+            assert line[t.col:].startswith(("scale", ")")), (line, t.col)  # typed before the default
+            continue
+        lines = WIDE.split("\n")
+        assert all(lines[row][col:col + len(name)] == name for row, col in t.sites), (name, t.sites)
+        renamed = t.renamed(WIDE, name + "_2")
+        assert renamed == _renamed_by_python(WIDE, name, name + "_2"), name  # the right edit, as a user makes it
+
+
+def _renamed_by_python(text: str, old: str, new: str) -> str:
+    """Every whole-word `old` renamed (WIDE names each renamed name nowhere else)."""
+    import re
+
+    return re.sub(rf"(?<![\w.]){old}\b" if old != "size" else rf"(?<=self\.){old}\b", new, text)

@@ -32,7 +32,7 @@ from ..nextedit import scope
 from ..options import add_launch_args, launch_settings
 from ..server.positions import column_to_index, offset_at
 from . import signatures
-from .signatures import Added
+from .signatures import Added, column
 
 KINDS = ("local", "parameter", "attribute", "argument")  # argument: a parameter added, passed at its calls
 SETTINGS = {"completion": {"debounceMs": 0}, "nextEdit": {"debounceMs": 0}, "worker": {"idleExitS": 0}}
@@ -72,18 +72,19 @@ def _docstring_sites(func: ast.AST, name: str, text: str) -> list[tuple[int, int
     if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)):
         return []
     segment = ast.get_source_segment(text, first.value) or ""
-    out = []
+    out, start = [], column(text.split("\n"), first.value.lineno - 1, first.value.col_offset)
     for pattern in scope.DOC_MENTIONS:
         for m in re.finditer(pattern.format(name=re.escape(name)), segment):
             line = segment.count("\n", 0, m.start(1))
-            col = m.start(1) - segment.rfind("\n", 0, m.start(1)) - 1 if line else first.value.col_offset + m.start(1)
+            col = m.start(1) - segment.rfind("\n", 0, m.start(1)) - 1 if line else start + m.start(1)
             out.append((first.value.lineno - 1 + line, col))
     return out
 
 
 def _scope_sites(func: ast.AST, name: str, table: symtable.SymbolTable, lines: list[str]) -> list[tuple[int, int]]:
     """Where `name`, local to `func`, occurs in it: its parameters, Name nodes and `except ... as name`,
-    nested scopes included unless they bind the name themselves (symtable says so)."""
+    nested scopes included unless they bind the name themselves (symtable says so); (line, character
+    column), 0-based."""
     out, children = [], {(t.get_name(), t.get_lineno()): t for t in table.get_children()}
 
     def visit(node, here: symtable.SymbolTable) -> None:
@@ -98,13 +99,11 @@ def _scope_sites(func: ast.AST, name: str, table: symtable.SymbolTable, lines: l
                     continue
                 visit(child, inner)
                 continue
-            if isinstance(child, ast.Name) and child.id == name:
-                out.append((child.lineno - 1, child.col_offset))
-            elif isinstance(child, ast.arg) and child.arg == name:
-                out.append((child.lineno - 1, child.col_offset))
+            if isinstance(child, ast.Name) and child.id == name or isinstance(child, ast.arg) and child.arg == name:
+                out.append((child.lineno - 1, column(lines, child.lineno - 1, child.col_offset)))
             elif isinstance(child, ast.ExceptHandler) and child.name == name and child.type is not None:
-                line = lines[child.type.end_lineno - 1]
-                found = re.compile(r"\s+as\s+(" + re.escape(name) + r")\b").match(line, child.type.end_col_offset)
+                at = column(lines, child.type.end_lineno - 1, child.type.end_col_offset)
+                found = re.compile(r"\s+as\s+(" + re.escape(name) + r")\b").match(lines[child.type.end_lineno - 1], at)
                 if found:
                     out.append((child.type.end_lineno - 1, found.start(1)))
             visit(child, here)
@@ -116,7 +115,7 @@ def _scope_sites(func: ast.AST, name: str, table: symtable.SymbolTable, lines: l
 def targets(text: str, rng: random.Random, per_kind: int) -> list[Target]:
     """Up to `per_kind` renames of each kind in `text`: names with a definition and at least one use."""
     tree, top = ast.parse(text), symtable.symtable(text, "<file>", "exec")
-    tables = {}
+    tables, lines = {}, text.split("\n")
 
     def index(t: symtable.SymbolTable) -> None:
         tables[(t.get_name(), t.get_lineno())] = t
@@ -131,10 +130,10 @@ def targets(text: str, rng: random.Random, per_kind: int) -> list[Target]:
             for sym in table.get_symbols():
                 if not sym.is_local() or sym.is_global() or sym.get_name().startswith("__"):
                     continue
-                sites = sorted(_scope_sites(node, sym.get_name(), table, text.split("\n")))
+                sites = sorted(_scope_sites(node, sym.get_name(), table, lines))
                 kind = "parameter" if sym.get_name() in params else "local"
                 if kind == "parameter":  # and its keyword at the function's calls, and its docstring's mentions
-                    sites += signatures.keyword_sites(tree, top, node, sym.get_name())
+                    sites += signatures.keyword_sites(tree, top, node, sym.get_name(), lines)
                     sites += _docstring_sites(node, sym.get_name(), text)
                 if len(sites) >= 2 and sites[0][0] >= node.lineno - 1:
                     found[kind].append(Target(kind, sym.get_name(), tuple(sites)))
@@ -143,7 +142,7 @@ def targets(text: str, rng: random.Random, per_kind: int) -> list[Target]:
             stored: dict[str, tuple[int, int]] = {}  # its first assignment: where a user renames it
             for a in ast.walk(node):
                 if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) and a.value.id == "self":
-                    site = (a.end_lineno - 1, a.end_col_offset - len(a.attr))
+                    site = (a.end_lineno - 1, column(lines, a.end_lineno - 1, a.end_col_offset) - len(a.attr))
                     attrs.setdefault(a.attr, []).append(site)
                     if isinstance(a.ctx, ast.Store):
                         stored[a.attr] = min(stored.get(a.attr, site), site)

@@ -69,16 +69,24 @@ def _calls(tree: ast.AST, fn_name: str, method: bool, top: symtable.SymbolTable,
     return sorted({id(c): c for c in out}.values(), key=lambda c: (c.lineno, c.col_offset))
 
 
-def keyword_sites(tree: ast.Module, top: symtable.SymbolTable, fn: ast.AST, param: str) -> list[tuple[int, int]]:
-    """(line, column), 0-based, of `param=` at the calls Python resolves to `fn` (a def in the module or
-    a method): renamed with the parameter."""
+def column(lines: list[str], line: int, offset: int) -> int:
+    """The character column of ast's `col_offset` (UTF-8 bytes, not characters: a `'😀'` earlier on
+    the line counts 4) on 0-based `line` of `lines`."""
+    return len(lines[line].encode("utf-8")[:offset].decode("utf-8", "replace"))
+
+
+def keyword_sites(tree: ast.Module, top: symtable.SymbolTable, fn: ast.AST, param: str,
+                  lines: list[str]) -> list[tuple[int, int]]:
+    """(line, character column), 0-based, of `param=` at the calls Python resolves to `fn` (a def in
+    the module or a method), whose text is `lines`: renamed with the parameter."""
     if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return []
     cls = next((c for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and fn in c.body), None)
     if cls is None and fn not in tree.body:
         return []
     calls = _calls(tree, fn.name, cls is not None, top, cls.name if cls else None)
-    return [(k.lineno - 1, k.col_offset) for c in calls for k in c.keywords if k.arg == param]
+    return [(k.lineno - 1, column(lines, k.lineno - 1, k.col_offset)) for c in calls for k in c.keywords
+            if k.arg == param]
 
 
 def _tables(t: symtable.SymbolTable):
@@ -109,7 +117,7 @@ def _bound(sig: inspect.Signature, call: ast.Call) -> dict | None:
 
 def targets(text: str, tree: ast.Module, top: symtable.SymbolTable) -> list[Added]:
     """Every function with a fixed parameter list and at least one call that fits it."""
-    out = []
+    out, lines = [], text.split("\n")
     for cls in [None] + [c for c in ast.walk(tree) if isinstance(c, ast.ClassDef)]:
         body = tree.body if cls is None else cls.body
         for fn in body:
@@ -131,7 +139,7 @@ def targets(text: str, tree: ast.Module, top: symtable.SymbolTable) -> list[Adde
                 line, col, insert = params[-1].end_lineno - 1, params[-1].end_col_offset, f", {NEW}"
             else:
                 continue  # no parameter to type it beside
-            out.append(Added(fn.name, line, col, insert, method, len(calls)))
+            out.append(Added(fn.name, line, column(lines, line, col), insert, method, len(calls)))
     return out
 
 
