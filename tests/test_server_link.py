@@ -16,6 +16,7 @@ from diffusion_lsp.protocol.answers import Fill
 from diffusion_lsp.protocol.requests import FillRequest
 from diffusion_lsp.worker.client import Pong, WorkerUnavailable
 from diffusion_lsp.worker.spec import WorkerSpec
+from diffusion_lsp.worker import link as link_module
 from diffusion_lsp.worker.link import RESTARTS_PER_MINUTE, WorkerLink
 
 ORDER = FillRequest("x = ", "\n", 4)
@@ -164,6 +165,26 @@ def test_the_workers_refusals_are_the_backends_failures(failure, kind):
                                                                     Failure.BUSY))
     assert e.value.param == "max_tokens" and str(e.value).endswith("why")
     assert (("error", "fill failed: why") in ui.logged) == (kind is Failure.REFUSED)
+
+
+def test_orders_the_model_failed_are_shown_at_most_once_per_window_and_each_logged(monkeypatch):
+    # a user's log: "fill failed: RuntimeError: ..." on every key while retyping, and nothing on screen
+    said = BackendError(Failure.REFUSED, "RuntimeError: Size does not match at dimension 0")
+    link, ui, stats = make_link(answer=said)
+
+    async def fail(n):
+        for _ in range(n):
+            with pytest.raises(BackendError):
+                await link.fill("a.py", ORDER)
+
+    asyncio.run(fail(3))
+    assert [m for _, m in ui.logged].count(f"fill failed: {said}") == 3 and stats["model_failures"] == 3
+    assert ui.shown == [("warning", f"diffusion-lsp: the model failed a fill ({said}); suggestions may be missing "
+                                    "(1 failed order so far; each is in the log)")]
+    assert link.describe()["last_failure"] == f"fill failed: {said}"
+    monkeypatch.setattr(link_module, "FAILURE_SHOWN_EVERY_S", 0.0)  # the window has passed
+    asyncio.run(fail(1))
+    assert len(ui.shown) == 2 and "(4 failed orders so far" in ui.shown[1][1]
 
 
 def test_completions_off_means_no_worker():

@@ -35,6 +35,9 @@ HUNG_FACTOR = 3.0  # a batch running this many fill deadlines is stuck: restart 
 # a model thread lets go of a cancelled order at its next denoising step or forward (the embedded model's
 # forward takes milliseconds here; this leaves room for a large checkpoint's on a CPU): one that has not is stuck
 STUCK_GRACE_S = 10.0
+# an order the model failed (a bug on the model's side, not the input's) is logged each time and shown at most
+# once per this long: while typing, a failure that repeats would be a notice per key
+FAILURE_SHOWN_EVERY_S = 300.0
 
 
 class _Progress:
@@ -79,8 +82,10 @@ class WorkerLink:
         self.enabled, self.fill_timeout_s = True, fill_timeout_s
         self.client: WorkerClient | None = None
         self.progress = _Progress(ui)
-        self.counts = {"worker_crashes": 0, "fill_timeouts": 0}
+        self.counts = {"worker_crashes": 0, "fill_timeouts": 0, "model_failures": 0}
         self._shown_failure: str | None = None
+        self._last_refused: str | None = None  # the last order the model failed, and why (`describe`)
+        self._refused_shown_at: float | None = None  # monotonic, when a failed order was last shown
         self._crashes: deque[float] = deque()
         self._checking = False
         self.stuck_grace_s = STUCK_GRACE_S
@@ -224,8 +229,21 @@ class WorkerLink:
             raise BackendError(kind, str(e)) from None
         except BackendError as e:
             if e.kind is Failure.REFUSED:
-                self.ui.log("error", f"{op} failed: {e}")
+                self._refused(op, e)
             raise
+
+    def _refused(self, op: str, error: BackendError) -> None:
+        """An order the model failed: logged and counted each time, shown at most once per
+        FAILURE_SHOWN_EVERY_S with the count so far (the log has each one)."""
+        self.counts["model_failures"] += 1
+        self._last_refused = f"{op} failed: {error}"
+        self.ui.log("error", self._last_refused)
+        now = time.monotonic()
+        if self._refused_shown_at is None or now - self._refused_shown_at >= FAILURE_SHOWN_EVERY_S:
+            self._refused_shown_at = now
+            n = self.counts["model_failures"]
+            self.ui.show("warning", f"diffusion-lsp: the model failed a {op} ({error}); suggestions may be missing "
+                                    f"({n} failed order{'s' * (n != 1)} so far; each is in the log)")
 
     def suspect(self) -> None:
         """A call got no answer in time (this link's deadline, or a caller's shorter one: serve-api's
@@ -325,4 +343,5 @@ class WorkerLink:
                 "error": self._restarting or (c.error if c else None) or self._shown_failure,
                 "socket": str(self.spec.socket),
                 "max_tokens": c.max_tokens if c else None,
-                "capabilities": c.capabilities.message() if c and c.capabilities else None}  # once the model says
+                "capabilities": c.capabilities.message() if c and c.capabilities else None,  # once the model says
+                "last_failure": self._last_refused}  # the last order the model failed (counts: model_failures)
