@@ -109,7 +109,9 @@ def test_the_shipped_model_loads_and_is_used_for_the_embedded_model():
                                                               "weights": [0, 1], "show_above": 0.5}),
                                      json.dumps({"format": 1, "features": ["bias"], "weights": [1e999],
                                                  "show_above": 0.5}),
-                                     json.dumps({"format": 1, "features": [], "weights": [], "show_above": 3})])
+                                     json.dumps({"format": 1, "features": [], "weights": [], "show_above": 3}),
+                                     json.dumps({"format": 1, "features": ["bias", "doc_lines"], "weights": [0, 3e10],
+                                                 "show_above": 0.5})])
 def test_a_corrupt_model_falls_back_to_the_rules_with_one_line(tmp_path, content):
     (tmp_path / FILE).write_text(content)
     model, line = acceptance_for(ModelChoice(str(tmp_path), "settings"), tmp_path, None)
@@ -177,3 +179,65 @@ def test_a_multi_line_fill_is_cut_to_the_lines_whose_p_holds():
     holds = AcceptanceModel({"bias": -2.0, "conf_min": 5.0}, 0.5)  # P >= 0.5 while every token is >= 0.4
     got = choose(holds, found, Spot.at("", 0, "python"))
     assert got.shown.text == "a = 1\nb = 2" and got.p > 0.5  # the third line's token is doubted
+
+
+def test_a_feature_constant_but_for_float_noise_weighs_nothing_and_p_holds_across_document_lengths():
+    # every file of the folder 100 lines long: doc_lines' spread is 5.6e-17, float noise; standardized
+    # by it, doc_lines got a weight of 3e10 and P jumped from 0 to 1 between 74 and 100 lines
+    rng = random.Random(3)
+    rows, labels = [], []
+    for _ in range(500):
+        offer = Suggestion("x" * rng.randint(1, 30), source=rng.choice(["model", "lookup"]), match=rng.random() * 60)
+        rows.append(features(offer, Spot("    ", "", "", 100, "python"), []))
+        labels.append(offer.source == "lookup" and rng.random() < 0.8)
+    w = fit(rows, labels)
+    assert w["doc_lines"] == 0.0 and w["source_lookup"] > 1
+    model = AcceptanceModel(w, 0.5)
+    offer = Suggestion("value", source="lookup", match=30)
+    ps = [model.p(features(offer, Spot("    ", "", "", n, "python"), [])) for n in (1, 74, 99, 100, 101, 10_000)]
+    assert max(ps) - min(ps) < 1e-9 and 0.5 < ps[0] < 1  # the length it never saw vary does not move P
+
+
+def saved_cases(path: Path, rows: list[dict], labels: list[bool], package: str = "pkg") -> None:
+    path.write_text("".join(json.dumps({"package": package, "truth": "t", "typed": "", "offers": [{"text": "t", "source": "model"}],
+                                        "feats": [r], "exact": [y], "partly": [y]}) + "\n" for r, y in zip(rows, labels)))
+
+
+def test_a_fit_the_server_would_refuse_or_that_explodes_is_refused_in_one_line(tmp_path, capsys):
+    from diffusion_lsp.cli import main
+
+    with pytest.raises(ValueError, match="conf_first"):  # a NaN gave NaN weights, silently
+        fit([{"bias": 1.0, "conf_first": float("nan")}, {"bias": 1.0, "conf_first": 0.5}], [True, False])
+    # conf_first tells the labels apart on a scale of 1e-9: finite, but P swings from 0 to 1 over 1e-9
+    rows = [{"bias": 1.0, "conf_first": (2e-9 if i % 2 else 1e-9)} for i in range(40)]
+    saved_cases(tmp_path / "cases.jsonl", rows, [bool(i % 2) for i in range(40)])
+    out = tmp_path / "acceptance.json"
+    assert main(["calibrate", "--cases", str(tmp_path / "cases.jsonl"), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "wrote" not in captured.out and captured.err.count("\n") == 1 and "conf_first" in captured.err
+    assert not out.exists()
+    model = AcceptanceModel({"bias": 0.0, "conf_first": 5000.0}, 0.5)
+    with pytest.raises(ValueError, match="conf_first"):  # nor is such a model written by anything else
+        model.save(out)
+    assert list(tmp_path.iterdir()) == [tmp_path / "cases.jsonl"]
+
+
+def test_calibrate_says_wrote_only_for_a_file_the_server_loads(tmp_path, capsys):
+    from diffusion_lsp.cli import main
+
+    rng = random.Random(5)
+    rows = [{"bias": 1.0, "conf_first": rng.random()} for _ in range(60)]
+    labels = [r["conf_first"] > 0.5 for r in rows]
+    saved_cases(tmp_path / "ok.jsonl", rows, labels)
+    out = tmp_path / "acceptance.json"
+    assert main(["calibrate", "--cases", str(tmp_path / "ok.jsonl"), "--out", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    model, line = acceptance_for(ModelChoice(str(tmp_path), "settings"), tmp_path, None)  # the server's own path
+    assert model is not None and model.weights["conf_first"] > 1 and str(out) in line
+    # a package name of 1.1 MB in saved cases goes into fitted_on: a file over the server's 1 MiB cap
+    saved_cases(tmp_path / "big.jsonl", rows, labels, package="p" * (1_100_000))
+    assert main(["calibrate", "--cases", str(tmp_path / "big.jsonl"), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "wrote" not in captured.out and captured.err.count("\n") == 1 and "would not load" in captured.err
+    assert AcceptanceModel.load(out) == model  # the good file it had is left as it was, and nothing beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["acceptance.json", "big.jsonl", "ok.jsonl"]

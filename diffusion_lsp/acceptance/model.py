@@ -13,8 +13,10 @@ Two kinds: "completion" (acceptance.json, the features of features.py) and "edit
 completion model.
 
 A feature the file does not name weighs nothing; a name this code does not compute, a weight that
-is not a finite number or a bar outside [0, 1] makes the file unusable (ValueError), and the server
-then falls back to its rules with one log line."""
+is not a finite number or is over MAX_WEIGHT, or a bar outside [0, 1] makes the file unusable
+(ValueError), and the server then falls back to its rules with one log line. `fit` gives no feature
+whose spread is float noise a weight, refuses weights the server would refuse, and `save` writes a
+file only after it loads back the way the server loads it (`load`)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,14 @@ FILE = "acceptance.json"
 EDIT_FILE = "edit_acceptance.json"
 KINDS = {"completion": FEATURES, "edit": EDIT_FEATURES}  # each kind's features, in a file's order
 WORKSPACE_DIR = Path(".diffusion-lsp") / "acceptance"  # relative to a workspace: `calibrate` writes, the server looks
+# every feature lies in about [0, 15] (indicators, fractions, logs of lengths) and P clamps z to
+# [-30, 30]: a weight of 1000 flips P from 0 to 1 over a feature change of 0.03, which no feature
+# measures that finely (the shipped fits' largest weights: 3.7). Past it a model explodes.
+MAX_WEIGHT = 1000.0
+# a feature whose spread over the fit's rows is below this fraction of its mean magnitude is constant
+# but for float noise (every document of a folder 100 lines long: std 5.6e-17 of 0.46); standardized
+# by that spread it got a weight of 3e10. It weighs nothing.
+FLAT = 1e-3
 
 
 @dataclass(frozen=True)
@@ -54,11 +64,19 @@ class AcceptanceModel:
                 "show_above": self.show_above, "label": self.label, "fitted_on": self.fitted_on}
 
     def save(self, path: str | Path) -> None:
+        """Write the model to `path` once its file loads as the server loads it (`load`); ValueError
+        saying why not, with nothing written, when it would not."""
         path = Path(path)
+        text = json.dumps(self.to_json(), indent=1) + "\n"
+        self.from_json(json.loads(text), kind=self.kind)  # a weight that is not finite, or too large
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n")
-        tmp.replace(path)
+        try:
+            tmp.write_text(text)
+            self.load(tmp, self.kind)
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     @classmethod
     def from_json(cls, raw, origin: str = "", kind: str = "completion") -> AcceptanceModel:
@@ -75,6 +93,8 @@ class AcceptanceModel:
             raise ValueError(f"features this version does not compute: {', '.join(map(str, unknown[:5]))}")
         if not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in weights):
             raise ValueError("a weight that is not a finite number")
+        if (big := next((n for n, w in zip(names, weights) if abs(w) > MAX_WEIGHT), None)) is not None:
+            raise ValueError(f"the weight of {big} is over {MAX_WEIGHT:g} in size: P would swing on noise")
         if not (isinstance(bar, (int, float)) and not isinstance(bar, bool) and 0.0 <= bar <= 1.0):
             raise ValueError("show_above must be a number in [0, 1]")
         fitted = raw.get("fitted_on")
@@ -95,18 +115,23 @@ def fit(rows: Sequence[dict[str, float]], labels: Sequence[bool], l2: float = 1.
         iterations: int = 50, names: Sequence[str] = FEATURES) -> dict[str, float]:
     """Logistic-regression weights for the features `names` (a kind's, KINDS; Newton's method; the
     penalty spares the bias). Features are standardized for the fit and the weights given back on
-    their raw scale."""
+    their raw scale; one constant over the rows (spread under FLAT of its magnitude) weighs 0.
+    ValueError when a weight is not finite or over MAX_WEIGHT (the server would refuse the model)."""
     names = tuple(names)
     import numpy as np  # the fit only: the server reads a fitted model with math alone
     x = np.array([[r.get(n, 0.0) for n in names] for r in rows], dtype=np.float64)
     y = np.asarray(labels, dtype=np.float64)
     if len(x) == 0:
         raise ValueError("nothing to fit on")
+    if not np.isfinite(x).all():
+        raise ValueError(f"{names[int(np.argmin(np.isfinite(x).all(0)))]} is not a finite number in every candidate")
     bias = names.index("bias")
     mean, std = x.mean(0), x.std(0)
-    mean[bias], std[std == 0] = 0.0, 1.0
-    std[bias] = 1.0
+    flat = std <= FLAT * np.abs(x).mean(0)  # a constant column (float noise in its spread): no weight
+    flat[bias] = False
+    mean[bias], std[bias], std[flat] = 0.0, 1.0, 1.0
     z = (x - mean) / std
+    z[:, flat] = 0.0
     penalty = np.full(len(names), l2)
     penalty[bias] = 1e-6
     w = np.zeros(len(names))
@@ -120,4 +145,8 @@ def fit(rows: Sequence[dict[str, float]], labels: Sequence[bool], l2: float = 1.
             break
     raw = w / std
     raw[bias] = w[bias] - float((w / std) @ mean)
+    wrong = next((n for n, v in zip(names, raw) if not abs(v) <= MAX_WEIGHT), None)  # NaN included
+    if wrong is not None:
+        raise ValueError(f"the fit gives {wrong} a weight of {raw[names.index(wrong)]:.3g}, not a number or over "
+                         f"{MAX_WEIGHT:g} in size: P would swing on noise")
     return {n: float(v) for n, v in zip(names, raw)}

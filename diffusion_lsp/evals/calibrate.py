@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 from .. import jsonout
-from ..acceptance.model import FILE, WORKSPACE_DIR, AcceptanceModel, fit
+from ..acceptance.features import FEATURES
+from ..acceptance.model import FILE, WORKSPACE_DIR, AcceptanceModel
 from ..context.repo import repo_files
 from ..context.tokens import model_token_counter
 from ..engine import model_folder
@@ -108,7 +109,7 @@ def calibrated(judged: list[Judged], fitted_on: dict) -> tuple[AcceptanceModel, 
     if not rows or not any(labels) or all(labels):
         raise UserError(f"cannot fit on {len(rows)} candidates with {sum(labels)} exactly right: "
                         "retype more lines (--lines) or other folders")
-    model = AcceptanceModel(fit(rows, labels), 0.5, "exact", fitted_on)
+    model = AcceptanceModel(edits_command.fitted(rows, labels, FEATURES), 0.5, "exact", fitted_on)
     table = over_bars(judged, model)
     return AcceptanceModel(model.weights, pick_bar(table), "exact",
                            {**fitted_on, "candidates": len(rows), "right": sum(labels)}), table
@@ -169,7 +170,7 @@ def run(args) -> int:
                  "model": launch.remote_model if launch.backend == "openai" else (launch.path or "embedded")}
     model, table = calibrated(judged, fitted_on)
     out = Path(args.out) if args.out else Path(args.folders[0]) / WORKSPACE_DIR / FILE
-    model.save(out)
+    edits_command.written(model, out)
     trusted = trust(out.parent, Path(args.folders[0])) if not args.out else None
     result = {"out": str(out), "show_above": model.show_above, "weights": model.weights, "table": table,
               "sources": {s: by_source(judged, s) for s in ("model", "lookup", "line", "last")},

@@ -103,9 +103,29 @@ def calibrated(judged: list[JudgedEdit], fitted_on: dict) -> tuple[AcceptanceMod
                         "(--edit-cases) or other repositories")
     seen = Counter(o.source for j in judged for o in j.offers)
     fitted_on = {**fitted_on, "candidates": len(rows), "right": sum(labels), "seen": dict(sorted(seen.items()))}
-    model = AcceptanceModel(fit(rows, labels, names=EDIT_FEATURES), 0.5, "right", fitted_on, kind="edit")
+    model = AcceptanceModel(fitted(rows, labels, EDIT_FEATURES), 0.5, "right", fitted_on, kind="edit")
     table = over_bars(view(judged), model)  # the bar is set where users are: next edits off
     return dataclasses.replace(model, show_above=pick_bar(table)), table
+
+
+def fitted(rows: list[dict], labels: list[bool], names) -> dict[str, float]:
+    """`fit`, refused in one line (UserError) when it gives weights the server would refuse."""
+    try:
+        return fit(rows, labels, names=names)
+    except ValueError as e:
+        raise UserError(f"cannot fit on {len(rows)} candidates: {e}") from None
+
+
+def written(model: AcceptanceModel, out: Path) -> None:
+    """Save `model` to `out` and load it back with the server's loader (AcceptanceModel.load)
+    before anyone says "wrote": one line (UserError) when the server would not use it."""
+    try:
+        model.save(out)
+        AcceptanceModel.load(out, model.kind)
+    except ValueError as e:
+        raise UserError(f"{out}: refused: the server would not load this model ({e})") from None
+    except OSError as e:
+        raise UserError(f"{out}: cannot write ({e.strerror or e})") from None
 
 
 def collect(args, launch, cases: list | None = None) -> list[JudgedEdit]:
@@ -217,7 +237,7 @@ def calibrate(args, launch) -> dict:
                  "model": launch.remote_model if launch.backend == "openai" else (launch.path or "embedded")}
     model, table = calibrated(judged, fitted_on)
     out = Path(args.out) if args.out else Path(args.folders[0]) / WORKSPACE_DIR / EDIT_FILE
-    model.save(out)
+    written(model, out)
     trusted = trust(out.parent, Path(args.folders[0])) if not args.out else None  # the server uses it there
     got = {"out": str(out), "show_above": model.show_above, "weights": model.weights, "trusted": trusted,
            **report(judged, model)}
