@@ -18,12 +18,14 @@ is left alone: nothing is guessed where the call cannot be read."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
 from .history import Step, joined, undone
 from .names import FUNCTIONS, SELF, binding, char_offsets, names, parsed, python_sees, root, script_sees
 
+log = logging.getLogger(__name__)
 PARAM_NODES = {"identifier", "typed_parameter", "default_parameter", "typed_default_parameter"}
 SPLATS = {"list_splat_pattern", "dictionary_splat_pattern", "list_splat", "dictionary_splat", "spread_element"}
 
@@ -88,11 +90,18 @@ def parameters(fn) -> tuple[tuple[Param, ...], bool] | None:
             return None
         ident = node if node.type == "identifier" else (node.child_by_field_name("name") or node.named_children[0])
         out.append(Param(ident.text.decode("utf-8", "replace"), "default" in node.type, keyword_only))
-    method = fn.parent is not None and fn.parent.type == "block" and fn.parent.parent is not None \
-        and fn.parent.parent.type == "class_definition"
+    method = _class_of(fn) is not None
     if method and out and out[0].name in SELF:
         out = out[1:]
     return tuple(out), method
+
+
+def _class_of(fn):
+    """The Python class whose body defines `fn`, decorated or not; None for a function."""
+    n = fn.parent
+    n = n.parent if n is not None and n.type == "decorated_definition" else n
+    return n.parent if n is not None and n.type == "block" and n.parent is not None \
+        and n.parent.type == "class_definition" else None
 
 
 def _script_parameters(params) -> tuple[Param, ...] | None:
@@ -113,18 +122,28 @@ def _script_parameters(params) -> tuple[Param, ...] | None:
     return tuple(out)
 
 
-def _defining(tree, lo: int, hi: int, grammar: Grammar):
-    """The innermost definition whose parameters overlap bytes lo..hi, or None."""
-    found, stack = None, [tree.root_node]
+def _definitions(tree, lo: int, hi: int, grammar: Grammar) -> list:
+    """The definitions whose parameters overlap bytes lo..hi, outermost first: a step over a
+    decorator factory's `def` line spans the nested `def` below it too."""
+    found, stack = [], [tree.root_node]
     while stack:
         n = stack.pop()
         if n.end_byte <= lo or n.start_byte >= hi:
             continue
         params = n.child_by_field_name("parameters") if n.type in grammar.definitions else None
         if params is not None and params.start_byte < hi and lo < params.end_byte:
-            found = n
+            found.append(n)
         stack.extend(n.children)
-    return found
+    return sorted(found, key=lambda n: n.start_byte)
+
+
+def _paired(now: list, then: list) -> list[tuple]:
+    """(a definition now, the same one before the step): the k-th of a name with the k-th of it."""
+    def named(fns) -> dict:
+        spelled = [fn.child_by_field_name("name").text for fn in fns]
+        return {(name, spelled[:i].count(name)): fn for i, (name, fn) in enumerate(zip(spelled, fns))}
+    was = named(then)
+    return [(fn, was[key]) for key, fn in named(now).items() if key in was]
 
 
 def changed(steps: list[Step], text: str, spec: LanguageSpec,
@@ -143,19 +162,39 @@ def changed(steps: list[Step], text: str, spec: LanguageSpec,
     if now_tree is None or then_tree is None:
         return None
     (tree, data), lo = now_tree, len(text[:start].encode("utf-8"))
-    fn = _defining(tree, lo, lo + len("".join(step.new).encode("utf-8")), grammar)
-    was = _defining(then_tree[0], lo, lo + len("".join(step.old).encode("utf-8")), grammar)
-    if fn is None or was is None or fn.child_by_field_name("name").text != was.child_by_field_name("name").text:
+    pairs = _paired(_definitions(tree, lo, lo + len("".join(step.new).encode("utf-8")), grammar),
+                    _definitions(then_tree[0], lo, lo + len("".join(step.old).encode("utf-8")), grammar))
+    # the def whose parameter list the step changed (else, as it goes on, the innermost it spans)
+    moved = [(fn, was) for fn, was in pairs if _moved(fn, was)]
+    found = [(c, fn) for fn, was in (moved or pairs[::-1]) if (c := _change(fn, was, going_on)) is not None]
+    if len(found) > 1 and moved:
+        log.debug("signature not followed: one step changed the parameters of %s",
+                  " and ".join(c.function for c, _ in found))
         return None
+    return (found[0][0], found[0][1], data) if found else None
+
+
+def _change(fn, was, going_on: Change | None) -> Change | None:
+    """The one parameter added or removed at `fn` (`was` before the step), also held against
+    `going_on`; None when the parameters cannot be read or changed otherwise."""
     now, then = parameters(fn), parameters(was)
+    name = fn.child_by_field_name("name").text.decode("utf-8", "replace")
+    if (now is None or then is None) and _moved(fn, was):
+        log.debug("signature not followed: %s's parameters cannot be matched against calls (*args, **kwargs, "
+                  "a destructured parameter, an error)", name)
     if now is None or then is None:
         return None
-    name = fn.child_by_field_name("name").text.decode("utf-8", "replace")
     befores = [then[0]]
     if going_on is not None and going_on.function == name:
         befores += [going_on.old_params, _after(going_on)]
     change = next((c for b in befores if (c := _compare(name, b, now[0])) is not None), None)
-    return None if change is None else (change, fn, data)
+    if change is None and now[0] != then[0]:
+        log.debug("signature not followed: %s's parameters changed otherwise than one added or removed", name)
+    return change
+
+
+def _moved(fn, was) -> bool:
+    return fn.child_by_field_name("parameters").text != was.child_by_field_name("parameters").text
 
 
 def _after(change: Change) -> tuple[Param, ...]:
@@ -183,7 +222,7 @@ def calls(fn, method: bool) -> list:
     g, name = grammar_of(fn), fn.child_by_field_name("name").text
     out = []
     if method:
-        stack = [fn.parent.parent]  # the class
+        stack = [_class_of(fn) if g is PYTHON else fn.parent.parent]  # the class
         while stack:
             n = stack.pop()
             callee = n.child_by_field_name("function") if n.type == g.call else None
