@@ -17,7 +17,11 @@ from .wire import default_socket
 
 IDLE_EXIT_S = 600.0  # an editors' worker outlives a session, for the next one (and other editors) to share
 MAX_BATCH = 8  # an editors' worker: a few documents at a time
-API_IDLE_EXIT_S = 60.0  # serve-api's own worker exits soon after the API
+# serve-api's own worker ends with the API: it exits at its first look (every second) with no client left, which
+# is once serve-api is gone, however it ended (SIGTERM, or SIGKILL: the kernel closes its connection). Only a
+# worker serve-api starts has this; one it finds serving its socket already (an editors' worker given with
+# --worker-socket) keeps its own idle exit
+API_IDLE_EXIT_S = 0.0
 # the embedded model loads and warms up in 3 s here (2 busy cores); a large checkpoint read from a slow disk and
 # quantized to int8 on the CPU may take minutes: past this, a model still loading is failed, not "loading" for good
 LOAD_TIMEOUT_S = 300.0
