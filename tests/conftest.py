@@ -110,7 +110,8 @@ def _unless_slow(item, who: str):
     return result
 
 
-pytest_plugins = ["remote_api"]  # the scripted OpenAI-compatible API fixture `api`
+# the scripted OpenAI-compatible API fixture `api`; a skip for a package that cannot be imported fails
+pytest_plugins = ["remote_api", "import_skips"]
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 CORPUS_FILES = ["json/decoder.py", "json/encoder.py", "textwrap.py", "shlex.py"]
 
