@@ -253,3 +253,12 @@ def test_a_signature_is_followed_in_a_language_the_model_does_not_write():
     editor.configure(parse_config({"nextEdit": {"enable": True}, "completion": {"languages": ["python"]}})[0])
     edit = asyncio.run(editor.suggest(Document(uri, text, "javascript", 2), 2, 0, 27, UTF16, "a.js"))
     assert edit is not None and edit.text == ", depth" and edit.source == "signature" and edit.range[0][0] == 6
+
+
+def test_python_calls_and_keywords_spelled_another_nfkc_way_are_the_same_name():
+    # Python reads 𝓌idth as width (PEP 3131): the def's calls and its parameter's keywords, however spelled
+    before = "def 𝓌idth(a, 𝓀):\n    return a * 𝓀\n\n\nx = width(1, k=2)\ny = width(3, 4)\n"
+    text, shown = suggest_until_done(before.replace("(a, 𝓀):", "(a, 𝓀, é):"), before, 0)
+    assert shown == [(5, ", é")] and "y = width(3, 4, é)" in text
+    text, shown = suggest_until_done(before.replace("(a, 𝓀):", "(a, kk):"), before, 0)
+    assert text == "def 𝓌idth(a, kk):\n    return a * kk\n\n\nx = width(1, kk=2)\ny = width(3, 4)\n"

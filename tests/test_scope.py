@@ -183,3 +183,91 @@ def test_the_server_follows_a_rename_site_by_site_and_never_proposes_an_edited_s
     assert text == before.replace("acc", "sum_")
     assert shown == [(((3, 8), (3, 11)), "sum_", False), (((8, 11), (8, 14)), "sum_", True)]  # then a jump
     assert editor.stats.reasons == {"scope": 2}
+
+
+def utf16_offset(text: str, position: tuple[int, int]) -> int:
+    """An LSP position in UTF-16 code units -> an offset of `text`, the way a client reads it."""
+    line, column = position
+    start = sum(len(x) for x in text.split("\n")[:line]) + line
+    units = text.split("\n")[line].encode("utf-16-le")[:2 * column]
+    return start + len(units.decode("utf-16-le"))
+
+
+def follow_through_the_server(before: str, text: str, language: str, path: str) -> tuple[str, list]:
+    """Every next edit the server proposes after the change `before` -> `text` (on line 0), each
+    applied the way a client applies it, by its UTF-16 range."""
+    class NoModel:  # the sites come from the code: the model is never asked
+        capabilities = None
+
+    log, uri = EditLog(merge_s=0), "file:///" + path
+    editor = NextEditor(NoModel(), NextEditStats(), lambda kind, message: None, log)
+    editor.configure(parse_config({"nextEdit": {"enable": False}})[0])
+    log.note(uri, path, before, text, 0, 0, 0)
+    shown, version = [], 1
+    while len(shown) < 6:
+        version += 1
+        edit = asyncio.run(editor.suggest(Document(uri, text, language, version), version, 0, 0, UTF16, path))
+        if edit is None:
+            break
+        (a, b) = (utf16_offset(text, p) for p in edit.range)
+        assert (a, b) == (edit.start, edit.end)  # an astral character before a site shifts nothing
+        shown.append(text[a:b])
+        after = text[:a] + edit.text + text[b:]
+        line = text.count("\n", 0, a)
+        log.note(uri, path, text, after, line, line + text.count("\n", a, b), line + edit.text.count("\n"))
+        text = after
+    return text, shown
+
+
+SCRIPTS = '''def area(OLD, h):
+    s = "𠀀😀"; t = OLD * h
+    def inner():
+        return OLD + 1
+
+
+
+    return s, t, inner(), OLD  # 😀
+'''
+
+
+@pytest.mark.parametrize("old, new", [("acc", "πw"), ("πw", "acc"), ("acc", "𠀀x"), ("𠀀x", "acc"), ("acc", "é"),
+                                      ("é", "acc"), ("𝓌idth", "acc"), ("acc", "𝓌idth"), ("𠀀x", "𠀀y")])
+def test_a_rename_to_or_from_a_name_of_any_script_is_followed_to_its_end(old, new):
+    # a name is what the language calls one (XID: letters of any script, astral ones too), not [A-Za-z_]\w*
+    before = SCRIPTS.replace("OLD", old)
+    text, shown = follow_through_the_server(before, before.replace(f"area({old},", f"area({new},"), "python", "a.py")
+    assert text == SCRIPTS.replace("OLD", new)
+    assert shown == [f"{old} * h\n    def inner():\n        return {old}", old]  # two suggestions: the last a jump
+
+
+@pytest.mark.parametrize("defined, used", [("𝓌idth", "width"), ("width", "𝓌idth")])
+def test_python_names_are_compared_after_nfkc_as_python_does(defined, used):
+    # Python reads 𝓌idth as width (PEP 3131): one name, renamed everywhere; JavaScript does not
+    before = SCRIPTS.replace("OLD", used).replace(f"area({used},", f"area({defined},")
+    text, shown = follow_through_the_server(before, before.replace(f"area({defined},", "area(w,"), "python", "a.py")
+    assert text == SCRIPTS.replace("OLD", "w") and len(shown) == 2
+    js = "function area(OLD, h) {\n  return OLD * h;\n}\n"
+    src = js.replace("OLD", used).replace(f"area({used},", f"area({defined},")
+    assert sites(src, language_for("javascript"), Rename(used, defined, src.index(defined))) == \
+        [(src.index(f"return {used}") + 7, src.index(f"return {used}") + 7 + len(used))]  # another name there
+    assert renamed(f"x = {defined}\n", f"x = {used}\n", 0) is not None  # text-wise a swap, but in Python no rename:
+    assert sites(f"def f({used}):\n    return {defined}\n", language_for("python"),
+                 Rename(defined, used, 6)) == []
+
+
+@pytest.mark.parametrize("language, source", [
+    ("javascript", "function f(NEW) {\n  const s = '😀'; return OLD + OLD;\n}\n"),
+    ("typescript", "function f(NEW: number): number {\n  return OLD + OLD;\n}\n"),
+    ("go", "package m\n\nfunc f(NEW int) int {\n\treturn OLD + OLD\n}\n"),
+    ("rust", "fn f(NEW: i32) -> i32 {\n    OLD + OLD\n}\n"),
+    ("java", "class A {\n  int f(int NEW) {\n    return OLD + OLD;\n  }\n}\n"),
+    ("c", "int f(int NEW) {\n  return OLD + OLD;\n}\n"),
+    ("cpp", "int f(int NEW) {\n  return OLD + OLD;\n}\n"),
+])
+@pytest.mark.parametrize("old, new", [("q", "πw"), ("πw", "q"), ("q", "𠀀x"), ("𠀀x", "q"), ("q", "é"), ("𝓌idth", "q")])
+def test_names_of_any_script_are_renamed_in_each_language(language, source, old, new):
+    text, line = source.replace("NEW", new).replace("OLD", old), source[:source.index("NEW")].count("\n")
+    step = Step("u", "p", line, [source.replace("NEW", old).split("\n")[line] + "\n"], [text.split("\n")[line] + "\n"])
+    assert last_rename([step], text) == Rename(old, new, text.index(new))
+    found = sites(text, language_for(language), Rename(old, new, text.index(new)))
+    assert [text[a:b] for a, b in found] == [old, old]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
 from .history import Step, joined, undone
-from .names import FUNCTIONS, SELF, binding, char_offsets, names, parsed, python_sees, root, script_sees
+from .names import FUNCTIONS, SELF, binding, char_offsets, names, parsed, python_sees, root, script_sees, spelled
 
 log = logging.getLogger(__name__)
 PARAM_NODES = {"identifier", "typed_parameter", "default_parameter", "typed_default_parameter"}
@@ -243,7 +243,7 @@ def named_calls(scope, name: bytes, g: Grammar = PYTHON) -> list:
     """The argument lists of the calls `name(...)` in `scope` where `name` is the scope's own (no
     function in between binds it)."""
     out = []
-    for ident in names(scope, name):
+    for ident in names(scope, name, "python" if g is PYTHON else None):
         call = ident.parent
         if call is not None and call.type == g.call and call.child_by_field_name("function") == ident \
                 and (python_sees if g is PYTHON else script_sees)(ident, scope, name):
@@ -362,7 +362,7 @@ def keyword_sites(node, old: bytes) -> list:
     for args in calls(fn, found[1]):
         for a in args.named_children:
             key = a.child_by_field_name("name") if a.type == "keyword_argument" else None
-            if key is not None and key.text == old:
+            if key is not None and spelled(key.text, "python") == spelled(old, "python"):
                 out.append(key)
     return out
 

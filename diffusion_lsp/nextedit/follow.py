@@ -57,7 +57,7 @@ def follow(text: str, spec: LanguageSpec, steps: list[Step], cursor: int,
         return None
     change, edits, source = last_rename(steps, text), [], "rename"
     if change is not None:
-        begun = isinstance(going_on, Rename) and (going_on.old, going_on.new) == (change.old, change.new)
+        begun = isinstance(going_on, Rename) and going_on.same(change, spec.name)
         found = sites(text, spec, change, at_binding=not begun) or (from_binding(text, spec, change) if begun else [])
         edits = [(s, e, change.new) for s, e in found]
     if not edits:

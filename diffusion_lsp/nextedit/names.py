@@ -7,6 +7,8 @@ turn about the same document and the same document before the step, parsed once 
 from __future__ import annotations
 
 import functools
+import keyword
+import unicodedata
 
 from ..context.languages import LanguageSpec, parser_for
 
@@ -58,12 +60,33 @@ def is_use(node) -> bool:
     return node.type in NAMES and node.parent is not None and (node.parent.type, field_of(node)) not in NOT_A_USE
 
 
-def names(node, name: bytes):
-    """Every identifier node under `node` spelled `name`, in order."""
-    stack = [node]
+def is_name(word: str) -> bool:
+    """Whether `word` is an identifier and no keyword: a letter or `_` of any script, then letters,
+    digits and marks (XID_Start, XID_Continue: str.isidentifier), as Python, JavaScript, Rust and Go
+    take them; `πw`, `𠀀x`, `é`, `𝓌idth` are names, which an ASCII pattern missed."""
+    return word.isidentifier() and not keyword.iskeyword(word)
+
+
+# how a language compares names: Python's NFKC (PEP 3131: `𝓌idth` is `width`), Rust's NFC; the
+# others code point by code point
+FOLD = {"python": "NFKC", "rust": "NFC"}
+
+
+def spelled(name: bytes, language: str | None) -> bytes:
+    """`name` (UTF-8) as `language` compares it."""
+    form = FOLD.get(language or "")
+    return name if form is None or name.isascii() else \
+        unicodedata.normalize(form, name.decode("utf-8", "replace")).encode("utf-8")
+
+
+def names(node, name: bytes, language: str | None = None):
+    """Every identifier node under `node` that is `name` in `language` (spelled; None: spelled
+    alike), in order."""
+    want, stack = spelled(name, language), [node]
     while stack:
         n = stack.pop()
-        if n.type in NAMES and n.text == name:
+        if n.type in NAMES and (n.text == want or language in FOLD and not n.text.isascii()
+                                and spelled(n.text, language) == want):
             yield n
         stack.extend(reversed(n.children))
 
@@ -72,20 +95,20 @@ def binds(scope, name: bytes, functions: set[str]) -> bool:
     """Whether a Python function binds `name` itself: a parameter, or a target it assigns, not
     declared nonlocal or global."""
     params = scope.child_by_field_name("parameters")
-    if params is not None and any(True for _ in names(params, name)):
+    if params is not None and any(True for _ in names(params, name, "python")):
         return True
     body = scope.child_by_field_name("body")
     stack, bound = [body] if body is not None else [], False
     while stack:
         n = stack.pop()
-        if n.type in ("nonlocal_statement", "global_statement") and any(True for _ in names(n, name)):
+        if n.type in ("nonlocal_statement", "global_statement") and any(True for _ in names(n, name, "python")):
             return False
         if n.type in functions or n.type == "class_definition":
             continue
         if n.type in ("assignment", "augmented_assignment", "for_statement", "for_in_clause", "as_pattern",
                       "with_item", "named_expression"):
             target = n.child_by_field_name("left") or n.child_by_field_name("name") or n.child_by_field_name("alias")
-            if target is not None and any(is_use(x) for x in names(target, name)):
+            if target is not None and any(is_use(x) for x in names(target, name, "python")):
                 bound = True
         stack.extend(n.children)
     return bound

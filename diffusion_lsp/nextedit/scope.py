@@ -17,23 +17,27 @@ Sites close together are one suggestion (follow.py)."""
 
 from __future__ import annotations
 
-import keyword
 import re
 from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
 from .history import Step, joined, line_offset
-from .names import (FUNCTIONS, SELF, binding, binds, char_offsets, field_of, is_use, names, parsed,
-                    python_sees, root)
+from .names import (FUNCTIONS, SELF, binding, binds, char_offsets, field_of, is_name, is_use, names, parsed,
+                    python_sees, root, spelled)
 from .calls import keyword_parameter, keyword_sites
 from .repeat import renames
 
-IDENT = re.compile(r"[A-Za-z_]\w*\Z")
 @dataclass(frozen=True)
 class Rename:
     old: str
     new: str
     at: int  # an offset of the new name in the text, where the change was made
+
+    def same(self, other: Rename, language: str | None) -> bool:
+        """Whether `other` renames the same name to the same name in `language` (Python's `width` and
+        `𝓌idth` are one name)."""
+        return all(spelled(a.encode("utf-8"), language) == spelled(b.encode("utf-8"), language)
+                   for a, b in ((self.old, other.old), (self.new, other.new)))
 
 
 def renamed(old_text: str, new_text: str, at: int) -> Rename | None:
@@ -43,7 +47,7 @@ def renamed(old_text: str, new_text: str, at: int) -> Rename | None:
     if not swaps or len(swaps) != 1:
         return None
     (old, new), = swaps.items()
-    if not (IDENT.match(old) and IDENT.match(new)) or keyword.iskeyword(old) or keyword.iskeyword(new):
+    if not (is_name(old) and is_name(new)):
         return None
     found = re.search(r"(?<!\w)" + re.escape(new) + r"(?!\w)", new_text)
     return Rename(old, new, at + found.start()) if found else None
@@ -68,9 +72,9 @@ def _scope(node, name: bytes, spec: LanguageSpec):
     return root(node)
 
 
-def _attribute_sites(node, old: bytes) -> list | None:
+def _attribute_sites(node, old: bytes, language: str) -> list | None:
     """`self.old` in the class around `node` (a `self.new` attribute), or None when node is no such attribute."""
-    parent = node.parent
+    parent, old = node.parent, spelled(old, language)
     if parent is None or parent.type not in ("attribute", "member_expression", "field_access"):
         return None
     obj = parent.child_by_field_name("object")
@@ -85,7 +89,7 @@ def _attribute_sites(node, old: bytes) -> list | None:
         if n.type == parent.type:
             o, a = n.child_by_field_name("object"), next((c for c in n.children if field_of(c) in
                                                            ("attribute", "property", "field")), None)
-            if o is not None and a is not None and o.text == obj.text and a.text == old:
+            if o is not None and a is not None and o.text == obj.text and spelled(a.text, language) == old:
                 out.append(a)
         stack.extend(reversed(n.children))
     return out
@@ -100,22 +104,24 @@ def sites(text: str, spec: LanguageSpec, rename: Rename, at_binding: bool = True
         return []
     (tree, data), byte_at = found, len(text[:rename.at].encode("utf-8"))
     node = tree.root_node.named_descendant_for_byte_range(byte_at, byte_at + len(rename.new.encode("utf-8")))
-    if node is None or node.text != rename.new.encode("utf-8"):
-        return []
+    if node is None or node.text != rename.new.encode("utf-8") or \
+            spelled(node.text, spec.name) == spelled(rename.old.encode("utf-8"), spec.name):
+        return []  # not the name, or a spelling of the same name (Python's NFKC)
     if spec.name == "python" and not at_binding and (param := keyword_parameter(node)) is not None:
         node = param  # a call's keyword renamed as a parameter's rename goes on: its parameter's sites
     if at_binding and not binding(node):
         return []
     old, param = rename.old.encode("utf-8"), None
-    found = _attribute_sites(node, old)
+    found = _attribute_sites(node, old, spec.name)
     if found is None:
         if not is_use(node):
             return []
         scope = _scope(node, rename.new.encode("utf-8"), spec)
-        found = [n for n in names(scope, old) if is_use(n)
+        found = [n for n in names(scope, old, spec.name) if is_use(n)
                  and (spec.name != "python" or python_sees(n, scope, old))]
         params = scope.child_by_field_name("parameters") if spec.name == "python" else None
-        param = next((n for n in names(params, rename.new.encode("utf-8")) if binding(n)), None) if params else None
+        param = next((n for n in names(params, rename.new.encode("utf-8"), spec.name) if binding(n)), None) \
+            if params else None
         if param is not None:  # a parameter's keyword at the calls of its function
             found += keyword_sites(param, old)
     chars = char_offsets(data)
