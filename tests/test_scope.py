@@ -231,9 +231,11 @@ SCRIPTS = '''def area(OLD, h):
 
 
 @pytest.mark.parametrize("old, new", [("acc", "πw"), ("πw", "acc"), ("acc", "𠀀x"), ("𠀀x", "acc"), ("acc", "é"),
-                                      ("é", "acc"), ("𝓌idth", "acc"), ("acc", "𝓌idth"), ("𠀀x", "𠀀y")])
+                                      ("é", "acc"), ("𝓌idth", "acc"), ("acc", "𝓌idth"), ("𠀀x", "𠀀y"),
+                                      ("acc", "e\u0301"), ("नमस्ते", "acc")])
 def test_a_rename_to_or_from_a_name_of_any_script_is_followed_to_its_end(old, new):
-    # a name is what the language calls one (XID: letters of any script, astral ones too), not [A-Za-z_]\w*
+    # a name is what the language calls one (XID: letters of any script, astral ones too, and the
+    # marks \w does not take: a decomposed é, Devanagari's vowel signs), not [A-Za-z_]\w*
     before = SCRIPTS.replace("OLD", old)
     text, shown = follow_through_the_server(before, before.replace(f"area({old},", f"area({new},"), "python", "a.py")
     assert text == SCRIPTS.replace("OLD", new)

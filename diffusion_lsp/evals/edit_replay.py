@@ -30,6 +30,7 @@ from ..nextedit.edits import minimal_edit
 from ..nextedit.follow import follow
 from ..nextedit.history import last_change_end, steps_between
 from ..nextedit.repeat import offset_of, repeat_last_edit
+from ..nextedit.unfinished import unfinished
 
 MAX_CHANGES = 40  # a file changed in more places was refactored wholesale: not a next edit
 PER_COMMIT = 3  # cases from one commit's file, spread over its changes
@@ -90,11 +91,12 @@ def replay_cases(root: str, n: int, seed: int = 0) -> list[EditCase]:
 def code_offers(path: str, old: str, current: str, cursor: tuple[int, int]) -> list[EditOffer]:
     """The candidates that need no model, after the edits old -> current with the cursor at `cursor`
     (0-based line, column): the change's own next sites, repeat-the-last-edit."""
-    spec, out = language_for(None, path), []
-    found = None if spec is None else follow(current, spec, steps_between(path, old, current),
-                                             offset_of(current, cursor))
+    spec, out, steps = language_for(None, path), [], steps_between(path, old, current)
+    found = None if spec is None else follow(current, spec, steps, offset_of(current, cursor))
     if found is not None:
         out.append(EditOffer(found.source, found.start, found.end, found.text))
+    if steps and unfinished(steps[-1], current, spec):  # as the server: a line half typed is not repeated
+        return out
     repeated = repeat_last_edit(old, current, cursor)
     if repeated is not None and (e := minimal_edit(current, repeated)) is not None:
         out.append(EditOffer("repeat", e.start, e.end, e.text))

@@ -4,18 +4,23 @@ call made again at the analogous calls (analogous.py), in this document; else th
 signature changed in another open document that this one imports from. Sites close together (within
 GROUP_LINES) are one suggestion; the first group after the cursor comes first, then the first in
 the file (a jump). The language server proposes it before asking a model (server/next_edit.py),
-and so does `eval nep`'s predictor."""
+and so does `eval nep`'s predictor. Nothing is followed from a step that leaves its line half
+typed (unfinished.py)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
 from .analogous import ArgChange, analogous_edits, arg_change
 from .calls import Change, call_edits, pending
 from .imported import imported_edits
-from .history import Step
+from .history import Step, joined
 from .scope import Rename, from_binding, last_rename, sites
+from .unfinished import unfinished
+
+log = logging.getLogger(__name__)
 
 GROUP_LINES = 3  # sites at most this many lines apart are one suggestion
 
@@ -53,7 +58,20 @@ def follow(text: str, spec: LanguageSpec, steps: list[Step], cursor: int,
            going_on: Rename | Change | None = None) -> Followed | None:
     """The next group of the last change's remaining sites, or None. `going_on`: a change this
     document began (a rename at a definition, a signature), whose next step may be at one of its sites."""
+    found = followed_edits(text, spec, steps, going_on)
+    group = None if found is None else next_group(text, found[1], cursor)
+    return None if group is None else Followed(found[0], *group, found[2])
+
+
+def followed_edits(text: str, spec: LanguageSpec, steps: list[Step], going_on: Rename | Change | None = None
+                   ) -> tuple[Rename | Change | ArgChange, list[tuple[int, int, str]], str] | None:
+    """(the change the newest step made, every site it still has as (start, end, new text) in order,
+    its source), or None: `follow`'s rules, every site at once (serve-api's edit route). A step that
+    leaves its line half typed (`unfinished`) is no change to follow."""
     if not steps:
+        return None
+    if (why := unfinished(joined(steps), text, spec)) is not None:
+        log.debug("nothing followed: %s", why)
         return None
     change, edits, source = last_rename(steps, text), [], "rename"
     if change is not None:
@@ -65,8 +83,7 @@ def follow(text: str, spec: LanguageSpec, steps: list[Step], cursor: int,
         (change, edits), source = calls if calls is not None else (None, []), "signature"
     if not edits and (change := arg_change(steps, text, spec)) is not None:
         edits, source = analogous_edits(text, spec, change), "argument"
-    group = next_group(text, edits, cursor)
-    return None if group is None else Followed(change, *group, source)
+    return (change, edits, source) if edits else None
 
 
 @dataclass(frozen=True)
@@ -83,7 +100,8 @@ def follow_elsewhere(text: str, spec: LanguageSpec, cursor: int, others: list[El
     """The next group of calls in `text` that a signature change in another open document implies
     (the function imported from there), the most recently edited document first; or None."""
     for other in others:
-        change = pending(other.steps, other.text, spec, other.going_on if isinstance(other.going_on, Change) else None)
+        steps = [] if other.steps and unfinished(joined(other.steps), other.text, spec) else other.steps  # half typed
+        change = pending(steps, other.text, spec, other.going_on if isinstance(other.going_on, Change) else None)
         group = next_group(text, imported_edits(text, spec, change, other.module), cursor) if change else None
         if group is not None:
             return Followed(change, *group, "imported")

@@ -18,12 +18,27 @@ from collections.abc import Iterator
 
 from .history import line_offset
 
-TOKEN = re.compile(r"\w+|\S")  # identifiers and single symbols
+TOKEN = re.compile(r"\w+|\S")  # identifiers and single symbols, less the marks \w misses (tokens)
 MAX_SITES = 3  # drafts offered for one request
 
 
 def word_char(ch: str) -> bool:
-    return ch.isalnum() or ch == "_"
+    """Whether `ch` may go on an identifier: XID_Continue, as str.isidentifier has it (letters and
+    digits of any script, `_`, combining marks: the accent of a decomposed é, Devanagari's vowel signs)."""
+    return ("_" + ch).isidentifier()
+
+
+def tokens(text: str) -> list[str]:
+    """`text`'s identifiers and single symbols, in order: TOKEN's, with a mark that `\\w` does not take
+    joined to the word it follows (e + U+0301 is one name)."""
+    out, end = [], -1
+    for m in TOKEN.finditer(text):
+        if out and m.start() == end and word_char(m.group()[0]) and word_char(out[-1][-1]):
+            out[-1] += m.group()
+        else:
+            out.append(m.group())
+        end = m.end()
+    return out
 
 
 def whole(token: str) -> str:
@@ -47,7 +62,7 @@ def renames(anchor: str, line: str) -> dict[str, str] | None:
     """The identifier swaps that turn `anchor` into `line`, when that is all that differs."""
     import difflib
 
-    x, y = TOKEN.findall(anchor), TOKEN.findall(line)
+    x, y = tokens(anchor), tokens(line)
     swaps = {}
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, x, y, autojunk=False).get_opcodes():
         if tag == "equal":

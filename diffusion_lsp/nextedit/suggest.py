@@ -45,6 +45,7 @@ from .edits import TextEdit, breaks_parse, line_of, minimal_edit, reverts
 from ..formats import mercury
 from . import repeat
 from .history import Step
+from .unfinished import unfinished
 from ..formats.edit_prompt import edit_prompt
 from .region import Region, editable_region
 
@@ -329,7 +330,7 @@ def _drafts(req: EditRequest, p: _Prepared) -> list[str]:
     """The region with the user's last step made again at its analogous sites."""
     last = req.last_step
     change = None if last is None else repeat.last_change(last.old, last.new)  # the step's lines hold context
-    if change is None:
+    if change is None or unfinished(last, req.text, req.spec):  # a line half typed: no change to repeat yet
         return []
     removed, added, at = change
     lines = req.text.splitlines(keepends=True)

@@ -34,6 +34,7 @@ from ..nextedit.calls import Change
 from ..nextedit.edits import LineEnds, minimal_edit
 from ..nextedit.history import EditLog, Step, joined
 from ..nextedit.repeat import last_change, made_again
+from ..nextedit.unfinished import unfinished
 from ..lifecycle import tickets
 from ..nextedit.follow import Elsewhere, follow, follow_elsewhere
 from ..nextedit.scope import Rename
@@ -145,7 +146,7 @@ class NextEditor:
             mine = [step for step in self.edits.steps if step.uri == doc.uri]  # oldest first
             offers = [site] if s.follow and (site := await self._follow(doc, spec, offset, mine, open_docs)) else []
             if self.acceptance is not None and mine:  # the rules never show a repeat
-                again = await self._in_thread(self._repeat, doc, offset, mine)
+                again = await self._in_thread(self._repeat, doc, spec, offset, mine)
                 offers += [again] if again is not None else []
             steps = len(mine)
             choice = choose_edit(self.acceptance, offers, doc.text, offset, steps, s.show_above)
@@ -207,12 +208,13 @@ class NextEditor:
         return None if found is None else EditOffer(found.source, found.start, found.end, found.text)
 
     @staticmethod
-    def _repeat(doc: Document, offset: int, steps: list[Step]) -> EditOffer | None:
+    def _repeat(doc: Document, spec, offset: int, steps: list[Step]) -> EditOffer | None:
         """The user's last change in `doc` (the newest of its `steps`) made again at its next
-        occurrence, from the step's own lines: no diff of the whole document."""
+        occurrence, from the step's own lines: no diff of the whole document; none while the step
+        leaves its line half typed."""
         step = joined(steps)
         block = last_change(step.old, step.new)
-        if block is None or doc.text.count("\n") < step.first:
+        if block is None or doc.text.count("\n") < step.first or unfinished(step, doc.text, spec):
             return None
         again = made_again((block[0], block[1], block[2] + step.first), doc.text, offset)
         e = None if again is None else minimal_edit(doc.text, again)

@@ -1,0 +1,104 @@
+"""Whether the user's last step leaves its line half typed: such a step is no change to follow or
+repeat. Retyping `chopped = value / power`, the step at `chopped = value /` reads as ` power`
+deleted, and the repeat rule proposed deleting ` power` on a later line (issue 45).
+
+A step is unfinished when its last changed line
+- holds a syntax error that was not there before the step (tree-sitter's ERROR and MISSING nodes
+  over the step's lines: `value /`, `[x for`, `f(a,`);
+- now ends in an operator or an opening bracket, a token of the code (not a comment's or a
+  string's end), and did not before: `x = a +` inside brackets parses, and so does JavaScript's;
+- is what it was, cut short by more than the end of one word (`chopped = value`, `chopped = v`:
+  the line is being retyped);
+- now ends in a name the step wrote there that the document spells nowhere else (`chopped = value
+  / po`, `chopped = value // p`: a name half typed). A name renamed to a shorter one it holds
+  (`return total_count` -> `return total`, a rename's site) is spelled where it is bound: finished.
+The follow rules (follow.py), the repeat candidate (server/next_edit.py, evals/edit_replay.py)
+and the model's drafts (suggest.py) ask it first."""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from ..context.languages import LanguageSpec
+from .history import Step, line_offset, undone
+from .names import parsed
+
+# tokens after which a line cannot end a statement, in the languages the server parses
+OPEN = frozenset("( [ { + - * / % ** // @ & | ^ ~ << >> < > <= >= == != = += -= *= /= //= %= **= &= |= ^= >>= <<= "
+                 "@= := -> => . && || ?? ?. and or not in is lambda".split())
+
+
+def unfinished(step: Step, text: str, spec: LanguageSpec | None) -> str | None:
+    """Why `step` (its lines now standing in `text`) leaves its line half typed, or None when it
+    does not (or its lines are not where it says)."""
+    if step.first + len(step.new) > text.count("\n") + 1 or not step.new:
+        return None
+    ops = [op for op in difflib.SequenceMatcher(None, step.old, step.new, autojunk=False).get_opcodes()
+           if op[0] != "equal"]
+    if not ops or ops[-1][4] == ops[-1][3]:
+        return None  # nothing changed, or lines removed: no line is being typed
+    _, i1, i2, _, j2 = ops[-1]
+    now, was = step.new[j2 - 1].rstrip("\r\n"), step.old[i2 - 1].rstrip("\r\n") if i2 > i1 else None
+    line = step.first + j2 - 1
+    if was is not None and len(now) < len(was) and was.startswith(now) and not re.fullmatch(r"\w+", was[len(now):]):
+        return f"line {line + 1} is being retyped ({now.strip()[-20:]!r} of {was.strip()[-40:]!r})"
+    if (word := _new_name(now, was, text)) is not None:
+        return f"line {line + 1} ends in a name spelled nowhere else ({word!r}): one half typed"
+    found = parsed(spec, text) if spec is not None else None
+    if found is None:
+        return None
+    before, start = undone(step, text)
+    then = parsed(spec, before)
+    lo = len(text[:start].encode("utf-8"))
+    if _errors(found[0].root_node, lo, lo + len("".join(step.new).encode("utf-8"))) > \
+            _errors(then[0].root_node, lo, lo + len("".join(step.old).encode("utf-8"))):
+        return f"the step leaves a syntax error on lines {step.first + 1}-{step.first + len(step.new)}"
+    end = _last_token(found[0], _byte_at(text, line), now)
+    if end in OPEN and (was is None or _last_token(then[0], _byte_at(before, step.first + i2 - 1), was) not in OPEN):
+        return f"line {line + 1} ends in {end!r}"
+    return None
+
+
+def _new_name(now: str, was: str | None, text: str) -> str | None:
+    """The name `now` ends in, when the step wrote it there (`was`, the line before it, did not end
+    in it; None: a new line) and `text` spells it nowhere else; else None."""
+    word = re.search(r"(?<!\w)[^\W\d]\w*\Z", now)
+    if word is None:
+        return None
+    whole = r"(?<!\w)" + re.escape(word.group()) + r"(?!\w)"
+    if was is not None and re.search(whole + r"\Z", was):
+        return None
+    return word.group() if len(re.findall(whole, text)) <= 1 else None
+
+
+def _errors(root, lo: int, hi: int) -> int:
+    """ERROR and MISSING nodes of the tree that overlap bytes lo..hi."""
+    count, stack = 0, [root]
+    while stack:
+        n = stack.pop()
+        if n.end_byte < lo or n.start_byte > hi:
+            continue
+        if n.is_error or n.is_missing:
+            count += 1
+            continue
+        stack.extend(c for c in n.children if c.has_error or c.is_missing)
+    return count
+
+
+def _byte_at(text: str, line: int) -> int:
+    return len(text[:line_offset(text, line)].encode("utf-8"))
+
+
+def _last_token(tree, at: int, line: str) -> str | None:
+    """The type of the code's last token on `line` (starting at byte `at` of the parsed text), when
+    it is an anonymous token (an operator, a bracket); None for a name, a literal, a comment's or a
+    string's end, `import *`, or a blank line."""
+    code = line.rstrip()
+    if not code:
+        return None
+    end = at + len(code.encode("utf-8"))
+    leaf = tree.root_node.descendant_for_byte_range(end - 1, end)
+    if leaf is None or leaf.is_named or leaf.child_count or leaf.end_byte != end:
+        return None
+    return None if leaf.parent is not None and leaf.parent.type == "wildcard_import" else leaf.type
