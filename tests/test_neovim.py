@@ -22,7 +22,10 @@ from test_server_range import SCRIPT, scripted_checkpoint
 pytestmark = pytest.mark.slow
 NVIM_DIR = Path(__file__).parent / "nvim"
 SESSION_S = 150  # the whole editor session, model load included; the driver's watchdog fires first
-OPTIONS = {"sampling": {"heal": False}, "completion": {"confidenceCut": 0.0}, "worker": {"idleExitS": 0}}
+# no line budget: past it a fill's rest is committed at once, so on a busy machine the scripted
+# checkpoint's answer came back cut ("foo(" for "foo(value) + 1")
+OPTIONS = {"sampling": {"heal": False}, "completion": {"confidenceCut": 0.0, "lineBudgetMs": None},
+           "worker": {"idleExitS": 0}}
 SAMPLE = """\
 def total(items):
     n = len()
@@ -98,8 +101,8 @@ def test_ghost_text_appears_and_accepting_it_edits_the_buffer(tokenizer, tmp_pat
     socket = tmp_path / "worker.sock"
     spec = {"file": "sample.py", "result": str(tmp_path / "result.json"), "ready_ms": 90_000, "ghost_ms": 20_000,
             "watchdog_ms": (SESSION_S - 10) * 1000,
-            "cases": [{"line": 7, "col": 0, "append": True},  # after "self.": a plain insertion
-                      {"line": 2, "col": 12, "append": False}]}  # on the ")" of "len()": before it
+            "cases": [{"line": 7, "col": 0, "append": True, "want": "foo(value) + 1"},  # after "self.": inserted
+                      {"line": 2, "col": 12, "append": False, "want": "value) + 1"}]}  # before the ")" of "len()"
     server = [sys.executable, "-m", "diffusion_lsp", "serve", "--model", str(model), "--worker-socket", str(socket)]
 
     result = run_session(nvim, work, tmp_path, server, OPTIONS, spec)

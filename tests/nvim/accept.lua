@@ -1,11 +1,11 @@
 -- Drives one headless Neovim session for tests/test_neovim.py, after tests/nvim/init.lua:
 -- open the spec's file, wait for the model to load, then for each case put the cursor there, enter
--- insert mode, wait for the ghost text, accept it with vim.lsp.inline_completion.get() and record
+-- insert mode, wait for the ghost text (the case's `want`, when given), accept it with vim.lsp.inline_completion.get() and record
 -- what was shown and what the line became. Writes the result as JSON and quits, also on failure
 -- and on the watchdog. Every wait is on an event or a predicate (vim.wait), never a fixed sleep.
 --
 --   DIFFUSION_LSP_SPEC: JSON file {file, result, ready_ms, ghost_ms, watchdog_ms,
---                                  cases = [{line (1-based), col (0-based byte), append}]}
+--                                  cases = [{line (1-based), col (0-based byte), append, want}]}
 local api = vim.api
 local session = dofile(debug.getinfo(1, 'S').source:sub(2):match('(.*/)') .. 'session.lua')
 local spec, result, finish, resume = session.spec, session.result, session.finish, session.resume
@@ -46,7 +46,8 @@ local function run_case(case)
   local shown
   if vim.wait(spec.ghost_ms, function()
     shown = ghost()
-    return shown ~= nil and shown.row == case.line - 1 -- not a late answer for an earlier case
+    -- on this line (not a late answer for an earlier case) and, when the case says, the text it wants
+    return shown ~= nil and shown.row == case.line - 1 and (case.want == nil or shown.text == case.want)
   end, 10) then
     record.ghost = shown
     record.accepted = vim.lsp.inline_completion.get() -- applies the item on the next loop turn

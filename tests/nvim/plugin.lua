@@ -2,9 +2,11 @@
 -- through the plugin's own functions and commands only. It waits for the statusline to be drawn
 -- with spec.state ("diffusion: ready" unless given) when the spec has ready_ms. Steps, each when the
 -- spec has it:
---   ghost     {line (1-based), col}: insert at the end of that line, wait for the ghost text, accept a
---             word (require('diffusion_lsp').accept('word')), wait for the ghost text again, accept the
---             rest; record the line after each
+--   ghost     {line (1-based), col, want, rest}: insert at the end of that line, wait for the ghost text
+--             `want`, accept a word (require('diffusion_lsp').accept('word')), wait for the ghost text
+--             `rest`, accept it; record the line after each
+--   typing    [{line, col, append, want}]: a key that does not go on with the ghost text hides it at
+--             once, one that does leaves the rest, which is accepted at once (typing_step)
 --   leave     {line}: insert at the end of that line, wait for the ghost text and for its report
 --             (didShowCompletion), leave insert mode; enter and leave again before Neovim asks (it
 --             asks 200 ms after a key) and wait for that late answer to be handled; enter insert mode
@@ -94,12 +96,14 @@ local function line(n)
   return api.nvim_buf_get_lines(0, n - 1, n, true)[1]
 end
 
-local function wait_ghost(row, not_this)
+--- Wait until the ghost text is drawn on `row` (1-based), is not `not_this` and, when `want` is given,
+--- is `want`: the ghost text then (or at the deadline, for the failure message).
+local function wait_ghost(row, not_this, want)
   local text
   vim.wait(spec.ghost_ms, function()
     text = ghost()
     local marks = api.nvim_buf_get_extmarks(0, ghost_ns, 0, -1, {})
-    return text ~= nil and marks[1] and marks[1][2] == row - 1 and text ~= not_this
+    return text ~= nil and marks[1] and marks[1][2] == row - 1 and text ~= not_this and (want == nil or text == want)
   end, 10)
   return text
 end
@@ -110,13 +114,17 @@ local function ghost_step(g)
   after('InsertEnter', function()
     vim.cmd('startinsert!')
   end)
-  record.first = wait_ghost(g.line)
+  record.first = wait_ghost(g.line, nil, g.want)
+  local typed = line(g.line)
   -- back in the main loop the paste moves the cursor: CursorMovedI, on which Neovim asks again
   after('CursorMovedI', function()
     record.word_accepted = plugin.accept('word')
   end)
+  vim.wait(spec.ghost_ms, function()
+    return line(g.line) ~= typed
+  end, 10)
   record.after_word = line(g.line)
-  record.rest = wait_ghost(g.line, record.first)
+  record.rest = wait_ghost(g.line, record.first, g.rest)
   local before = line(g.line)
   record.rest_accepted = plugin.accept()
   vim.wait(spec.ghost_ms, function()
@@ -127,7 +135,7 @@ local function ghost_step(g)
   api.nvim_buf_set_lines(0, g.line, g.line, true, { '    z = self.' })
   api.nvim_win_set_cursor(0, { g.line + 1, 13 })
   after('CursorMovedI', function() end)
-  record.next_ghost = wait_ghost(g.line + 1)
+  record.next_ghost = wait_ghost(g.line + 1, nil, g.want)
   plugin.dismiss()
   record.dismissed = vim.wait(spec.ghost_ms, function()
     return ghost() == nil
@@ -183,6 +191,46 @@ local function leave_step(l)
   record.on_enter = ghost()
   leave()
   return record
+end
+
+--- Type one key in insert mode and come back once Neovim has handled it (its autocmds have run) ->
+--- how many completion requests went out meanwhile (none: Neovim asks 200 ms after a key, and a
+--- timer's callback is queued behind this coroutine's resume).
+local function key(k)
+  local sent = #requests
+  after('TextChangedI', function()
+    api.nvim_feedkeys(api.nvim_replace_termcodes(k, true, false, true), 'nt', false)
+  end)
+  return #requests - sent
+end
+
+--- For each case {line, col, append, want}: insert there, wait for the ghost text `want`; type a key
+--- it does not go on with and record what is drawn before Neovim asks again; delete it and wait for
+--- `want` again; type its first character, record what is drawn, accept at once and record the line.
+local function typing_step(cases)
+  local out = {}
+  for _, t in ipairs(cases) do
+    local record = {}
+    api.nvim_win_set_cursor(0, { t.line, t.col })
+    insert(t.append and 'startinsert!' or 'startinsert')
+    record.ghost = wait_ghost(t.line, nil, t.want)
+    record.sent_after_miss = key('x')
+    record.after_miss = ghost()
+    record.marks_after_miss = #api.nvim_buf_get_extmarks(0, ghost_ns, 0, -1, {})
+    key('<BS>')
+    record.again = wait_ghost(t.line, nil, t.want)
+    record.sent_after_hit = key(t.want:sub(1, 1))
+    record.after_hit = ghost()
+    local before = line(t.line)
+    record.accepted = plugin.accept()
+    vim.wait(spec.ghost_ms, function()
+      return line(t.line) ~= before
+    end, 10)
+    record.line = line(t.line)
+    leave()
+    out[#out + 1] = record
+  end
+  return out
 end
 
 local function no_edit_step()
@@ -294,6 +342,9 @@ local function main()
   end
   if spec.leave then
     result.leave = leave_step(spec.leave)
+  end
+  if spec.typing then
+    result.typing = typing_step(spec.typing)
   end
   if spec.no_edit then
     result.no_edit = no_edit_step()
