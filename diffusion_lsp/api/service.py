@@ -2,7 +2,8 @@
 flight; past it `Busy`, answered 429), a fill or a next edit through the Backend (the model
 worker, the same WorkerLink as the language server's: it decodes the fills queued together as one
 batch, one forward pass per step; next edits through the one next-edit pipeline,
-nextedit/suggest.py), the deadline, and one retry when the worker is lost mid-request (killed,
+nextedit/suggest.py, after the rest of the change the request's history made, by the language
+server's rules, nextedit/follow.py), the deadline, and one retry when the worker is lost mid-request (killed,
 crashed: the link restarts it). A backend failure becomes an HTTP status here, once (STATUS).
 Every outcome is counted in `Metrics`.
 The chat template (model/chat.py) renders in the bounds of model/sandbox.py; structured answers are
@@ -32,6 +33,8 @@ from ..model.chat import ChatTemplate
 from ..protocol.settings import SamplerConfig
 from ..formats import mercury
 from ..formats.instruct import order_for
+from ..nextedit.follow import followed_in
+from ..nextedit.history import steps_of
 from ..nextedit.suggest import EditRequest, NextEditSettings, suggest
 from ..worker.spec import WorkerSpec
 from ..worker.link import WorkerLink
@@ -217,7 +220,9 @@ class Service:
         return answer
 
     async def edit(self, req: Edit) -> Reply:
-        """The region of a next-edit request as it should read, through the next-edit decoding
+        """The region of a next-edit request as it should read: the rest of the change its history's
+        last diff made, where it has sites in the region (the language server's follow rules: a rename,
+        a signature's calls, an argument), else through the next-edit decoding
         (remask-and-refine) with the request's region and cursor."""
         t0 = time.monotonic()
         deadline = t0 + self.timeout_s
@@ -227,18 +232,20 @@ class Service:
         at = start + (e.cursor if e.cursor is not None else 0)
         line = text.count("\n", 0, at)
         cursor = (line, at - (text.rfind("\n", 0, at) + 1))
-        history = [e.history] if e.history.strip() else []
-        settings = self.next_edit
-        edit_req = EditRequest(text, e.path or "untitled", cursor, language_for(None, e.path), history, None, settings,
-                               approx_tokens, sampling=self.sampling, region=(start, end))
-        key = f"api-edit:{next(self._ids)}"
-        out = await self._ask(functools.partial(suggest, edit_req, self.backend, key, self._in_thread), deadline,
-                              param="messages")
-        region = e.region
-        if out.edit is not None:
-            new = out.edit.apply(text)
-            region = new[start:len(new) - len(e.after)]
-        forwards = out.forwards
+        spec, steps = language_for(None, e.path), steps_of(e.history, e.path, text)
+        region = await self._in_thread(followed_in, text, spec, steps, start, end) if spec and steps else None
+        forwards = 0
+        if region is None:
+            history = [e.history] if e.history.strip() else []
+            edit_req = EditRequest(text, e.path or "untitled", cursor, spec, history, None, self.next_edit,
+                                   approx_tokens, sampling=self.sampling, region=(start, end))
+            key = f"api-edit:{next(self._ids)}"
+            out = await self._ask(functools.partial(suggest, edit_req, self.backend, key, self._in_thread), deadline,
+                                  param="messages")
+            region, forwards = e.region, out.forwards
+            if out.edit is not None:
+                new = out.edit.apply(text)
+                region = new[start:len(new) - len(e.after)]
         answer = Reply(mercury.fenced(region), "stop", approx_tokens(region), approx_tokens(text), forwards, 1,
                         (time.monotonic() - t0) * 1e3)
         self.metrics.observe_fill(answer)

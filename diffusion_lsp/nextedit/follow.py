@@ -114,3 +114,18 @@ def follow_text(current: str, spec: LanguageSpec, steps: list[Step], cursor: tup
     lines = current.splitlines(keepends=True)
     found = follow(current, spec, steps, sum(map(len, lines[:cursor[0]])) + cursor[1])
     return None if found is None else current[:found.start] + found.text + current[found.end:]
+
+
+def followed_in(text: str, spec: LanguageSpec, steps: list[Step], start: int, end: int) -> str | None:
+    """text[start:end] with every site of the last change that lies in it edited, or None when none
+    does: serve-api's view of `follow` (a Mercury edit request rewrites one region; its history's
+    diffs are the steps)."""
+    found = followed_edits(text, spec, steps)
+    inside = [(s, e, new) for s, e, new in (found[1] if found else []) if start <= s and e <= end]
+    if not inside:
+        return None
+    out, at = [], start
+    for s, e, new in inside:
+        out += [text[at:s], new]
+        at = e
+    return "".join(out) + text[at:end]

@@ -14,6 +14,7 @@ edits): one diff per hunk, split by `hunk_groups`, the one hunk splitter (data/e
 from __future__ import annotations
 
 import difflib
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -61,6 +62,45 @@ def steps_between(path: str, old: str, new: str, context: int = CONTEXT) -> list
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
         out.append(Step(path, path, j1, a[i1:i2], b[j1:j2]))
     return out
+
+
+HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def steps_of(history: str, path: str, text: str) -> list["Step"]:
+    """The steps of the unified diffs in `history` (`render`'s, or an API client's edit history; other
+    text between them is passed over) that change `path` (any file when it is empty), oldest first,
+    each placed where its lines now stand in `text`: at its hunk's line when they stand there, else
+    where they stand once (a client may send the file cut); a step whose lines stand nowhere is left out."""
+    out, file, lines = [], None, history.splitlines(keepends=True)
+    i = 0
+    while i < len(lines):
+        line, i = lines[i], i + 1
+        if line.startswith("+++ "):
+            file = line[4:].strip().removeprefix("b/")
+        elif (m := HUNK.match(line)) and file is not None:
+            want_old, want_new = int(m.group(1) or 1), int(m.group(3) or 1)
+            step = Step(path, path, max(0, int(m.group(2)) - 1), [], [])
+            while i < len(lines) and (len(step.old) < want_old or len(step.new) < want_new) \
+                    and lines[i][:1] in (" ", "-", "+", "\\"):
+                line, i = lines[i], i + 1
+                if line[0] in " -":
+                    step.old.append(line[1:])
+                if line[0] in " +":
+                    step.new.append(line[1:])
+            if (not path or file == path) and (step.old, step.new) != ([], []):
+                out.append(step)
+    standing = [_line(s) for s in text.splitlines(keepends=True)]
+    return [s for s in (_placed(s, standing) for s in out[-KEPT:]) if s is not None]
+
+
+def _placed(step: "Step", lines: list[str]) -> "Step | None":
+    """`step` at the line where its new lines stand in `lines` (the text's, each ending in a newline)."""
+    new, n = [_line(s) for s in step.new], len(step.new)
+    if not new or lines[step.first:step.first + n] == new:
+        return step
+    at = [i for i in range(len(lines) - n + 1) if lines[i] == new[0] and lines[i:i + n] == new]
+    return Step(step.uri, step.path, at[0], step.old, step.new) if len(at) == 1 else None
 
 
 def diffs_between(path: str, old: str, new: str, context: int = CONTEXT) -> list[str]:
