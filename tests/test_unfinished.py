@@ -140,6 +140,7 @@ RULES = [  # (line before, line after, whether unfinished)
     ("    chopped = value / power", "    chopped = value / 10", False),
     ("    chopped = value / power", "    chopped = (value / power)", False),
     ("    chopped = value / power", "    chopped = value / power  # the part.", False),  # a comment's end
+    ("    chopped = value / power", "    chopped = value / power  # a new remark", False),  # a word of a comment
     ("import math", "from math import *", False),
 ]
 

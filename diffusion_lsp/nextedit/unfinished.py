@@ -18,6 +18,7 @@ and the model's drafts (suggest.py) ask it first."""
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 
 from ..context.languages import LanguageSpec
@@ -27,6 +28,7 @@ from .names import parsed
 # tokens after which a line cannot end a statement, in the languages the server parses
 OPEN = frozenset("( [ { + - * / % ** // @ & | ^ ~ << >> < > <= >= == != = += -= *= /= //= %= **= &= |= ^= >>= <<= "
                  "@= := -> => . && || ?? ?. and or not in is lambda".split())
+WORDS = {"identifier", "property_identifier", "shorthand_property_identifier", "field_identifier", "type_identifier"}
 
 
 def unfinished(step: Step, text: str, spec: LanguageSpec | None) -> str | None:
@@ -43,9 +45,10 @@ def unfinished(step: Step, text: str, spec: LanguageSpec | None) -> str | None:
     line = step.first + j2 - 1
     if was is not None and len(now) < len(was) and was.startswith(now) and not re.fullmatch(r"\w+", was[len(now):]):
         return f"line {line + 1} is being retyped ({now.strip()[-20:]!r} of {was.strip()[-40:]!r})"
-    if (word := _new_name(now, was, text)) is not None:
-        return f"line {line + 1} ends in a name spelled nowhere else ({word!r}): one half typed"
     found = parsed(spec, text) if spec is not None else None
+    leaf = None if found is None else _last_leaf(found[0], _byte_at(text, line), now)
+    if (found is None or (leaf is not None and leaf.type in WORDS)) and (word := _new_name(now, was, text)):
+        return f"line {line + 1} ends in a name spelled nowhere else ({word!r}): one half typed"
     if found is None:
         return None
     before, start = undone(step, text)
@@ -54,8 +57,9 @@ def unfinished(step: Step, text: str, spec: LanguageSpec | None) -> str | None:
     if _errors(found[0].root_node, lo, lo + len("".join(step.new).encode("utf-8"))) > \
             _errors(then[0].root_node, lo, lo + len("".join(step.old).encode("utf-8"))):
         return f"the step leaves a syntax error on lines {step.first + 1}-{step.first + len(step.new)}"
-    end = _last_token(found[0], _byte_at(text, line), now)
-    if end in OPEN and (was is None or _last_token(then[0], _byte_at(before, step.first + i2 - 1), was) not in OPEN):
+    end = _operator(leaf)
+    if end in OPEN and (was is None or _operator(_last_leaf(then[0], _byte_at(before, step.first + i2 - 1), was))
+                        not in OPEN):
         return f"line {line + 1} ends in {end!r}"
     return None
 
@@ -66,10 +70,11 @@ def _new_name(now: str, was: str | None, text: str) -> str | None:
     word = re.search(r"(?<!\w)[^\W\d]\w*\Z", now)
     if word is None:
         return None
-    whole = r"(?<!\w)" + re.escape(word.group()) + r"(?!\w)"
-    if was is not None and re.search(whole + r"\Z", was):
+    whole = re.compile(r"(?<!\w)" + re.escape(word.group()) + r"(?!\w)")
+    if was is not None and re.search(whole.pattern + r"\Z", was):
         return None
-    return word.group() if len(re.findall(whole, text)) <= 1 else None
+    rare = text.count(word.group()) <= 1 or len(list(itertools.islice(whole.finditer(text), 2))) <= 1
+    return word.group() if rare else None
 
 
 def _errors(root, lo: int, hi: int) -> int:
@@ -90,15 +95,19 @@ def _byte_at(text: str, line: int) -> int:
     return len(text[:line_offset(text, line)].encode("utf-8"))
 
 
-def _last_token(tree, at: int, line: str) -> str | None:
-    """The type of the code's last token on `line` (starting at byte `at` of the parsed text), when
-    it is an anonymous token (an operator, a bracket); None for a name, a literal, a comment's or a
-    string's end, `import *`, or a blank line."""
+def _last_leaf(tree, at: int, line: str):
+    """The tree's leaf that ends `line` (which starts at byte `at` of the parsed text) without its
+    trailing blanks; None for a blank line or where no leaf ends there (inside a string, a comment)."""
     code = line.rstrip()
     if not code:
         return None
     end = at + len(code.encode("utf-8"))
     leaf = tree.root_node.descendant_for_byte_range(end - 1, end)
-    if leaf is None or leaf.is_named or leaf.child_count or leaf.end_byte != end:
+    return leaf if leaf is not None and not leaf.child_count and leaf.end_byte == end else None
+
+
+def _operator(leaf) -> str | None:
+    """The leaf's token when it is an anonymous one (an operator, a bracket), not `import *`'s."""
+    if leaf is None or leaf.is_named or (leaf.parent is not None and leaf.parent.type == "wildcard_import"):
         return None
-    return None if leaf.parent is not None and leaf.parent.type == "wildcard_import" else leaf.type
+    return leaf.type
