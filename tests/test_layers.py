@@ -19,6 +19,7 @@ LAYERS = [
     {"protocol", "errors", "jsonout", "cpus", "keyscrub", "local_state"},
     {"kernels", "lifecycle"},  # Triton kernels and their references; one request's life
     {"model"},  # the torch side: checkpoints, the transformer, the sampler
+    {"gitrun"},  # git run so that it runs nothing a repository's config names; imports nothing of the project
     {"context"},  # tree-sitter context, tokens, post-processing, a repository's files
     {"formats"},  # prompt formats: data below the engine and the backends that write them
     {"acceptance"},  # which candidate is shown: features and a model of acceptance

@@ -192,3 +192,20 @@ def test_a_line_that_ends_in_an_operator_inside_brackets_parses_and_is_still_unf
     assert unfinished(step, text, PY) == "line 1 ends in '*'"
     kept = Step("u", "a.py", 0, ["total = (value -\n"], ["total = (value *\n"])  # it ended so before: no change
     assert unfinished(kept, text, PY) is None
+
+
+def test_a_rename_to_a_name_its_old_one_starts_with_goes_on_through_sites_that_end_their_lines():
+    from test_calls import suggest_until_done
+
+    source = ("def f(total_count):\n    a = total_count\n    b = 1\n    c = 2\n    d = 3\n    e = 4\n"
+              "    return a + total_count\n")
+    text, shown = suggest_until_done(source.replace("f(total_count)", "f(total)"), source, 0)
+    # accepting `a = total` cuts its line short, as retyping it would: the rename going on still goes on
+    assert [t for _, t in shown] == ["total", "total"] and "total_count" not in text
+
+
+def test_a_line_cut_inside_a_word_is_being_retyped_though_the_rest_is_a_known_name():
+    text = "x = re.sub(a, b, c)\nindent = self.sub\ny = self.subsequent_indent\n"
+    step = Step("u", "a.py", 1, ["indent = self.subsequent_indent\n"], ["indent = self.sub\n"])
+    assert unfinished(step, text, PY) == "line 2 is being retyped ('indent = self.sub' of " \
+                                         "'indent = self.subsequent_indent')"

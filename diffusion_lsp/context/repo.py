@@ -21,12 +21,12 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from .languages import LanguageSpec, language_for
 from ..errors import UserError
+from ..gitrun import run
 
 ADAPTED_DIR = Path(".diffusion-lsp") / "model"  # relative to a repository: `adapt` writes, the server looks
 MAX_FILE_BYTES = 200_000  # larger source files are data or generated
@@ -54,14 +54,10 @@ def is_held_out(path: str, share: float = HELD_OUT_SHARE) -> bool:
 
 def _listed(root: Path) -> list[str]:
     """Paths git lists in `root` (a work tree), or the walk of the folder when it is none."""
-    try:
-        # core.fsmonitor off: a folder that came with its own .git/config names no program ls-files runs
-        out = subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(root), "ls-files", "-z", "--cached",
-                              "--others", "--exclude-standard"], capture_output=True, check=True, timeout=60).stdout
-        if (root / ".git").exists():
-            return sorted({p for p in out.decode("utf-8", "replace").split("\0") if p})
-    except (OSError, subprocess.SubprocessError):
-        pass
+    # gitrun: a folder that came with its own .git/config names no program ls-files runs
+    out = run(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    if out is not None and (root / ".git").exists():
+        return sorted({p for p in out.decode("utf-8", "replace").split("\0") if p})
     found = []
     for folder, dirs, names in os.walk(root):  # followlinks=False: a linked folder is listed, not entered
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS]

@@ -70,7 +70,7 @@ def followed_edits(text: str, spec: LanguageSpec, steps: list[Step], going_on: R
     leaves its line half typed (`unfinished`) is no change to follow."""
     if not steps:
         return None
-    if (why := unfinished(joined(steps), text, spec)) is not None:
+    if (why := half_typed(text, spec, steps, going_on)) is not None:
         log.debug("nothing followed: %s", why)
         return None
     change, edits, source = last_rename(steps, text), [], "rename"
@@ -84,6 +84,15 @@ def followed_edits(text: str, spec: LanguageSpec, steps: list[Step], going_on: R
     if not edits and (change := arg_change(steps, text, spec)) is not None:
         edits, source = analogous_edits(text, spec, change), "argument"
     return (change, edits, source) if edits else None
+
+
+def half_typed(text: str, spec: LanguageSpec, steps: list[Step], going_on: Rename | Change | None) -> str | None:
+    """Why the newest of `steps` is no change to follow yet (`unfinished`), or None; a site of the
+    rename `going_on` is finished, though it shortens the end of its line (`total_count` -> `total`)."""
+    if (why := unfinished(joined(steps), text, spec)) is None or not isinstance(going_on, Rename):
+        return why
+    change = last_rename(steps, text)
+    return None if change is not None and going_on.same(change, spec.name) else why
 
 
 @dataclass(frozen=True)

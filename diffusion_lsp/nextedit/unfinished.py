@@ -7,11 +7,11 @@ A step is unfinished when its last changed line
   over the step's lines: `value /`, `[x for`, `f(a,`);
 - now ends in an operator or an opening bracket, a token of the code (not a comment's or a
   string's end), and did not before: `x = a +` inside brackets parses, and so does JavaScript's;
-- is what it was, cut short by more than the end of one word (`chopped = value`, `chopped = v`:
-  the line is being retyped);
+- is what it was, cut short (`chopped = value`, `chopped = v`, `return c` of `return chunks`: the
+  line is being retyped; a rename's site accepted that shortens it, `return total_count` ->
+  `return total`, is follow.py's to let go on);
 - now ends in a name the step wrote there that the document spells nowhere else (`chopped = value
-  / po`, `chopped = value // p`: a name half typed). A name renamed to a shorter one it holds
-  (`return total_count` -> `return total`, a rename's site) is spelled where it is bound: finished.
+  // p`: a name half typed, the line retyped otherwise).
 The follow rules (follow.py), the repeat candidate (server/next_edit.py, evals/edit_replay.py)
 and the model's drafts (suggest.py) ask it first."""
 
@@ -43,7 +43,7 @@ def unfinished(step: Step, text: str, spec: LanguageSpec | None) -> str | None:
     _, i1, i2, _, j2 = ops[-1]
     now, was = step.new[j2 - 1].rstrip("\r\n"), step.old[i2 - 1].rstrip("\r\n") if i2 > i1 else None
     line = step.first + j2 - 1
-    if was is not None and len(now) < len(was) and was.startswith(now) and not re.fullmatch(r"\w+", was[len(now):]):
+    if was is not None and len(now) < len(was) and was.startswith(now):
         return f"line {line + 1} is being retyped ({now.strip()[-20:]!r} of {was.strip()[-40:]!r})"
     found = parsed(spec, text) if spec is not None else None
     leaf = None if found is None else _last_leaf(found[0], _byte_at(text, line), now)
