@@ -9,6 +9,7 @@ import sys
 
 from . import __version__
 from .errors import UserError
+from .input_files import Refused
 
 # subcommand -> module whose register(subparsers) adds its parsers, each with a run(args) -> exit code
 COMMANDS = {  # in the order `--help` lists them: using the model first, making one last
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except UserError as e:
+    except (UserError, Refused) as e:  # Refused: a file given to read, refused by input_files
         print(f"diffusion-lsp: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -13,15 +13,16 @@ from .protocol.answers import Fill
 from .protocol.requests import FillRequest
 from .errors import UserError
 from .fim_batch import result_record, run_batch
+from .input_files import InputFile
 from .options import add_fill_args, command_backend, context_cutter, launch_settings, read_source, sampler_config
 
 
 def register(sub):
     p = sub.add_parser("fim", help="fill in the middle of a file at a position, or a JSONL batch",
                        description="Print the text the model would insert at a position of FILE.")
-    p.add_argument("file", nargs="?", metavar="FILE", help="source file, or - for stdin")
+    p.add_argument("file", nargs="?", metavar="FILE", type=InputFile.or_stdin, help="source file, or - for stdin")
     p.add_argument("--at", metavar="LINE:COL", help="1-based line and column (in characters) of the cursor")
-    p.add_argument("--batch", metavar="IN.jsonl", help="one request per line: id, prefix, suffix, max_tokens")
+    p.add_argument("--batch", metavar="IN.jsonl", type=InputFile.or_stdin, help="one request per line: id, prefix, suffix, max_tokens")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the bare text")
     p.add_argument("--one-line", action="store_true", help="stop once the fill's first line is written")
     add_fill_args(p)

@@ -18,7 +18,7 @@ from .protocol.answers import Fill
 from .protocol.requests import FillRequest
 from .errors import UserError
 from .protocol.settings import LaunchSettings, SamplerConfig
-from .options import command_backend, context_cutter, ended_run, read_bytes
+from .options import MAX_SOURCE, command_backend, context_cutter, ended_run
 
 
 @dataclass
@@ -60,7 +60,7 @@ def parse_request(line: str, lineno: int, default_max: int):
 def run_batch(args, cfg: SamplerConfig, launch: LaunchSettings) -> int:
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
-    lines = read_bytes(args.batch).decode("utf-8", errors="replace").splitlines()
+    lines = args.batch.read_bytes(MAX_SOURCE).decode("utf-8", errors="replace").splitlines()
     cut = context_cutter(args, launch)
     items = [parse_request(s, n, args.max_tokens) for n, s in enumerate(lines, 1) if s.strip()]
     for item in items:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 from pathlib import Path
+
+from .input_files import Refused, read_json
 
 REPORT = "adapt.json"  # adapt's figures beside the model, written after it: no part of what loads
 TRUST_FILE = "trusted-models.json"
@@ -45,26 +46,12 @@ MAX_STATE_BYTES = 1 << 20  # a state file is a few hundred bytes a model or noti
 
 
 def read_state(path: Path):
-    """The JSON in one of the state folder's files, or None when it is missing, not a regular file (a
-    FIFO there kept the language server from answering initialize: opened without blocking, then
-    checked), more than MAX_STATE_BYTES or not JSON."""
+    """The JSON in one of the state folder's files, or None when input_files refuses it: missing, not a
+    regular file (a FIFO there kept the language server from answering initialize: opened without
+    blocking, then checked), more than MAX_STATE_BYTES, not JSON, too deep or not finite."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_STATE_BYTES:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(MAX_STATE_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        return json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        return read_json(str(path), MAX_STATE_BYTES)
+    except Refused:
         return None
 
 

@@ -9,17 +9,15 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
-import sys
 import textwrap
 from collections.abc import Callable
-from pathlib import Path
 
 from .context.cutting import cut_around
 from .context.tokens import model_token_counter
 from .engine import Engine, load_engine, model_folder
 from .context.records import CONTEXT_TOKENS
 from .errors import UserError
-from .model.config import regular_file
+from .input_files import MAX_BYTES, InputFile
 from .protocol.settings import LaunchSettings, SamplerConfig, add_args, from_args
 
 # the sampler fields a command line sets (confidence_cut and reuse_context are the server's)
@@ -115,32 +113,14 @@ def ended_run(error) -> bool:
     return error.kind not in (Failure.INVALID, Failure.REFUSED)
 
 
-MAX_SOURCE = 256 << 20  # bytes: past any source file; /dev/zero read on until memory ran out
+MAX_SOURCE = MAX_BYTES  # bytes: past any source file; /dev/zero read on until memory ran out
 
 
-def read_bytes(path: str) -> bytes:
-    """A file's bytes, or stdin's for "-". A FIFO, a device or a folder is refused before it is
-    opened (a FIFO with no writer hung `fim`), and more than MAX_SOURCE bytes are not read."""
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read(MAX_SOURCE + 1)
-        else:
-            regular_file(Path(path), MAX_SOURCE)
-            with open(path, "rb") as f:
-                data = f.read(MAX_SOURCE + 1)
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}") from None
-    except ValueError as e:  # regular_file: not a regular file, or too large
-        raise UserError(f"{path}: {e}") from None
-    if len(data) > MAX_SOURCE:
-        raise UserError(f"{'stdin' if path == '-' else path} holds more than {MAX_SOURCE >> 20} MB")
-    return data
-
-
-def read_source(path: str) -> str:
-    """The file's text; binary or non-UTF-8 input is an error, an empty file is fine."""
-    data = read_bytes(path)
-    name = "stdin" if path == "-" else path
+def read_source(file: InputFile) -> str:
+    """The file's text (stdin's for "-"), read by input_files (no FIFO, device or folder, at most
+    MAX_SOURCE bytes); binary or non-UTF-8 input is an error, an empty file is fine."""
+    data = file.read_bytes(MAX_SOURCE)
+    name = "stdin" if file.stdin and file.path == "-" else file.path
     if b"\x00" in data:
         raise UserError(f"{name} looks binary (it contains NUL bytes)")
     try:

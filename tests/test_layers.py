@@ -16,9 +16,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "diffusion_lsp"
 # bottom to top; a room may import the rooms of the layers below its own
 LAYERS = [
     # what crosses every boundary, and leaf utilities: they import nothing of the project
-    {"protocol", "errors", "jsonout", "cpus", "keyscrub", "local_state", "gitrun"},
-    {"kernels", "lifecycle"},  # Triton kernels and their references; one request's life
-    {"model"},  # the torch side: checkpoints, the transformer, the sampler
+    {"protocol", "errors", "jsonout", "cpus", "keyscrub", "input_files", "gitrun"},
+    {"kernels", "lifecycle", "local_state"},  # Triton kernels and their references; one request's life; state
+    {"model", "workspace_files"},  # the torch side: checkpoints, the transformer, the sampler; workspace writes
     {"context"},  # tree-sitter context, tokens, post-processing, a repository's files
     {"formats"},  # prompt formats: data below the engine and the backends that write them
     {"acceptance"},  # which candidate is shown: features and a model of acceptance
@@ -110,7 +110,7 @@ def test_the_check_sees_imports_inside_functions_and_relative_ones():
         ("diffusion_lsp.server.stats", 2), ("diffusion_lsp.model.policies", 3)]
 
 
-@pytest.mark.parametrize("room", ["protocol", "errors", "jsonout", "cpus", "keyscrub", "local_state", "gitrun"])
+@pytest.mark.parametrize("room", ["protocol", "errors", "jsonout", "cpus", "keyscrub", "input_files", "gitrun"])
 def test_the_bottom_imports_nothing_of_the_project(room):
     paths = sorted((PACKAGE / room).rglob("*.py")) if (PACKAGE / room).is_dir() else [PACKAGE / f"{room}.py"]
     assert paths

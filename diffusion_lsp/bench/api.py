@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from .. import jsonout
+from ..workspace_files import output_path
 from ..server.stats import percentile
 from .api_faults import faults, print_faults
 
@@ -54,7 +55,7 @@ def register(bench) -> None:
     p.add_argument("--no-faults", action="store_true", help="skip the fault checks")
     p.add_argument("--no-engine", action="store_true",
                    help="skip the engine alone (in this process, no HTTP): its own gain from batch 1 to 16")
-    p.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
+    p.add_argument("--json", metavar="OUT", type=output_path, help="also write the figures as JSON")
     p.set_defaults(run=run)
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from .. import jsonout
 from ..errors import UserError
 from ..server.stats import percentile
+from ..workspace_files import output_path
 from ..data.workload import workload_files
 
 SPAN = 32  # tokens per single-stream infill
@@ -80,7 +81,7 @@ def register(bench) -> None:
     p.add_argument("--context", type=int, help=f"tokens of context around each infill (default {GPU.context}, dry "
                    f"run {DRY.context})")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", metavar="OUT", help="also write every figure as JSON")
+    p.add_argument("--json", metavar="OUT", type=output_path, help="also write every figure as JSON")
     p.set_defaults(run=run)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .. import engine
 from ..errors import UserError
+from ..input_files import InputFile
 from ..protocol.settings import LaunchSettings
 from ..options import add_launch_args, launch_settings
 from .figures import MODEL_ROWS, print_figures, summarise
@@ -40,7 +41,7 @@ def register(bench) -> None:
                          description="Inline-completion latency through the real language server over stdio: "
                                      "a typing session replayed over real code, with p50/p95 of where the time "
                                      "goes and what the user would have seen. Prints figures; asserts nothing.")
-    p.add_argument("--file", metavar="PATH", help="Python file to type in (default: a CPython test module); "
+    p.add_argument("--file", metavar="PATH", type=InputFile, help="Python file to type in (default: a CPython test module); "
                    f"a {BIG_LINES:,}-line file of stdlib modules is replayed after it, alone and with others open")
     p.add_argument("--requests", type=int, default=200, help="completion requests per file (default 200)")
     p.add_argument("--chars", type=int, default=6,
@@ -86,13 +87,10 @@ def _default_file() -> Path:
 
 
 def scenarios(args) -> list[Scenario]:
-    path = Path(args.file) if args.file else _default_file()
-    try:
-        text = path.read_text(encoding="utf-8").replace("\r\n", "\n")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"cannot read {path}: {e}") from None
+    file = args.file or InputFile(str(_default_file()))
+    text = file.read_text().replace("\r\n", "\n")  # Refused names the file: no FIFO, no device, bounded
     big = big_file()
-    out = [Scenario(f"{path} ({text.count(chr(10)):,} lines)", "file:///bench/" + path.name, text, args.requests),
+    out = [Scenario(f"{file} ({text.count(chr(10)):,} lines)", "file:///bench/" + file.name, text, args.requests),
            Scenario(f"{BIG_LINES:,} lines of stdlib modules ({big.count(chr(10)):,} lines)",
                     "file:///bench/stdlib_5000.py", big, args.requests, big=True)]
     docs = open_documents(args.open_docs)

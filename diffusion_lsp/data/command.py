@@ -11,6 +11,8 @@ import zlib
 from pathlib import Path
 
 from ..errors import UserError
+from ..input_files import InputFile
+from ..workspace_files import output_path
 from .build import build_corpus
 from .manifest import load_manifest
 
@@ -20,17 +22,17 @@ def register(sub):
                        description="Build the training corpus from the pinned manifest and train its tokenizer.")
     actions = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     b = actions.add_parser("build", help="download, filter, deduplicate and split the corpus")
-    b.add_argument("--manifest", metavar="PATH", help="manifest.json (default: the one shipped with the package)")
+    b.add_argument("--manifest", metavar="PATH", type=InputFile, help="manifest.json (default: the one shipped with the package)")
     b.add_argument("--out", default="data/corpus", metavar="DIR", help="corpus folder (default data/corpus)")
     b.add_argument("--cache", default="data/cache", metavar="DIR", help="downloaded archives (default data/cache)")
     t = actions.add_parser("tokenizer", help="train the byte-level BPE tokenizer on train.jsonl")
     t.add_argument("--corpus", default="data/corpus", metavar="DIR", help="corpus folder (default data/corpus)")
     t.add_argument("--vocab-size", type=int, default=8192, metavar="N", help="vocabulary size (default 8192)")
-    t.add_argument("--out", metavar="PATH", help="tokenizer.json to write (default DIR/tokenizer.json)")
+    t.add_argument("--out", metavar="PATH", type=output_path, help="tokenizer.json to write (default DIR/tokenizer.json)")
     t.add_argument("--max-mb", type=float, default=300.0, metavar="MB",
                    help="train on a deterministic sample of about this many MB of train.jsonl (default 300)")
     e = actions.add_parser("edits", help="next-edit records: mined from previous releases, and synthetic")
-    e.add_argument("--manifest", metavar="PATH", help="manifest.json (default: the one shipped with the package)")
+    e.add_argument("--manifest", metavar="PATH", type=InputFile, help="manifest.json (default: the one shipped with the package)")
     e.add_argument("--corpus", default="data/corpus", metavar="DIR", help="corpus folder (default data/corpus)")
     e.add_argument("--cache", default="data/cache", metavar="DIR", help="downloaded archives (default data/cache)")
     e.add_argument("--out", default="data/edits", metavar="DIR", help="output folder (default data/edits)")
@@ -44,11 +46,11 @@ def register(sub):
     k.add_argument("--corpus", default="data/corpus", metavar="DIR", help="corpus folder (default data/corpus)")
     k.add_argument("--tokenizer", metavar="DIR",
                    help="checkpoint folder whose tokenizer.json tokenizes it (default: the embedded model)")
-    k.add_argument("--out", required=True, metavar="FILE", help="the pack to write (.tar.xz)")
+    k.add_argument("--out", required=True, metavar="FILE", type=output_path, help="the pack to write (.tar.xz)")
     k.add_argument("--max-mb", type=float, default=38.0, metavar="MB",
                    help="keep whole train files while the pack stays under about this size (default 38)")
     u = actions.add_parser("unpack", help="a token pack back into a corpus folder that `train --corpus` reads")
-    u.add_argument("pack", metavar="FILE")
+    u.add_argument("pack", metavar="FILE", type=InputFile)
     u.add_argument("--out", required=True, metavar="DIR", help="corpus folder to write")
     p.set_defaults(run=run)
 
@@ -83,7 +85,7 @@ def run_unpack(args) -> int:
     from .pack import unpack
 
     try:
-        meta = unpack(Path(args.pack), Path(args.out))
+        meta = unpack(args.pack, Path(args.out))
     except (PackError, OSError) as e:
         raise UserError(str(e)) from None
     print(f"{args.out}: train {meta['train_tokens']:,} tokens, val {meta.get('val_tokens', 0):,} tokens")

@@ -6,12 +6,13 @@ The edits mined from two releases: data/edits.py."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from dataclasses import dataclass
 from email.message import Message
 from importlib import resources
 from pathlib import Path
+
+from ..input_files import MAX_JSON_BYTES, InputFile, parse_json
 
 FORMAT = 1
 SPLITS = ("train", "val")
@@ -180,16 +181,14 @@ def parse_manifest(d: dict) -> Manifest:
     return Manifest(stdlib, packages)
 
 
-def load_manifest(path: str | Path | None = None) -> Manifest:
-    """Read and validate a manifest; None reads the one shipped with the package."""
+def load_manifest(path: str | Path | InputFile | None = None) -> Manifest:
+    """Read and validate a manifest; None reads the one shipped with the package, a path is read by
+    input_files (Refused, a ValueError, for what it refuses)."""
     if path is None:
         text = resources.files(__package__).joinpath("manifest.json").read_text(encoding="utf-8")
     else:
-        text = Path(path).read_text(encoding="utf-8")
-    try:
-        return parse_manifest(json.loads(text))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"manifest is not valid JSON: {e}") from None
+        text = (path if isinstance(path, InputFile) else InputFile(str(path))).read_text(MAX_JSON_BYTES)
+    return parse_manifest(parse_json(text, "manifest" if path is None else str(path)))
 
 
 def check_license(pkg: Package, meta: Message) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..input_files import InputFile
 from .token_files import PACK_META, PackError, TokenFiles, tokenizer_sha256
 
 PACK_FORMAT, PACK_VERSION = "diffusion-lsp-token-pack", 1
@@ -74,11 +75,13 @@ def pack(corpus: Path, tok, out: Path, max_mb: float) -> dict:
     return meta
 
 
-def unpack(path: Path, out: Path) -> dict:
-    """Write the corpus folder of the pack at `path` into `out` -> pack.json's content."""
+def unpack(path: Path | InputFile, out: Path) -> dict:
+    """Write the corpus folder of the pack at `path` (opened by input_files: a regular file, never a
+    FIFO waited on) into `out` -> pack.json's content."""
     wanted = {PACK_META, "tokenizer.json"} | {f"{s}.{k}.npy" for s in SPLITS for k in ("ids", "offsets")}
+    file = path if isinstance(path, InputFile) else InputFile(str(path))
     try:
-        with tarfile.open(path, "r:xz") as tar:
+        with file.open() as raw, tarfile.open(fileobj=raw, mode="r:xz") as tar:
             found = {}
             for member in tar:
                 if member.name in wanted and member.isfile():  # nothing else, and no path: no traversal

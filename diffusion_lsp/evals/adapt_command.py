@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import shutil
+import os
 from pathlib import Path
 
 from .. import jsonout
@@ -54,11 +54,10 @@ def run(args) -> int:
     from ..context.tokens import model_token_counter
     from ..context.repo import repo_files
     from ..engine import model_folder
-    from .repo import compare, material, print_report
+    from .repo import acceptance_of, compare, material, print_report
     from ..options import engine_for, launch_settings
     from ..context.repo import ADAPTED_DIR
     from ..local_state import REPORT
-    from .repo import acceptance_of
     from ..train.adapt import Plan, adapt, base_config, default_out
 
     launch = launch_settings(args)
@@ -88,7 +87,8 @@ def run(args) -> int:
                          progress=bar)
     budget = f"{args.steps} steps" if args.steps else f"{args.minutes:g} minutes"
     say(f"adapting {base} for {budget} on {len(files) - held} files ...")
-    info = carry_acceptance(base, out, repo, adapt(plan, files, progress=bar))
+    place = functools.partial(written, repo, out, inside=not args.out)
+    info = carry_acceptance(base, place, out, repo, adapt(plan, files, progress=bar))
     report = {"repo": str(repo), "files": len(files), "held_out_files": held, "skipped": skipped,
               "adapted": info, "out": str(out)}
     if m is not None:
@@ -97,7 +97,7 @@ def run(args) -> int:
         merged = {key: {**before[key], **{k: v for k, v in after[key].items() if k not in before[key]}}
                   for key in before}
         report |= {"lines": len(m.cases), "next_edit_cases": len(m.steps), **merged, "gain": gain(merged)}
-    (out / REPORT).write_text(jsonout.dumps(report, indent=2) + "\n")
+    place(REPORT, jsonout.dumps(report, indent=2) + "\n")
     if args.json:
         print(jsonout.dumps(report))
         return 0
@@ -112,16 +112,26 @@ def run(args) -> int:
     return 0
 
 
-def carry_acceptance(base: Path, out: Path, repo: Path, info: dict) -> dict:
-    """The base model's acceptance model goes along to the adapted one (the server then decides what
-    to show the same way); `diffusion-lsp calibrate REPO --held-out --model OUT --out OUT/acceptance.json`
-    refits it for the adapted model."""
-    from ..acceptance.model import FILE
-    from ..local_state import trust
+def written(repo: Path, out: Path, name: str, data: bytes | str, inside: bool) -> Path:
+    """One of adapt's files written into OUT through workspace_files: inside the repository (the
+    default OUT) with every folder below it checked, else where --out says."""
+    from ..context.repo import ADAPTED_DIR
+    from ..workspace_files import write_file, write_in
 
-    if (base / FILE).exists() and not (out / FILE).exists():
-        shutil.copyfile(base / FILE, out / FILE)
-        info["trusted"] = info["trusted"] and trust(out, repo)  # its files changed: recorded again
+    return write_in(repo, ADAPTED_DIR / name, data) if inside else write_file(out / name, data)
+
+
+def carry_acceptance(base: Path, place, out: Path, repo: Path, info: dict) -> dict:
+    """The base model's acceptance model goes along to the adapted one (the server then decides what
+    to show the same way), written by `place` (`written`); `diffusion-lsp calibrate REPO --held-out
+    --model OUT --out OUT/acceptance.json` refits it for the adapted model."""
+    from ..acceptance.model import FILE
+    from ..input_files import InputFile
+    from ..local_state import MAX_STATE_BYTES, trust
+
+    if (base / FILE).exists() and not os.path.lexists(out / FILE):
+        place(FILE, InputFile(str(base / FILE)).read_bytes(MAX_STATE_BYTES))
+        info["trusted"] = info["trusted"] and trust(out, repo)  # its files changed: recorded again, once written
     return info
 
 

@@ -20,17 +20,19 @@ from pathlib import Path
 
 from .. import jsonout
 from ..acceptance.features import FEATURES
-from ..acceptance.model import FILE, WORKSPACE_DIR, AcceptanceModel
+from ..acceptance.model import FILE, AcceptanceModel
 from ..context.repo import repo_files
 from ..context.tokens import model_token_counter
 from ..engine import model_folder
 from ..errors import UserError
-from ..local_state import trust
+from ..input_files import InputFile
+from ..workspace_files import output_path, write_file
 from ..options import add_launch_args, command_backend, launch_settings
 from ..acceptance.choose import chosen
 from ..acceptance.feedback import read_feedback
 from ..context.records import Document, Suggestion
 from . import edits_command
+from . import saved_rows
 from .edits_command import add_replay_args
 from .metrics import rates_head, rates_row
 from .retype import Case, Judged, judge, pick
@@ -50,10 +52,11 @@ def register(sub) -> None:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--held-out", action="store_true",
                    help="only the folders' held-out files (those `adapt` does not train on)")
-    c.add_argument("--out", metavar="FILE", help="where the model goes (default with one FOLDER: "
-                                                 "FOLDER/.diffusion-lsp/acceptance/acceptance.json)")
-    c.add_argument("--save-cases", metavar="FILE", help="also write the scored candidates (JSON lines)")
-    c.add_argument("--cases", metavar="FILE", action="append", default=[],
+    c.add_argument("--out", metavar="FILE", type=output_path,
+                   help="where the model goes (default with one FOLDER: FOLDER/.diffusion-lsp/acceptance/acceptance.json)")
+    c.add_argument("--save-cases", metavar="FILE", type=output_path,
+                   help="also write the scored candidates (JSON lines)")
+    c.add_argument("--cases", metavar="FILE", type=InputFile, action="append", default=[],
                    help="fit on candidates saved by --save-cases instead of retyping (repeatable)")
     c.add_argument("--feedback", action="store_true",
                    help="also fit on what you accepted in your editor (kept on this machine by the language server)")
@@ -117,11 +120,8 @@ def calibrated(judged: list[Judged], fitted_on: dict) -> tuple[AcceptanceModel, 
 
 def collect(args, launch) -> list[Judged]:
     judged = []
-    for path in args.cases:
-        try:
-            judged += [Judged.from_json(json.loads(line)) for line in Path(path).read_text().splitlines() if line]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UserError(f"{path}: not saved candidates ({e})") from None
+    for file in args.cases:
+        judged += saved_rows.records(file, Judged.from_json, "saved candidates")
     if args.feedback:
         judged += [Judged(Case(Document("", "", ""), 0, "", "", "feedback"), [Suggestion("", source="feedback")], [feats],
                           [kept], [partly]) for feats, kept, partly in read_feedback()]
@@ -145,7 +145,7 @@ def collect(args, launch) -> list[Judged]:
 
     fresh = asyncio.run(go())
     if args.save_cases:
-        Path(args.save_cases).write_text("".join(json.dumps(j.to_json()) + "\n" for j in fresh))
+        write_file(args.save_cases, "".join(json.dumps(j.to_json()) + "\n" for j in fresh))
     return judged + fresh
 
 
@@ -164,14 +164,13 @@ def run(args) -> int:
     if not args.out and len(args.folders) != 1:
         raise UserError("--out FILE is needed unless exactly one FOLDER is given")
     launch = launch_settings(args)
+    workspace, out = edits_command.destination(args, FILE)
     judged = collect(args, launch)
     fitted_on = {"folders": sorted({j.case.package for j in judged} | {Path(f).name for f in args.folders}),
                  "cases": len(judged),
                  "model": launch.remote_model if launch.backend == "openai" else (launch.path or "embedded")}
     model, table = calibrated(judged, fitted_on)
-    out = Path(args.out) if args.out else Path(args.folders[0]) / WORKSPACE_DIR / FILE
-    edits_command.written(model, out)
-    trusted = trust(out.parent, Path(args.folders[0])) if not args.out else None
+    trusted = edits_command.written(model, out, workspace)
     result = {"out": str(out), "show_above": model.show_above, "weights": model.weights, "table": table,
               "sources": {s: by_source(judged, s) for s in ("model", "lookup", "line", "last")},
               "cases": len(judged), "trusted": trusted}

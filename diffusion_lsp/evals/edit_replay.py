@@ -31,6 +31,7 @@ from ..nextedit.follow import follow
 from ..nextedit.history import last_change_end, steps_between
 from ..nextedit.repeat import offset_of, repeat_last_edit
 from ..nextedit.unfinished import unfinished
+from . import saved_rows
 
 MAX_CHANGES = 40  # a file changed in more places was refactored wholesale: not a next edit
 PER_COMMIT = 3  # cases from one commit's file, spread over its changes
@@ -181,7 +182,19 @@ class JudgedEdit:
 
     @classmethod
     def from_json(cls, raw: dict) -> JudgedEdit:
-        return cls(raw["id"], raw["repo"], [EditOffer(*o) for o in raw["offers"]], raw["feats"], raw["right"])
+        """ValueError saying which field is wrong (the saved_rows checks)."""
+        offers = saved_rows.listed(raw, "offers")
+        n = len(offers)
+        return cls(saved_rows.text(raw, "id"), saved_rows.text(raw, "repo"), [_offer(o) for o in offers],
+                   saved_rows.features(raw, n), saved_rows.flags(raw, "right", n))
+
+
+def _offer(o) -> EditOffer:
+    """An offer saved as [source, start, end, text, conf]."""
+    if not (isinstance(o, list) and len(o) == 5 and isinstance(o[0], str) and isinstance(o[3], str)
+            and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x for x in o[1:3]) and o[1] <= o[2]):
+        raise ValueError("each offer must be [source, start, end, text, conf] with 0 <= start <= end")
+    return EditOffer(o[0], o[1], o[2], o[3], None if o[4] is None else saved_rows.number(o[4], "an offer's conf"))
 
 
 def judged(case: EditCase, offers: list[EditOffer]) -> JudgedEdit:

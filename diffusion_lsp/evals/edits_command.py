@@ -19,6 +19,10 @@ from .. import jsonout
 from ..acceptance.edits import CODE, EDIT_FEATURES, FOLLOWED, SOURCES, picked
 from ..acceptance.model import AcceptanceModel, fit
 from ..errors import UserError
+from ..input_files import InputFile, parse_json
+from ..local_state import MAX_STATE_BYTES
+from ..workspace_files import check_in, output_path, write_file, write_trusted
+from . import saved_rows
 from .edit_replay import JudgedEdit, judge_cases, replay_cases
 from .metrics import rates_head, rates_row
 
@@ -40,7 +44,7 @@ def register(ev) -> None:
     e.add_argument("repos", nargs="*", metavar="REPO", help="git work trees whose recent commits are replayed")
     add_replay_args(e)
     e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--acceptance", metavar="FILE",
+    e.add_argument("--acceptance", metavar="FILE", type=InputFile,
                    help="a next-edit acceptance model (default: the model's own edit_acceptance.json)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     from ..options import add_launch_args
@@ -52,8 +56,9 @@ def add_replay_args(p) -> None:
     p.add_argument("--edit-cases", type=int, default=CASES, metavar="N",
                    help=f"cases replayed per repository (default {CASES})")
     p.add_argument("--no-model", action="store_true", help="only the candidates that need no model")
-    p.add_argument("--save-edits", metavar="FILE", help="also write the judged candidates (JSON lines)")
-    p.add_argument("--edits-from", metavar="FILE", action="append", default=[],
+    p.add_argument("--save-edits", metavar="FILE", type=output_path,
+                   help="also write the judged candidates (JSON lines)")
+    p.add_argument("--edits-from", metavar="FILE", type=InputFile, action="append", default=[],
                    help="judged candidates saved by --save-edits instead of replaying (repeatable)")
 
 
@@ -116,33 +121,56 @@ def fitted(rows: list[dict], labels: list[bool], names) -> dict[str, float]:
         raise UserError(f"cannot fit on {len(rows)} candidates: {e}") from None
 
 
-def written(model: AcceptanceModel, out: Path) -> None:
-    """Save `model` to `out` and load it back with the server's loader (AcceptanceModel.load)
-    before anyone says "wrote": one line (UserError) when the server would not use it."""
+def destination(args, name: str) -> tuple[Path | None, Path]:
+    """(the workspace or None, where calibrate's model goes): --out anywhere, else
+    FOLDER/.diffusion-lsp/acceptance/`name`, checked now by workspace_files (a link the repository
+    brought, or a FIFO where the file goes, is refused before minutes of replaying)."""
+    from ..acceptance.model import WORKSPACE_DIR
+
+    if args.out:
+        out = Path(args.out)
+        check_in(out.parent, out.name)
+        return None, out
+    check_in(args.folders[0], WORKSPACE_DIR / name)
+    return Path(args.folders[0]), Path(args.folders[0]) / WORKSPACE_DIR / name
+
+
+def written(model: AcceptanceModel, out: Path, workspace: Path | None) -> bool | None:
+    """Write `model` to `out` once its bytes load as the server loads them (local_state.read_state's
+    reader and cap, then AcceptanceModel.from_json), through workspace_files, and record it for
+    `workspace` only then -> whether it was recorded (None: --out, never recorded). One line
+    (UserError) when the server would not use it: nothing is written then."""
+    text = json.dumps(model.to_json(), indent=1) + "\n"
     try:
-        model.save(out)
-        AcceptanceModel.load(out, model.kind)
+        if len(text.encode("utf-8")) > MAX_STATE_BYTES:
+            raise ValueError(f"{len(text.encode('utf-8')):,} bytes, more than the {MAX_STATE_BYTES:,} it reads")
+        AcceptanceModel.from_json(parse_json(text, str(out)), str(out), model.kind)
     except ValueError as e:
         raise UserError(f"{out}: refused: the server would not load this model ({e})") from None
-    except OSError as e:
-        raise UserError(f"{out}: cannot write ({e.strerror or e})") from None
+    if workspace is None:
+        write_file(out, text)
+        trusted = None
+    else:
+        trusted = write_trusted(workspace, out.relative_to(workspace), text)[1]
+    try:  # and what was written, read back by the server's own loader, before anyone says "wrote"
+        AcceptanceModel.load(out, model.kind)
+    except ValueError as e:
+        raise UserError(f"{out}: written, but the server would not load it ({e})") from None
+    return trusted
 
 
 def collect(args, launch, cases: list | None = None) -> list[JudgedEdit]:
     """The judged candidates of --edits-from files and of the repositories' cases (`cases`, else
     replayed now)."""
     judged = []
-    for path in args.edits_from:
-        try:
-            judged += [JudgedEdit.from_json(json.loads(line)) for line in Path(path).read_text().splitlines() if line]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UserError(f"{path}: not saved next-edit candidates ({e})") from None
+    for file in args.edits_from:
+        judged += saved_rows.records(file, JudgedEdit.from_json, "saved next-edit candidates")
     cases = replayed(args) if cases is None else cases
     if not cases:
         return judged
     fresh = asyncio.run(_judge(cases, None if args.no_model else launch, progress=not args.json))
     if args.save_edits:
-        Path(args.save_edits).write_text("".join(json.dumps(j.to_json()) + "\n" for j in fresh))
+        write_file(args.save_edits, "".join(json.dumps(j.to_json()) + "\n" for j in fresh))
     return judged + fresh
 
 
@@ -212,33 +240,39 @@ def print_report(title: str, got: dict, file=None) -> None:
         line(f"  P >= {r['bar']:.2f}", r)
 
 
-def edit_acceptance(path: str | None, launch) -> AcceptanceModel | None:
+def edit_acceptance(file: InputFile | None, launch) -> AcceptanceModel | None:
+    """--acceptance FILE, else the model's own edit_acceptance.json, read as the server reads it."""
     from ..acceptance.model import EDIT_FILE
     from ..engine import model_folder
 
-    if path is None:
+    if file is None:
         folder = model_folder(launch.path) if launch.backend == "local" else None
         if folder is None or not (Path(folder) / EDIT_FILE).is_file():
             return None
-        path = str(Path(folder) / EDIT_FILE)
+        file = InputFile(str(Path(folder) / EDIT_FILE))
+    return acceptance_file(file, "edit")
+
+
+def acceptance_file(file: InputFile, kind: str = "completion") -> AcceptanceModel:
+    """The acceptance model in `file`, read by input_files with the server's cap; one line naming
+    the file (Refused or UserError) when it cannot be used."""
+    raw = file.read_json(MAX_STATE_BYTES)
     try:
-        return AcceptanceModel.load(path, kind="edit")
+        return AcceptanceModel.from_json(raw, str(file), kind)
     except ValueError as e:
-        raise UserError(f"{path}: {e}") from None
+        raise UserError(f"{file}: {e}") from None
 
 
 def calibrate(args, launch) -> dict:
     """`calibrate --edits`: fit the next-edit acceptance model on the replayed commits and save it."""
-    from ..acceptance.model import EDIT_FILE, WORKSPACE_DIR
-    from ..local_state import trust
+    from ..acceptance.model import EDIT_FILE
 
+    workspace, out = destination(args, EDIT_FILE)
     judged = collect(args, launch)
     fitted_on = {"repos": sorted({j.repo for j in judged}), "cases": len(judged),
                  "model": launch.remote_model if launch.backend == "openai" else (launch.path or "embedded")}
     model, table = calibrated(judged, fitted_on)
-    out = Path(args.out) if args.out else Path(args.folders[0]) / WORKSPACE_DIR / EDIT_FILE
-    written(model, out)
-    trusted = trust(out.parent, Path(args.folders[0])) if not args.out else None  # the server uses it there
+    trusted = written(model, out, workspace)  # the server uses it there
     got = {"out": str(out), "show_above": model.show_above, "weights": model.weights, "trusted": trusted,
            **report(judged, model)}
     if not args.json:

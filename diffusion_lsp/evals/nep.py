@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from pathlib import Path
 from .. import jsonout
 from ..context.languages import LanguageSpec, language_for
 from ..errors import UserError
+from ..input_files import InputFile, parse_json
+from ..workspace_files import output_path
 from ..nextedit.history import last_change_end
 from ..options import add_launch_args, command_backend, launch_settings, paragraphs
 from .humaneval import DATA_ENV, default_data_dir
@@ -110,23 +113,30 @@ def unedited(case: NepCase) -> NepCase:
     return NepCase(f"{case.id}/unedited", case.path, case.language, case.old, case.old, case.old, (line, 0))
 
 
-def load_cases(path: Path, limit: int | None = None) -> list[NepCase]:
-    if not path.is_file():
-        raise FileNotFoundError(f"next-edit data not found: {path}. The evaluation reads {SOURCE}; pass it with "
+MAX_RECORD = 16 << 20  # bytes of one record: the dataset's largest is under 1 MB
+
+
+def load_cases(path: InputFile | str | Path, limit: int | None = None) -> list[NepCase]:
+    """The records of a JSON-lines file, read by input_files a line at a time (each at most
+    MAX_RECORD bytes, its JSON checked by parse_json); ValueError naming the line."""
+    file = path if isinstance(path, InputFile) else InputFile(str(path))
+    if not os.path.lexists(file.path):
+        raise FileNotFoundError(f"next-edit data not found: {file}. The evaluation reads {SOURCE}; pass it with "
                                 f"--data, or set {DATA_ENV} to a folder that holds next-edit-prediction/nep_test.jsonl")
     cases = []
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f):
+    with file.open() as f:
+        for i, raw in enumerate(iter(lambda: f.readline(MAX_RECORD + 1), b"")):
             if limit is not None and len(cases) >= limit:
                 break
-            if not line.strip():
-                continue
-            where = f"{path} line {i + 1}"
+            where = f"{file} line {i + 1}"
+            if len(raw) > MAX_RECORD:
+                raise ValueError(f"{where}: a record of more than {MAX_RECORD >> 20} MB")
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not JSON ({e})") from None
-            cases.append(case_from(record, i, where))
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not UTF-8 (bad byte at offset {e.start})") from None
+            if line.strip():
+                cases.append(case_from(parse_json(line, where), i, where))
     return cases
 
 
@@ -157,10 +167,10 @@ def register(ev) -> None:
                       description=paragraphs("Next-edit prediction: exact, partial and position match of the "
                                              "model's next edit, beside baselines that need no model.",
                                              f"The data: {SOURCE}."))
-    n.add_argument("--data", default=None, metavar="FILE",
+    n.add_argument("--data", default=None, metavar="FILE", type=InputFile,
                    help=f"a jsonl of next-edit records (default: {default_data()}, from ${DATA_ENV} when set)")
     n.add_argument("--limit", type=int, default=None, help="first N records only")
-    n.add_argument("--predictions", default=None, metavar="OUT.jsonl",
+    n.add_argument("--predictions", default=None, metavar="OUT.jsonl", type=output_path,
                    help='write {"id", "predicted"} per record for the model (the no-edit baseline with --no-model)')
     n.add_argument("--no-model", action="store_true", help="baselines only; loads no model")
     n.add_argument("--json", action="store_true", help="print one JSON object")
@@ -230,7 +240,7 @@ def shown_by_default(acceptance):
 
 
 def run(args) -> int:
-    path = Path(args.data) if args.data else default_data()
+    path = args.data or InputFile(str(default_data()))
     try:
         cases = load_cases(path, args.limit)
     except (OSError, ValueError) as e:

@@ -43,12 +43,14 @@ from ..context.repo import SourceFile, repo_files
 from ..context.tokens import model_token_counter
 from ..engine import model_folder
 from ..errors import UserError
+from ..input_files import InputFile
 from ..options import add_launch_args, engine_for, launch_settings
 from ..server.completion import finish
 from ..server.config import CompletionSettings
 from ..acceptance.model import FILE as ACCEPTANCE_FILE
 from ..acceptance.model import AcceptanceModel
 from . import calibrate, retype
+from .edits_command import acceptance_file
 from .heldout import MASK_RATES, masked_token_loss
 from .metrics import edit_similarity, exact_match, rates_head, rates_row
 from .repo_edits import baseline_row, history_cases
@@ -70,7 +72,7 @@ def register(ev):
                         "(`diffusion-lsp adapt`) and measure the adapted model beside it")
     r.add_argument("--adapt-out", metavar="DIR", help="where --adapt-minutes puts the adapted model "
                                                       "(default: a new temporary folder)")
-    r.add_argument("--acceptance", metavar="FILE", help="the acceptance model that decides what is shown "
+    r.add_argument("--acceptance", metavar="FILE", type=InputFile, help="the acceptance model that decides what is shown "
                                                        "(default: the one beside the model's weights)")
     r.add_argument("--json", action="store_true", help="print one JSON object")
     add_launch_args(r)
@@ -284,15 +286,11 @@ def print_shown(title: str, got: dict, file) -> None:
             line(f"    P >= {r['bar']:.2f}", r)
 
 
-def acceptance_of(folder: Path, path: str | None) -> AcceptanceModel | None:
+def acceptance_of(folder: Path, file: InputFile | None) -> AcceptanceModel | None:
     """--acceptance FILE, else the one beside the model's weights, else None (the rules)."""
-    target = Path(path) if path else folder / ACCEPTANCE_FILE
-    if not path and not target.exists():
+    if file is None and not (folder / ACCEPTANCE_FILE).exists():
         return None
-    try:
-        return AcceptanceModel.load(target)
-    except ValueError as e:
-        raise UserError(f"{target}: {e}") from None
+    return acceptance_file(file or InputFile(str(folder / ACCEPTANCE_FILE)))
 
 
 def run(args) -> int:

@@ -26,6 +26,7 @@ from ..context.records import ContextBudget, Document, Suggestion
 from ..context.repo import SourceFile
 from ..server.completion import finish, fill_request
 from ..server.config import Config
+from . import saved_rows
 
 _STOPS = re.compile(r"\w+|[^\w\s]")  # a word or one punctuation character: where a user may pause
 
@@ -96,9 +97,15 @@ class Judged:
 
     @classmethod
     def from_json(cls, raw: dict) -> Judged:
-        case = Case(Document("", "", ""), 0, raw["truth"], raw["typed"], raw.get("package", ""))
-        return cls(case, [Suggestion(o["text"], source=o["source"]) for o in raw["offers"]], raw["feats"], raw["exact"],
-                   raw["partly"])
+        """ValueError saying which field is wrong (the saved_rows checks)."""
+        offers = saved_rows.listed(raw, "offers")
+        if not all(isinstance(o, dict) for o in offers):
+            raise ValueError("'offers' must hold one object per candidate")
+        n = len(offers)
+        case = Case(Document("", "", ""), 0, saved_rows.text(raw, "truth"), saved_rows.text(raw, "typed"),
+                    saved_rows.text(raw, "package", ""))
+        return cls(case, [Suggestion(saved_rows.text(o, "text"), source=saved_rows.text(o, "source")) for o in offers],
+                   saved_rows.features(raw, n), saved_rows.flags(raw, "exact", n), saved_rows.flags(raw, "partly", n))
 
 
 async def judge(backend, cases: list[Case], cfg: Config | None = None, count=None, progress: bool = False,

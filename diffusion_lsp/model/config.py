@@ -14,6 +14,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..input_files import read_bytes
+
 # Upper bounds on ModelConfig's sizes, each far past the largest open model's (vocab 262k: Gemma 3;
 # dim 16384, 126 layers, 128 heads and FFN 53248: Llama 3.1 405B; head_dim 256; 10M positions:
 # Llama 4 Scout). A config.json that says `num_hidden_layers: 1000000` is refused here, before a
@@ -217,16 +219,10 @@ def regular_file(path: Path, limit: int | None = None) -> int:
 
 
 def read_text(path: Path, limit: int = MAX_JSON) -> str:
-    """A checkpoint's small text file, after regular_file's checks; ValueError naming it when it cannot be
-    read or is not UTF-8. At most `limit` bytes are read, even from a file that grows meanwhile."""
-    regular_file(path, limit)
-    try:
-        with path.open("rb") as f:
-            data = f.read(limit + 1)
-    except OSError as e:
-        raise ValueError(f"cannot read {path.name} ({e.strerror})") from None
-    if len(data) > limit:
-        raise ValueError(f"{path.name} is more than the {limit >> 20} MB such a file may hold")
+    """A checkpoint's small text file, or a file given at launch (--chat-template), read by input_files
+    (opened without blocking, a regular file, at most `limit` bytes even from a file that grows
+    meanwhile); ValueError naming it (input_files.Refused is one) when it cannot be read or is not UTF-8."""
+    data = read_bytes(str(path), limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -21,7 +21,9 @@ from .. import __version__, jsonout
 from ..engine import model_folder
 from ..errors import UserError
 from ..protocol.settings import LaunchSettings
-from ..options import add_launch_args, launch_settings, read_bytes
+from ..input_files import InputFile, Refused
+from ..options import MAX_SOURCE, add_launch_args, launch_settings
+from ..workspace_files import output_path
 from . import baseline
 from .compare import Tolerances, judge, run_calibration
 from .report import exists_parent, junit, markdown, saved_markdown, table, verdict_line, write
@@ -52,8 +54,8 @@ def register(sub) -> None:
                     "quality. --save keeps the run as a baseline (the workload's files included); --compare replays "
                     "the baseline's workload and fails when a figure is worse than its tolerance allows.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--save", metavar="BASE.json", help="write this run as a baseline")
-    p.add_argument("--compare", metavar="BASE.json", help="compare this run with a baseline (its workload is replayed)")
+    p.add_argument("--save", metavar="BASE.json", type=output_path, help="write this run as a baseline")
+    p.add_argument("--compare", metavar="BASE.json", type=InputFile, help="compare this run with a baseline (its workload is replayed)")
     w = p.add_argument_group("workload (sampled for --save; with --compare, given only to check the baseline's)")
     w.add_argument("--repo", metavar="PATH", help="type in this repository's files (default: CPython test modules)")
     w.add_argument("--files", type=int, metavar="N", help=f"files to type in (default {WORKLOAD_DEFAULTS['files']})")
@@ -65,7 +67,7 @@ def register(sub) -> None:
                    help=f"renames asking for the next edit (default {WORKLOAD_DEFAULTS['next_edits']}; 0: none)")
     w.add_argument("--seed", type=int, help="the sampling's seed (default 0)")
     p.add_argument("--repeat", type=int, default=3, metavar="N", help="repetitions, each in a fresh server (default 3)")
-    p.add_argument("--settings", metavar="FILE", help="the server's settings, as JSON (the diffusionLsp object an "
+    p.add_argument("--settings", metavar="FILE", type=InputFile, help="the server's settings, as JSON (the diffusionLsp object an "
                                                       "editor sends); default: the server's own, no debounce")
     t = p.add_argument_group("tolerances (--compare)")
     d = Tolerances()
@@ -80,8 +82,8 @@ def register(sub) -> None:
                         "local model, ms for --backend openai, whose speed is not this machine's)")
     t.add_argument("--allow-model-change", action="store_true",
                    help="compare with a baseline of another model (a new checkpoint is what is being tested)")
-    p.add_argument("--junit", metavar="FILE", help="also write the verdicts as JUnit XML")
-    p.add_argument("--summary", metavar="FILE", help="also append a Markdown summary (e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--junit", metavar="FILE", type=output_path, help="also write the verdicts as JUnit XML")
+    p.add_argument("--summary", metavar="FILE", type=output_path, help="also append a Markdown summary (e.g. $GITHUB_STEP_SUMMARY)")
     add_launch_args(p)
     p.set_defaults(run=run)
 
@@ -168,13 +170,18 @@ def _run(args, t0: float) -> int:
     return REGRESSED if any(v.failed for v in verdicts) else PASSED
 
 
-def _settings(path: str | None) -> dict:
-    """BASE_SETTINGS under the file's (a {"diffusionLsp": {...}} wrapper is taken off)."""
+def _settings(path: InputFile | str | None) -> dict:
+    """BASE_SETTINGS under the file's (a {"diffusionLsp": {...}} wrapper is taken off), read by
+    input_files (a FIFO is refused, not waited on)."""
     out = json.loads(json.dumps(BASE_SETTINGS))
     if path is None:
         return out
     try:
-        raw = baseline.parse(read_bytes(path))
+        data = (path if isinstance(path, InputFile) else InputFile(path)).read_bytes(MAX_SOURCE)
+    except Refused as e:
+        raise UserError(str(e)) from None
+    try:
+        raw = baseline.parse(data)
     except ValueError as e:
         raise UserError(f"{path} is not JSON ({e})") from None
     if isinstance(raw, dict) and set(raw) == {"diffusionLsp"}:
@@ -187,11 +194,11 @@ def _settings(path: str | None) -> dict:
     return out
 
 
-def _load(path: str) -> dict:
+def _load(path: InputFile | str) -> dict:
     """The baseline, its whole structure checked before anything runs."""
     try:
-        data = read_bytes(path)  # a regular file only: a FIFO is refused, not waited on
-    except UserError as e:
+        data = (path if isinstance(path, InputFile) else InputFile(path)).read_bytes(MAX_SOURCE)  # a regular file only: a FIFO is refused, not waited on
+    except Refused as e:
         raise Stop(COULD_NOT_RUN, f"cannot read the baseline ({e})") from None
     try:
         base = baseline.parse(data)

@@ -13,8 +13,10 @@ import types
 import typing
 from pathlib import Path
 
+from ..input_files import InputFile, Refused
 from ..protocol.settings import hints
 from ..protocol.settings import camel
+from ..workspace_files import write_file
 from .config import Config
 
 SECTION = "diffusionLsp"
@@ -50,10 +52,14 @@ def properties(cls=Config, instance=None, prefix: str = SECTION) -> dict:
     return out
 
 
-def write_vscode(package_json: Path) -> bool:
+def write_vscode(package_json: Path | InputFile) -> bool:
     """Put the server's settings into a VS Code extension's package.json, keeping the extension's own
-    settings (keys not under a server section). True when the file changed."""
-    package = json.loads(package_json.read_text())
+    settings (keys not under a server section). True when the file changed. Read by input_files and
+    replaced by workspace_files.write_file (never written through a link or into a FIFO)."""
+    file = package_json if isinstance(package_json, InputFile) else InputFile(str(package_json))
+    package = file.read_json()
+    if not isinstance(package, dict):
+        raise Refused(f"{file}: not a package.json (a JSON object)")
     config = package.setdefault("contributes", {}).setdefault("configuration", {})
     props = config.setdefault("properties", {})
     server = properties()
@@ -63,7 +69,7 @@ def write_vscode(package_json: Path) -> bool:
     if new == props and list(new) == list(props):
         return False
     config["properties"] = new
-    package_json.write_text(json.dumps(package, indent=2, ensure_ascii=False) + "\n")
+    write_file(file.path, json.dumps(package, indent=2, ensure_ascii=False) + "\n")
     return True
 
 
@@ -71,7 +77,7 @@ def register(sub) -> None:
     p = sub.add_parser("settings-schema", help="the editor settings as JSON schema (VS Code configuration)",
                        description="Print every diffusionLsp.* editor setting as a JSON schema: its type, "
                                    "default, bounds and description (the VS Code extension's configuration).")
-    p.add_argument("--write", type=Path, metavar="PACKAGE_JSON",
+    p.add_argument("--write", type=InputFile, metavar="PACKAGE_JSON",
                    help="update a VS Code extension's package.json in place instead of printing")
     p.set_defaults(run=run)
 

@@ -37,6 +37,7 @@ from ..data.git_history import file_pairs
 from ..context.repo import ADAPTED_DIR, SourceFile
 from ..errors import UserError
 from ..local_state import trust
+from ..workspace_files import check_in, no_link_below
 
 RUN_FORMAT = 1
 MIN_EDITS = 20  # fewer mined edits than this are too few rows to mix in
@@ -78,17 +79,10 @@ def default_out(repo: Path) -> Path:
     repository may commit `.diffusion-lsp -> /elsewhere`, whose run/ would be deleted), and nothing
     under .diffusion-lsp is a symlink (a committed `.diffusion-lsp/model/adapt.json -> ~/.bashrc` would be
     written through); a UserError saying which and what to do."""
-    out = repo / ADAPTED_DIR
-    top = out.parent
-    bad = next((f for f in (top, out) if f.is_symlink() or (f.exists() and not f.is_dir())), None)
-    if bad is None and top.is_dir():
-        bad = next((Path(here) / name for here, dirs, names in os.walk(top) for name in dirs + names
-                    if os.path.islink(os.path.join(here, name))), None)  # os.walk enters no linked folder
-    if bad is not None:
-        what = f"a symlink (to {os.readlink(bad)})" if bad.is_symlink() else "not a folder"
-        raise UserError(f"{bad} is {what}: adapt writes its model only into real folders inside the repository; "
-                        f"remove it, or name another folder with --out")
-    return out
+    check_in(repo, ADAPTED_DIR, folder=True)  # workspace_files: the one set of checks for a workspace
+    if (repo / ADAPTED_DIR.parent).is_dir():
+        no_link_below(repo / ADAPTED_DIR.parent)
+    return repo / ADAPTED_DIR
 
 
 def _files_digest(files: list[SourceFile], base: Path) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
+from ..input_files import InputFile
 
 TOKENS_PER_PARAM = 20
 
@@ -51,7 +52,7 @@ def register(sub) -> None:
                        description="Train a bigger embedded model on one GPU in a fixed time, from a token pack "
                        "(`diffusion-lsp data pack`): the throughput of five shapes is measured, the largest that "
                        "fits --max-mb in bf16 and sees 20 tokens per parameter is trained, and saved in bf16.")
-    p.add_argument("--pack", required=True, metavar="FILE", help="token pack from `diffusion-lsp data pack`")
+    p.add_argument("--pack", required=True, metavar="FILE", type=InputFile, help="token pack from `diffusion-lsp data pack`")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="folder for the unpacked corpus, the run, the bf16 checkpoint (its model folder) and recipe.json")
     p.add_argument("--minutes", type=float, default=8.0, help="the whole budget, measuring included (default 8)")
@@ -108,7 +109,7 @@ def run(args) -> int:
         raise UserError("train-recipe trains on a CUDA GPU; this machine has none (--dry-run runs it on the CPU)")
     out = Path(args.out)
     try:
-        meta = unpack(Path(args.pack), out / "corpus")
+        meta = unpack(args.pack, out / "corpus")
     except (PackError, OSError) as e:
         raise UserError(str(e)) from None
     budget_s = 60 * args.minutes

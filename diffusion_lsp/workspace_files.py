@@ -1,0 +1,178 @@
+"""Every file a command writes into a workspace (REPO/.diffusion-lsp/...: `adapt`'s model and report,
+`calibrate`'s acceptance models) and every file it writes where the user named one (--out FILE) is
+written here, and only here, with one set of checks.
+
+A repository is someone else's: it may commit `.diffusion-lsp -> ~/elsewhere`, a linked
+`.diffusion-lsp/acceptance`, or `.diffusion-lsp/acceptance/acceptance.json -> ~/.bashrc`, and a
+write that followed any of them would land outside the workspace, and be recorded on this machine as
+a model it made (local_state.trust). So, below the workspace (resolved: the user named it, and links
+above it are theirs):
+
+- each folder is opened relative to the one above it without following a link (O_NOFOLLOW and
+  dir_fd: no check-then-use gap), and created that way when missing;
+- the target must be absent or a regular file (not a link, a FIFO, a folder);
+- the bytes go to a new temporary file in the same folder (O_EXCL | O_NOFOLLOW), are flushed, and
+  os.replace puts it in place: a reader sees the old file or the new one, never half of one;
+- only then is a model folder recorded as trusted (`write_trusted`).
+
+Whatever is refused is one UserError line naming the path and what to do. An argument that names a
+file a command writes is declared `type=output_path` (tests/test_input_files.py walks the parsers)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path, PurePath
+
+from .errors import UserError
+from .local_state import trust
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _refuse(path: Path, what: str) -> UserError:
+    return UserError(f"{path} is {what}: diffusion-lsp writes only into real folders and files inside the "
+                     "workspace; remove it, or name another place with --out")
+
+
+def _what(fd: int, name: str) -> str | None:
+    """Why the entry `name` in the folder `fd` is no place to write through; None when it is absent."""
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            return f"a symlink (to {os.readlink(name, dir_fd=fd)})"
+        except OSError:
+            return "a symlink"
+    return "" if stat.S_ISDIR(st.st_mode) else "not a folder"
+
+
+def _relative(rel: str | PurePath) -> tuple[str, ...]:
+    parts = PurePath(rel).parts
+    if not parts or PurePath(rel).is_absolute() or any(p in ("..", ".") for p in parts):
+        raise ValueError(f"{rel}: a path inside the workspace is wanted")
+    return parts
+
+
+@contextlib.contextmanager
+def _folder(root: Path, parts: tuple[str, ...], create: bool):
+    """The descriptor of root/parts, each folder opened without following a link (created when
+    `create`); None when one is missing and not `create`."""
+    try:
+        fd = os.open(root, _DIR_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))  # the root: the user named it
+    except (FileNotFoundError, NotADirectoryError):
+        raise UserError(f"{root} is not a folder") from None
+    except OSError as e:
+        raise UserError(f"cannot write in {root}: {e.strerror}") from None
+    try:
+        for k, name in enumerate(parts):
+            here = root.joinpath(*parts[:k + 1])
+            why = _what(fd, name)
+            if why is None and create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
+                why = _what(fd, name)
+            if why is None:
+                os.close(fd)
+                fd = None
+                break
+            if why:
+                raise _refuse(here, why)
+            fd_next = os.open(name, _DIR_FLAGS, dir_fd=fd)  # ELOOP if a link was swapped in since
+            os.close(fd)
+            fd = fd_next
+        yield fd
+    except OSError as e:
+        raise UserError(f"cannot write in {root}: {e.strerror}") from None
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _target_problem(fd: int | None, name: str) -> str | None:
+    """Why the file `name` (in the folder `fd`; None: `name` is a whole path) is no place to write;
+    None when it is absent or a regular file."""
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(st.st_mode):
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            return f"a symlink (to {os.readlink(name, dir_fd=fd)})"
+        except OSError:
+            return "a symlink"
+    return "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) \
+        else "not a regular file"
+
+
+def check_in(workspace: str | Path, rel: str | PurePath, folder: bool = False) -> Path:
+    """workspace/rel, once nothing below the workspace on the way to it is a link or not a folder,
+    and it is absent or a regular file (a real folder when `folder`); UserError otherwise. Writes
+    nothing: a command checks first, to refuse before minutes of work."""
+    root, parts = Path(workspace).resolve(), _relative(rel)
+    with _folder(root, parts if folder else parts[:-1], create=False) as fd:
+        if fd is not None and not folder and (why := _target_problem(fd, parts[-1])):
+            raise _refuse(root.joinpath(*parts), why)
+    return root.joinpath(*parts)
+
+
+def write_in(workspace: str | Path, rel: str | PurePath, data: bytes | str) -> Path:
+    """Write `data` to workspace/rel with the checks above (folders made as needed) -> the path."""
+    root, parts = Path(workspace).resolve(), _relative(rel)
+    path = root.joinpath(*parts)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    with _folder(root, parts[:-1], create=True) as fd:
+        if (why := _target_problem(fd, parts[-1])):
+            raise _refuse(path, why)
+        tmp = f".{parts[-1]}.{os.getpid()}.tmp"
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=fd)  # a leftover of a killed run of this pid
+            out = os.open(tmp, _NEW_FLAGS, 0o644, dir_fd=fd)
+            with os.fdopen(out, "wb") as f:
+                f.write(raw)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, parts[-1], src_dir_fd=fd, dst_dir_fd=fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fd)
+            raise UserError(f"cannot write {path}: {e.strerror}") from None
+    return path
+
+
+def write_file(path: str | Path, data: bytes | str) -> Path:
+    """Write `data` to a file the user named (--out FILE) with the same target checks: its folder is
+    the user's, the file itself is replaced atomically and never written through a link."""
+    path = Path(path)
+    return write_in(path.parent, path.name, data)
+
+
+def write_trusted(workspace: str | Path, rel: str | PurePath, data: bytes | str) -> tuple[Path, bool]:
+    """write_in, then record the file's folder on this machine as made for `workspace` (the server
+    then uses it there without a setting) -> (the path, whether the record was written)."""
+    path = write_in(workspace, rel, data)
+    return path, trust(path.parent, Path(workspace))
+
+
+def no_link_below(folder: Path) -> None:
+    """UserError naming the first link or FIFO found below `folder` (a real folder): a command that
+    writes many files into it (adapt's run) checks them all once, before it starts."""
+    for here, dirs, names in os.walk(folder):  # os.walk enters no linked folder
+        for name in dirs + names:
+            p = Path(here) / name
+            why = _target_problem(None, str(p))
+            if why and not (why == "a folder" and name in dirs):
+                raise _refuse(p, why)
+
+
+def output_path(value: str) -> str:
+    """The argparse type of an argument that names a file a command writes (not one it reads: those
+    are input_files.InputFile); the test that walks every command's parser tells the two apart by it."""
+    return value

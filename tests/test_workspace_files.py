@@ -1,0 +1,158 @@
+"""One writer for every file a command writes in a workspace (diffusion_lsp/workspace_files.py):
+`adapt`, `calibrate` and `calibrate --edits` refuse a symlinked `.diffusion-lsp`, a symlinked
+`.diffusion-lsp/acceptance`, and a target that is a symlink or a FIFO, in one line (exit 2), write
+nothing outside the workspace and record nothing as trusted; a link swapped in while a command
+works is refused when it writes; what is written is replaced atomically and recorded only then."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from diffusion_lsp.acceptance.edits import EDIT_FEATURES, EditOffer
+from diffusion_lsp.acceptance.model import AcceptanceModel
+from diffusion_lsp.cli import main
+from diffusion_lsp.context.records import Document, Suggestion
+from diffusion_lsp.errors import UserError
+from diffusion_lsp.evals import calibrate, edits_command
+from diffusion_lsp.evals.edit_replay import JudgedEdit
+from diffusion_lsp.evals.retype import Case, Judged
+from diffusion_lsp.local_state import trusted
+from diffusion_lsp.workspace_files import check_in, write_in, write_trusted
+
+TARGETS = {"adapt": ".diffusion-lsp/model/adapt.json", "calibrate": ".diffusion-lsp/acceptance/acceptance.json",
+           "edits": ".diffusion-lsp/acceptance/edit_acceptance.json"}
+
+
+@pytest.fixture
+def state(monkeypatch, tmp_path) -> Path:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+def argv(command: str, ws: Path) -> list[str]:
+    return {"adapt": ["adapt", str(ws), "--steps", "1", "--no-eval"], "calibrate": ["calibrate", str(ws), "--lines", "1"],
+            "edits": ["calibrate", "--edits", str(ws), "--edit-cases", "1"]}[command]
+
+
+def outside(tmp_path: Path) -> tuple[Path, dict]:
+    victim = tmp_path / "victim"
+    (victim / "acceptance").mkdir(parents=True)
+    (victim / "model").mkdir()
+    (victim / "keep.txt").write_text("mine\n")
+    return victim, snapshot(victim)
+
+
+def snapshot(folder: Path) -> dict:
+    return {p.relative_to(folder): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("diffusion-lsp: error: "), err
+    return err
+
+
+@pytest.mark.parametrize("command", ["adapt", "calibrate", "edits"])
+@pytest.mark.parametrize("link", ["top", "acceptance", "target", "fifo"])
+def test_every_command_refuses_a_link_or_a_fifo_where_it_writes_in_one_line_before_it_works(
+        tmp_path, state, capsys, command, link):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "mod.py").write_text("def f(x):\n    return x\n")
+    victim, before = outside(tmp_path)
+    if link == "top":
+        (ws / ".diffusion-lsp").symlink_to(victim)
+    elif link == "acceptance":
+        (ws / ".diffusion-lsp").mkdir()
+        (ws / ".diffusion-lsp" / "acceptance").symlink_to(victim / "acceptance")
+    else:
+        (ws / TARGETS[command]).parent.mkdir(parents=True)
+        if link == "target":
+            (ws / TARGETS[command]).symlink_to(victim / "keep.txt")
+        else:
+            os.mkfifo(ws / TARGETS[command])
+    assert main(argv(command, ws)) == 2  # before a model is loaded or a line retyped
+    err = one_line(capsys)
+    assert ("symlink" in err or "FIFO" in err) and "--out" in err
+    assert snapshot(victim) == before and not (state / "diffusion-lsp").exists()
+
+
+def judged_rows(n: int = 60) -> list[Judged]:
+    rng = random.Random(3)
+    out = []
+    for _ in range(n):
+        x = rng.random()
+        out.append(Judged(Case(Document("", "", ""), 0, "t", "", "pkg"), [Suggestion("t", source="model")],
+                          [{"bias": 1.0, "conf_first": x}], [x > 0.5], [x > 0.5]))
+    return out
+
+
+def judged_edits(n: int = 60) -> list[JudgedEdit]:
+    rng = random.Random(4)
+    out = []
+    for i in range(n):
+        x = rng.random()
+        feats = {name: 0.0 for name in EDIT_FEATURES} | {"bias": 1.0, "conf": x}
+        out.append(JudgedEdit(f"c{i}", "repo", [EditOffer("rename", 0, 1, "y", x)], [feats], [x > 0.5]))
+    return out
+
+
+@pytest.mark.parametrize("command", ["calibrate", "edits"])
+def test_a_link_swapped_in_while_calibrate_works_is_refused_when_it_writes(tmp_path, state, capsys, monkeypatch,
+                                                                           command):
+    ws = tmp_path / "ws"
+    (ws / ".diffusion-lsp").mkdir(parents=True)
+    victim, before = outside(tmp_path)
+
+    def collect(args, launch, cases=None):  # minutes of retyping, meanwhile the folder becomes a link
+        (ws / ".diffusion-lsp").rmdir()
+        (ws / ".diffusion-lsp").symlink_to(victim)
+        return judged_edits() if command == "edits" else judged_rows()
+
+    monkeypatch.setattr(edits_command if command == "edits" else calibrate, "collect", collect)
+    assert main(argv(command, ws)) == 2
+    assert "symlink" in one_line(capsys)
+    assert snapshot(victim) == before and not (state / "diffusion-lsp").exists()
+
+
+@pytest.mark.parametrize("command", ["calibrate", "edits"])
+def test_calibrate_writes_into_the_workspace_and_records_it_only_then(tmp_path, state, capsys, monkeypatch, command):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rows = judged_edits() if command == "edits" else judged_rows()
+    monkeypatch.setattr(edits_command if command == "edits" else calibrate, "collect", lambda *a, **k: rows)
+    assert main(argv(command, ws) + ["--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    path = ws / TARGETS[command]
+    assert got["out"] == str(path) and got["trusted"] is True and trusted(path.parent, ws)
+    model = AcceptanceModel.load(path, "edit" if command == "edits" else "completion")
+    assert model.weights == pytest.approx(got["weights"], abs=1e-6)
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporary file left beside it
+
+
+def test_the_writer_creates_real_folders_replaces_atomically_and_refuses_links_below_the_workspace(tmp_path, state):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    path, recorded = write_trusted(ws, Path("a") / "b" / "m.json", "{}\n")
+    assert path == ws.resolve() / "a" / "b" / "m.json" and path.read_text() == "{}\n" and recorded
+    assert write_in(ws, "a/b/m.json", b"[]\n").read_text() == "[]\n"  # replaced
+    os.link(path, tmp_path / "hard")  # a replaced file is a new inode: a hard link elsewhere keeps the old
+    write_in(ws, "a/b/m.json", "{}\n")
+    assert (tmp_path / "hard").read_text() == "[]\n"
+    (ws / "a" / "c").symlink_to(tmp_path)
+    for rel in ("a/c/m.json", "a/c"):
+        with pytest.raises(UserError, match="symlink"):
+            write_in(ws, rel, "x")
+    with pytest.raises(UserError, match="not a folder"):
+        write_in(ws, "a/b/m.json/x", "x")
+    with pytest.raises(UserError, match="a folder"):
+        write_in(ws, "a/b", "x")
+    with pytest.raises(ValueError):
+        write_in(ws, "../escape", "x")
+    assert check_in(ws, "new/never/made.json") == ws.resolve() / "new" / "never" / "made.json"
+    assert not (ws / "new").exists()  # a check writes nothing
