@@ -152,3 +152,45 @@ def test_next_edit_sites_are_local_names_used_twice_with_the_right_edit():
     items = sites["items"]
     assert items.first == (0, 6)
     assert items.expected == src.replace("f(items", "f(items_new").replace("len(items)", "len(items_new)")
+
+
+def test_typing_figures_are_printed_side_by_side(capsys):
+    from diffusion_lsp.bench.typing_load import Session, print_sessions, quantile, server_command
+
+    assert quantile([], 0.5) is None and quantile([5.0, 1.0, 3.0], 0.5) == 3.0 and quantile(list(range(1, 101)), .95) == 95
+    assert server_command(["python", "-m", "x"], None) == ["python", "-m", "x"]
+    assert server_command(["python"], Path("/tmp/base"))[:2] == ["env", "PYTHONPATH=/tmp/base"]
+    before = Session(keys=40, seconds=10.0, completion_ms=[100.0, 200.0], next_edit_ms=[300.0],
+                     rss_mb={"server": (76.0, 114.0), "worker": (400.0, 401.0)}, load=(1.0, 2.0))
+    after = Session(keys=50, seconds=10.0, completion_ms=[90.0], next_edit_ms=[250.0, 260.0],
+                    rss_mb={"server": (76.0, 80.5), "worker": (400.0, None)}, load=(1.5, 1.5))
+    print_sessions("typing", {"baseline /tmp/base": before, "this tree": after})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "typing" and re.match(r"^ +baseline /tmp/base +this tree$", lines[1]), lines
+    row = {line.split("  ")[0]: line for line in lines[2:]}
+    assert re.search(r"40 \(4\.0/s\) +50 \(5\.0/s\)$", row["keys typed (per second)"])
+    assert re.search(r"100 / 200 +90 / 90$", row["completion p50 / p95 ms"])
+    assert re.search(r"76\.0 -> 114\.0 \(\+38\.0\) +76\.0 -> 80\.5 \(\+4\.5\)$", row["server RSS MB start -> end"])
+    assert re.search(r"400\.0 -> 401\.0 \(\+1\.0\) +400\.0 -> -$", row["worker RSS MB start -> end"])
+
+
+def test_a_baseline_that_is_no_source_tree_is_one_line(tmp_path, capsys):
+    assert main(["bench", "lsp", "--typing-seconds", "1", "--baseline", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not a source tree" in err
+
+
+@pytest.mark.slow
+def test_typing_runs_against_a_baseline_tree_and_this_one(tiny_checkpoint, capsys):
+    tree = Path(__file__).resolve().parents[1]  # this checkout as its own baseline: two servers, two columns
+    argv = ["bench", "lsp", "--model", str(tiny_checkpoint), "--threads", "1", "--typing-seconds", "3",
+            "--open-docs", "2", "--baseline", str(tree)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"^ +baseline {re.escape(str(tree))} +this tree$", out, re.M), out
+    keys = re.search(r"^keys typed \(per second\) +(\d+) \(.*\) +(\d+) \(", out, re.M)
+    assert keys and int(keys[1]) >= 1 and int(keys[2]) >= 1, out
+    for process in ("server", "worker"):  # both read at the start and the end, in both runs
+        assert len(re.findall(r"\d+\.\d -> \d+\.\d \([+-]\d+\.\d\)", re.search(
+            rf"^{process} RSS MB start -> end .*$", out, re.M)[0])) == 2, out
+    assert re.search(r"^next edit p50 / p95 ms +\d[\d,]* / \d[\d,]* +\d[\d,]* / \d[\d,]*$", out, re.M), out

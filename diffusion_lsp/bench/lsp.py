@@ -8,7 +8,10 @@ latency the client saw, the model's time (the worker's own figure) and the serve
 (tree-sitter, context, post-processing: the server's time minus waiting for the worker), from the
 per-request timings of `diffusionLsp/stats`, with the goals beside them; and what the user saw:
 the share of requests with a suggestion, and the edit similarity to the real line of what was
-typed plus the suggestion's first line (what accepting it gives). Prints figures; asserts nothing."""
+typed plus the suggestion's first line (what accepting it gives). `--typing-seconds` instead types
+for that long with a completion and a next edit after each key (typing_load.py), and prints their
+latency and the server's and worker's memory, beside a `--baseline` tree's. Prints figures; asserts
+nothing."""
 
 from __future__ import annotations
 
@@ -56,6 +59,15 @@ def register(bench) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-drafts", action="store_true",
                    help="completion.drafts off: no drafts from the file verified before a fill (compare the runs)")
+    p.add_argument("--typing-seconds", type=float, default=0, metavar="S",
+                   help=f"instead of the replays: type into the {BIG_LINES:,}-line file for S seconds with --open-docs "
+                        "others open, a completion and a next edit awaited after each key; prints their p50/p95 "
+                        "and the server's and worker's memory at the start and the end (0: off)")
+    p.add_argument("--key-ms", type=float, default=30.0, metavar="MS",
+                   help="with --typing-seconds: at most one key per MS milliseconds (default 30)")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="with --typing-seconds: the same session first against the server of the source tree DIR "
+                        "(e.g. a `git worktree` of an older commit), printed side by side")
     add_launch_args(p)  # the worker's: serve --model/--device, model.threads/model.precision
     p.set_defaults(run=run)
 
@@ -110,7 +122,33 @@ def run(args) -> int:
                         "--next-edits at least 0")
     launch = launch_settings(args)
     _check_model(launch.path)
+    if args.typing_seconds:
+        return asyncio.run(_typing(args, launch))
     return asyncio.run(_run(args, launch, scenarios(args)))
+
+
+async def _typing(args, launch: LaunchSettings) -> int:
+    """`--typing-seconds`: the typing session, against the baseline's server first if one is given."""
+    from .lsp_client import BenchClient  # pygls and lsprotocol: kept off --help
+    from .typing_load import print_sessions, server_command, type_for
+
+    baseline = Path(args.baseline) if args.baseline else None
+    if baseline is not None and not (baseline / "diffusion_lsp" / "__init__.py").is_file():
+        raise UserError(f"--baseline {baseline}: not a source tree (no diffusion_lsp/__init__.py in it)")
+    if not (args.typing_seconds > 0 and args.key_ms >= 0):
+        raise UserError("--typing-seconds must be positive and --key-ms at least 0")
+    big, docs, sessions = big_file(), open_documents(args.open_docs), {}
+    for name, tree in ([(f"baseline {baseline}", baseline)] if baseline else []) + [("this tree", None)]:
+        with tempfile.TemporaryDirectory(prefix="diffusion-lsp-bench-", ignore_cleanup_errors=True) as tmp:
+            cmd, options = server_launch(launch, args.context, Path(tmp) / "worker.sock", drafts=not args.no_drafts)
+            async with BenchClient(server_command(cmd, tree), {**options, "nextEdit": {"enable": True}}) as lsp:
+                await lsp.wait_for_model()
+                crowd = Crowd(dict(docs), edited=min(EDITED_DOCS, len(docs))) if docs else None
+                sessions[name] = await type_for(lsp, "file:///bench/typing/stdlib_5000.py", big, crowd,
+                                                args.typing_seconds, args.key_ms, random.Random(args.seed))
+    print_sessions(f"typing for {args.typing_seconds:g} s at most a key per {args.key_ms:g} ms into "
+                   f"{BIG_LINES:,} lines of stdlib modules, {len(docs)} other documents open, next edits on", sessions)
+    return 0
 
 
 def print_drafts(before: dict, after: dict) -> None:

@@ -94,6 +94,12 @@ class BenchClient:
             await self._kill()
         self._drain.cancel()
 
+    @property
+    def pid(self) -> int | None:
+        """The server process's id."""
+        server = self.client._server
+        return None if server is None else server.pid
+
     async def _kill(self) -> None:
         server = self.client._server
         if server is not None and server.returncode is None:
