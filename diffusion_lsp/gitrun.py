@@ -20,6 +20,8 @@ What git would otherwise run, and what stops it:
 - an alias never replaces a builtin, and only the builtins of SUBCOMMANDS are run.
 A repository owned by another user is refused by git (no `safe.directory` can come from anywhere
 else now): its files are then walked as a plain folder's, and its history is not read.
+What is left to the repository: its config may include a file (`include.path`), and a FIFO there
+makes git wait for a writer; each call is stopped after GIT_TIMEOUT_S, and its answer is none.
 
 Why the git binary and not a library that runs no program: on a history of 10,000 commits (200
 modules, 1-3 changed a commit; packed), the newest 500 commits' modified files took git 32 ms

@@ -221,19 +221,21 @@ def test_the_runner_runs_builtins_only_and_refuses_flags_that_apply_a_repository
 
 
 def test_every_git_call_of_the_package_goes_through_the_runner():
-    """A subprocess call whose command starts with "git" anywhere but gitrun.py bypasses it."""
+    """A command line written as a list or tuple starting with "git", or a process started with
+    "git" as its program, anywhere but gitrun.py bypasses the runner."""
     starts = {"run", "Popen", "call", "check_call", "check_output", "create_subprocess_exec", "spawnlp", "execvp"}
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.name == "gitrun.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in starts:
+            first = None
+            if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+                first = node.elts[0]
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in starts:
                 first = node.args[0] if node.args else None
-                if isinstance(first, (ast.List, ast.Tuple)) and first.elts:
-                    first = first.elts[0]
-                if isinstance(first, ast.Constant) and first.value in ("git", b"git"):
-                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+            if isinstance(first, ast.Constant) and first.value in ("git", b"git"):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert found == []
 
 
