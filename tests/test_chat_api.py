@@ -6,6 +6,7 @@ one its conversations are put in."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import httpx
 import openai
@@ -14,6 +15,7 @@ import pytest
 from diffusion_lsp.api.chat import EFFORT, parse_chat
 from diffusion_lsp.api.bodies import BadRequest
 from diffusion_lsp.engine import DEFAULT_MODEL, load_engine
+from diffusion_lsp.model.chat import launch_template
 from diffusion_lsp.model.results import MASK_GLYPH
 from diffusion_lsp.protocol.settings import LaunchSettings
 from test_api import Api
@@ -154,9 +156,56 @@ def test_an_edit_from_an_instruction_at_the_edit_endpoint(api):
     assert r.status_code == 400 and r.json()["error"]["param"] == "instruction"
 
 
+def test_the_embedded_models_own_template_shows_tools_calls_and_results():
+    """The template shipped beside the embedded model's weights (checkpoints/default/chat_template.jinja):
+    every message's content once, tool definitions in the prompt, calls in <tool_call> tags (so one
+    answer may carry several), a tool's result as its own turn."""
+    template = launch_template(DEFAULT_MODEL)
+    assert template is not None and template.shows_tools and template.tool_tags == ("<tool_call>\n", "\n</tool_call>")
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}
+    messages = [*ASK, {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "3"}]
+    segments = template.segments(messages, TOOLS)
+    assert [text for _, text in segments] == [m["content"] for m in messages] + [""]
+    markup = "".join(m for m, _ in segments)
+    assert markup.startswith("<|system|>\nYou may call these functions.")
+    assert json.dumps(TOOLS[1]["function"]) in markup and '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}' \
+        '\n</tool_call>\n<|tool|>\n' in markup and markup.endswith("<|assistant|>\n")
+
+
+@pytest.mark.slow
+def test_the_embedded_model_answers_a_conversation_out_of_the_box(tmp_path):
+    """A newcomer's first calls, no --chat-template: every chat call was a 400 "the model has no chat
+    template". Plain and streamed text (code-like: a code model's), tool calls and JSON valid by
+    construction."""
+    server = Api(DEFAULT_MODEL, tmp_path / "run", "--timeout", "60")
+    try:
+        client = server.client()
+        done = client.chat.completions.create(messages=ASK, model="diffusion-lsp", max_tokens=16)
+        text = done.choices[0].message.content
+        assert isinstance(text, str) and text and done.usage.completion_tokens <= 16
+        chunks = list(client.chat.completions.create(model="diffusion-lsp", messages=ASK, max_tokens=16, stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+        params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+        called = client.chat.completions.create(model="diffusion-lsp", messages=ASK, tools=TOOLS, tool_choice="required")
+        assert called.choices[0].finish_reason == "tool_calls"
+        for call in called.choices[0].message.tool_calls:
+            jsonschema.validate(json.loads(call.function.arguments), params[call.function.name])
+        person = client.chat.completions.create(model="diffusion-lsp", messages=ASK, response_format={
+            "type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}})
+        jsonschema.validate(json.loads(person.choices[0].message.content), PERSON)
+        anything = client.chat.completions.create(model="diffusion-lsp", messages=ASK,
+                                                  response_format={"type": "json_object"})
+        assert isinstance(json.loads(anything.choices[0].message.content), dict)
+    finally:
+        server.close()
+
+
 @pytest.mark.slow
 def test_a_base_model_without_a_template_answers_400(api, tmp_path):
-    server = Api(DEFAULT_MODEL, tmp_path / "run")
+    """A checkpoint folder with no template (the embedded model's, without the one it ships)."""
+    base = shutil.copytree(DEFAULT_MODEL, tmp_path / "base", ignore=shutil.ignore_patterns("chat_template.jinja"))
+    server = Api(base, tmp_path / "run")
     try:
         with pytest.raises(openai.BadRequestError, match="no chat template") as e:
             server.client().chat.completions.create(model="diffusion-lsp", messages=ASK)
