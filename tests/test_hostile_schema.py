@@ -17,7 +17,7 @@ from diffusion_lsp.api.bodies import BadRequest
 from diffusion_lsp.api.chat import parse_chat
 from diffusion_lsp.protocol.capabilities import Capabilities
 from diffusion_lsp.protocol.failure import BackendError, Failure
-from diffusion_lsp.protocol.requests import StructuredRequest
+from diffusion_lsp.protocol.requests import StructuredRequest, max_tokens_refusal
 from diffusion_lsp.bench.schemas import random_schema
 from diffusion_lsp.engine import DEFAULT_MODEL, Engine
 from diffusion_lsp.model.canvas import DoesNotFit
@@ -368,8 +368,7 @@ class RefusingBackend:
 
     async def fill(self, key, order):
         self.asked += 1
-        raise BackendError(Failure.INVALID, f"max_tokens {order.max_tokens} does not fit the model: at most 511",
-                           param="max_tokens")
+        raise BackendError(Failure.INVALID, max_tokens_refusal(order.max_tokens, 511), param="max_tokens")
 
     async def stream(self, key, order):
         yield await self.fill(key, order)
@@ -395,7 +394,7 @@ def test_a_conversation_past_the_model_names_max_tokens(tmp_path, stream, limit)
         r = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
                                                     "max_tokens": 1000, "stream": stream})
     assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == "max_tokens" and "at most 511" in r.json()["error"]["message"]
+    assert r.json()["error"]["param"] == "max_tokens" and "between 1 and 511, got 1000" in r.json()["error"]["message"]
     assert backend.asked == (limit is None)
 
 

@@ -208,7 +208,7 @@ def test_a_fill_past_the_models_positions_is_invalid_and_its_batch_goes_on(stati
     worker.handle(conn, fill(3, key="b.py", prefix="ok", max_tokens=16))
     engine.release.set()
     assert conn.reply(2) == {"id": 2, "ok": False, "failure": "invalid", "param": "max_tokens",
-                             "error": "max_tokens 17 does not fit the model: at most 16"}
+                             "error": "max_tokens must be an integer between 1 and 16, got 17"}
     assert conn.reply(3)["text"] == "OK" and engine.batches == [["busy"], ["ok"]]
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ..model.text import valid_text
 from ..formats import mercury
+from ..protocol.requests import max_tokens_refusal
 
 MAX_STOPS = 4
 MAX_STOP_CHARS = 64
@@ -97,13 +98,14 @@ def asked_max_tokens(body: dict) -> bool:
 
 
 def _max_tokens(body: dict, cap: int) -> int:
-    """The body's token limit (`_limit_field`): a refusal names the field the client sent."""
+    """The body's token limit (`_limit_field`), at most `cap` (Gate.most_tokens): a refusal names the
+    field the client sent."""
     name = _limit_field(body)
     n = body.get(name)
     if n is None:
         return min(DEFAULT_MAX_TOKENS, cap)
-    if not _is_int(n) or not 1 <= n <= cap:
-        raise BadRequest(f"{name} must be an integer between 1 and {cap}, got {n!r}", name)
+    if (refused := max_tokens_refusal(n, cap, name)) is not None:
+        raise BadRequest(refused, name)
     return n
 
 

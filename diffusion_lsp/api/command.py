@@ -121,6 +121,7 @@ def _chat_template(launch: LaunchSettings):
 def run(args) -> int:
     import uvicorn
 
+    from ..protocol.requests import MAX_TOKENS
     from ..worker.wire import check_socket_path
     from .app import create_app
     from .metrics import Metrics
@@ -170,7 +171,7 @@ def run(args) -> int:
                       timeout_s=args.timeout, max_in_flight=args.max_in_flight, sampling=sampling,
                       next_edit=next_edit, chat=chat)
     app = create_app(service, models=args.served_model_name or [DEFAULT_MODEL_NAME], api_key=key,
-                     max_body_bytes=args.max_body_bytes, max_tokens=min(args.max_tokens, 4096))
+                     max_body_bytes=args.max_body_bytes, max_tokens=min(args.max_tokens, MAX_TOKENS))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(), access_log=False,
                 timeout_graceful_shutdown=5, http=with_receive_deadline(args.receive_timeout))
     return 0

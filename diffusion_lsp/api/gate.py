@@ -43,9 +43,18 @@ class ApiError(Exception):
 
 class Gate:
     def __init__(self, metrics: Metrics, models: list[str], api_key: str | None, max_body_bytes: int,
-                 max_tokens: int):
+                 max_tokens: int, model_tokens: Callable[[], int | None] = lambda: None):
+        """max_tokens: serve-api's --max-tokens; model_tokens: the loaded model's own largest canvas
+        (None until the worker has said it)."""
         self.metrics, self.models, self.max_body_bytes, self.max_tokens = metrics, models, max_body_bytes, max_tokens
+        self.model_tokens = model_tokens
         self.key = api_key.encode() if api_key else None
+
+    def most_tokens(self) -> int:
+        """The one bound on a request's max_tokens: --max-tokens, and the model's canvas once it is known
+        (before, the worker refuses a canvas past it with the same message: max_tokens_refusal)."""
+        model = self.model_tokens()
+        return self.max_tokens if model is None else min(self.max_tokens, model)
 
     def authorized(self, request: Request) -> bool:
         if self.key is None:
@@ -92,7 +101,7 @@ class Gate:
     def parsed(self, fn, body):
         """The request `fn` parses from `body`; 400 naming the field it rejects."""
         try:
-            req = fn(body, self.max_tokens)
+            req = fn(body, self.most_tokens())
         except BadRequest as e:
             self.metrics.rejected.labels("bad_request").inc()
             raise ApiError(400, str(e), "invalid_request_error", e.param) from None

@@ -177,13 +177,6 @@ class Service:
             self.metrics.timeouts.inc()  # our deadline, or the link's (worker.fillTimeoutS)
             raise Failed(f"no answer within the request timeout ({self.timeout_s:g} s)", 504)
 
-    def check(self, req: Fim | Chat) -> None:
-        """A request the loaded model can never take: a 400 before anything starts (a stream, say)."""
-        limit = self.describe().get("max_tokens")
-        if limit is not None and req.max_tokens > limit:
-            raise Failed(f"max_tokens {req.max_tokens} does not fit the model: at most {limit}", 400,
-                         param="max_tokens")
-
     async def complete(self, req: Fim) -> Reply:
         """The fill for `req`."""
         t0 = time.monotonic()

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 
 from ..protocol.answers import Answered
-from ..protocol.requests import FillRequest
+from ..protocol.requests import FillRequest, max_tokens_refusal
 from ..model.jsonschema import Choice, Obj, compile_schema, for_object, tool_call
 from ..model.stop import OrderStopped, watched
 
@@ -65,8 +65,7 @@ def answer_structured(engine, order, stop=None) -> Answered:
         raise ValueError("this model does not decode JSON under constraints")
     output = json.loads(order.output)
     if order.max_tokens > engine.max_tokens():
-        raise DoesNotFit(f"max_tokens {order.max_tokens} does not fit the model: at most {engine.max_tokens()}",
-                         "max_tokens")
+        raise DoesNotFit(max_tokens_refusal(order.max_tokens, engine.max_tokens()), "max_tokens")
     prompt = engine.chat_prompt(order.chat, order.max_tokens)
     runs = _Decodes(watched(engine.model, stop), engine.tokenizer, prompt, order.sampling.threshold,
                     output.get("limit"), "tools" if "tools" in output else "response_format")

@@ -12,6 +12,15 @@ from dataclasses import dataclass, field
 from .settings import SamplerConfig
 
 MAX_CANDIDATES, MAX_CANDIDATE_CHARS = 8, 4096  # drafts one fill request may carry
+MAX_TOKENS = 4096  # the most any request may ask on the wire; a model's own canvas takes fewer (Engine.max_tokens)
+
+
+def max_tokens_refusal(n, most: int, name: str = "max_tokens") -> str | None:
+    """The one refusal of a token limit, wherever one is checked (serve-api's body, the worker's
+    admission, a request on the wire): None when `n` is an integer from 1 to `most`."""
+    if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= most:
+        return None
+    return f"{name} must be an integer between 1 and {most}, got {n!r}"
 
 
 @dataclass(frozen=True)
@@ -49,8 +58,8 @@ class FillRequest:
         one_line = msg.get("one_line", False)
         if not isinstance(prefix, str) or not isinstance(suffix, str):
             raise ValueError("prefix and suffix must be strings")
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 4096:
-            raise ValueError(f"max_tokens must be an integer between 1 and 4096, got {n!r}")
+        if (refused := max_tokens_refusal(n, MAX_TOKENS)) is not None:
+            raise ValueError(refused)
         drafts = msg.get("drafts", False)
         if not isinstance(one_line, bool) or not isinstance(drafts, bool):
             raise ValueError(f"one_line and drafts must be true or false, got {one_line!r} and {drafts!r}")
@@ -108,8 +117,8 @@ class RewriteRequest:
         content, n = msg.get("content"), msg.get("max_tokens")
         if not isinstance(content, str):
             raise ValueError("content must be a string")
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 4096:
-            raise ValueError(f"max_tokens must be an integer between 1 and 4096, got {n!r}")
+        if (refused := max_tokens_refusal(n, MAX_TOKENS)) is not None:
+            raise ValueError(refused)
         return cls(content, n)
 
 
@@ -135,8 +144,8 @@ class StructuredRequest:
         chat, output, n = msg.get("chat"), msg.get("output"), msg.get("max_tokens")
         if not isinstance(chat, str) or not isinstance(output, str):
             raise ValueError("chat and output must be JSON text")
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 4096:
-            raise ValueError(f"max_tokens must be an integer between 1 and 4096, got {n!r}")
+        if (refused := max_tokens_refusal(n, MAX_TOKENS)) is not None:
+            raise ValueError(refused)
         return cls(chat, output, n, SamplerConfig.from_wire(msg.get("sampling", {})))
 
 
@@ -164,6 +173,6 @@ class InstructRequest:
         n, comment = msg.get("max_tokens"), msg.get("comment", "#")
         if not all(isinstance(t, str) for t in texts) or not isinstance(comment, str):
             raise ValueError("prefix, region, suffix, instruction and comment must be strings")
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 4096:
-            raise ValueError(f"max_tokens must be an integer between 1 and 4096, got {n!r}")
+        if (refused := max_tokens_refusal(n, MAX_TOKENS)) is not None:
+            raise ValueError(refused)
         return cls(*texts, n, comment)

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from ..lifecycle import Latest
 from ..protocol.failure import BackendError, Failure
-from ..protocol.requests import FillRequest, InstructRequest, ProbeRequest, RewriteRequest, StructuredRequest
+from ..protocol.requests import (FillRequest, InstructRequest, ProbeRequest, RewriteRequest, StructuredRequest,
+                                 max_tokens_refusal)
 from ..model.canvas import DoesNotFit
 from ..protocol.settings import LaunchSettings
 from ..model.stop import OrderStopped
@@ -261,7 +262,7 @@ class Worker:
     def _admit(self, jobs: list[Job]) -> list[Job]:
         """The jobs whose canvas fits the model; the others are answered "invalid" (the same on every try)."""
         limit = self.engine.max_tokens()
-        refused = [(j, f"max_tokens {j.order.max_tokens} does not fit the model: at most {limit}", "max_tokens")
+        refused = [(j, max_tokens_refusal(j.order.max_tokens, limit), "max_tokens")
                    for j in jobs if j.order.max_tokens > limit]
         failed = []
         for job in jobs:
