@@ -43,7 +43,9 @@ def register(sub) -> None:
     p.add_argument("--static-batching", action="store_true",
                    help="no continuous batching: each batch decodes to its end before the next starts, and its "
                         "fills are answered together (for comparison, as `bench api` does)")
-    p.add_argument("--max-tokens", type=int, default=512, help="largest max_tokens a request may ask (default 512)")
+    p.add_argument("--max-tokens", type=int, default=512,
+                   help="largest max_tokens a request may ask (default 512); the model's own canvas bounds it too "
+                        "(511 for the embedded model)")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB)")
     p.add_argument("--next-edit", metavar="JSON", default="{}",
                    help='next-edit settings for /v1/edit/completions, as the editors\' nextEdit.* settings, '
