@@ -17,7 +17,7 @@ import pytest_asyncio
 from pygls.exceptions import FeatureNotificationError, FeatureRequestError, JsonRpcInternalError
 
 from diffusion_lsp.protocol.settings import LaunchSettings
-from diffusion_lsp.server.jsonrpc import MAX_BODY, MAX_HEADER, Frames
+from diffusion_lsp.server.frames import MAX_BODY, MAX_HEADER, Frames
 from diffusion_lsp.server.server import create_server
 from diffusion_lsp.server.session import ServeOptions
 
