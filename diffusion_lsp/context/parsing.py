@@ -98,13 +98,21 @@ def _far(old: bytes, new: bytes) -> bool:
 def reparse(parser, old_tree, old: bytes, new: bytes):
     """Parse `new`, reusing `old_tree` (the tree of `old`, left untouched) when only a small region
     changed (reusing a tree of unrelated text is slower than a fresh parse). None past the deadline."""
+    tree = edited(old_tree, old, new)
+    return _parse(parser, new, tree)
+
+
+def edited(old_tree, old: bytes, new: bytes):
+    """A copy of `old_tree` (the tree of `old`, left untouched) told where `new` differs, to parse
+    `new` incrementally; None when more than half of `new` differs (reusing a tree of unrelated
+    text is slower than a fresh parse)."""
     start, old_end, new_end = _edit_range(old, new)
     if (old_end - start) + (new_end - start) > len(new) // 2:
-        return _parse(parser, new)
+        return None
     tree = old_tree.copy()
     tree.edit(start_byte=start, old_end_byte=old_end, new_end_byte=new_end, start_point=_point(old, start),
               old_end_point=_point(old, old_end), new_end_point=_point(new, new_end))
-    return _parse(parser, new, tree)
+    return tree
 
 
 class WindowCache:

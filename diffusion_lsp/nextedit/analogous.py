@@ -14,11 +14,13 @@ longer one is not the same argument."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
+from .budget import UNBOUNDED, Budget
 from .history import Step, joined, undone
-from .names import char_offsets, parsed
+from .names import char_offsets, parsed, preorder
 
 CALLS = {"call", "call_expression", "method_invocation"}
 NAME_LEAVES = {"identifier", "property_identifier", "field_identifier", "shorthand_property_identifier", "type_identifier"}
@@ -51,18 +53,12 @@ def _slots(call) -> dict:
     return out
 
 
-def _calls(root, lo: int, hi: int) -> list:
-    """The calls whose arguments overlap bytes lo..hi, in order of position."""
-    out, stack = [], [root]
-    while stack:
-        n = stack.pop()
-        if n.end_byte <= lo or n.start_byte >= hi:
-            continue
+def _calls(root, lo: int, hi: int, budget: Budget = UNBOUNDED) -> Iterator:
+    """The calls whose arguments overlap bytes lo..hi, in order of position (until `budget` is spent)."""
+    for n in preorder(root, lo, budget, hi):
         args = n.child_by_field_name("arguments") if n.type in CALLS else None
         if args is not None and args.start_byte < hi and lo < args.end_byte:
-            out.append(n)
-        stack.extend(n.children)
-    return sorted(out, key=lambda n: n.start_byte)
+            yield n
 
 
 def arg_change(steps: list[Step], text: str, spec: LanguageSpec) -> ArgChange | None:
@@ -75,8 +71,8 @@ def arg_change(steps: list[Step], text: str, spec: LanguageSpec) -> ArgChange | 
     if now_tree is None or then_tree is None:
         return None
     lo = len(text[:start].encode("utf-8"))
-    now = _calls(now_tree[0].root_node, lo, lo + len("".join(step.new).encode("utf-8")))
-    was = _calls(then_tree[0].root_node, lo, lo + len("".join(step.old).encode("utf-8")))
+    now = list(_calls(now_tree[0].root_node, lo, lo + len("".join(step.new).encode("utf-8"))))
+    was = list(_calls(then_tree[0].root_node, lo, lo + len("".join(step.old).encode("utf-8"))))
     if len(now) != len(was):
         return None
     found = []
@@ -111,14 +107,17 @@ def _names_only(old, new) -> bool:
     return len(x) == len(y) and all(m.type == n.type and (m.text == n.text or m.type in NAME_LEAVES) for m, n in zip(x, y))
 
 
-def analogous_edits(text: str, spec: LanguageSpec, change: ArgChange) -> list[tuple[int, int, str]]:
+def analogous_edits(text: str, spec: LanguageSpec, change: ArgChange,
+                    budget: Budget = UNBOUNDED) -> list[tuple[int, int, str]]:
     """(start, end, new text) of the argument at every call of change.callee still passing change.old
-    in change.slot, in order."""
+    in change.slot, from budget.start on (at most budget.most), in order."""
     if (found := parsed(spec, text)) is None:
         return []
     (tree, data), out = found, []
     chars = char_offsets(data)
-    for call in _calls(tree.root_node, 0, len(data)):
+    for call in _calls(tree.root_node, len(text[:budget.start].encode("utf-8")), len(data), budget):
+        if budget.full(len(out)):
+            break
         if _callee(call) != change.callee:
             continue
         arg = _slots(call).get(change.slot)

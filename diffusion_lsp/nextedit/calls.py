@@ -19,11 +19,13 @@ is left alone: nothing is guessed where the call cannot be read."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
 from .history import Step, joined, undone
-from .names import FUNCTIONS, SELF, binding, char_offsets, names, parsed, python_sees, root, script_sees, spelled
+from .budget import UNBOUNDED, Budget
+from .names import FUNCTIONS, SELF, binding, char_offsets, names, parsed, preorder, root, seen_names, spelled
 
 log = logging.getLogger(__name__)
 PARAM_NODES = {"identifier", "typed_parameter", "default_parameter", "typed_default_parameter"}
@@ -125,15 +127,11 @@ def _script_parameters(params) -> tuple[Param, ...] | None:
 def _definitions(tree, lo: int, hi: int, grammar: Grammar) -> list:
     """The definitions whose parameters overlap bytes lo..hi, outermost first: a step over a
     decorator factory's `def` line spans the nested `def` below it too."""
-    found, stack = [], [tree.root_node]
-    while stack:
-        n = stack.pop()
-        if n.end_byte <= lo or n.start_byte >= hi:
-            continue
+    found = []
+    for n in preorder(tree.root_node, lo, hi=hi):  # a cursor: a module's 100,000 statements are never listed
         params = n.child_by_field_name("parameters") if n.type in grammar.definitions else None
         if params is not None and params.start_byte < hi and lo < params.end_byte:
             found.append(n)
-        stack.extend(n.children)
     return sorted(found, key=lambda n: n.start_byte)
 
 
@@ -217,44 +215,44 @@ def _compare(function: str, old: tuple[Param, ...], new: tuple[Param, ...]) -> C
     return None
 
 
-def calls(fn, method: bool) -> list:
-    """The argument lists of the calls of definition `fn` in its file."""
+def calls(fn, method: bool, budget: Budget = UNBOUNDED, lo: int = 0) -> Iterator:
+    """The argument lists of the calls of definition `fn` in its file, from byte `lo` on, in order
+    (until `budget` is spent)."""
     g, name = grammar_of(fn), fn.child_by_field_name("name").text
-    out = []
-    if method:
-        stack = [_class_of(fn) if g is PYTHON else fn.parent.parent]  # the class
-        while stack:
-            n = stack.pop()
-            callee = n.child_by_field_name("function") if n.type == g.call else None
-            if callee is not None and callee.type == g.member[0]:
-                obj, attr = callee.child_by_field_name(g.member[1]), callee.child_by_field_name(g.member[2])
-                if obj is not None and attr is not None and obj.text.decode() in SELF and attr.text == name:
-                    out.append(n.child_by_field_name("arguments"))
-            stack.extend(n.children)
-    else:
+    if not method:
         scope, functions = fn.parent, FUNCTIONS["python" if g is PYTHON else "javascript"]
         while scope is not None and scope.type not in functions:
             scope = scope.parent
-        out = named_calls(scope if scope is not None else root(fn), name, g)
-    return sorted((a for a in out if a is not None and a.type == g.arguments), key=lambda a: a.start_byte)
+        yield from named_calls(scope if scope is not None else root(fn), name, g, budget, lo)
+        return
+    for n in preorder(_class_of(fn) if g is PYTHON else fn.parent.parent, lo, budget):  # the class
+        callee = n.child_by_field_name("function") if n.type == g.call else None
+        if callee is not None and callee.type == g.member[0]:
+            obj, attr = callee.child_by_field_name(g.member[1]), callee.child_by_field_name(g.member[2])
+            if obj is not None and attr is not None and obj.text.decode() in SELF and attr.text == name:
+                yield from _arguments(n, g)
 
 
-def named_calls(scope, name: bytes, g: Grammar = PYTHON) -> list:
+def named_calls(scope, name: bytes, g: Grammar = PYTHON, budget: Budget = UNBOUNDED, lo: int = 0) -> Iterator:
     """The argument lists of the calls `name(...)` in `scope` where `name` is the scope's own (no
-    function in between binds it)."""
-    out = []
-    for ident in names(scope, name, "python" if g is PYTHON else None):
+    function in between binds it), from byte `lo` on, in order."""
+    for ident in seen_names(scope, name, "python" if g is PYTHON else None, True, budget, lo):
         call = ident.parent
-        if call is not None and call.type == g.call and call.child_by_field_name("function") == ident \
-                and (python_sees if g is PYTHON else script_sees)(ident, scope, name):
-            out.append(call.child_by_field_name("arguments"))
-    return [a for a in out if a is not None and a.type == g.arguments]
+        if call is not None and call.type == g.call and call.child_by_field_name("function") == ident:
+            yield from _arguments(call, g)
 
 
-def edits_of(calls_args: list, change: Change, data: bytes) -> list[tuple[int, int, str]]:
-    """(start, end, new text), character offsets, of the calls (their argument nodes) the change reaches."""
+def _arguments(call, g: Grammar) -> list:
+    args = call.child_by_field_name("arguments")
+    return [args] if args is not None and args.type == g.arguments else []
+
+
+def edits_of(calls_args: Iterable, change: Change, data: bytes, budget: Budget = UNBOUNDED) -> list[tuple[int, int, str]]:
+    """(start, end, new text), character offsets, of the calls (argument nodes) the change reaches: budget.most."""
     chars, out = char_offsets(data), []
     for args in calls_args:
+        if budget.full(len(out)):
+            break
         if (edit := _rewrite(args, change)) is not None:
             out.append((chars(edit[0]), chars(edit[1]), edit[2]))
     return out
@@ -315,11 +313,11 @@ def _fits(params: tuple[Param, ...], n: int, keywords) -> bool:
     return sum(not p.default for p in params) <= n <= len(params) and all(k in {p.name for p in params} for k in keywords)
 
 
-def call_edits(steps: list[Step], text: str, spec: LanguageSpec,
-               going_on: Change | None = None) -> tuple[Change, list[tuple[int, int, str]]] | None:
-    """(the signature change, (start, end, new text) of every call it implies, in order: character
-    offsets into `text`), or None. The change is the newest step's, else `going_on` (one this document
-    began, whose calls the newest step is editing) while its definition still has the new parameters."""
+def call_edits(steps: list[Step], text: str, spec: LanguageSpec, going_on: Change | None = None,
+               budget: Budget = UNBOUNDED) -> tuple[Change, list[tuple[int, int, str]]] | None:
+    """(the signature change, (start, end, new text) of each call it implies from budget.start on, in
+    order: character offsets into `text`), or None. The change is the newest step's, else `going_on` (one
+    this document began, whose calls the newest step is editing) while its def has the new parameters."""
     found = changed(steps, text, spec, going_on)
     if found is None and going_on is not None and steps \
             and going_on.function + "(" in "".join(steps[-1].new).replace(" ", ""):
@@ -327,7 +325,8 @@ def call_edits(steps: list[Step], text: str, spec: LanguageSpec,
     if found is None:
         return None
     change, fn, data = found
-    return change, edits_of(calls(fn, parameters(fn)[1]), change, data)
+    lo = len(text[:budget.start].encode("utf-8"))
+    return change, edits_of(calls(fn, parameters(fn)[1], budget, lo), change, data, budget)
 
 
 def _still(change: Change, text: str, spec: LanguageSpec):
@@ -346,7 +345,7 @@ def _still(change: Change, text: str, spec: LanguageSpec):
     return None
 
 
-def keyword_sites(node, old: bytes) -> list:
+def keyword_sites(node, old: bytes, budget: Budget = UNBOUNDED) -> list:
     """The keyword-argument names spelled `old` at the calls of the function whose parameter `node`
     (an identifier, just renamed) is; [] when it is no parameter of a Python def."""
     fn = node.parent
@@ -359,7 +358,7 @@ def keyword_sites(node, old: bytes) -> list:
     if found is None:
         return []
     out = []
-    for args in calls(fn, found[1]):
+    for args in calls(fn, found[1], budget):
         for a in args.named_children:
             key = a.child_by_field_name("name") if a.type == "keyword_argument" else None
             if key is not None and spelled(key.text, "python") == spelled(old, "python"):

@@ -6,12 +6,17 @@ a name comes from."""
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
+
 from ..context.languages import LanguageSpec
+from .budget import UNBOUNDED, Budget
 from .calls import Change, edits_of, named_calls
-from .names import parsed
+from .names import parsed, preorder
 
 
-def imported_edits(text: str, spec: LanguageSpec, change: Change, module: str) -> list[tuple[int, int, str]]:
+def imported_edits(text: str, spec: LanguageSpec, change: Change, module: str,
+                   budget: Budget = UNBOUNDED) -> list[tuple[int, int, str]]:
     """(start, end, new text) of the calls in `text` (another document) of change.function defined in
     `module` (the defining file's name without .py): imported from it (`from pkg.module import
     function [as f]`: `f(...)`), or through the module (`import pkg.module [as m]`, `from pkg import
@@ -34,19 +39,20 @@ def imported_edits(text: str, spec: LanguageSpec, change: Change, module: str) -
                 local = (alias or name).text
             elif spelled.rsplit(".", 1)[-1] == module and (stmt.type == "import_statement" or src is not None):
                 through.add((alias or name).text)
-    out = named_calls(tree.root_node, local) if local is not None else []
-    return sorted(edits_of(out + _module_calls(tree.root_node, through, change.function.encode()), change, data))
+    lo = len(text[:budget.start].encode("utf-8"))
+    named = named_calls(tree.root_node, local, budget=budget, lo=lo) if local is not None else iter(())
+    through_module = _module_calls(tree.root_node, through, change.function.encode(), budget, lo)
+    return edits_of(heapq.merge(named, through_module, key=lambda a: a.start_byte), change, data, budget)
 
 
-def _module_calls(node, modules: set[bytes], function: bytes) -> list:
-    """The argument lists of the calls `module.function(...)` under `node`, for each of `modules`."""
-    out, stack = [], [node] if modules else []
-    while stack:
-        n = stack.pop()
+def _module_calls(node, modules: set[bytes], function: bytes, budget: Budget, lo: int) -> Iterator:
+    """The argument lists of the calls `module.function(...)` under `node`, for each of `modules`,
+    from byte `lo` on, in order."""
+    for n in preorder(node, lo, budget) if modules else ():
         callee = n.child_by_field_name("function") if n.type == "call" else None
         if callee is not None and callee.type == "attribute":
             obj, attr = callee.child_by_field_name("object"), callee.child_by_field_name("attribute")
-            if obj is not None and attr is not None and obj.text in modules and attr.text == function:
-                out.append(n.child_by_field_name("arguments"))
-        stack.extend(n.children)
-    return [a for a in out if a is not None and a.type == "argument_list"]
+            args = n.child_by_field_name("arguments")
+            if obj is not None and attr is not None and obj.text in modules and attr.text == function \
+                    and args is not None and args.type == "argument_list":
+                yield args

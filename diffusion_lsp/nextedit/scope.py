@@ -17,13 +17,15 @@ Sites close together are one suggestion (follow.py)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
 from ..context.languages import LanguageSpec
 from .history import Step, joined, line_offset
 from .names import (FUNCTIONS, SELF, binding, binds, char_offsets, field_of, is_name, is_use, names, parsed,
-                    python_sees, root, spelled)
+                    root, seen_names, spelled)
+from .budget import UNBOUNDED, Budget
 from .calls import keyword_parameter, keyword_sites
 from .repeat import renames
 
@@ -95,11 +97,13 @@ def _attribute_sites(node, old: bytes, language: str) -> list | None:
     return out
 
 
-def sites(text: str, spec: LanguageSpec, rename: Rename, at_binding: bool = True) -> list[tuple[int, int]]:
+def sites(text: str, spec: LanguageSpec, rename: Rename, at_binding: bool = True,
+          budget: Budget = UNBOUNDED) -> list[tuple[int, int]]:
     """(start, end) offsets of every site in `text` still spelled rename.old in the renamed name's
-    scope, in order; [] when the change is not a rename tree-sitter can place. `at_binding`: only when
-    the change renamed the name where it is defined (one name swapped for another at a use is an
-    argument changed, unless a rename begun at its definition goes on)."""
+    scope (its uses from budget.start on, at most budget.most), in order; [] when the change is not
+    a rename tree-sitter can place. `at_binding`: only when the change renamed the name where it is
+    defined (one name swapped for another at a use is an argument changed, unless a rename begun at
+    its definition goes on)."""
     if (found := parsed(spec, text)) is None:
         return []
     (tree, data), byte_at = found, len(text[:rename.at].encode("utf-8"))
@@ -117,13 +121,14 @@ def sites(text: str, spec: LanguageSpec, rename: Rename, at_binding: bool = True
         if not is_use(node):
             return []
         scope = _scope(node, rename.new.encode("utf-8"), spec)
-        found = [n for n in names(scope, old, spec.name) if is_use(n)
-                 and (spec.name != "python" or python_sees(n, scope, old))]
+        lo = len(text[:budget.start].encode("utf-8"))
+        uses = seen_names(scope, old, spec.name, spec.name == "python", budget, lo)
+        found = list(itertools.islice((n for n in uses if is_use(n)), budget.most))
         params = scope.child_by_field_name("parameters") if spec.name == "python" else None
         param = next((n for n in names(params, rename.new.encode("utf-8"), spec.name) if binding(n)), None) \
             if params else None
         if param is not None:  # a parameter's keyword at the calls of its function
-            found += keyword_sites(param, old)
+            found += keyword_sites(param, old, budget)
     chars = char_offsets(data)
     spans = {(chars(n.start_byte), chars(n.end_byte)) for n in found}
     if param is not None:  # and where its function's docstring names it
@@ -131,12 +136,15 @@ def sites(text: str, spec: LanguageSpec, rename: Rename, at_binding: bool = True
     return sorted(spans)
 
 
-def from_binding(text: str, spec: LanguageSpec, rename: Rename, most: int = 20) -> list[tuple[int, int]]:
+def from_binding(text: str, spec: LanguageSpec, rename: Rename, most: int = 20,
+                 budget: Budget = UNBOUNDED) -> list[tuple[int, int]]:
     """The sites of a rename going on whose last step renamed what `sites` cannot place (a mention
     in a docstring), seen from the nearest binding of the new name before it (the parameter in the def)."""
     before = list(re.finditer(r"(?<!\w)" + re.escape(rename.new) + r"(?!\w)", text[:rename.at]))
     for m in reversed(before[-most:]):
-        if found := sites(text, spec, Rename(rename.old, rename.new, m.start())):
+        if budget.spent():
+            break
+        if found := sites(text, spec, Rename(rename.old, rename.new, m.start()), budget=budget):
             return found
     return []
 

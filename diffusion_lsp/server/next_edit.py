@@ -4,7 +4,8 @@ Top to bottom: refuse a stale version or bad input; share a request already runn
 document, version and position (the code action and the NES request ask the same question); the
 request's ticket (lifecycle.py: superseded by a newer one for the document, the debounce); then the
 candidates, cheapest first: the rest of the user's last change at its next sites, from the code
-alone (nextedit/follow.py: a rename through the name's scope, a signature's calls), then the
+alone (nextedit/follow.py: a rename through the name's scope, a signature's calls; in a thread of
+its own per request, never behind another document's, within a budget: nextedit/budget.py), then the
 next-edit pipeline's edit (nextedit/suggest.py) over the Backend, its CPU steps (the region's
 parse, the prompt's token counts, the filters) in a thread of their own. The next-edit acceptance
 model (acceptance/edits.py) decides which is shown, if any; without one, the rules: the change's
@@ -14,7 +15,9 @@ code action and for inline completion, which offers it when it is an insertion a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +38,8 @@ from ..nextedit.edits import LineEnds, minimal_edit
 from ..nextedit.history import EditLog, Step, joined
 from ..nextedit.repeat import last_change, made_again
 from ..nextedit.unfinished import unfinished
-from ..lifecycle import tickets
+from ..lifecycle import Ticket, deadline, tickets
+from ..nextedit.budget import FOLLOW_MS, PARSE_S, Budget
 from ..nextedit.follow import Elsewhere, follow, follow_elsewhere
 from ..nextedit.scope import Rename
 from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, suggest
@@ -47,6 +51,7 @@ from .failures import BadInput, answering
 from .stats import NextEditStats
 
 Position = tuple[int, int]
+RULES_CAP_S = 3 * PARSE_S  # a last resort: each parse of a follow (the document, before its step) ends by PARSE_S
 
 
 @dataclass(frozen=True)
@@ -66,8 +71,10 @@ class NextEditor:
     """`suggest` never raises but CancelledError: a refusal or failure is one log line and None."""
 
     def __init__(self, backend: Backend, stats: NextEditStats, log: Callable[[str, str], None], edits: EditLog,
-                 count_tokens: Callable[[str], int] = approx_tokens):
+                 count_tokens: Callable[[str], int] = approx_tokens,
+                 documents: Callable[[str], Document | None] = lambda uri: None):
         self.backend, self.stats, self.log, self.edits = backend, stats, log, edits
+        self.documents = documents  # any open document by uri: where a change being followed was made
         self.count_tokens = count_tokens
         self.cfg = Config()
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="diffusion-lsp-nextedit")
@@ -144,7 +151,8 @@ class NextEditor:
             if not await ticket.debounce(s.debounce_ms / 1000):
                 raise BackendError(Failure.DROPPED, "superseded while waiting for typing to pause")
             mine = [step for step in self.edits.steps if step.uri == doc.uri]  # oldest first
-            offers = [site] if s.follow and (site := await self._follow(doc, spec, offset, mine, open_docs)) else []
+            offers = [site] if s.follow and (site := await self._follow(doc, spec, offset, mine, open_docs,
+                                                                        ticket)) else []
             if self.acceptance is not None and mine:  # the rules never show a repeat
                 again = await self._in_thread(self._repeat, doc, spec, offset, mine)
                 offers += [again] if again is not None else []
@@ -196,16 +204,39 @@ class NextEditor:
         return NextEdit(doc.uri, doc.version, rng, shown.text, shown.start, shown.end, jump, shown.source, choice.p)
 
     async def _follow(self, doc: Document, spec, offset: int, steps: list[Step],
-                      open_docs: list[Document]) -> EditOffer | None:
+                      open_docs: list[Document], ticket: Ticket) -> EditOffer | None:
         """The rest of the user's last change in `doc` (its `steps`: a rename, a signature) at its next
         sites, else the calls in `doc` of a function whose signature changed in another open document;
         or None."""
-        found = await self._in_thread(follow, doc.text, spec, steps, offset, self.following.get(doc.uri))
+        budget = Budget.of(FOLLOW_MS)
+        found = await self._rules(ticket, budget, follow, doc.text, spec, steps, offset,
+                                  self.following.get(doc.uri), budget)
         if found is not None:
-            self.following[doc.uri] = found.change
+            self._note(doc.uri, found.change)
         elif others := self._elsewhere(doc, open_docs):
-            found = await self._in_thread(follow_elsewhere, doc.text, spec, offset, others)
+            found = await self._rules(ticket, budget, follow_elsewhere, doc.text, spec, offset, others, budget)
+            if found is not None and found.origin:  # still followed once its step leaves the edit log
+                self._note(found.origin, found.change)
         return None if found is None else EditOffer(found.source, found.start, found.end, found.text)
+
+    async def _rules(self, ticket: Ticket, budget: Budget, fn, *args):
+        """fn(*args) in a thread of its own (never behind another document's follow, nor the model's
+        CPU steps), until a newer request for the document supersedes it (BackendError DROPPED) or
+        RULES_CAP_S pass (None); either way its budget is stopped, so the thread ends soon after."""
+        try:
+            async with deadline(RULES_CAP_S, "the change's sites took too long"):
+                return await ticket.run(own_thread(fn, *args))
+        except BaseException as e:
+            budget.stop()
+            if not isinstance(e, BackendError) or e.kind is not Failure.TIMEOUT:
+                raise
+            self.log("debug", f"next edit: nothing followed: {e}")
+            return None
+
+    def _note(self, uri: str, change: Rename | Change) -> None:
+        """`change` is what `uri`'s follow follows now (the newest noted last)."""
+        self.following.pop(uri, None)
+        self.following[uri] = change
 
     @staticmethod
     def _repeat(doc: Document, spec, offset: int, steps: list[Step]) -> EditOffer | None:
@@ -220,17 +251,45 @@ class NextEditor:
         e = None if again is None else minimal_edit(doc.text, again)
         return None if e is None else EditOffer("repeat", e.start, e.end, e.text)
 
-    def _elsewhere(self, doc: Document, open_docs: list[Document], most: int = 3) -> list[Elsewhere]:
-        """The other open documents of doc's language edited lately (at most `most`, newest first)."""
-        by_uri, uris = {d.uri: d for d in open_docs if d.language_id == doc.language_id}, []
-        for step in reversed(self.edits.steps):
-            if len(uris) < most and step.uri != doc.uri and step.uri in by_uri and step.uri not in uris:
-                uris.append(step.uri)
-        return [Elsewhere([s for s in self.edits.steps if s.uri == uri], by_uri[uri].text,
-                          PurePosixPath(unquote(uri)).stem, self.following.get(uri)) for uri in uris]
+    def _elsewhere(self, doc: Document, open_docs: list[Document]) -> list[Elsewhere]:
+        """Every other open document of doc's language that may have changed a signature: those in the
+        edit log (newest first), then those whose change is followed (the newest noted first), open
+        in `open_docs` or not (`documents`). No window drops one: the follow walks them in this
+        order until its budget is spent (a window of the 3 edited last, among the 32 opened last,
+        reached none of 60 importers, and 3 of 20)."""
+        by_uri, out = {d.uri: d for d in open_docs}, []
+        for uri in dict.fromkeys([s.uri for s in reversed(self.edits.steps)] + list(reversed(self.following))):
+            other = by_uri.get(uri) or (self.documents(uri) if uri != doc.uri else None)
+            if uri != doc.uri and other is not None and other.language_id == doc.language_id:
+                out.append(Elsewhere([s for s in self.edits.steps if s.uri == uri], other.text,
+                                     PurePosixPath(unquote(uri)).stem, self.following.get(uri), uri))
+        return out
 
     async def _in_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.thread, functools.partial(fn, *args))
 
     def close(self) -> None:
         self.thread.shutdown(wait=False, cancel_futures=True)
+
+
+async def own_thread(fn, *args):
+    """fn(*args) in a new thread: a slow call (the parse of a huge document) holds no pool's worker
+    that another request would wait for. Cancelling the await leaves the thread to end by itself."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def run() -> None:
+        try:
+            result, error = fn(*args), None
+        except BaseException as e:  # noqa: BLE001 (handed to the awaiting task)
+            result, error = None, e
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(_settle, done, result, error)
+
+    threading.Thread(target=run, name="diffusion-lsp-follow", daemon=True).start()
+    return await done
+
+
+def _settle(done: asyncio.Future, result, error) -> None:
+    if not done.done():
+        done.set_exception(error) if error is not None else done.set_result(result)

@@ -79,7 +79,7 @@ class Session:
         self.completer = Completer(self.backend, self.stats, ui.log, self.edits.snippets,
                                    counter_for(self.cfg.model.path))
         self.next_edit = NextEditor(self.backend, self.stats.next_edit, ui.log, self.edits,
-                                    self.completer.count_tokens)
+                                    self.completer.count_tokens, get_document)
         self.indexer = Indexer(get_document)
         self.texts: dict[str, str] = {}  # per open document, its text before the next change
         self.root: str | None = None  # the workspace folder (initialize's rootUri), where an adapted model is
