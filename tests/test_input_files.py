@@ -21,11 +21,15 @@ from diffusion_lsp.input_files import MAX_DEPTH, InputFile, Refused, parse_json,
 from diffusion_lsp.workspace_files import output_path
 
 
+class Hung(BaseException):
+    """Not an OSError (TimeoutError is one, and a command's `except OSError` would take it for a refusal)."""
+
+
 @pytest.fixture
 def no_hang():
     """A read that blocks (a FIFO with no writer) fails the test after 20 s instead of hanging it."""
     def hung(*_):
-        raise TimeoutError("blocked: the reader waited on a FIFO")
+        raise Hung("blocked: the reader waited on a FIFO")
     old = signal.signal(signal.SIGALRM, hung)
     signal.alarm(20)
     yield
