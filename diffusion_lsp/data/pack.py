@@ -75,17 +75,30 @@ def pack(corpus: Path, tok, out: Path, max_mb: float) -> dict:
     return meta
 
 
+XZ_MAGIC = b"\xfd7zXZ\x00"
+
+
+def _members(raw, wanted: set[str]) -> dict[str, bytes]:
+    """The `wanted` files of the tar.xz stream `raw`, by name."""
+    found = {}
+    with tarfile.open(fileobj=raw, mode="r:xz") as tar:
+        for member in tar:
+            if member.name in wanted and member.isfile():  # nothing else, and no path: no traversal
+                found[member.name] = tar.extractfile(member).read()
+    return found
+
+
 def unpack(path: Path | InputFile, out: Path) -> dict:
     """Write the corpus folder of the pack at `path` (opened by input_files: a regular file, never a
     FIFO waited on) into `out` -> pack.json's content."""
     wanted = {PACK_META, "tokenizer.json"} | {f"{s}.{k}.npy" for s in SPLITS for k in ("ids", "offsets")}
     file = path if isinstance(path, InputFile) else InputFile(str(path))
     try:
-        with file.open() as raw, tarfile.open(fileobj=raw, mode="r:xz") as tar:
-            found = {}
-            for member in tar:
-                if member.name in wanted and member.isfile():  # nothing else, and no path: no traversal
-                    found[member.name] = tar.extractfile(member).read()
+        with file.open() as raw:
+            if raw.read(len(XZ_MAGIC)) != XZ_MAGIC:  # zeros are xz stream padding: 256 MB of them took 50 s
+                raise PackError(f"{path}: not a token pack (not an xz file)")
+            raw.seek(0)
+            found = _members(raw, wanted)
     except (tarfile.TarError, lzma.LZMAError, EOFError, OSError) as e:
         raise PackError(f"{path}: not a readable token pack ({e})") from None
     try:
