@@ -76,10 +76,11 @@ def test_a_key_hides_the_ghost_text_at_once_unless_it_types_the_ghost_text(token
     """Neovim draws the shown suggestion again after each key until the next answer (200 ms and the
     server's time later): after "x" it showed "foo(value) + 1" past the x, and <Tab> then inserted it."""
     model = scripted_checkpoint(tokenizer, SCRIPT, tmp_path / "model")
-    text = SAMPLE + "    n = len()\n"
+    text = SAMPLE + "    n = len()\n    z = self.\n"
     cases = [{"line": 2, "col": 0, "append": True, "want": "foo(value) + 1"},
              {"line": 3, "col": 12, "append": False, "want": "value) + 1"}]  # drawn over the ")": a range
-    result = session(tmp_path, serve(model, tmp_path), text, ready_ms=90_000, typing=cases)
+    late = [{"line": 4, "col": 0, "append": True, "want": "foo(value) + 1"}]
+    result = session(tmp_path, serve(model, tmp_path), text, ready_ms=90_000, typing=cases, late_key=late)
     plain, bracket = result["typing"]
     for t in (plain, bracket):
         assert t["ghost"] == t["again"], t
@@ -90,6 +91,11 @@ def test_a_key_hides_the_ghost_text_at_once_unless_it_types_the_ghost_text(token
     assert plain["accepted"] and plain["line"] == "    y = self.foo(value) + 1", plain
     assert bracket["ghost"] == "value) + 1" and bracket["after_hit"] == "alue) + 1", bracket
     assert bracket["accepted"] and bracket["line"] == "    n = len(value) + 1", bracket  # one ")"
+    # a key typed while the request was out: its answer, for the text before the key, is checked the same way
+    [k] = result["late_key"]
+    assert k["ghost"] == "foo(value) + 1", k
+    assert k["miss"]["line"] == "    z = self.x" and k["miss"].get("ghost") is None, k
+    assert k["hit"]["line"] == "    z = self.f" and k["hit"]["ghost"] == "oo(value) + 1", k
 
 
 def test_a_next_edit_is_drawn_jumped_to_and_applied(echo_checkpoint, tmp_path):  # noqa: F811

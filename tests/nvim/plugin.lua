@@ -7,6 +7,8 @@
 --             `rest`, accept it; record the line after each
 --   typing    [{line, col, append, want}]: a key that does not go on with the ghost text hides it at
 --             once, one that does leaves the rest, which is accepted at once (typing_step)
+--   late_key  [{line, col, append, want}]: the same for a key typed while the request is out: the
+--             answer, for the text before the key, is checked against it (late_key_step)
 --   leave     {line}: insert at the end of that line, wait for the ghost text and for its report
 --             (didShowCompletion), leave insert mode; enter and leave again before Neovim asks (it
 --             asks 200 ms after a key) and wait for that late answer to be handled; enter insert mode
@@ -50,7 +52,10 @@ end
 vim.o.laststatus = 2
 vim.o.statusline = '%!v:lua.diffusion_test_statusline()'
 
-local requests = {} -- inline completion requests in the order sent: { id, mode when sent, handled }
+local ghost -- the ghost text drawn, or nil (below)
+local requests = {} -- inline completion requests in the order sent: { id, mode when sent, handled, and once its
+-- answer was handled: ghost (drawn then) and line (the cursor's then) }
+local on_handled = {} -- request id -> run once with the request when its answer has been handled
 api.nvim_create_autocmd('LspRequest', {
   callback = function(ev)
     local r = ev.data.request
@@ -64,7 +69,14 @@ api.nvim_create_autocmd('LspRequest', {
       vim.schedule(function()
         vim.schedule(function()
           for _, q in ipairs(requests) do
-            q.handled = q.handled or q.id == ev.data.request_id
+            if q.id == ev.data.request_id then
+              q.handled, q.ghost, q.line = true, ghost(), api.nvim_get_current_line()
+              local run = on_handled[q.id]
+              on_handled[q.id] = nil
+              if run then
+                run(q)
+              end
+            end
           end
         end)
       end)
@@ -81,7 +93,7 @@ local function spy(client)
   end
 end
 
-local function ghost()
+ghost = function()
   for _, m in ipairs(api.nvim_buf_get_extmarks(0, ghost_ns, 0, -1, { details = true })) do
     local chunks = m[4].virt_text or {}
     if #chunks > 0 then
@@ -233,6 +245,53 @@ local function typing_step(cases)
   return out
 end
 
+--- Type `k` as soon as Neovim sends its next completion request (insert mode reads it from the
+--- typeahead before it looks at the answer, which is for the text before the key) -> that request,
+--- once its answer has been handled.
+local function key_on_request(k)
+  local me, request = coroutine.running(), nil
+  api.nvim_create_autocmd('LspRequest', {
+    callback = function(ev)
+      if ev.data.request.method == ANSWER and ev.data.request.type == 'pending' then
+        on_handled[ev.data.request_id] = function(q)
+          request = q
+          resume(me)
+        end
+        api.nvim_feedkeys(k, 'nt', false)
+        return true -- once
+      end
+    end,
+  })
+  coroutine.yield() -- back to insert mode, which reads the key
+  return request
+end
+
+--- For each case {line, col, append, want}: wait for the ghost text `want` there, leave insert mode;
+--- then twice (a key that does not go on with it, then its first character) insert there again,
+--- type the key once Neovim has sent its request and record the line and what is drawn when the
+--- answer (for the text before the key) has been handled; the line is put back after each.
+local function late_key_step(cases)
+  local out = {}
+  for _, t in ipairs(cases) do
+    local record, text = {}, line(t.line)
+    api.nvim_win_set_cursor(0, { t.line, t.col })
+    insert(t.append and 'startinsert!' or 'startinsert')
+    record.ghost = wait_ghost(t.line, nil, t.want)
+    leave()
+    for _, case in ipairs({ { 'miss', 'x' }, { 'hit', t.want:sub(1, 1) } }) do
+      local name, k = case[1], case[2]
+      api.nvim_win_set_cursor(0, { t.line, t.col })
+      insert(t.append and 'startinsert!' or 'startinsert')
+      local request = key_on_request(k)
+      record[name] = { ghost = request.ghost, line = request.line } -- as the answer found them
+      leave()
+      api.nvim_buf_set_lines(0, t.line - 1, t.line, true, { text })
+    end
+    out[#out + 1] = record
+  end
+  return out
+end
+
 local function no_edit_step()
   local before = #result.messages
   vim.cmd('DiffusionLspNextEdit')
@@ -345,6 +404,9 @@ local function main()
   end
   if spec.typing then
     result.typing = typing_step(spec.typing)
+  end
+  if spec.late_key then
+    result.late_key = late_key_step(spec.late_key)
   end
   if spec.no_edit then
     result.no_edit = no_edit_step()
