@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 from pathlib import Path, PurePath
 
 from .errors import UserError
+from .input_files import open_checked
 from .local_state import trust
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -124,9 +126,21 @@ def check_in(workspace: str | Path, rel: str | PurePath, folder: bool = False) -
 
 def write_in(workspace: str | Path, rel: str | PurePath, data: bytes | str) -> Path:
     """Write `data` to workspace/rel with the checks above (folders made as needed) -> the path."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    return _place(workspace, rel, lambda f: f.write(raw))
+
+
+def copy_in(workspace: str | Path, rel: str | PurePath, source: Path) -> Path:
+    """Copy the file `source` (weights: streamed, not held in memory) to workspace/rel as write_in writes."""
+    def fill(f) -> None:
+        with open_checked(str(source)) as src:
+            shutil.copyfileobj(src, f, 1 << 20)
+    return _place(workspace, rel, fill)
+
+
+def _place(workspace: str | Path, rel: str | PurePath, fill) -> Path:
     root, parts = Path(workspace).resolve(), _relative(rel)
     path = root.joinpath(*parts)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
     with _folder(root, parts[:-1], create=True) as fd:
         if (why := _target_problem(fd, parts[-1])):
             raise _refuse(path, why)
@@ -136,14 +150,16 @@ def write_in(workspace: str | Path, rel: str | PurePath, data: bytes | str) -> P
                 os.unlink(tmp, dir_fd=fd)  # a leftover of a killed run of this pid
             out = os.open(tmp, _NEW_FLAGS, 0o644, dir_fd=fd)
             with os.fdopen(out, "wb") as f:
-                f.write(raw)
+                fill(f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, parts[-1], src_dir_fd=fd, dst_dir_fd=fd)
-        except OSError as e:
+        except BaseException as e:  # nothing is left beside the target, whatever stopped the write
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=fd)
-            raise UserError(f"cannot write {path}: {e.strerror}") from None
+            if isinstance(e, OSError):
+                raise UserError(f"cannot write {path}: {e.strerror}") from None
+            raise
     return path
 
 

@@ -156,3 +156,34 @@ def test_the_writer_creates_real_folders_replaces_atomically_and_refuses_links_b
         write_in(ws, "../escape", "x")
     assert check_in(ws, "new/never/made.json") == ws.resolve() / "new" / "never" / "made.json"
     assert not (ws / "new").exists()  # a check writes nothing
+
+
+def test_adapt_refuses_to_publish_through_a_link_swapped_in_while_it_trained(tiny_checkpoint, tmp_path, state, capsys,
+                                                                             monkeypatch):
+    """The checks before the run pass; during the minutes of training the model folder becomes a link
+    out of the repository: the model is not written through it, nor recorded."""
+    import shutil
+
+    from diffusion_lsp.train import loop
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for k in range(12):
+        (ws / f"mod{k}.py").write_text(f"def f{k}(x):\n    return x + {k}\n")
+    victim = tmp_path / "victim"
+
+    def train(cfg, progress_bar=True):
+        ckpt = Path(cfg.out) / "checkpoint"
+        ckpt.mkdir(parents=True)
+        for f in tiny_checkpoint.iterdir():
+            if f.is_file():
+                shutil.copyfile(f, ckpt / f.name)
+        model = ws / ".diffusion-lsp" / "model"
+        model.rename(victim)
+        model.symlink_to(victim)
+        return {"elapsed_s": 1.0, "step": 1, "tokens": 10}
+
+    monkeypatch.setattr(loop, "train", train)
+    assert main(["adapt", str(ws), "--model", str(tiny_checkpoint), "--steps", "1", "--no-eval", "--json"]) == 2
+    assert "symlink" in one_line(capsys)
+    assert not (victim / "config.json").exists() and not (state / "diffusion-lsp").exists()

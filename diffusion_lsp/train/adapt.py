@@ -30,14 +30,14 @@ import json
 import os
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from ..data.edits import cap_no_edit, mine_pair
 from ..data.git_history import file_pairs
 from ..context.repo import ADAPTED_DIR, SourceFile
 from ..errors import UserError
 from ..local_state import trust
-from ..workspace_files import check_in, no_link_below
+from ..workspace_files import check_in, copy_in, no_link_below, write_in
 
 RUN_FORMAT = 1
 MIN_EDITS = 20  # fewer mined edits than this are too few rows to mix in
@@ -71,6 +71,14 @@ class Plan:
     @property
     def run_dir(self) -> Path:
         return self.out / "run"
+
+    @property
+    def place(self) -> tuple[Path, PurePath]:
+        """(a folder, OUT relative to it) for workspace_files: the repository and ADAPTED_DIR for the
+        default OUT (every folder below the repository checked), else --out's parent and name."""
+        if self.out == self.repo / ADAPTED_DIR:
+            return self.repo, ADAPTED_DIR
+        return self.out.parent, PurePath(self.out.name)
 
 
 def default_out(repo: Path) -> Path:
@@ -182,23 +190,23 @@ def check_trained(run_ckpt: Path) -> None:
                                 "high, does this)")
 
 
-def publish(run_ckpt: Path, out: Path, extra: dict) -> None:
+def publish(run_ckpt: Path, plan: Plan, extra: dict) -> None:
     """The run's checkpoint (or adapters) as OUT's model, its config.json (adapter.json) carrying
-    `extra`; each file is written beside its place and renamed over it, the JSON last, so a reader
-    sees the old model or the new; the files of the other kind, from an earlier run, are removed."""
+    `extra`; each file is written by workspace_files (beside its place and renamed over it, never
+    through a link swapped in during the run), the JSON last, so a reader sees the old model or the
+    new; the files of the other kind, from an earlier run, are removed."""
     adapter = (run_ckpt / ADAPTER_FILES[-1]).is_file()
     files, other = (ADAPTER_FILES, CHECKPOINT_FILES) if adapter else (CHECKPOINT_FILES, ADAPTER_FILES)
     for name in other:
-        (out / name).unlink(missing_ok=True)
+        (plan.out / name).unlink(missing_ok=True)  # a link is removed, never what it points to
     meta = json.loads((run_ckpt / files[-1]).read_text())
     meta.update(extra)
+    root, rel = plan.place
     for name in files:
-        tmp = out / f".{name}.tmp"
         if name == files[-1]:
-            tmp.write_text(json.dumps(meta, indent=2) + "\n")
+            write_in(root, rel / name, json.dumps(meta, indent=2) + "\n")
         else:
-            shutil.copyfile(run_ckpt / name, tmp)
-        os.replace(tmp, out / name)
+            copy_in(root, rel / name, run_ckpt / name)
 
 
 def adapt(plan: Plan, files: list[SourceFile], progress: bool = True) -> dict:
@@ -228,7 +236,7 @@ def adapt(plan: Plan, files: list[SourceFile], progress: bool = True) -> dict:
         (plan.run_dir / "adapt_run.json").write_text(json.dumps(
             {"format": RUN_FORMAT, "digest": digest, "base": str(plan.base.resolve()),
              "edits": write_edits(plan.run_dir / "edits", plan.repo, train_files, plan.base)}))
-        _ignore_in_git(plan.out)
+        _ignore_in_git(plan)
     edits = json.loads((plan.run_dir / "adapt_run.json").read_text())["edits"]
     cfg = train_config(plan, edits, {} if hf else config.get("model", {}), rank)
     try:
@@ -246,15 +254,15 @@ def adapt(plan: Plan, files: list[SourceFile], progress: bool = True) -> dict:
     # what the model claims stays the base model's: minutes on one repository teach it no new language
     # (adapters claim what their base does: the claims are read there)
     check_trained(plan.run_dir / "checkpoint")
-    publish(plan.run_dir / "checkpoint", plan.out, adapted if rank else {"claims": config.get("claims", {}), **adapted})
+    publish(plan.run_dir / "checkpoint", plan, adapted if rank else {"claims": config.get("claims", {}), **adapted})
     info["trusted"] = trust(plan.out, plan.repo)  # the server uses it for this repository without asking
     return info
 
 
-def _ignore_in_git(out: Path) -> None:
+def _ignore_in_git(plan: Plan) -> None:
     """A .gitignore of `*` in the .diffusion-lsp folder OUT is in (as pytest does for its cache), so
     the adapted model and its run never show as untracked files."""
-    top = out.parent if out.parent.name == ".diffusion-lsp" else out
-    top.mkdir(parents=True, exist_ok=True)
-    if not os.path.lexists(top / ".gitignore"):  # a dangling link is no place to write either
-        (top / ".gitignore").write_text("# made by diffusion-lsp adapt\n*\n")
+    root, rel = plan.place
+    rel = rel.parent if rel.parent.name == ".diffusion-lsp" else rel
+    if not os.path.lexists(root / rel / ".gitignore"):  # a dangling link is no place to write either
+        write_in(root, rel / ".gitignore", "# made by diffusion-lsp adapt\n*\n")
