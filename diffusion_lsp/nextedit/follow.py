@@ -11,6 +11,7 @@ typed (unfinished.py)."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -146,6 +147,8 @@ def _elsewhere(text: str, spec: LanguageSpec, cursor: int, others: list[Elsewher
     for other in others:
         if budget.spent():
             break
+        if spec.name != "python" or not re.search(r"(?<!\w)" + re.escape(other.module) + r"(?!\w)", text):
+            continue  # an import names its module: a document never spelling it is not parsed (nor its own)
         steps = [] if other.steps and unfinished(joined(other.steps), other.text, spec) else other.steps  # half typed
         change = pending(steps, other.text, spec, other.going_on if isinstance(other.going_on, Change) else None)
         found = nearest(text, cursor, budget, lambda b: (change, imported_edits(text, spec, change, other.module, b))) \

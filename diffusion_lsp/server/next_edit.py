@@ -15,9 +15,7 @@ code action and for inline completion, which offers it when it is an insertion a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +50,7 @@ from .stats import NextEditStats
 
 Position = tuple[int, int]
 RULES_CAP_S = 3 * PARSE_S  # a last resort: each parse of a follow (the document, before its step) ends by PARSE_S
+RULE_THREADS = 16  # follows running at once (one live request per document; a superseded one soon ends)
 
 
 @dataclass(frozen=True)
@@ -78,6 +77,9 @@ class NextEditor:
         self.count_tokens = count_tokens
         self.cfg = Config()
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="diffusion-lsp-nextedit")
+        # the follows': several, so that one document's never waits for another's (a superseded one stops
+        # within a parse callback); reused, with their parsers (a thread per request grew RSS by 220 MB)
+        self.rules = ThreadPoolExecutor(RULE_THREADS, thread_name_prefix="diffusion-lsp-follow")
         self.tickets = tickets()
         self._running: dict[tuple, asyncio.Future] = {}
         self.last: dict[str, NextEdit] = {}  # per document, the newest answer
@@ -220,12 +222,12 @@ class NextEditor:
         return None if found is None else EditOffer(found.source, found.start, found.end, found.text)
 
     async def _rules(self, ticket: Ticket, budget: Budget, fn, *args):
-        """fn(*args) in a thread of its own (never behind another document's follow, nor the model's
-        CPU steps), until a newer request for the document supersedes it (BackendError DROPPED) or
-        RULES_CAP_S pass (None); either way its budget is stopped, so the thread ends soon after."""
+        """fn(*args) in a thread of the follows' pool (never behind another document's follow, nor the
+        model's CPU steps), until a newer request for the document supersedes it (BackendError DROPPED)
+        or RULES_CAP_S pass (None); either way its budget is stopped, so the thread is free soon after."""
         try:
             async with deadline(RULES_CAP_S, "the change's sites took too long"):
-                return await ticket.run(own_thread(fn, *args))
+                return await ticket.run(self._in_thread(fn, *args, pool=self.rules))
         except BaseException as e:
             budget.stop()
             if not isinstance(e, BackendError) or e.kind is not Failure.TIMEOUT:
@@ -265,31 +267,9 @@ class NextEditor:
                                      PurePosixPath(unquote(uri)).stem, self.following.get(uri), uri))
         return out
 
-    async def _in_thread(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self.thread, functools.partial(fn, *args))
+    async def _in_thread(self, fn, *args, pool: ThreadPoolExecutor | None = None):
+        return await asyncio.get_running_loop().run_in_executor(pool or self.thread, functools.partial(fn, *args))
 
     def close(self) -> None:
         self.thread.shutdown(wait=False, cancel_futures=True)
-
-
-async def own_thread(fn, *args):
-    """fn(*args) in a new thread: a slow call (the parse of a huge document) holds no pool's worker
-    that another request would wait for. Cancelling the await leaves the thread to end by itself."""
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-
-    def run() -> None:
-        try:
-            result, error = fn(*args), None
-        except BaseException as e:  # noqa: BLE001 (handed to the awaiting task)
-            result, error = None, e
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(_settle, done, result, error)
-
-    threading.Thread(target=run, name="diffusion-lsp-follow", daemon=True).start()
-    return await done
-
-
-def _settle(done: asyncio.Future, result, error) -> None:
-    if not done.done():
-        done.set_exception(error) if error is not None else done.set_result(result)
+        self.rules.shutdown(wait=False, cancel_futures=True)
