@@ -223,3 +223,19 @@ def test_every_file_argument_of_every_command_is_read_by_the_one_reader_or_decla
     read = {(c, n) for c, n, a in found if a.type in (InputFile, InputFile.or_stdin)}
     assert {("calibrate", "--cases"), ("calibrate", "--edits-from"), ("bench renames", "files"), ("fim", "file"),
             ("regress", "--compare"), ("eval nep", "--data"), ("data unpack", "pack")} <= read
+
+
+def test_calibrate_feedback_reads_the_kept_suggestions_bounded_and_skips_lines_that_are_not_finite(tmp_path,
+                                                                                                   no_hang):
+    """`calibrate --feedback` reads the state folder's feedback.jsonl: a FIFO there is no file (it hung),
+    a line nested past Python's recursion limit is skipped (a RecursionError before), and so is a
+    feature of NaN, Infinity or 1e308 (they went into the fit)."""
+    from diffusion_lsp.acceptance.feedback import read_feedback
+
+    path = tmp_path / "feedback.jsonl"
+    good = json.dumps({"feats": {"bias": 1.0, "conf_first": 0.5}, "kept": True, "partly": False})
+    path.write_text("\n".join([good, '{"feats": {"bias": NaN}, "kept": true}', '{"feats": {"bias": Infinity}}',
+                               json.dumps({"feats": {"bias": 1e308}}), "[" * 100_000 + "]" * 100_000, good]) + "\n")
+    assert read_feedback(path) == [({"bias": 1.0, "conf_first": 0.5}, True, False)] * 2
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    assert read_feedback(tmp_path / "fifo.jsonl") == [] and read_feedback(Path("/dev/zero")) == []

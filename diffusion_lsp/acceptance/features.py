@@ -93,4 +93,7 @@ def features(offer: Suggestion, spot: Spot, others: list[Suggestion]) -> dict[st
 
 KEYWORDS = {"return", "pass", "break", "continue", "else:", "try:", "finally:", "self", "None", "True", "False",
             ")", "]", "}", ":", ","}
+# a feature is a length, a count or a probability of one document: far below this. A saved or kept
+# candidate whose feature is larger (1e308 passed as finite) made the fit's products overflow into NaN
+MAX_FEATURE = 1e9
 FEATURES = tuple(features(Suggestion("x", source="model"), Spot("", "", "", 1, None), []))  # their order, for a model file

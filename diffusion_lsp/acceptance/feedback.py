@@ -15,7 +15,9 @@ import json
 import os
 from pathlib import Path
 
+from ..input_files import Refused, parse_json, read_bytes
 from ..local_state import state_dir
+from .features import MAX_FEATURE
 
 FEEDBACK_FILE = "feedback.jsonl"
 MAX_BYTES = 8 << 20  # about 8,000 suggestions
@@ -69,20 +71,23 @@ class Feedback:
 
 
 def read_feedback(path: Path | None = None) -> list[tuple[dict, bool, bool]]:
-    """(features, kept, partly) of every well-formed line of the feedback file; [] when none."""
+    """(features, kept, partly) of every well-formed line of the feedback file, read by input_files (a
+    FIFO or /dev/zero in its place is no file: []); a line whose features are not finite numbers of at
+    most MAX_FEATURE is skipped; [] when none."""
     path = path or feedback_path()
     out = []
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+        lines = read_bytes(str(path), 2 * MAX_BYTES).decode("utf-8", errors="replace").splitlines()
+    except Refused:
         return []
     for line in lines:
         try:
-            raw = json.loads(line)
-        except ValueError:
+            raw = parse_json(line, str(path))
+        except Refused:
             continue
         feats = raw.get("feats") if isinstance(raw, dict) else None
-        if isinstance(feats, dict) and all(isinstance(v, (int, float)) for v in feats.values()):
+        if isinstance(feats, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                           and abs(v) <= MAX_FEATURE for v in feats.values()):
             out.append(({str(k): float(v) for k, v in feats.items()}, raw.get("kept") is True,
                         raw.get("partly") is True))
     return out

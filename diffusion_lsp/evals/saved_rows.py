@@ -9,10 +9,9 @@ file itself is read by input_files (regular, bounded, JSON depth and finite numb
 
 from __future__ import annotations
 
+from ..acceptance.features import MAX_FEATURE
 from ..errors import UserError
 from ..input_files import MAX_JSON_BYTES, InputFile, parse_json
-
-MAX_FEATURE = 1e9  # a feature is a length, a count or a probability of one document: far below this
 
 
 def text(raw: dict, key: str, default: str | None = None) -> str:
