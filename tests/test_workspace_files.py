@@ -187,3 +187,17 @@ def test_adapt_refuses_to_publish_through_a_link_swapped_in_while_it_trained(tin
     assert main(["adapt", str(ws), "--model", str(tiny_checkpoint), "--steps", "1", "--no-eval", "--json"]) == 2
     assert "symlink" in one_line(capsys)
     assert not (victim / "config.json").exists() and not (state / "diffusion-lsp").exists()
+
+
+@pytest.mark.parametrize("argv", [["calibrate", "WS", "--save-cases", "LINK"],
+                                  ["calibrate", "--edits", "WS", "--save-edits", "LINK"],
+                                  ["eval", "edits", "WS", "--save-edits", "LINK"], ["calibrate", "WS", "--out", "LINK"]])
+def test_a_file_the_user_names_to_write_is_never_written_through_a_link_and_refused_before_the_work(
+        tmp_path, state, capsys, argv):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    victim, before = outside(tmp_path)
+    (tmp_path / "link.jsonl").symlink_to(victim / "keep.txt")
+    assert main([a.replace("WS", str(ws)).replace("LINK", str(tmp_path / "link.jsonl")) for a in argv]) == 2
+    assert "symlink" in one_line(capsys)
+    assert snapshot(victim) == before

@@ -127,6 +127,9 @@ def destination(args, name: str) -> tuple[Path | None, Path]:
     brought, or a FIFO where the file goes, is refused before minutes of replaying)."""
     from ..acceptance.model import WORKSPACE_DIR
 
+    for saved in (getattr(args, "save_cases", None), args.save_edits):  # the other files it writes, checked now too
+        if saved:
+            check_in(Path(saved).parent, Path(saved).name)
     if args.out:
         out = Path(args.out)
         check_in(out.parent, out.name)
@@ -290,6 +293,8 @@ def run(args) -> int:
     if not args.repos and not args.edits_from:
         raise UserError("give a REPO (a git work tree) to replay, or --edits-from FILE")
     launch = launch_settings(args)
+    if args.save_edits:  # refused now, not after the replay
+        check_in(Path(args.save_edits).parent, Path(args.save_edits).name)
     model = edit_acceptance(args.acceptance, launch)
     cases = replayed(args)
     judged = collect(args, launch, cases)
