@@ -2,8 +2,9 @@
 editors/neovim, runs its setup(), and is driven through the plugin's own functions
 (tests/nvim/plugin.lua): ghost text from the real server accepted a word and then the rest (the
 scripted checkpoint of test_server_range.py, so the text is known), reported once as shown and kept
-to insert mode, hidden at once by a key it does not go on with and cut by one it does; a next edit drawn, jumped to and applied (test_server_e2e's echo checkpoint: the
-re-masked line comes back as "foo"s), and a message when there is none; the statusline as drawn
+to insert mode, hidden at once by a key it does not go on with and cut by one it does; a next edit
+drawn, jumped to and applied (test_server_e2e's echo checkpoint: the re-masked line comes back as
+"foo"s), and a message when there is none; the statusline as drawn
 while the model loads, once it has and when it cannot; the ghost-text colour without
 'termguicolors'; and `:checkhealth diffusion_lsp`, also with a server command that does not exist.
 
@@ -60,7 +61,8 @@ def test_ghost_text_accepted_a_word_then_the_rest_and_checkhealth_ok(tokenizer, 
     g = result["ghost"]
     assert g["first"] == "foo(value) + 1", g
     assert g["word_accepted"] and g["after_word"] == "    y = self.foo", g  # one word
-    assert g["rest"] == "(value) + 1", g  # the rest, shown at once
+    assert g.get("rest_at_once") == "(value) + 1" and g["sent_after_word"] == 0, g  # the rest, before Neovim asks again
+    assert g["rest"] == "(value) + 1", g
     assert g["rest_accepted"] and g["after_rest"] == "    y = self.foo(value) + 1", g
     assert g["next_ghost"] == "foo(value) + 1" and g["dismissed"] and not g["enabled_after_dismiss"], g
     assert g["parts"] == ["foo(value) + 1", "  foo", "(", "\n"], g
@@ -76,11 +78,10 @@ def test_a_key_hides_the_ghost_text_at_once_unless_it_types_the_ghost_text(token
     """Neovim draws the shown suggestion again after each key until the next answer (200 ms and the
     server's time later): after "x" it showed "foo(value) + 1" past the x, and <Tab> then inserted it."""
     model = scripted_checkpoint(tokenizer, SCRIPT, tmp_path / "model")
-    text = SAMPLE + "    n = len()\n    z = self.\n"
+    text = SAMPLE + "    n = len()\n"
     cases = [{"line": 2, "col": 0, "append": True, "want": "foo(value) + 1"},
              {"line": 3, "col": 12, "append": False, "want": "value) + 1"}]  # drawn over the ")": a range
-    late = [{"line": 4, "col": 0, "append": True, "want": "foo(value) + 1"}]
-    result = session(tmp_path, serve(model, tmp_path), text, ready_ms=90_000, typing=cases, late_key=late)
+    result = session(tmp_path, serve(model, tmp_path), text, ready_ms=90_000, typing=cases)
     plain, bracket = result["typing"]
     for t in (plain, bracket):
         assert t["ghost"] == t["again"], t
@@ -91,11 +92,19 @@ def test_a_key_hides_the_ghost_text_at_once_unless_it_types_the_ghost_text(token
     assert plain["accepted"] and plain["line"] == "    y = self.foo(value) + 1", plain
     assert bracket["ghost"] == "value) + 1" and bracket["after_hit"] == "alue) + 1", bracket
     assert bracket["accepted"] and bracket["line"] == "    n = len(value) + 1", bracket  # one ")"
-    # a key typed while the request was out: its answer, for the text before the key, is checked the same way
-    [k] = result["late_key"]
-    assert k["ghost"] == "foo(value) + 1", k
-    assert k["miss"]["line"] == "    z = self.x" and k["miss"].get("ghost") is None, k
-    assert k["hit"]["line"] == "    z = self.f" and k["hit"]["ghost"] == "oo(value) + 1", k
+
+
+def test_an_answer_to_a_request_sent_before_a_key_is_checked_against_the_key(tmp_path):
+    """A key typed while the request is out: the answer, for the text before it, was drawn after it
+    ("self.x" + "foo(value) + 1"). The server is the driver's stand-in (tests/nvim/fake_server.lua),
+    which answers when the driver says: after the key."""
+    late = [{"line": 2, "col": 0, "append": True, "text": "foo(value) + 1", "key": "x"},
+            {"line": 2, "col": 0, "append": True, "text": "foo(value) + 1", "key": "f"}]
+    miss, hit = session(tmp_path, ["fake"], SAMPLE, fake=True, late_key=late)["late_key"]
+    for k in (miss, hit):
+        assert k["handled"] and k["sent_after_key"] == 0, k  # answered after the key, before Neovim asked again
+    assert miss["line"] == "    y = self.x" and miss.get("ghost") is None, miss
+    assert hit["line"] == "    y = self.f" and hit.get("ghost") == "oo(value) + 1", hit
 
 
 def test_a_next_edit_is_drawn_jumped_to_and_applied(echo_checkpoint, tmp_path):  # noqa: F811

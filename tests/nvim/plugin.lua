@@ -7,8 +7,9 @@
 --             `rest`, accept it; record the line after each
 --   typing    [{line, col, append, want}]: a key that does not go on with the ghost text hides it at
 --             once, one that does leaves the rest, which is accepted at once (typing_step)
---   late_key  [{line, col, append, want}]: the same for a key typed while the request is out: the
---             answer, for the text before the key, is checked against it (late_key_step)
+--   fake      use the stand-in server of fake_server.lua instead of the command plugin_init.lua gave
+--   late_key  [{line, col, append, text, key}]: with the stand-in server (spec.fake), a key typed while
+--             Neovim's request is out, then the answer `text`, for the text before the key (late_key_step)
 --   leave     {line}: insert at the end of that line, wait for the ghost text and for its report
 --             (didShowCompletion), leave insert mode; enter and leave again before Neovim asks (it
 --             asks 200 ms after a key) and wait for that late answer to be handled; enter insert mode
@@ -26,7 +27,9 @@
 -- client sent, by method). Writes the result as JSON and quits, also on failure and on the watchdog
 -- (session.lua).
 local api = vim.api
-local session = dofile(debug.getinfo(1, 'S').source:sub(2):match('(.*/)') .. 'session.lua')
+local here = debug.getinfo(1, 'S').source:sub(2):match('(.*/)')
+local session = dofile(here .. 'session.lua')
+local fake = dofile(here .. 'fake_server.lua')
 local spec, result, finish, resume, after = session.spec, session.result, session.finish, session.resume,
   session.after
 local plugin = require('diffusion_lsp')
@@ -52,10 +55,7 @@ end
 vim.o.laststatus = 2
 vim.o.statusline = '%!v:lua.diffusion_test_statusline()'
 
-local ghost -- the ghost text drawn, or nil (below)
-local requests = {} -- inline completion requests in the order sent: { id, mode when sent, handled, and once its
--- answer was handled: ghost (drawn then) and line (the cursor's then) }
-local on_handled = {} -- request id -> run once with the request when its answer has been handled
+local requests = {} -- inline completion requests in the order sent: { id, mode when sent, handled }
 api.nvim_create_autocmd('LspRequest', {
   callback = function(ev)
     local r = ev.data.request
@@ -70,12 +70,7 @@ api.nvim_create_autocmd('LspRequest', {
         vim.schedule(function()
           for _, q in ipairs(requests) do
             if q.id == ev.data.request_id then
-              q.handled, q.ghost, q.line = true, ghost(), api.nvim_get_current_line()
-              local run = on_handled[q.id]
-              on_handled[q.id] = nil
-              if run then
-                run(q)
-              end
+              q.handled = true
             end
           end
         end)
@@ -93,7 +88,7 @@ local function spy(client)
   end
 end
 
-ghost = function()
+local function ghost()
   for _, m in ipairs(api.nvim_buf_get_extmarks(0, ghost_ns, 0, -1, { details = true })) do
     local chunks = m[4].virt_text or {}
     if #chunks > 0 then
@@ -127,11 +122,12 @@ local function ghost_step(g)
     vim.cmd('startinsert!')
   end)
   record.first = wait_ghost(g.line, nil, g.want)
-  local typed = line(g.line)
+  local typed, sent = line(g.line), #requests
   -- back in the main loop the paste moves the cursor: CursorMovedI, on which Neovim asks again
   after('CursorMovedI', function()
     record.word_accepted = plugin.accept('word')
   end)
+  record.rest_at_once, record.sent_after_word = ghost(), #requests - sent -- before Neovim asks again
   vim.wait(spec.ghost_ms, function()
     return line(g.line) ~= typed
   end, 10)
@@ -245,49 +241,30 @@ local function typing_step(cases)
   return out
 end
 
---- Type `k` as soon as Neovim sends its next completion request (insert mode reads it from the
---- typeahead before it looks at the answer, which is for the text before the key) -> that request,
---- once its answer has been handled.
-local function key_on_request(k)
-  local me, request = coroutine.running(), nil
-  api.nvim_create_autocmd('LspRequest', {
-    callback = function(ev)
-      if ev.data.request.method == ANSWER and ev.data.request.type == 'pending' then
-        on_handled[ev.data.request_id] = function(q)
-          request = q
-          resume(me)
-        end
-        api.nvim_feedkeys(k, 'nt', false)
-        return true -- once
-      end
-    end,
-  })
-  coroutine.yield() -- back to insert mode, which reads the key
-  return request
-end
-
---- For each case {line, col, append, want}: wait for the ghost text `want` there, leave insert mode;
---- then twice (a key that does not go on with it, then its first character) insert there again,
---- type the key once Neovim has sent its request and record the line and what is drawn when the
---- answer (for the text before the key) has been handled; the line is put back after each.
+--- With the stand-in server (fake_server.lua), for each case {line, col, append, text, key}: insert
+--- there, wait for Neovim's request, type `key`, then answer the request with `text` (an answer for
+--- the text before the key) and record the line and what is drawn once the answer has been handled.
 local function late_key_step(cases)
   local out = {}
   for _, t in ipairs(cases) do
-    local record, text = {}, line(t.line)
+    local text = line(t.line)
     api.nvim_win_set_cursor(0, { t.line, t.col })
     insert(t.append and 'startinsert!' or 'startinsert')
-    record.ghost = wait_ghost(t.line, nil, t.want)
+    vim.wait(spec.ghost_ms, function()
+      return #fake.pending > 0
+    end, 10)
+    local asked = assert(table.remove(fake.pending, 1), 'Neovim sent no completion request')
+    local sent = key(t.key)
+    asked.answer({ items = { { insertText = t.text } } })
+    local handled = vim.wait(spec.ghost_ms, function()
+      return vim.iter(requests):any(function(q)
+        return q.id == asked.id and q.handled
+      end)
+    end, 10)
+    out[#out + 1] = { sent_after_key = sent, handled = handled, line = line(t.line), ghost = ghost() }
     leave()
-    for _, case in ipairs({ { 'miss', 'x' }, { 'hit', t.want:sub(1, 1) } }) do
-      local name, k = case[1], case[2]
-      api.nvim_win_set_cursor(0, { t.line, t.col })
-      insert(t.append and 'startinsert!' or 'startinsert')
-      local request = key_on_request(k)
-      record[name] = { ghost = request.ghost, line = request.line } -- as the answer found them
-      leave()
-      api.nvim_buf_set_lines(0, t.line - 1, t.line, true, { text })
-    end
-    out[#out + 1] = record
+    fake.pending = {}
+    api.nvim_buf_set_lines(0, t.line - 1, t.line, true, { text })
   end
   return out
 end
@@ -382,7 +359,15 @@ local function health_step()
 end
 
 local function main()
+  if spec.fake then -- the stand-in server instead of the command plugin_init.lua gave
+    plugin.setup({ cmd = fake.cmd, filetypes = { 'python' }, next_edit = { auto = false } })
+  end
   vim.cmd.edit(vim.fn.fnameescape(spec.file))
+  if spec.fake and not vim.wait(spec.ghost_ms, function()
+    return plugin.client(0) ~= nil and plugin.client(0).initialized
+  end, 10) then
+    return finish('the stand-in server did not attach')
+  end
   if spec.ready_ms then
     local state = spec.state or 'diffusion: ready'
     if not vim.wait(spec.ready_ms, function()

@@ -117,6 +117,16 @@ local function recheck(bufnr)
   end
 end
 
+--- After a word or a line of the shown suggestion was accepted (its text pasted; Neovim forgets the
+--- suggestion when it is accepted): show its rest at once, as when it is typed.
+function M.keep(bufnr)
+  local c, s = active(bufnr), shown[bufnr]
+  if c and s and c.current == nil then
+    c.current = s.current
+    recheck(bufnr)
+  end
+end
+
 --- After an answer to `client`, asked at `at`, has been handled (drawn, or not) in `bufnr`.
 local function answered(bufnr, client, at)
   local c = active(bufnr)

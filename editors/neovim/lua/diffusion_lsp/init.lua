@@ -59,7 +59,8 @@ function M.accept(kind)
   return vim.lsp.inline_completion.get({
     on_accept = function(item)
       local part = M.part(insert_text(item), kind)
-      vim.api.nvim_paste(part, false, -1) -- at the cursor; the next request shows the rest (the server's cache)
+      vim.api.nvim_paste(part, false, -1) -- at the cursor
+      require('diffusion_lsp.ghost').keep(vim.api.nvim_get_current_buf()) -- the rest, until the next answer
       local client = vim.lsp.get_client_by_id(item.client_id)
       if client then
         client:notify('textDocument/didPartiallyAcceptCompletion', { acceptedLength = #part })
