@@ -20,8 +20,10 @@ What git would otherwise run, and what stops it:
 - an alias never replaces a builtin, and only the builtins of SUBCOMMANDS are run.
 A repository owned by another user is refused by git (no `safe.directory` can come from anywhere
 else now): its files are then walked as a plain folder's, and its history is not read.
-What is left to the repository: its config may include a file (`include.path`), and a FIFO there
-makes git wait for a writer; each call is stopped after GIT_TIMEOUT_S, and its answer is none.
+What is left to the repository: its config may include a file (`include.path`), and a FIFO there,
+or a FIFO as its own .gitignore or info/exclude, makes git wait for a writer; each call is stopped
+after GIT_TIMEOUT_S, and its answer is none. (A FIFO as the order file, mailmap or excludes file
+it names is never opened: OVERRIDES.)
 
 Why the git binary and not a library that runs no program: on a history of 10,000 commits (200
 modules, 1-3 changed a commit; packed), the newest 500 commits' modified files took git 32 ms
@@ -55,6 +57,10 @@ OVERRIDES = (
     ("core.sshCommand", NOWHERE), ("core.askPass", ""), ("core.gitProxy", NOWHERE),
     ("core.alternateRefsCommand", NOWHERE), ("diff.external", NOWHERE), ("credential.helper", ""),
     ("protocol.allow", "never"),
+    # files git reads by a name the repository chooses, a FIFO among them held each call until the
+    # timeout: the log's order file and mailmap (on by default: a FIFO `.mailmap` needs no setting),
+    # the listing's excludes file (the repository's .gitignore files and info/exclude still apply)
+    ("diff.orderFile", NOWHERE), ("log.mailmap", "false"), ("core.excludesFile", NOWHERE),
     *((f"protocol.{name}.allow", "never") for name in ("file", "git", "ssh", "http", "https", "ftp", "ftps",
                                                         "ext", "fd")),
 )

@@ -206,6 +206,22 @@ def test_the_callers_git_variables_name_nothing(tmp_path, marker, monkeypatch):
     assert [(p.old, p.new) for p in _read(root)] == [(OLD, NEW)]
 
 
+@pytest.mark.parametrize("key", ["diff.orderFile", "mailmap.file", ".mailmap", "core.excludesFile"])
+def test_a_fifo_the_repository_names_for_a_file_holds_no_call(tmp_path, monkeypatch, key):
+    """A file git would read for the log (its order file, the mailmap: `log.mailmap` is on by default,
+    so a FIFO `.mailmap` in the work tree needs no setting) or for the listing (excludes) held each
+    call until the timeout when it was a FIFO: 'no commit to replay' after a minute per call."""
+    root = make_repo(tmp_path / "r")
+    fifo = root / ".mailmap" if key == ".mailmap" else tmp_path / "fifo"
+    os.mkfifo(fifo)
+    if key != ".mailmap":
+        _git(root, "config", key, str(fifo))
+    _git(root, "config", "log.mailmap", "true")
+    monkeypatch.setattr(gitrun, "GIT_TIMEOUT_S", 3)
+    assert [(p.old, p.new) for p in _read(root)] == [(OLD, NEW)]
+    assert gitrun.run(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard") is not None
+
+
 def test_the_runner_runs_builtins_only_and_refuses_flags_that_apply_a_repository_driver(tmp_path):
     for args in [("cat-file", "--batch", "--filters"), ("cat-file", "--textconv", "HEAD:a.py"),
                  ("log", "--ext-diff"), ("log", "--show-signature"), ("config", "-l"), ("fetch",), ("lg",)]:
