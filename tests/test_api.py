@@ -175,12 +175,6 @@ def test_a_next_edit_through_the_edit_endpoint(echo_checkpoint, tmp_path):  # no
                                        400)  # no history: the model's edit
         done = client.post("/edit/completions", cast_to=openai.types.chat.ChatCompletion,
                            body={"model": "diffusion-lsp", "messages": [{"role": "user", "content": content}]})
-        # the history's rename is followed by the language server's rules: the model is not asked
-        assert mercury.rewritten(done.choices[0].message.content) == "def area(width, h):\n    return width * h\n"
-        content = mercury.edit_request("area.py", "", region, 4, "\nprint(area(2, 3))\n", [], lambda t: len(t) // 3 + 1,
-                                       400)  # no history: the model's edit
-        done = client.post("/edit/completions", cast_to=openai.types.chat.ChatCompletion,
-                           body={"model": "diffusion-lsp", "messages": [{"role": "user", "content": content}]})
         new = mercury.rewritten(done.choices[0].message.content)
         changed = [(a, b) for a, b in zip(region.splitlines(), new.splitlines()) if a != b]
         assert len(new.splitlines()) == 2 and len(changed) == 1, new
