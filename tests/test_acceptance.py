@@ -241,3 +241,23 @@ def test_calibrate_says_wrote_only_for_a_file_the_server_loads(tmp_path, capsys)
     assert "wrote" not in captured.out and captured.err.count("\n") == 1 and "would not load" in captured.err
     assert AcceptanceModel.load(out) == model  # the good file it had is left as it was, and nothing beside it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["acceptance.json", "big.jsonl", "ok.jsonl"]
+
+
+def test_calibrate_refuses_the_other_models_options_instead_of_ignoring_them(tmp_path, capsys):
+    from diffusion_lsp.cli import main
+
+    rng = random.Random(5)
+    rows = [{"bias": 1.0, "conf_first": rng.random()} for _ in range(60)]
+    saved_cases(tmp_path / "ok.jsonl", rows, [r["conf_first"] > 0.5 for r in rows])
+    saved = tmp_path / "edits.jsonl"
+    saved.write_text("")
+    out = tmp_path / "acceptance.json"
+    # --edits-from without --edits fitted the completion model and said nothing of the edits file
+    assert main(["calibrate", "--cases", str(tmp_path / "ok.jsonl"), "--edits-from", str(saved), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--edits-from" in err and "add --edits" in err and not out.exists()
+    assert main(["calibrate", "--edits", "--cases", str(tmp_path / "ok.jsonl"), "--edits-from", str(saved),
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--cases" in err and "not to --edits" in err and not out.exists()
+    assert main(["calibrate", "--cases", str(tmp_path / "ok.jsonl"), "--out", str(out)]) == 0  # alone, as before

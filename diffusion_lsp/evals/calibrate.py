@@ -44,11 +44,13 @@ from .retype import Case, Judged, judge, pick
 TARGET_PRECISION = 0.6
 BARS = [round(0.05 * i, 2) for i in range(1, 20)]
 
+LINES = 300  # lines retyped per folder
+
 
 def register(sub) -> None:
     c = sub.add_parser("calibrate", help="fit the acceptance model that decides which completions are shown")
     c.add_argument("folders", nargs="*", metavar="FOLDER", help="source folders whose lines are retyped")
-    c.add_argument("--lines", type=int, default=300, help="lines retyped per folder (default 300)")
+    c.add_argument("--lines", type=int, default=LINES, help=f"lines retyped per folder (default {LINES})")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--held-out", action="store_true",
                    help="only the folders' held-out files (those `adapt` does not train on)")
@@ -149,7 +151,21 @@ def collect(args, launch) -> list[Judged]:
     return judged + fresh
 
 
+def _stray_options(args) -> None:
+    """Options of the other model than the one fitted are refused, not ignored: `--edits-from FILE`
+    without --edits fitted the completion model and said nothing of FILE."""
+    given = ({"--edits-from": args.edits_from, "--save-edits": args.save_edits, "--no-model": args.no_model,
+              "--edit-cases": args.edit_cases != edits_command.CASES} if not args.edits else
+             {"--cases": args.cases, "--save-cases": args.save_cases, "--feedback": args.feedback,
+              "--held-out": args.held_out, "--lines": args.lines != LINES})
+    stray = [name for name, value in given.items() if value]
+    if stray:
+        raise UserError(f"{', '.join(stray)} " + ("belong to the next-edit model: add --edits" if not args.edits
+                        else "belong to the completion model, not to --edits"))
+
+
 def run(args) -> int:
+    _stray_options(args)
     if args.edits:
         if not args.folders and not args.edits_from:
             raise UserError("give a FOLDER (a git work tree) to replay, or --edits-from FILE")
