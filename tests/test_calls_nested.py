@@ -58,6 +58,19 @@ INNER = '''def outer(a):
         return x
     return inner(a) + outer(a)
 '''
+CLASS_BODY = '''class Fraction:
+    def _operator_fallbacks(monomorphic, fallback):
+        """A def of the class body, called bare in the class body (fractions.py)."""
+        def forward(a, b):
+            return monomorphic(a, b)
+        return forward
+
+    __add__ = _operator_fallbacks(_add, operator.add)
+    __sub__ = _operator_fallbacks(_sub, operator.sub)
+
+    def method(self):
+        return _operator_fallbacks(1, 2)
+'''
 SCRIPT = '''function cache(store, size) {
   function decorator(fn) {
     return fn;
@@ -76,6 +89,9 @@ CASES = [  # (source, the def's line before, after, the lines of the calls after
      ["            return self.scale(x, factor) + self.scale(2 * x, factor)"]),
     (INNER, "    def inner(x):", "    def inner(x, y):", ["    return inner(a, y) + outer(a)"]),
     (SCRIPT, "function cache(store, size) {", "function cache(store, size, ttl) {", ["const c = cache({}, 3, ttl);"]),
+    (CLASS_BODY, "    def _operator_fallbacks(monomorphic, fallback):", "    def _operator_fallbacks(monomorphic, fallback, name):",
+     ["    __add__ = _operator_fallbacks(_add, operator.add, name)",  # not the method's: the module's name there
+      "    __sub__ = _operator_fallbacks(_sub, operator.sub, name)"]),
 ]
 
 
@@ -89,7 +105,8 @@ def logged_step(source: str, old: str, new: str):
 
 
 @pytest.mark.parametrize("source, old, new, calls_after", CASES,
-                         ids=["decorator factory", "decorated method", "nested class", "nested def", "javascript"])
+                         ids=["decorator factory", "decorated method", "nested class", "nested def", "javascript",
+                              "called in the class body"])
 def test_the_def_whose_parameters_changed_is_followed_not_the_def_nested_in_it(source, old, new, calls_after):
     spec = language_for("javascript", "a.js") if source is SCRIPT else PY
     text, steps = logged_step(source, old, new)

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from ..context.languages import LanguageSpec
 from .history import Step, joined, undone
 from .budget import UNBOUNDED, Budget
-from .names import FUNCTIONS, SELF, binding, char_offsets, names, parsed, preorder, root, seen_names, spelled
+from .names import (FUNCTIONS, SELF, binding, char_offsets, names, parsed, preorder, root, scope_of, seen_names,
+                    spelled)
 
 log = logging.getLogger(__name__)
 PARAM_NODES = {"identifier", "typed_parameter", "default_parameter", "typed_default_parameter"}
@@ -225,12 +226,17 @@ def calls(fn, method: bool, budget: Budget = UNBOUNDED, lo: int = 0) -> Iterator
             scope = scope.parent
         yield from named_calls(scope if scope is not None else root(fn), name, g, budget, lo)
         return
-    for n in preorder(_class_of(fn) if g is PYTHON else fn.parent.parent, lo, budget):  # the class
+    cls = _class_of(fn) if g is PYTHON else fn.parent.parent
+    first = fn.child_by_field_name("parameters").named_children[:1]  # a def with no self, called bare in the class
+    bare = g is PYTHON and not (first and first[0].text.split(b":")[0].split(b"=")[0].strip().decode() in SELF)
+    for n in preorder(cls, lo, budget):  # the class
         callee = n.child_by_field_name("function") if n.type == g.call else None
         if callee is not None and callee.type == g.member[0]:
             obj, attr = callee.child_by_field_name(g.member[1]), callee.child_by_field_name(g.member[2])
             if obj is not None and attr is not None and obj.text.decode() in SELF and attr.text == name:
                 yield from _arguments(n, g)
+        elif bare and callee is not None and callee.type == "identifier" and callee.text == name and scope_of(n) == cls:
+            yield from _arguments(n, g)  # fractions' `__add__, __radd__ = _operator_fallbacks(_add, operator.add)`
 
 
 def named_calls(scope, name: bytes, g: Grammar = PYTHON, budget: Budget = UNBOUNDED, lo: int = 0) -> Iterator:

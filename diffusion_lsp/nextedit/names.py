@@ -48,6 +48,18 @@ BINDINGS = {("parameters", None), ("lambda_parameters", None), ("default_paramet
             ("function_declaration", "name"), ("method_declaration", "name"), ("function_item", "name")}
 
 
+SCOPES = {"function_definition", "lambda", "class_definition", "list_comprehension", "set_comprehension",
+          "dictionary_comprehension", "generator_expression", "module"}  # Python's: a class's body is not seen inside
+
+
+def scope_of(node):
+    """The Python scope whose own code `node` is (a class body's names are not seen in its methods)."""
+    node = node.parent
+    while node is not None and node.type not in SCOPES:
+        node = node.parent
+    return node
+
+
 def root(node):
     while node.parent is not None:
         node = node.parent
