@@ -105,3 +105,15 @@ def test_the_model_refuses_a_structured_answer_past_its_canvas_with_the_same_mes
         engine.answer_structured(order)
     assert str(e.value) == f"max_tokens must be an integer between 1 and {engine.max_tokens()}, got 4000"
     assert e.value.param == "max_tokens"
+
+
+def test_serve_api_help_names_every_route_it_serves(tmp_path, capsys):
+    from diffusion_lsp.cli import main
+
+    app = create_app(Service(WorkerSpec(tmp_path / "w.sock"), Metrics()), models=["diffusion-lsp"])
+    paths = {route.path for route in app.routes}
+    assert "/v1/completions" in paths
+    with pytest.raises(SystemExit):
+        main(["serve-api", "--help"])
+    described = " ".join(capsys.readouterr().out.split("options:")[0].split())  # the description, unwrapped
+    assert [p for p in sorted(paths) if p not in described] == []  # /v1/chat/completions was missing

@@ -17,7 +17,8 @@ DEFAULT_MODEL_NAME = "diffusion-lsp"
 def register(sub) -> None:
     p = sub.add_parser("serve-api", help="serve the model as an OpenAI/Mercury-compatible HTTP API",
                        description="Serve the model over HTTP: OpenAI-compatible fills on /v1/completions and "
-                                   "/v1/fim/completions, next edits on /v1/edit/completions (Mercury's request), "
+                                   "/v1/fim/completions, chat on /v1/chat/completions (tools and JSON answers constrained), next "
+                                   "edits on /v1/edit/completions (Mercury's request), "
                                    "and /v1/models, /health and /metrics. The model runs in a worker process; "
                                    "requests are decoded in one batch that they join and leave between "
                                    "denoising steps (continuous batching).")
