@@ -26,6 +26,7 @@ from ..context.languages import language_for
 from ..context.repo import repo_files
 from ..data.edits import apply_hunks, hunks
 from ..data.git_history import file_pairs
+from ..linediff import opcodes
 from ..nextedit.edits import minimal_edit
 from ..nextedit.follow import follow
 from ..nextedit.history import last_change_end, steps_between
@@ -35,6 +36,7 @@ from . import saved_rows
 
 MAX_CHANGES = 40  # a file changed in more places was refactored wholesale: not a next edit
 PER_COMMIT = 3  # cases from one commit's file, spread over its changes
+PAIRED = 40_000  # lines of a replaced block paired by similarity up to 200 x 200: Differ is quadratic
 
 
 @dataclass(frozen=True)
@@ -129,10 +131,11 @@ def right(doc: str, offer: EditOffer, target: str) -> bool:
 
 def line_ops(a: list[str], t: list[str]) -> list[tuple]:
     """The changed opcodes of lines a -> t, a replaced block paired line by line where a line was
-    changed rather than replaced (difflib.Differ's pairing of similar lines)."""
+    changed rather than replaced (difflib.Differ's pairing of similar lines, quadratic in the
+    block: a block of more than PAIRED pairs of lines stays one replaced block)."""
     out = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, t, autojunk=False).get_opcodes():
-        if tag != "replace":
+    for tag, i1, i2, j1, j2 in opcodes(a, t):
+        if tag != "replace" or (i2 - i1) * (j2 - j1) > PAIRED:
             out += [] if tag == "equal" else [(tag, i1, i2, j1, j2)]
             continue
         codes = [line[:2] for line in difflib.Differ().compare(a[i1:i2], t[j1:j2]) if not line.startswith("? ")]

@@ -29,6 +29,7 @@ from .. import jsonout
 from ..context.languages import LanguageSpec, language_for
 from ..errors import UserError
 from ..input_files import InputFile, parse_json
+from ..linediff import opcodes
 from ..workspace_files import output_path
 from ..nextedit.history import last_change_end
 from ..options import add_launch_args, command_backend, launch_settings, paragraphs
@@ -105,10 +106,8 @@ def _cursor(value, current: str, where: str) -> tuple[int, int]:
 def unedited(case: NepCase) -> NepCase:
     """The case's file before the commit touched it, with no history and the cursor where its first
     edit will start: no edit is right here, so any suggestion is noise."""
-    import difflib
-
     a, b = case.old.splitlines(keepends=True), case.current.splitlines(keepends=True)
-    ops = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    ops = [op for op in opcodes(a, b) if op[0] != "equal"]
     line = min(ops[0][1], max(0, len(a) - 1)) if ops else 0
     return NepCase(f"{case.id}/unedited", case.path, case.language, case.old, case.old, case.old, (line, 0))
 

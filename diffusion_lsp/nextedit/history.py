@@ -13,13 +13,13 @@ edits): one diff per hunk, split by `hunk_groups`, the one hunk splitter (data/e
 
 from __future__ import annotations
 
-import difflib
 import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
 
 from ..context.records import EditSnippet
+from ..linediff import grouped_opcodes, opcodes
 
 CONTEXT = 1  # unchanged lines shown around a change
 MERGE_S = 1.0  # changes closer than this, at the same spot, are one step
@@ -34,7 +34,7 @@ def render(path: str, first: int, old: list[str], new: list[str]) -> str:
     start and end with the same (context) lines, which are shown as context."""
     out = [f"--- a/{path}\n", f"+++ b/{path}\n",
            f"@@ -{first + 1},{len(old)} +{first + 1},{len(new)} @@\n"]
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, j2 in opcodes(old, new):
         if tag == "equal":
             out.extend(" " + _line(s) for s in old[i1:i2])
         else:
@@ -48,9 +48,10 @@ def _line(s: str) -> str:
 
 
 def hunk_groups(a: list[str], b: list[str], context: int = CONTEXT) -> list[list[tuple]]:
-    """Lines a -> b split into hunks: difflib's opcodes, grouped with `context` equal lines around
-    each change (changes closer than 2 x context lines are one hunk); no group when a == b."""
-    groups = difflib.SequenceMatcher(None, a, b, autojunk=False).get_grouped_opcodes(context)
+    """Lines a -> b split into hunks: difflib's opcodes (at a bounded cost: linediff), grouped with
+    `context` equal lines around each change (changes closer than 2 x context lines are one hunk);
+    no group when a == b."""
+    groups = grouped_opcodes(a, b, context)
     return [g for g in groups if any(op[0] != "equal" for op in g)]
 
 
@@ -114,7 +115,7 @@ def last_change_end(old: str, new: str) -> tuple[int, int] | None:
     if old == new:
         return None
     a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    ops = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    ops = [op for op in opcodes(a, b) if op[0] != "equal"]
     tag, i1, i2, j1, j2 = ops[-1]
     if j2 == j1:  # lines deleted: the cursor is where they were
         return j1, 0

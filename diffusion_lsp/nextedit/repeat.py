@@ -16,6 +16,7 @@ import os
 import re
 from collections.abc import Iterator
 
+from ..linediff import opcodes
 from .history import line_offset
 
 TOKEN = re.compile(r"\w+|\S")  # identifiers and single symbols, less the marks \w misses (tokens)
@@ -76,9 +77,7 @@ def renames(anchor: str, line: str) -> dict[str, str] | None:
 def last_change(old: list[str], new: list[str]) -> tuple[str, str, int] | None:
     """The last changed block of lines old -> new (difflib opcodes over lines): (removed text, added
     text, its first line in new); None when they are the same."""
-    import difflib
-
-    ops = [op for op in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes() if op[0] != "equal"]
+    ops = [op for op in opcodes(old, new) if op[0] != "equal"]
     if not ops:
         return None
     _, i1, i2, j1, j2 = ops[-1]

@@ -17,11 +17,11 @@ and the model's drafts (suggest.py) ask it first."""
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import re
 
 from ..context.languages import LanguageSpec
+from ..linediff import opcodes
 from .history import Step, line_offset, undone
 from .names import parsed
 
@@ -36,7 +36,7 @@ def unfinished(step: Step, text: str, spec: LanguageSpec | None) -> str | None:
     does not (or its lines are not where it says)."""
     if step.first + len(step.new) > text.count("\n") + 1 or not step.new:
         return None
-    ops = [op for op in difflib.SequenceMatcher(None, step.old, step.new, autojunk=False).get_opcodes()
+    ops = [op for op in opcodes(step.old, step.new)
            if op[0] != "equal"]
     if not ops or ops[-1][4] == ops[-1][3]:
         return None  # nothing changed, or lines removed: no line is being typed
