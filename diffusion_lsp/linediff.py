@@ -94,7 +94,8 @@ def _patience(a, b, alo, ahi, blo, bhi, depth, left) -> list[tuple[int, int, int
 
 def _middle(a, b, alo, ahi, blo, bhi, depth, left) -> list[tuple[int, int, int]]:
     """Matching blocks of a middle with no common first or last line: difflib's when they fit in
-    the budget `left` ([steps]), else split at anchors; a gap with none is one replaced block."""
+    the budget `left` ([steps]), else split at anchors; a gap with none is diffed by Myers'
+    algorithm while its edits are few, else it is one replaced block."""
     gap = LineMatcher(a[alo:ahi], b[blo:bhi], budget=left[0])
     try:
         return [(alo + i, blo + j, n) for i, j, n in gap.exact()]
@@ -104,13 +105,52 @@ def _middle(a, b, alo, ahi, blo, bhi, depth, left) -> list[tuple[int, int, int]]
         left[0] = max(0, left[0] - gap.spent)
     anchors = _anchors(a, b, alo, ahi, blo, bhi) if depth > 0 else []
     if not anchors:
-        return []
+        return _myers(a, b, alo, ahi, blo, bhi, left)
     out, i, j = [], alo, blo
     for x, y in anchors:
         out += _patience(a, b, i, x, j, y, depth - 1, left) if i < x and j < y else []
         out.append((x, y, 1))
         i, j = x + 1, y + 1
     return out + (_patience(a, b, i, ahi, j, bhi, depth - 1, left) if i < ahi and j < bhi else [])
+
+
+def _myers(a, b, alo, ahi, blo, bhi, left) -> list[tuple[int, int, int]]:
+    """Matching blocks of a shortest edit script of a[alo:ahi] -> b[blo:bhi] (Myers 1986, "An O(ND)
+    difference algorithm"), O((N + M) D): tried for at most as many edits D as the budget left
+    allows, so a repetitive gap with a few changes (a file of many alike methods) keeps its hunks."""
+    n, m = ahi - alo, bhi - blo
+    most = min(n + m, left[0] // max(1, n + m))
+    v, trace = {1: 0}, []  # v[k]: the furthest x on diagonal k = x - y
+    for d in range(most + 1):
+        trace.append(dict(v))
+        for k in range(-d, d + 1, 2):
+            x = v[k + 1] if k == -d or (k != d and v[k - 1] < v[k + 1]) else v[k - 1] + 1
+            y = x - k
+            while x < n and y < m and a[alo + x] == b[blo + y]:
+                x, y = x + 1, y + 1
+            v[k] = x
+            if x >= n and y >= m:
+                left[0] = max(0, left[0] - (d + 1) * (n + m))
+                return [(alo + i, blo + j, size) for i, j, size in _path(trace, n, m)]
+    left[0] = max(0, left[0] - (most + 1) * (n + m))
+    return []
+
+
+def _path(trace: list[dict], x: int, y: int) -> list[tuple[int, int, int]]:
+    """The diagonal runs (i, j, size) of the path Myers' search ended at (x, y), walked back."""
+    out = []
+    for d in range(len(trace) - 1, 0, -1):
+        v, k = trace[d], x - y
+        down = k == -d or (k != d and v[k - 1] < v[k + 1])
+        px = v[k + 1] if down else v[k - 1]
+        py = px - (k + 1 if down else k - 1)
+        mx, my = (px, py + 1) if down else (px + 1, py)
+        if x > mx:
+            out.append((mx, my, x - mx))
+        x, y = px, py
+    if x > 0:
+        out.append((0, 0, x))
+    return out[::-1]
 
 
 def _anchors(a, b, alo, ahi, blo, bhi) -> list[tuple[int, int]]:

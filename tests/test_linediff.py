@@ -113,3 +113,13 @@ def test_past_the_budget_the_diff_is_still_a_diff_and_keeps_unique_lines_matched
     assert forced.get_opcodes() == [("equal", 0, 500, 0, 500), ("insert", 500, 500, 500, 501),
                                     ("equal", 500, 1000, 501, 1001)]
     assert forced.fast
+
+
+def test_a_file_of_many_alike_methods_keeps_each_change_its_own_hunk(comparisons):
+    a = ["class A:\n"] + ["    def f(self):\n", "        pass\n", "\n"] * 2000
+    b = list(a)
+    b[101], b[4001] = "        return 1\n", "        return 2\n"
+    b.insert(5000, "    # note\n")
+    assert [[op for op in g if op[0] != "equal"] for g in hunk_groups(a, b)] == [
+        [("replace", 101, 102, 101, 102)], [("replace", 4001, 4002, 4001, 4002)], [("insert", 5000, 5000, 5000, 5001)]]
+    assert comparisons[0] <= LIMIT
