@@ -9,7 +9,8 @@ search as an upper bound of its inner loop); an ordinary edit stays far below it
 difflib's answer. Past the budget the pair is diffed in near-linear time instead: the common prefix
 and suffix lines are stripped, the middle is split at lines that occur once on each side
 (patience diff, Bram Cohen), and each gap between anchors is diffed again the same way, with
-difflib on a gap whose cost fits the budget left; a gap past it stays one replaced block."""
+difflib on a gap whose cost fits the budget left; a gap with no such line by Myers' O((N+M)D)
+algorithm while its edits are few enough for that budget, else it stays one replaced block."""
 
 from __future__ import annotations
 
