@@ -34,9 +34,12 @@ _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLL
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def _refuse(path: Path, what: str) -> UserError:
-    return UserError(f"{path} is {what}: diffusion-lsp writes only into real folders and files inside the "
-                     "workspace; remove it, or name another place with --out")
+def _refuse(path: Path, what: str, flag: str | None = "--out") -> UserError:
+    """One line: what `path` is, and what to do; `flag` is the option that names another place (None:
+    the command has none). A folder is never offered for removal: it may hold the user's work."""
+    other = f"name another place with {flag}" if flag else "name another place"
+    todo = other if what == "a folder" else f"remove it, or {other}"
+    return UserError(f"{path} is {what}: diffusion-lsp writes only into real folders and files; {todo}")
 
 
 def _what(fd: int, name: str) -> str | None:
@@ -61,7 +64,7 @@ def _relative(rel: str | PurePath) -> tuple[str, ...]:
 
 
 @contextlib.contextmanager
-def _folder(root: Path, parts: tuple[str, ...], create: bool):
+def _folder(root: Path, parts: tuple[str, ...], create: bool, flag: str | None = "--out"):
     """The descriptor of root/parts, each folder opened without following a link (created when
     `create`); None when one is missing and not `create`."""
     try:
@@ -83,7 +86,7 @@ def _folder(root: Path, parts: tuple[str, ...], create: bool):
                 fd = None
                 break
             if why:
-                raise _refuse(here, why)
+                raise _refuse(here, why, flag)
             fd_next = os.open(name, _DIR_FLAGS, dir_fd=fd)  # ELOOP if a link was swapped in since
             os.close(fd)
             fd = fd_next
@@ -113,21 +116,21 @@ def _target_problem(fd: int | None, name: str) -> str | None:
         else "not a regular file"
 
 
-def check_in(workspace: str | Path, rel: str | PurePath, folder: bool = False) -> Path:
+def check_in(workspace: str | Path, rel: str | PurePath, folder: bool = False, flag: str | None = "--out") -> Path:
     """workspace/rel, once nothing below the workspace on the way to it is a link or not a folder,
     and it is absent or a regular file (a real folder when `folder`); UserError otherwise. Writes
     nothing: a command checks first, to refuse before minutes of work."""
     root, parts = Path(workspace).resolve(), _relative(rel)
-    with _folder(root, parts if folder else parts[:-1], create=False) as fd:
+    with _folder(root, parts if folder else parts[:-1], create=False, flag=flag) as fd:
         if fd is not None and not folder and (why := _target_problem(fd, parts[-1])):
-            raise _refuse(root.joinpath(*parts), why)
+            raise _refuse(root.joinpath(*parts), why, flag)
     return root.joinpath(*parts)
 
 
-def write_in(workspace: str | Path, rel: str | PurePath, data: bytes | str) -> Path:
+def write_in(workspace: str | Path, rel: str | PurePath, data: bytes | str, flag: str | None = "--out") -> Path:
     """Write `data` to workspace/rel with the checks above (folders made as needed) -> the path."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    return _place(workspace, rel, lambda f: f.write(raw))
+    return _place(workspace, rel, lambda f: f.write(raw), flag)
 
 
 def copy_in(workspace: str | Path, rel: str | PurePath, source: Path) -> Path:
@@ -138,12 +141,12 @@ def copy_in(workspace: str | Path, rel: str | PurePath, source: Path) -> Path:
     return _place(workspace, rel, fill)
 
 
-def _place(workspace: str | Path, rel: str | PurePath, fill) -> Path:
+def _place(workspace: str | Path, rel: str | PurePath, fill, flag: str | None = "--out") -> Path:
     root, parts = Path(workspace).resolve(), _relative(rel)
     path = root.joinpath(*parts)
-    with _folder(root, parts[:-1], create=True) as fd:
+    with _folder(root, parts[:-1], create=True, flag=flag) as fd:
         if (why := _target_problem(fd, parts[-1])):
-            raise _refuse(path, why)
+            raise _refuse(path, why, flag)
         tmp = f".{parts[-1]}.{os.getpid()}.tmp"
         try:
             with contextlib.suppress(FileNotFoundError):
@@ -163,11 +166,45 @@ def _place(workspace: str | Path, rel: str | PurePath, fill) -> Path:
     return path
 
 
-def write_file(path: str | Path, data: bytes | str) -> Path:
-    """Write `data` to a file the user named (--out FILE) with the same target checks: its folder is
+def write_file(path: str | Path, data: bytes | str, flag: str | None = "--out") -> Path:
+    """Write `data` to a file the user named (`flag` FILE) with the same target checks: its folder is
     the user's, the file itself is replaced atomically and never written through a link."""
     path = Path(path)
-    return write_in(path.parent, path.name, data)
+    return write_in(path.parent, path.name, data, flag)
+
+
+def stream_file(path: str | Path, fill, flag: str | None = "--out") -> Path:
+    """write_file for bytes made while written (a tar.xz): `fill(f)` writes them to the binary file f."""
+    path = Path(path)
+    return _place(path.parent, path.name, fill, flag)
+
+
+def check_file(path: str | Path, flag: str | None = "--out") -> Path:
+    """The checks write_file makes, made now (the folder must exist): a command refuses a symlink,
+    a FIFO or a folder it was told to write before minutes of work, not after."""
+    path = Path(path)
+    if not path.resolve().parent.is_dir():
+        raise UserError(f"cannot write {path}: no folder {path.resolve().parent}")
+    return check_in(path.parent, path.name, flag=flag)
+
+
+def append_file(path: str | Path, text: str, flag: str | None = "--out") -> Path:
+    """Append `text` to a file the user named (a CI step summary, which others append to as well, so it
+    is added to in place, not replaced): opened without following a link or waiting on a FIFO, and
+    written only once the open descriptor is a regular file."""
+    path = Path(path)
+    check_file(path, flag)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as e:  # ELOOP: a link swapped in since the check; ENXIO: a FIFO with no reader
+        raise UserError(f"cannot write {path}: {e.strerror}") from None
+    with os.fdopen(fd, "ab") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _refuse(path, "not a regular file", flag)
+        os.set_blocking(fd, True)
+        f.write(text.encode("utf-8"))
+    return path
 
 
 def write_trusted(workspace: str | Path, rel: str | PurePath, data: bytes | str) -> tuple[Path, bool]:

@@ -8,6 +8,7 @@ command's parser fails for an argument naming a file that is not declared as rea
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -223,6 +224,51 @@ def test_every_file_argument_of_every_command_is_read_by_the_one_reader_or_decla
     read = {(c, n) for c, n, a in found if a.type in (InputFile, InputFile.or_stdin)}
     assert {("calibrate", "--cases"), ("calibrate", "--edits-from"), ("bench renames", "files"), ("fim", "file"),
             ("regress", "--compare"), ("eval nep", "--data"), ("data unpack", "pack")} <= read
+
+
+WRITES = {"open", "write_text", "write_bytes", "save", "copy", "copyfile", "move", "mkfifo"}
+
+
+def _bypasses(tree: ast.AST, dests: set[str]) -> list[str]:
+    """Calls that open or write a path made from `args.<dest>` (directly, or through a name assigned
+    from it in the same function) other than through workspace_files."""
+    def mentions(node: ast.AST, tainted: set[str]) -> bool:
+        return any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "args"
+                   and n.attr in dests or isinstance(n, ast.Name) and n.id in tainted for n in ast.walk(node))
+    found = []
+    for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        tainted: set[str] = set()
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign) and mentions(node.value, tainted):
+                tainted |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(fn):
+            name = node.func.attr if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else \
+                node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else None
+            if name in WRITES and mentions(node, tainted):
+                found.append(f"{fn.name}:{node.lineno} {name}()")
+    return found
+
+
+def test_every_file_a_command_is_told_to_write_is_written_by_the_one_writer():
+    """An argument declared `type=output_path` is written through workspace_files (never through a
+    link, never into a FIFO, replaced atomically): in each module that declares one, no open(),
+    write_text(), save() ... of a path made from it. (eval nep's --predictions, bench's --json and
+    `data tokenizer --out` were written with open() / write_text and followed a link to its target.)"""
+    import diffusion_lsp
+
+    declared = {(c, n) for c, n, a in file_arguments() if a.type is output_path}
+    assert {("eval nep", "--predictions"), ("bench api", "--json"), ("regress", "--junit"),
+            ("data tokenizer", "--out")} <= declared
+    root = Path(diffusion_lsp.__file__).parent
+    wrong = []
+    for module in sorted(root.rglob("*.py")):
+        text = module.read_text(encoding="utf-8")
+        dests = {d.lstrip("-").replace("-", "_") for d in re.findall(r'"(--[\w-]+)"[^\n]*type=output_path', text)}
+        if dests:
+            wrong += [f"{module.relative_to(root)} {b}" for b in _bypasses(ast.parse(text), dests)]
+    assert wrong == []
+    planted = ast.parse("def run(args):\n    out = Path(args.json)\n    out.write_text('x')\n")
+    assert _bypasses(planted, {"json"}) == ["run:3 write_text()"]  # the scan sees one
 
 
 def test_calibrate_feedback_reads_the_kept_suggestions_bounded_and_skips_lines_that_are_not_finite(tmp_path,

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from .. import jsonout
-from ..workspace_files import output_path
+from ..workspace_files import check_file, output_path, write_file
 from ..server.stats import percentile
 from .api_faults import faults, print_faults
 
@@ -336,9 +336,11 @@ def engine_alone(model: str | None, max_tokens: int, seconds: float = 8.0) -> di
 
 
 def run(args) -> int:
+    if args.json:  # refused before the run
+        check_file(args.json, "--json")
     out = asyncio.run(main(args))
     if not args.no_engine and not args.url:
         out["engine"] = engine_alone(args.model, args.max_tokens)
     if args.json:
-        Path(args.json).write_text(jsonout.dumps(out, indent=2))
+        write_file(args.json, jsonout.dumps(out, indent=2), "--json")
     return 0

@@ -32,12 +32,11 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from .. import jsonout
 from ..errors import UserError
 from ..server.stats import percentile
-from ..workspace_files import output_path
+from ..workspace_files import check_file, output_path, write_file
 from ..data.workload import workload_files
 
 SPAN = 32  # tokens per single-stream infill
@@ -86,6 +85,8 @@ def register(bench) -> None:
 
 
 def run(args) -> int:
+    if args.json:  # refused before minutes of measuring
+        check_file(args.json, "--json")
     plan = DRY if args.dry_run else GPU
     if args.dry_run and os.environ.get("TRITON_INTERPRET") != "1" and "triton" not in sys.modules:
         os.environ["TRITON_INTERPRET"] = "1"  # read when triton is imported (loading a model imports it)
@@ -111,7 +112,7 @@ def run(args) -> int:
     out["kernels"] = kernel_rows(tok, plan, repeat)
     out["goals"] = goals(out["models"][plan.shape_name], plan)
     if args.json:
-        Path(args.json).write_text(jsonout.dumps(out, indent=2))
+        write_file(args.json, jsonout.dumps(out, indent=2), "--json")
     return 0
 
 

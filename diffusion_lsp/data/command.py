@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..input_files import InputFile
-from ..workspace_files import output_path
+from ..workspace_files import check_file, output_path, write_file
 from .build import build_corpus
 from .manifest import load_manifest
 
@@ -70,6 +70,8 @@ def run_pack(args) -> int:
     tok_path = model_folder(args.tokenizer) / "tokenizer.json"
     if not tok_path.is_file():
         raise UserError(f"no tokenizer.json in {tok_path.parent}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    check_file(args.out)  # refused before the corpus is tokenized
     try:
         meta = pack(Path(args.corpus), Tokenizer.from_file(tok_path, SpecialTokens()), Path(args.out), args.max_mb)
     except (PackError, OSError) as e:
@@ -128,6 +130,9 @@ def run_tokenizer(args) -> int:
 
     from ..model.tokenizer import train_bpe
 
+    out = Path(args.out) if args.out else corpus / "tokenizer.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    check_file(out)  # refused before the training, not after it
     keep = min(1.0, args.max_mb * 1e6 / train.stat().st_size)  # jsonl size slightly overstates the text
     used = {"files": 0, "bytes": 0}
 
@@ -142,9 +147,7 @@ def run_tokenizer(args) -> int:
     start = time.perf_counter()
     tok = train_bpe(texts(), args.vocab_size)
     seconds = time.perf_counter() - start
-    out = Path(args.out) if args.out else corpus / "tokenizer.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tok.hf.save(str(out))
+    write_file(out, tok.hf.to_str(pretty=True))
     print(f"tokenizer: {tok.vocab_size} tokens, trained on {used['files']} files "
           f"({used['bytes'] / 1e6:.1f} MB) in {seconds:.0f} s -> {out}")
     if val.exists():

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..input_files import InputFile
+from ..input_files import MAX_JSON_BYTES, InputFile, Refused, parse_json
+from ..workspace_files import stream_file, write_in
 from .token_files import PACK_META, PackError, TokenFiles, tokenizer_sha256
 
 PACK_FORMAT, PACK_VERSION = "diffusion-lsp-token-pack", 1
@@ -64,50 +65,95 @@ def pack(corpus: Path, tok, out: Path, max_mb: float) -> dict:
     members = {PACK_META: (json.dumps(meta, indent=2) + "\n").encode(), "tokenizer.json": tok.hf.to_str().encode()}
     for split, (ids, offsets) in splits.items():
         members[f"{split}.ids.npy"], members[f"{split}.offsets.npy"] = _array(ids), _array(offsets)
+    def fill(f) -> None:  # pack.json first: unpack checks the format before reading anything else
+        with tarfile.open(fileobj=f, mode="w:xz", preset=6) as tar:
+            for name, data in members.items():
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(data), 0o644
+                tar.addfile(info, io.BytesIO(data))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with tarfile.open(tmp, "w:xz", preset=6) as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    tmp.replace(out)
+    stream_file(out, fill)  # workspace_files: never through a link, replaced atomically
     return meta
 
 
 XZ_MAGIC = b"\xfd7zXZ\x00"
 
 
-def _members(raw, wanted: set[str]) -> dict[str, bytes]:
-    """The `wanted` files of the tar.xz stream `raw`, by name."""
-    found = {}
+META_CAP = 64 << 10  # pack.json: a dozen counts
+NPY_HEADER = 4096  # np.save's header for these arrays is 128 bytes: a margin over the counted bytes, not a size
+MAX_MEMBER = 2 << 30  # the default pack (38 MB) unpacks to about 80 MB of ids
+
+
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo, cap: int, path) -> bytes:
+    """The bytes of `member`: refused past `cap` by its declared size before a byte is read, and never
+    more than cap + 1 read (a 156 KB pack declared and held 1 GiB of zeros: 1.16 GB of RSS)."""
+    if member.size > cap:
+        raise PackError(f"{path}: {member.name} holds {member.size:,} bytes, more than the {cap:,} its pack allows")
+    data = tar.extractfile(member).read(cap + 1)
+    if len(data) > cap:
+        raise PackError(f"{path}: {member.name} holds more than the {cap:,} bytes its pack allows")
+    return data
+
+
+def _meta(data: bytes, path) -> dict:
+    """pack.json's content once its format and version are this one's."""
+    try:
+        meta = parse_json(data.decode("utf-8"), f"{path}: {PACK_META}")
+    except (UnicodeDecodeError, Refused) as e:
+        raise PackError(f"{path}: no readable {PACK_META} ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != PACK_FORMAT or meta.get("format_version") != PACK_VERSION:
+        got = meta if isinstance(meta, dict) else {}
+        raise PackError(f"{path}: format {got.get('format')!r} version {got.get('format_version')!r}, "
+                        f"expected {PACK_FORMAT!r} version {PACK_VERSION}")
+    return meta
+
+
+def _caps(meta: dict, path) -> dict[str, int]:
+    """The most bytes each member may hold, from pack.json's dtype and counts: an array never unpacks
+    to more than the ids it counts."""
+    item = {"uint16": 2, "uint32": 4}.get(meta.get("dtype"))
+    caps = {"tokenizer.json": MAX_JSON_BYTES}
+    for split in SPLITS:
+        counts = meta.get(f"{split}_tokens"), meta.get(f"{split}_files")
+        if split != "train" and counts == (None, None):
+            continue
+        if item is None or not all(type(n) is int and n >= 0 for n in counts):
+            raise PackError(f"{path}: {PACK_META} does not give the dtype and the {split} counts of its arrays")
+        caps[f"{split}.ids.npy"] = counts[0] * item + NPY_HEADER
+        caps[f"{split}.offsets.npy"] = (counts[1] + 1) * 8 + NPY_HEADER
+    if (big := max(caps.values())) > MAX_MEMBER:
+        raise PackError(f"{path}: {PACK_META} counts arrays of {big:,} bytes, more than the {MAX_MEMBER:,} unpacked")
+    return caps
+
+
+def _members(raw, path) -> tuple[dict, dict[str, bytes]]:
+    """(pack.json's content, the other files it counts by name) of the tar.xz stream `raw`: pack.json
+    comes first and is checked before anything else is read; each file is read within its cap."""
     with tarfile.open(fileobj=raw, mode="r:xz") as tar:
+        first = tar.next()
+        if first is None or first.name != PACK_META or not first.isfile():
+            raise PackError(f"{path}: not a token pack (it does not start with {PACK_META})")
+        found = {PACK_META: _read(tar, first, META_CAP, path)}
+        meta = _meta(found[PACK_META], path)
+        caps = _caps(meta, path)
         for member in tar:
-            if member.name in wanted and member.isfile():  # nothing else, and no path: no traversal
-                found[member.name] = tar.extractfile(member).read()
-    return found
+            if member.name in caps and member.isfile():  # nothing else, and no path: no traversal
+                found[member.name] = _read(tar, member, caps[member.name], path)
+    return meta, found
 
 
 def unpack(path: Path | InputFile, out: Path) -> dict:
     """Write the corpus folder of the pack at `path` (opened by input_files: a regular file, never a
-    FIFO waited on) into `out` -> pack.json's content."""
-    wanted = {PACK_META, "tokenizer.json"} | {f"{s}.{k}.npy" for s in SPLITS for k in ("ids", "offsets")}
+    FIFO waited on) into `out` (through workspace_files) -> pack.json's content."""
     file = path if isinstance(path, InputFile) else InputFile(str(path))
     try:
         with file.open() as raw:
             if raw.read(len(XZ_MAGIC)) != XZ_MAGIC:  # zeros are xz stream padding: 256 MB of them took 50 s
                 raise PackError(f"{path}: not a token pack (not an xz file)")
             raw.seek(0)
-            found = _members(raw, wanted)
+            meta, found = _members(raw, path)
     except (tarfile.TarError, lzma.LZMAError, EOFError, OSError) as e:
         raise PackError(f"{path}: not a readable token pack ({e})") from None
-    try:
-        meta = json.loads(found[PACK_META])
-    except (KeyError, json.JSONDecodeError) as e:
-        raise PackError(f"{path}: no readable {PACK_META} ({e})") from None
-    if meta.get("format") != PACK_FORMAT or meta.get("format_version") != PACK_VERSION:
-        raise PackError(f"{path}: format {meta.get('format')!r} version {meta.get('format_version')!r}, "
-                        f"expected {PACK_FORMAT!r} version {PACK_VERSION}")
     missing = sorted({"tokenizer.json", "train.ids.npy", "train.offsets.npy"} - set(found))
     if missing:
         raise PackError(f"{path}: missing {', '.join(missing)}")
@@ -115,5 +161,5 @@ def unpack(path: Path | InputFile, out: Path) -> dict:
         raise PackError(f"{path}: its tokenizer does not match the sha256 in {PACK_META}")
     out.mkdir(parents=True, exist_ok=True)
     for name, data in found.items():
-        (out / name).write_bytes(data)
+        write_in(out, name, data)
     return meta

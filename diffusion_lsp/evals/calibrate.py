@@ -147,7 +147,7 @@ def collect(args, launch) -> list[Judged]:
 
     fresh = asyncio.run(go())
     if args.save_cases:
-        write_file(args.save_cases, "".join(json.dumps(j.to_json()) + "\n" for j in fresh))
+        write_file(args.save_cases, "".join(json.dumps(j.to_json()) + "\n" for j in fresh), "--save-cases")
     return judged + fresh
 
 

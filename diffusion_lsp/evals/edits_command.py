@@ -127,9 +127,9 @@ def destination(args, name: str) -> tuple[Path | None, Path]:
     brought, or a FIFO where the file goes, is refused before minutes of replaying)."""
     from ..acceptance.model import WORKSPACE_DIR
 
-    for saved in (getattr(args, "save_cases", None), args.save_edits):  # the other files it writes, checked now too
-        if saved:
-            check_in(Path(saved).parent, Path(saved).name)
+    for flag, saved in (("--save-cases", getattr(args, "save_cases", None)), ("--save-edits", args.save_edits)):
+        if saved:  # the other files it writes, checked now too
+            check_in(Path(saved).parent, Path(saved).name, flag=flag)
     if args.out:
         out = Path(args.out)
         check_in(out.parent, out.name)
@@ -173,7 +173,7 @@ def collect(args, launch, cases: list | None = None) -> list[JudgedEdit]:
         return judged
     fresh = asyncio.run(_judge(cases, None if args.no_model else launch, progress=not args.json))
     if args.save_edits:
-        write_file(args.save_edits, "".join(json.dumps(j.to_json()) + "\n" for j in fresh))
+        write_file(args.save_edits, "".join(json.dumps(j.to_json()) + "\n" for j in fresh), "--save-edits")
     return judged + fresh
 
 
@@ -294,7 +294,7 @@ def run(args) -> int:
         raise UserError("give a REPO (a git work tree) to replay, or --edits-from FILE")
     launch = launch_settings(args)
     if args.save_edits:  # refused now, not after the replay
-        check_in(Path(args.save_edits).parent, Path(args.save_edits).name)
+        check_in(Path(args.save_edits).parent, Path(args.save_edits).name, flag="--save-edits")
     model = edit_acceptance(args.acceptance, launch)
     cases = replayed(args)
     judged = collect(args, launch, cases)

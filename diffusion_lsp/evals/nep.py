@@ -30,7 +30,7 @@ from ..context.languages import LanguageSpec, language_for
 from ..errors import UserError
 from ..input_files import InputFile, parse_json
 from ..linediff import opcodes
-from ..workspace_files import output_path
+from ..workspace_files import check_file, output_path, write_file
 from ..nextedit.history import last_change_end
 from ..options import add_launch_args, command_backend, launch_settings, paragraphs
 from .humaneval import DATA_ENV, default_data_dir
@@ -251,10 +251,8 @@ def run(args) -> int:
     runs.append(("follow the change", follow_the_change, False))
     if (acceptance := edit_acceptance(None, launch_settings(args))) is not None:
         runs.append(("shown, next edits off", shown_by_default(acceptance), False))
-    try:
-        out = open(args.predictions, "w", encoding="utf-8") if args.predictions else None  # fail before the run
-    except OSError as e:
-        raise UserError(f"cannot write --predictions: {e}") from None
+    if args.predictions:  # refused before the run
+        check_file(args.predictions, "--predictions")
     results = [run_predictor(name, predict, cases, progress) for name, predict, progress in runs]
     rows = [row for row, _ in results]
     noise_note = None
@@ -265,10 +263,9 @@ def run(args) -> int:
             row["noise_rate"] = noisy["noise_rate"]
         noise_note = (f"noise rate: on {len(quiet)} derived cases where no edit is right (each record's file "
                       "before its commit, no history, the cursor where its first edit starts)")
-    if out is not None:
-        with out:
-            for case, text in zip(cases, results[0][1], strict=True):
-                out.write(jsonout.dumps({"id": case.id, "predicted": text}) + "\n")
+    if args.predictions:
+        write_file(args.predictions, "".join(jsonout.dumps({"id": case.id, "predicted": text}) + "\n"
+                                             for case, text in zip(cases, results[0][1], strict=True)), "--predictions")
     if args.json:
         print(jsonout.dumps({"data": str(path), "n": len(cases), "rows": rows, "noise_cases": noise_note}))
     else:

@@ -23,10 +23,10 @@ from ..errors import UserError
 from ..protocol.settings import LaunchSettings
 from ..input_files import InputFile, Refused
 from ..options import MAX_SOURCE, add_launch_args, launch_settings
-from ..workspace_files import output_path
+from ..workspace_files import check_file, output_path
 from . import baseline
 from .compare import Tolerances, judge, run_calibration
-from .report import exists_parent, junit, markdown, saved_markdown, table, verdict_line, write
+from .report import junit, markdown, saved_markdown, table, verdict_line, write
 
 FORMAT = "diffusion-lsp-regress/1"
 PASSED, REGRESSED, COULD_NOT_RUN, INCOMPATIBLE = 0, 1, 2, 3
@@ -98,17 +98,17 @@ class Stop(Exception):
 
 def run(args) -> int:
     t0 = time.perf_counter()
-    for path in (args.junit, args.summary, args.save):
-        if path:
-            exists_parent(path)
+    for flag, path in (("--junit", args.junit), ("--summary", args.summary), ("--save", args.save)):
+        if path:  # refused now, not after minutes of measuring
+            check_file(path, flag)
     try:
         return _run(args, t0)
     except Stop as e:
         word = "BASELINE INCOMPATIBLE" if e.code == INCOMPATIBLE else "COULD NOT RUN"
         line = f"regress: {word}: {e.reason}"
         print(line)
-        write(args.junit, junit([], time.perf_counter() - t0, error=line))
-        write(args.summary, markdown("diffusion-lsp regress", line, [], [], False), append=True)
+        write(args.junit, junit([], time.perf_counter() - t0, error=line), "--junit")
+        write(args.summary, markdown("diffusion-lsp regress", line, [], [], False), "--summary", append=True)
         return e.code
 
 
@@ -152,11 +152,11 @@ def _run(args, t0: float) -> int:
     for line in unserved(record["figures"]):
         print(f"regress: {line}")
     if args.save:
-        write(args.save, jsonout.dumps(record, indent=1) + "\n")
+        write(args.save, jsonout.dumps(record, indent=1) + "\n", "--save")
         print(f"regress: saved the baseline to {args.save} ({len(record['figures'])} figures)")
     if base is None:
         line = f"regress: saved a baseline of {len(record['figures'])} figures ({model['name']})"
-        write(args.summary, saved_markdown("diffusion-lsp regress", line, record["figures"]), append=True)
+        write(args.summary, saved_markdown("diffusion-lsp regress", line, record["figures"]), "--summary", append=True)
         return PASSED
     normalize = args.normalize == "calibration" or (args.normalize == "auto" and launch.backend == "local")
     verdicts = judge(base, record, tol, normalize)
@@ -165,8 +165,8 @@ def _run(args, t0: float) -> int:
     print("\n".join(header))
     print(table(verdicts, normalize))
     print(line)
-    write(args.junit, junit(verdicts, time.perf_counter() - t0))
-    write(args.summary, markdown("diffusion-lsp regress", line, verdicts, header, normalize), append=True)
+    write(args.junit, junit(verdicts, time.perf_counter() - t0), "--junit")
+    write(args.summary, markdown("diffusion-lsp regress", line, verdicts, header, normalize), "--summary", append=True)
     return REGRESSED if any(v.failed for v in verdicts) else PASSED
 
 

@@ -5,9 +5,8 @@ summary (`--summary`: what GitHub shows as the job summary, e.g. `--summary "$GI
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
-from ..errors import UserError
+from ..workspace_files import append_file, write_file
 from .compare import Verdict
 
 STATUS_WORDS = {"ok": "ok", "regressed": "REGRESSED", "missing": "REGRESSED", "improved": "improved",
@@ -115,17 +114,12 @@ def junit(verdicts: list[Verdict], seconds: float, error: str | None = None) -> 
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def write(path: str | None, text: str, append: bool = False) -> None:
+def write(path: str | None, text: str, flag: str, append: bool = False) -> None:
+    """Write (append) `text` to the file the user named with `flag`, through workspace_files: never
+    through a link, never waiting on a FIFO, a whole file replaced atomically."""
     if path is None:
         return
-    try:
-        with open(path, "a" if append else "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror}") from None
-
-
-def exists_parent(path: str) -> None:
-    parent = Path(path).resolve().parent
-    if not parent.is_dir():
-        raise UserError(f"cannot write {path}: no folder {parent}")
+    if append:
+        append_file(path, text, flag)
+    else:
+        write_file(path, text, flag)

@@ -69,7 +69,7 @@ def write_vscode(package_json: Path | InputFile) -> bool:
     if new == props and list(new) == list(props):
         return False
     config["properties"] = new
-    write_file(file.path, json.dumps(package, indent=2, ensure_ascii=False) + "\n")
+    write_file(file.path, json.dumps(package, indent=2, ensure_ascii=False) + "\n", "--write")
     return True
 
 
