@@ -49,11 +49,16 @@ def _what(fd: int, name: str) -> str | None:
     except FileNotFoundError:
         return None
     if stat.S_ISLNK(st.st_mode):
-        try:
-            return f"a symlink (to {os.readlink(name, dir_fd=fd)})"
-        except OSError:
-            return "a symlink"
+        return _link(fd, name)
     return "" if stat.S_ISDIR(st.st_mode) else "not a folder"
+
+
+def _link(fd: int | None, name: str) -> str:
+    """A refusal naming where the link `name` (in the folder `fd`) points, when it can be read."""
+    try:
+        return f"a symlink (to {os.readlink(name, dir_fd=fd)})"
+    except OSError:
+        return "a symlink"
 
 
 def _relative(rel: str | PurePath) -> tuple[str, ...]:
@@ -108,10 +113,7 @@ def _target_problem(fd: int | None, name: str) -> str | None:
     if stat.S_ISREG(st.st_mode):
         return None
     if stat.S_ISLNK(st.st_mode):
-        try:
-            return f"a symlink (to {os.readlink(name, dir_fd=fd)})"
-        except OSError:
-            return "a symlink"
+        return _link(fd, name)
     return "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) \
         else "not a regular file"
 
