@@ -16,7 +16,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "diffusion_lsp"
 # bottom to top; a room may import the rooms of the layers below its own
 LAYERS = [
     # what crosses every boundary, and leaf utilities: they import nothing of the project
-    {"protocol", "errors", "jsonout", "cpus", "keyscrub", "input_files", "gitrun", "linediff"},
+    {"protocol", "errors", "jsonout", "cpus", "keyscrub", "input_files", "gitrun", "linediff",
+     "candidate"},
     {"kernels", "lifecycle", "local_state"},  # Triton kernels and their references; one request's life; state
     {"model", "workspace_files"},  # the torch side: checkpoints, the transformer, the sampler; workspace writes
     {"context"},  # tree-sitter context, tokens, post-processing, a repository's files
