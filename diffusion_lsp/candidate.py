@@ -10,7 +10,8 @@ is one of these; the LSP and Copilot wire shapes are made from it at the server'
 A source's kind (from the user's code, a repeat of what was just done, or the model) and whether it
 is the change's own sites are properties of the member, never a position in a tuple: a new source
 declares them where it is defined. Each request kind lists its sources in the order its acceptance
-model's features name them (`Request.sources`), which is the order of a model file's weights."""
+model's features name them (`Request.sources`), which is the order of a model file's weights; each
+kind has its own acceptance model (acceptance/model.py KINDS)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ class Source(str, Enum):
 
 
 class Request(str, Enum):
-    """What a candidate answers; each kind has its own acceptance model (acceptance/model.py KINDS)."""
+    """What a candidate answers; each kind has its own acceptance model."""
 
     COMPLETION = "completion"
     EDIT = "edit"

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from diffusion_lsp.acceptance.choose import choose, offers
+from diffusion_lsp.acceptance.chooser import choose
+from diffusion_lsp.acceptance.completion_candidates import offers
 from diffusion_lsp.acceptance.features import FEATURES, Spot, features
 from diffusion_lsp.acceptance.model import FILE, AcceptanceModel, fit
-from diffusion_lsp.context.records import Document, Suggestion
+from diffusion_lsp.candidate import Candidate, Source
+from diffusion_lsp.context.records import Document
 from diffusion_lsp.engine import model_folder
 from diffusion_lsp.protocol.answers import DraftTally, Fill
 from diffusion_lsp.server.positions import UTF16
@@ -27,8 +29,8 @@ def test_spot_and_features_of_a_known_text():
     text = "def f(a):\n    total = compute(a, 1)\n\n    ret\n"
     spot = Spot.at(text, text.index("ret") + 3, "python")
     assert (spot.before, spot.after, spot.above, spot.doc_lines) == ("    ret", "", "total = compute(a, 1)", 5)
-    draft = Suggestion("urn total", source="lookup", match=12.0, lines_away=2, agree=1)
-    model = Suggestion("urn", source="model", conf=(0.9, 0.2, 0.5), kept="part")
+    draft = Candidate.at(0, "urn total", Source.LOOKUP, match=12.0, lines_away=2, agree=1)
+    model = Candidate.at(0, "urn", Source.MODEL, conf=(0.9, 0.2, 0.5), kept="part")
     f = features(draft, spot, [model])
     assert f["source_lookup"] == 1.0 and f["source_model"] == 0.0 and f["lookup_match"] == pytest.approx(0.2)
     assert f["near"] == pytest.approx(1 / 3) and f["same"] == 1.0 and f["support"] == pytest.approx(3 / 9)
@@ -37,11 +39,11 @@ def test_spot_and_features_of_a_known_text():
     assert (g["conf_first"], g["conf_min"]) == (0.9, 0.2) and g["conf_gmean"] == pytest.approx(0.09 ** (1 / 3))
     assert g["kept_part"] == 1.0 and g["support"] == 1.0  # the draft starts with all of it
     assert set(f) == set(FEATURES)
-    repeat = features(Suggestion("total = compute(a, 1)", source="line"), Spot.at("    total = compute(a, 1)\n    ", 30, "python"), [])
+    repeat = features(Candidate.at(0, "total = compute(a, 1)", Source.LINE), Spot.at("    total = compute(a, 1)\n    ", 30, "python"), [])
     assert repeat["repeats_above"] == 1.0 and repeat["at_indent"] == 1.0
     below = "    idx = b\n\n    idx = bisect(x)\n"  # the line being written is the one already below it
     assert Spot.at(below, 11, "python").below == "idx = bisect(x)"
-    assert features(Suggestion("isect(x)", source="lookup"), Spot.at(below, 11, "python"), [])["repeats_below"] == 1.0
+    assert features(Candidate.at(0, "isect(x)", Source.LOOKUP), Spot.at(below, 11, "python"), [])["repeats_below"] == 1.0
 
 
 def test_the_fit_finds_a_known_rule():
@@ -63,19 +65,24 @@ def test_the_fit_finds_a_known_rule():
 LIKES_LOOKUP = AcceptanceModel({"bias": -4.6, "source_lookup": 9.2}, 0.5, origin="test")
 
 
+def at(spot: Spot):
+    """The completion features at `spot`, as the chooser takes them."""
+    return lambda candidate, others: features(candidate, spot, others)
+
+
 def test_choose_shows_the_highest_p_and_nothing_below_the_bar():
     spot = Spot.at("x = 1\ny = ", 10, "python")
-    found = [Suggestion("2", source="model"), Suggestion("x + 1", source="lookup"), Suggestion("3", source="line")]
-    got = choose(LIKES_LOOKUP, found, spot)
+    found = [Candidate.at(0, "2", Source.MODEL), Candidate.at(0, "x + 1", Source.LOOKUP), Candidate.at(0, "3", Source.LINE)]
+    got = choose(LIKES_LOOKUP, found, at(spot))
     assert got.shown.text == "x + 1" and got.p > 0.98 and len(got.scored) == 3
-    assert choose(LIKES_LOOKUP, [found[0], found[2]], spot).shown is None  # best P 0.01 < 0.5
-    assert choose(LIKES_LOOKUP, found, spot, show_above=0.999).shown is None
-    assert choose(None, found, spot).shown is found[0]  # the rules: the model's fill
+    assert choose(LIKES_LOOKUP, [found[0], found[2]], at(spot)).shown is None  # best P 0.01 < 0.5
+    assert choose(LIKES_LOOKUP, found, at(spot), show_above=0.999).shown is None
+    assert choose(None, found, at(spot)).shown is found[0]  # the rules: the model's fill
 
 
 def test_offers_carry_the_fills_probabilities_to_a_draft_it_agrees_with():
     fill = Fill("urn total", ["urn", " total"], [0.6, 0.3], draft=DraftTally(1, 2, 2))
-    got = offers(Suggestion("urn total"), fill, [Suggestion("urn total", source="lookup", match=9.0, lines_away=1), Suggestion("urn 0", source="line")])
+    got = offers(Candidate.at(0, "urn total", Source.MODEL), fill, [Candidate.at(0, "urn total", Source.LOOKUP, match=9.0, lines_away=1), Candidate.at(0, "urn 0", Source.LINE)])
     assert [(o.source, o.conf, o.kept) for o in got] == [("model", (0.6, 0.3), "whole"),
                                                          ("lookup", (0.6, 0.3), "whole"), ("line", (), "whole")]
     assert offers(None, fill, [])[:1] == []  # nothing left of the fill: no model candidate
@@ -173,11 +180,11 @@ def test_feedback_is_kept_locally_and_refitted(tmp_path, monkeypatch, capsys):
 
 def test_a_multi_line_fill_is_cut_to_the_lines_whose_p_holds():
     fill = Fill("a = 1\nb = 2\nc = 3", ["a = 1", "\nb = 2", "\nc = 3"], [0.9, 0.8, 0.1])
-    found = offers(Suggestion("a = 1\nb = 2\nc = 3"), fill, [])
+    found = offers(Candidate.at(0, "a = 1\nb = 2\nc = 3", Source.MODEL), fill, [])
     assert [o.text for o in found] == ["a = 1", "a = 1\nb = 2", "a = 1\nb = 2\nc = 3"]
     assert [len(o.conf) for o in found] == [1, 2, 3]
     holds = AcceptanceModel({"bias": -2.0, "conf_min": 5.0}, 0.5)  # P >= 0.5 while every token is >= 0.4
-    got = choose(holds, found, Spot.at("", 0, "python"))
+    got = choose(holds, found, at(Spot.at("", 0, "python")))
     assert got.shown.text == "a = 1\nb = 2" and got.p > 0.5  # the third line's token is doubted
 
 
@@ -187,13 +194,13 @@ def test_a_feature_constant_but_for_float_noise_weighs_nothing_and_p_holds_acros
     rng = random.Random(3)
     rows, labels = [], []
     for _ in range(500):
-        offer = Suggestion("x" * rng.randint(1, 30), source=rng.choice(["model", "lookup"]), match=rng.random() * 60)
+        offer = Candidate.at(0, "x" * rng.randint(1, 30), rng.choice([Source.MODEL, Source.LOOKUP]), match=rng.random() * 60)
         rows.append(features(offer, Spot("    ", "", "", 100, "python"), []))
         labels.append(offer.source == "lookup" and rng.random() < 0.8)
     w = fit(rows, labels)
     assert w["doc_lines"] == 0.0 and w["source_lookup"] > 1
     model = AcceptanceModel(w, 0.5)
-    offer = Suggestion("value", source="lookup", match=30)
+    offer = Candidate.at(0, "value", Source.LOOKUP, match=30)
     ps = [model.p(features(offer, Spot("    ", "", "", n, "python"), [])) for n in (1, 74, 99, 100, 101, 10_000)]
     assert max(ps) - min(ps) < 1e-9 and 0.5 < ps[0] < 1  # the length it never saw vary does not move P
 

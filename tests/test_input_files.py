@@ -111,6 +111,8 @@ BAD_CASES = {
     "a feature Infinity": ('{"feats": [{"bias": Infinity}]}', "Infinity is not a finite number"),
     "truth a number": (saved(truth=3), "'truth' must be a string"),
     "offers a number": (saved(offers=5), "'offers' must be a list"),
+    "a source no completion has": (saved(offers=[{"text": "t", "source": "rename"}]),
+                                   "'source' must be one of model, last, lookup, line, not 'rename'"),
     "a line not an object": ("[1, 2]", "a line must be a JSON object"),
     "deep JSON": ("[" * 50_000 + "]" * 50_000, "nested more than"),
 }

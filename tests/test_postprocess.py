@@ -8,7 +8,8 @@ from diffusion_lsp.context.gather import gather
 from diffusion_lsp.protocol.reasons import Cut
 from diffusion_lsp.context.postprocess import creates_parse_error, drop_low_confidence, postprocess
 from diffusion_lsp.context.overlap import drop_duplicate_lines
-from diffusion_lsp.context.records import Document, SpanKind, Suggestion
+from diffusion_lsp.candidate import Candidate, Source
+from diffusion_lsp.context.records import Document, SpanKind
 
 CURSOR = "█"
 
@@ -18,7 +19,7 @@ def ctx_for(src: str, language: str = "python", uri: str = "file:///w/main"):
     return gather(Document(uri, text, language), offset)
 
 
-def apply(ctx, s: Suggestion) -> str:
+def apply(ctx, s: Candidate) -> str:
     text = ctx.document.text
     return text[:ctx.offset] + s.text + text[ctx.offset + s.replace_chars:]
 
@@ -168,8 +169,8 @@ def test_a_fill_that_adds_a_parse_error_is_rejected(language, src, good, bad):
     s, reasons = run(ctx, bad)
     assert s is None and reasons[-1] == "parse-error"
     text = ctx.document.text
-    assert creates_parse_error(text, ctx.offset, Suggestion(bad), language)
-    assert not creates_parse_error(text, ctx.offset, Suggestion(good), language)
+    assert creates_parse_error(text, Candidate.at(ctx.offset, bad, Source.MODEL), language)
+    assert not creates_parse_error(text, Candidate.at(ctx.offset, good, Source.MODEL), language)
 
 
 @pytest.mark.parametrize("language,src,fill,kept", [
@@ -185,8 +186,8 @@ def test_a_fill_that_dangles_leaves_a_bracket_open_or_closes_one_it_never_opened
     ctx = ctx_for(src, language)
     s, reasons = run(ctx, fill)
     assert s.text == kept and reasons[-1] is Cut.UNBALANCED
-    assert not creates_parse_error(ctx.document.text, ctx.offset, s, language)
-    assert creates_parse_error(ctx.document.text, ctx.offset, Suggestion(fill), language)
+    assert not creates_parse_error(ctx.document.text, s, language)
+    assert creates_parse_error(ctx.document.text, Candidate.at(ctx.offset, fill, Source.MODEL), language)
 
 
 def test_an_existing_error_elsewhere_does_not_block_a_good_fill():
@@ -197,7 +198,7 @@ def test_an_existing_error_elsewhere_does_not_block_a_good_fill():
 def test_unknown_language_skips_the_syntax_check():
     ctx = ctx_for("key = █\n", "plaintext")
     assert run(ctx, "((( value")[0].text == "((( value"
-    assert not creates_parse_error("key = \n", 6, Suggestion("((("), "plaintext")
+    assert not creates_parse_error("key = \n", Candidate.at(6, "(((", Source.MODEL), "plaintext")
 
 
 # --- whole pipeline -------------------------------------------------------------------------------
@@ -215,5 +216,5 @@ def test_binary_text_and_huge_lines_do_not_crash():
     postprocess(ctx, "\x00\x01 x)", pieces=["\x00", "\x01 x)"], confidence=[0.9, 0.9], confidence_cut=0.5)
     huge = "x = f(" + "a, " * 100_000 + ")\n"
     ctx = gather(Document("file:///w/h.py", huge, "python"), len(huge) - 2)
-    assert postprocess(ctx, "b)", check_syntax=True) == Suggestion("b")  # the line's own ")" is not typed twice
-    assert not creates_parse_error(huge, len(huge) - 2, Suggestion("b"), "python")
+    assert postprocess(ctx, "b)", check_syntax=True) == Candidate.at(len(huge) - 2, "b", Source.MODEL)  # the line's own ")" is not typed twice
+    assert not creates_parse_error(huge, Candidate.at(len(huge) - 2, "b", Source.MODEL), "python")

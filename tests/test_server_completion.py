@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from diffusion_lsp.context.records import Document, EditSnippet, Suggestion
+from diffusion_lsp.candidate import Candidate, Source
+from diffusion_lsp.context.records import Document, EditSnippet
 from diffusion_lsp.lifecycle import Latest, Stopped, race
 from diffusion_lsp.server.completion import Answer, Completer, locate, replace_range
 from diffusion_lsp.server.failures import BadInput
@@ -42,9 +43,9 @@ def test_locate_converts_and_refuses_bad_positions():
 
 def test_replace_range_covers_the_replaced_characters_on_the_line_only():
     text = "f(é)\nz"
-    assert replace_range(text, 3, Suggestion("1)"), UTF16) is None
-    assert replace_range(text, 3, Suggestion("1)", replace_chars=1), UTF8) == ((0, 4), (0, 5))
-    assert replace_range(text, 3, Suggestion("1)", replace_chars=9), UTF16) == ((0, 3), (0, 4))
+    assert replace_range(text, Candidate.at(3, "1)", Source.MODEL), UTF16) is None
+    assert replace_range(text, Candidate.at(3, "1)", Source.MODEL, 1), UTF8) == ((0, 4), (0, 5))
+    assert replace_range(text, Candidate.at(3, "1)", Source.MODEL, 9), UTF16) == ((0, 3), (0, 4))
 
 
 class FakeLink:

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from diffusion_lsp.acceptance.edits import EDIT_FEATURES, EditOffer
+from diffusion_lsp.acceptance.edits import EDIT_FEATURES
 from diffusion_lsp.acceptance.model import AcceptanceModel
 from diffusion_lsp.cli import main
-from diffusion_lsp.context.records import Document, Suggestion
+from diffusion_lsp.candidate import Candidate, Source
+from diffusion_lsp.context.records import Document
 from diffusion_lsp.errors import UserError
 from diffusion_lsp.evals import calibrate, edits_command
 from diffusion_lsp.evals.edit_replay import JudgedEdit
@@ -87,7 +88,7 @@ def judged_rows(n: int = 60) -> list[Judged]:
     out = []
     for _ in range(n):
         x = rng.random()
-        out.append(Judged(Case(Document("", "", ""), 0, "t", "", "pkg"), [Suggestion("t", source="model")],
+        out.append(Judged(Case(Document("", "", ""), 0, "t", "", "pkg"), [Candidate.at(0, "t", Source.MODEL)],
                           [{"bias": 1.0, "conf_first": x}], [x > 0.5], [x > 0.5]))
     return out
 
@@ -98,7 +99,7 @@ def judged_edits(n: int = 60) -> list[JudgedEdit]:
     for i in range(n):
         x = rng.random()
         feats = {name: 0.0 for name in EDIT_FEATURES} | {"bias": 1.0, "conf": x}
-        out.append(JudgedEdit(f"c{i}", "repo", [EditOffer("rename", 0, 1, "y", x)], [feats], [x > 0.5]))
+        out.append(JudgedEdit(f"c{i}", "repo", [Candidate(0, 1, "y", Source.RENAME, confidence=x)], [feats], [x > 0.5]))
     return out
 
 

@@ -1,7 +1,8 @@
 """What is known of one candidate at one cursor, as numbers an acceptance model weighs (model.py).
 
-A candidate (context/records.py's `Suggestion`) is text the product could show at the cursor: the model's fill, cut as the
-server cuts it (context/postprocess.py), or a draft from the user's own code (context/drafts.py).
+A completion's candidate (candidate.py's `Candidate`, its span starting at the cursor) is text the
+product could show there: the model's fill, cut as the server cuts it (context/postprocess.py), or
+a draft from the user's own code (context/drafts.py). Its source is one of `Request.COMPLETION.sources`.
 Its features are cheap (a few microseconds each; no parse, no model call): where it came from and
 how strong that evidence was, the model's token probabilities where the backend gave them, whether
 the other sources agree, and where the cursor is (Copilot's contextual filter weighs the same
@@ -15,9 +16,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..context.records import Suggestion
+from ..candidate import Candidate, Request, Source
 
-SOURCES = ("model", "last", "lookup", "line")
 CLOSERS = set(")]}'\":;,")
 _WORD = re.compile(r"\w")
 
@@ -54,7 +54,7 @@ def _gmean(conf: tuple[float, ...]) -> float:
     return math.exp(sum(math.log(max(p, 1e-6)) for p in conf) / len(conf))
 
 
-def features(offer: Suggestion, spot: Spot, others: list[Suggestion]) -> dict[str, float]:
+def features(offer: Candidate, spot: Spot, others: list[Candidate]) -> dict[str, float]:
     """The named features of `offer` at `spot`, given the request's other candidates."""
     text, before = offer.text.split("\n", 1)[0], spot.before
     stripped, last = text.strip(), before[-1:] if before else "\n"
@@ -62,12 +62,12 @@ def features(offer: Suggestion, spot: Spot, others: list[Suggestion]) -> dict[st
                   default=0.0)
     same = sum(o.text.strip() == offer.text.strip() for o in others) + offer.agree
     line = before + text
-    f = {"bias": 1.0, **{f"source_{s}": float(offer.source == s) for s in SOURCES},
+    f = {"bias": 1.0, **{f"source_{s.value}": float(offer.source is s) for s in Request.COMPLETION.sources},
          "chars": math.log1p(len(stripped)), "multiline": float("\n" in offer.text.strip("\n")),
-         "lookup_match": min(offer.match, 60.0) / 60.0 if offer.source == "lookup" else 0.0,
-         "line_match": offer.match if offer.source == "line" else 0.0,
+         "lookup_match": min(offer.match, 60.0) / 60.0 if offer.source is Source.LOOKUP else 0.0,
+         "line_match": offer.match if offer.source is Source.LINE else 0.0,
          "other_document": float(offer.lines_away < 0),
-         "near": 1.0 / (1.0 + offer.lines_away) if offer.lines_away >= 0 and offer.source != "model" else 0.0,
+         "near": 1.0 / (1.0 + offer.lines_away) if offer.lines_away >= 0 and offer.source is not Source.MODEL else 0.0,
          "same": float(min(same, 3)), "support": support,
          "scored": float(bool(offer.conf)),
          "conf_first": offer.conf[0] if offer.conf else 0.0,
@@ -96,4 +96,4 @@ KEYWORDS = {"return", "pass", "break", "continue", "else:", "try:", "finally:", 
 # a feature is a length, a count or a probability of one document: far below this. A saved or kept
 # candidate whose feature is larger (1e308 passed as finite) made the fit's products overflow into NaN
 MAX_FEATURE = 1e9
-FEATURES = tuple(features(Suggestion("x", source="model"), Spot("", "", "", 1, None), []))  # their order, for a model file
+FEATURES = tuple(features(Candidate.at(0, "x", Source.MODEL), Spot("", "", "", 1, None), []))  # their order, for a model file

@@ -2,7 +2,7 @@
 and post-processing of the model's fill. Pure modules: no LSP, no model.
 
     ctx = gather(doc, offset, open_docs, recent_edits, budget, count_tokens)
-    suggestion = postprocess(ctx, fill.text, pieces, fill.confidence, confidence_cut, reasons)
+    candidate = postprocess(ctx, fill.text, pieces, fill.confidence, confidence_cut, reasons)  # candidate.py's, at the cursor
 """
 
 from .gather import gather
@@ -10,8 +10,7 @@ from .index import index_document
 from .languages import language_for
 from .postprocess import creates_parse_error, postprocess
 from .spans import CANVAS_TOKENS
-from .records import CompletionContext, ContextBudget, Document, EditSnippet, SpanKind, Suggestion
+from .records import CompletionContext, ContextBudget, Document, EditSnippet, SpanKind
 
 __all__ = ["gather", "postprocess", "creates_parse_error", "index_document", "language_for",
-           "CANVAS_TOKENS", "CompletionContext", "ContextBudget", "Document", "EditSnippet", "SpanKind",
-           "Suggestion"]
+           "CANVAS_TOKENS", "CompletionContext", "ContextBudget", "Document", "EditSnippet", "SpanKind"]

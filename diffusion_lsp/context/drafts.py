@@ -14,9 +14,10 @@ at a fresh position, 0.6 ms typing along a line, whose neighbours' word overlaps
 - `LastFills`: the document's last suggestion, when the cursor's line still reads as it did (the
   cache answers an unchanged document; this one survives edits elsewhere in the file).
 
-A draft is the text to insert at the cursor, to the end of its line (model/verify.py ends a one-line
-draft there). `drafts_for` gives at most `limit` distinct ones, best first; every one agrees with
-what is already typed on the cursor's line.
+A draft is a candidate (candidate.py) that inserts at the cursor, to the end of its line
+(model/verify.py ends a one-line draft there), from the drafter that wrote it (`Source.LAST`,
+`LOOKUP`, `LINE`). `drafts_for` gives at most `limit` distinct ones, best first; every one agrees
+with what is already typed on the cursor's line.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .records import Document, Suggestion
+from ..candidate import Candidate, Source
+from .records import Document
 
 WORDS = re.compile(r"\w+|[^\w\s]+|\s+")  # identifiers, runs of punctuation, runs of blanks
 MIN_MATCH_CHARS = 8  # a shorter repeated tail ("self." or "(") says little about what follows
@@ -220,15 +222,15 @@ class LastFills:
 
 
 def drafts_for(doc: Document, offset: int, others: Iterable[Document] = (), last: LastFills | None = None,
-               limit: int = LIMIT) -> list[Suggestion]:
+               limit: int = LIMIT) -> list[Candidate]:
     """Distinct drafts at `offset`, best first: the last suggestion, prompt lookup, the similar line.
     A draft that ends with the text after the cursor on its line ends before it (the fill goes
     between the two)."""
     after = _rest_of_line(doc.text, offset)
     rest = last.draft(doc.uri, cursor_lines(doc.text, offset)) if last else None
-    found = [("last", Found(rest, 0.0, 0) if rest else None),
-             ("lookup", lookup_found(doc, offset, others)), ("line", similar_found(doc, offset))]
-    out: list[Suggestion] = []
+    found = [(Source.LAST, Found(rest, 0.0, 0) if rest else None),
+             (Source.LOOKUP, lookup_found(doc, offset, others)), (Source.LINE, similar_found(doc, offset))]
+    out: list[Candidate] = []
     for source, f in found:
         text = f.text if f else None
         if text and after.strip() and text.endswith(after):
@@ -237,7 +239,7 @@ def drafts_for(doc: Document, offset: int, others: Iterable[Document] = (), last
             continue
         same = next((i for i, c in enumerate(out) if c.text == text), None)
         if same is None:
-            out.append(Suggestion(text, source=source, match=f.match, lines_away=f.lines_away))
+            out.append(Candidate.at(offset, text, source, match=f.match, lines_away=f.lines_away))
         else:
             out[same] = dataclasses.replace(out[same], agree=out[same].agree + 1)
     return out[:limit]

@@ -1,4 +1,5 @@
-"""From the model's fill to the suggestion shown, by rules applied in this order:
+"""From the model's fill to the candidate shown at the cursor (candidate.py's `Candidate`, from
+`Source.MODEL`), by rules applied in this order:
 
 1. drop a low-confidence tail: cut at the first token committed with confidence < confidence_cut
    (completion.confidenceCut), then back to a clean boundary (the last whole line, else the last
@@ -23,12 +24,13 @@ from __future__ import annotations
 
 import re
 
+from ..candidate import Candidate, Source
 from ..protocol.reasons import Cut
 from .languages import language_for
 from .lines import indent_at, unbalanced_cuts, width
 from .overlap import balance_closers, drop_duplicate_lines, drop_line_overlap, reduce_replace
 from .parsing import error_count, errors_with_insertion, parse_window
-from .records import CompletionContext, SpanKind, Suggestion
+from .records import CompletionContext, SpanKind
 
 CHECK_LINES_BEFORE, CHECK_LINES_AFTER = 60, 30  # window of creates_parse_error without a context
 _PARTIAL_WORD = re.compile(r"[A-Za-z0-9_]+$")
@@ -106,8 +108,8 @@ def _tidy_end(ctx: CompletionContext, text: str) -> str:
 
 def postprocess(ctx: CompletionContext, text: str, pieces: list[str] | None = None,
                 confidence: list[float] | None = None, confidence_cut: float = 0.0,
-                reasons: list[Cut] | None = None, check_syntax: bool = True) -> Suggestion | None:
-    """The suggestion to show for a fill, or None (with the rejection appended to `reasons`)."""
+                reasons: list[Cut] | None = None, check_syntax: bool = True) -> Candidate | None:
+    """The candidate to show at the cursor for a fill, or None (with the rejection appended to `reasons`)."""
     reasons = reasons if reasons is not None else []
 
     def reject(why: Cut) -> None:
@@ -143,14 +145,14 @@ def postprocess(ctx: CompletionContext, text: str, pieces: list[str] | None = No
     if not text.strip():
         return reject(Cut.DUPLICATE)
     text = _tidy_end(ctx, text)
-    suggestion = Suggestion(text, replace)
+    candidate = Candidate.at(ctx.offset, text, Source.MODEL, replace)
     if check_syntax and ctx.document is not None and ctx.parse_window is not None and \
-            _worse_syntax(ctx, suggestion):
+            _worse_syntax(ctx, candidate):
         return _cut_unbalanced(ctx, text, replace, reasons)
-    return suggestion
+    return candidate
 
 
-def _cut_unbalanced(ctx: CompletionContext, text: str, replace: int, reasons: list[Cut]) -> Suggestion | None:
+def _cut_unbalanced(ctx: CompletionContext, text: str, replace: int, reasons: list[Cut]) -> Candidate | None:
     """A fill that broke the syntax, cut to its longest start that does not: first without a
     dangling operator at the end (`x = self.`), then before what it leaves open or closes without
     opening. None, with the PARSE_ERROR rejection, when no cut helps."""
@@ -161,32 +163,31 @@ def _cut_unbalanced(ctx: CompletionContext, text: str, replace: int, reasons: li
         if kept in tried or 4 * len("".join(kept.split())) < solid:  # keep at least a quarter of the fill
             continue
         tried.add(kept)
-        if not _worse_syntax(ctx, suggestion := Suggestion(_tidy_end(ctx, kept))):
+        if not _worse_syntax(ctx, candidate := Candidate.at(ctx.offset, _tidy_end(ctx, kept), Source.MODEL)):
             reasons.append(Cut.UNBALANCED)
-            return suggestion
+            return candidate
     reasons.append(Cut.PARSE_ERROR)
     return None
 
 
-def _worse_syntax(ctx: CompletionContext, s: Suggestion) -> bool:
+def _worse_syntax(ctx: CompletionContext, s: Candidate) -> bool:
     spec = language_for(ctx.language)
     doc = ctx.document
     win = parse_window(spec, doc.text, *ctx.parse_window, key=doc.uri)
     if win is None:
         return False
-    after = errors_with_insertion(spec, win, ctx.offset, s.text, s.replace_chars)
+    after = errors_with_insertion(spec, win, s.start, s.text, s.replace_chars)
     return after is not None and after > error_count(win.tree.root_node)
 
 
-def creates_parse_error(doc_text: str, offset: int, suggestion: Suggestion, language: str | None,
-                        key: str = "") -> bool:
-    """Whether inserting `suggestion` at `offset` leaves more parse errors than there were, counted
+def creates_parse_error(doc_text: str, candidate: Candidate, language: str | None, key: str = "") -> bool:
+    """Whether the completion `candidate` (inserted at its start) leaves more parse errors than there were, counted
     in the lines around the cursor (a whole-file reparse would cost far more than the 5 ms budget).
     `language` is a languageId or canonical name; unknown languages never fail the check."""
     spec = language_for(language)
     if spec is None:
         return False
-    offset = min(max(offset, 0), len(doc_text))
+    offset = min(candidate.start, len(doc_text))
     start = end = offset
     for _ in range(CHECK_LINES_BEFORE):
         start = doc_text.rfind("\n", 0, max(start - 1, 0)) + 1 if start > 0 else 0
@@ -196,5 +197,5 @@ def creates_parse_error(doc_text: str, offset: int, suggestion: Suggestion, lang
     win = parse_window(spec, doc_text, start, end, key=key)
     if win is None:
         return False
-    after = errors_with_insertion(spec, win, offset, suggestion.text, suggestion.replace_chars)
+    after = errors_with_insertion(spec, win, offset, candidate.text, candidate.replace_chars)
     return after is not None and after > error_count(win.tree.root_node)

@@ -64,18 +64,3 @@ class CompletionContext:
     document: Document | None = None  # the document gather() read; postprocess checks syntax on it
     parse_window: tuple[int, int] | None = None  # (start, end) offsets parsed for the syntax check
 
-
-@dataclass(frozen=True)
-class Suggestion:
-    """Text the product could show at the cursor (post-processing cuts the model's fill to one; the
-    drafts from the user's code are others), with what its source knows of it: the evidence an
-    acceptance model weighs."""
-
-    text: str  # to insert at the cursor
-    replace_chars: int = 0  # characters after the cursor (on its line) that the insertion replaces
-    source: str = "model"  # "model", "last", "lookup" or "line" (the acceptance model's SOURCES)
-    conf: tuple[float, ...] = ()  # the model's probability of each of its tokens; () when none scored it
-    match: float = 0.0  # lookup: characters of the repeated tail; line: word overlap of the two lines
-    lines_away: int = 0  # how far its source text is from the cursor; -1: another document
-    agree: int = 0  # other drafters that wrote the same text
-    kept: str = ""  # the verifier's verdict on the request's drafts: "whole", "part", "rejected" or ""

@@ -28,9 +28,10 @@ from ..errors import UserError
 from ..input_files import InputFile
 from ..workspace_files import output_path, write_file
 from ..options import add_launch_args, command_backend, launch_settings
-from ..acceptance.choose import chosen
+from ..acceptance.chooser import shown_index
 from ..acceptance.feedback import read_feedback
-from ..context.records import Document, Suggestion
+from ..candidate import Candidate, Request, Source
+from ..context.records import Document
 from . import edits_command
 from . import saved_rows
 from .edits_command import add_replay_args
@@ -45,6 +46,8 @@ TARGET_PRECISION = 0.6
 BARS = [round(0.05 * i, 2) for i in range(1, 20)]
 
 LINES = 300  # lines retyped per folder
+SHOWN_ALONE = (Source.MODEL, Source.LOOKUP, Source.LINE, Source.LAST)  # each source's rows, in this order
+FEEDBACK = "feedback"  # the package of the rows read from the editor's feedback: one candidate each, the one shown
 
 
 def register(sub) -> None:
@@ -75,8 +78,8 @@ def shown(judged: list[Judged], model: AcceptanceModel, bar: float) -> list[tupl
     """Per case, (the index of the candidate shown or None, the best P)."""
     out = []
     for j in judged:  # as the server picks
-        scored = [(o, model.p(f)) for o, f in zip(j.offers, j.feats)]
-        out.append((chosen(scored, bar), max((p for _, p in scored), default=0.0)))
+        ps = [model.p(f) for f in j.feats]
+        out.append((shown_index(model, j.offers, ps, bar), max(ps, default=0.0)))
     return out
 
 
@@ -90,9 +93,19 @@ def rates(judged: list[Judged], picks: list[int | None]) -> dict:
             "partly": part / n, "wrong": (shown_n - right) / n}
 
 
-def by_source(judged: list[Judged], source: str) -> dict:
-    """The rates when `source`'s candidate is shown whenever there is one."""
-    return rates(judged, [next((i for i, o in enumerate(j.offers) if o.source == source), None) for j in judged])
+def by_source(judged: list[Judged], source: Source) -> dict:
+    """The rates when `source`'s candidate is shown whenever there is one. A feedback row holds only
+    what was shown, not every source's candidate: it counts as nothing shown."""
+    return rates(judged, [next((i for i, o in enumerate(j.offers) if o.source is source), None)
+                          if j.case.package != FEEDBACK else None for j in judged])
+
+
+def _feedback(feats: dict[str, float], kept: bool, partly: bool) -> Judged:
+    """A row of the editor's feedback: the candidate shown (its source from its features), its
+    features and what the user did with it."""
+    source = next((s for s in Request.COMPLETION.sources if feats.get(f"source_{s.value}") == 1.0), Source.MODEL)
+    return Judged(Case(Document("", "", ""), 0, "", "", FEEDBACK), [Candidate.at(0, "", source)], [feats],
+                  [kept], [partly])
 
 
 def over_bars(judged: list[Judged], model: AcceptanceModel) -> list[dict]:
@@ -125,8 +138,7 @@ def collect(args, launch) -> list[Judged]:
     for file in args.cases:
         judged += saved_rows.records(file, Judged.from_json, "saved candidates")
     if args.feedback:
-        judged += [Judged(Case(Document("", "", ""), 0, "", "", "feedback"), [Suggestion("", source="feedback")], [feats],
-                          [kept], [partly]) for feats, kept, partly in read_feedback()]
+        judged += [_feedback(feats, kept, partly) for feats, kept, partly in read_feedback()]
     if not args.folders:
         return judged
     backend = command_backend(launch)
@@ -188,7 +200,7 @@ def run(args) -> int:
     model, table = calibrated(judged, fitted_on)
     trusted = edits_command.written(model, out, workspace)
     result = {"out": str(out), "show_above": model.show_above, "weights": model.weights, "table": table,
-              "sources": {s: by_source(judged, s) for s in ("model", "lookup", "line", "last")},
+              "sources": {s.value: by_source(judged, s) for s in SHOWN_ALONE},
               "cases": len(judged), "trusted": trusted}
     if args.json:
         print(jsonout.dumps(result))
@@ -207,9 +219,9 @@ def print_table(title: str, judged: list[Judged], model: AcceptanceModel, table:
     def line(name: str, r: dict) -> None:
         print(rates_row(name, r, 22, columns), file=file)
 
-    for s in ("model", "lookup", "line", "last"):
-        if any(o.source == s for j in judged for o in j.offers):
-            line(f"{s} alone", by_source(judged, s))
+    for s in SHOWN_ALONE:
+        if any(o.source is s for j in judged if j.case.package != FEEDBACK for o in j.offers):
+            line(f"{s.value} alone", by_source(judged, s))
     line(f"acceptance (P >= {model.show_above:g})", rates(judged, [k for k, _ in shown(judged, model, model.show_above)]))
     print("precision / coverage over the bar:", file=file)
     for r in table:

@@ -10,7 +10,7 @@ is there, as when a user writes a line into existing code. The rows:
 - model + drafts: the same with the drafts, verified by the model (model/verify.py).
 Then what the server would show on as many held-out lines retyped as a user writes them (retype.py:
 at the indentation, or mid-line): each candidate's source alone, and the acceptance model's choice
-(acceptance/choose.py) with its precision / coverage table over the bar.
+(acceptance/chooser.py) with its precision / coverage table over the bar.
 Exact match and edit similarity are of the whole line the system writes; "shown" is what the server
 would show with completion.confidenceCut (a fill cut at its first doubted token, nothing when its
 first is doubted): the share of cases with something shown, and the share shown and exactly right.

@@ -18,11 +18,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from ..acceptance.choose import offers
+from ..acceptance.completion_candidates import offers
 from ..acceptance.features import Spot, features
 from ..context.drafts import drafts_for
 from ..context.gather import gather
-from ..context.records import ContextBudget, Document, Suggestion
+from ..candidate import Candidate, Request
+from ..context.records import ContextBudget, Document
 from ..context.repo import SourceFile
 from ..server.completion import finish, fill_request
 from ..server.config import Config
@@ -84,7 +85,7 @@ class Judged:
     """One case's candidates, their features and labels."""
 
     case: Case
-    offers: list[Suggestion] = field(default_factory=list)
+    offers: list[Candidate] = field(default_factory=list)
     feats: list[dict] = field(default_factory=list)
     exact: list[bool] = field(default_factory=list)
     partly: list[bool] = field(default_factory=list)
@@ -92,7 +93,7 @@ class Judged:
 
     def to_json(self) -> dict:
         return {"package": self.case.package, "truth": self.case.truth, "typed": self.case.typed,
-                "offers": [{"text": o.text, "source": o.source} for o in self.offers],
+                "offers": [{"text": o.text, "source": o.source.value} for o in self.offers],
                 "feats": self.feats, "exact": self.exact, "partly": self.partly}
 
     @classmethod
@@ -104,7 +105,8 @@ class Judged:
         n = len(offers)
         case = Case(Document("", "", ""), 0, saved_rows.text(raw, "truth"), saved_rows.text(raw, "typed"),
                     saved_rows.text(raw, "package", ""))
-        return cls(case, [Suggestion(saved_rows.text(o, "text"), source=saved_rows.text(o, "source")) for o in offers],
+        return cls(case, [Candidate.at(0, saved_rows.text(o, "text"), saved_rows.source(o, Request.COMPLETION))
+                          for o in offers],
                    saved_rows.features(raw, n), saved_rows.flags(raw, "exact", n), saved_rows.flags(raw, "partly", n))
 
 

@@ -10,6 +10,7 @@ file itself is read by input_files (regular, bounded, JSON depth and finite numb
 from __future__ import annotations
 
 from ..acceptance.features import MAX_FEATURE
+from ..candidate import Request, Source
 from ..errors import UserError
 from ..input_files import MAX_JSON_BYTES, InputFile, parse_json
 
@@ -19,6 +20,15 @@ def text(raw: dict, key: str, default: str | None = None) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{key!r} must be a string")
     return value
+
+
+def source(raw: dict, request: Request) -> Source:
+    """The "source" field: the name of one of `request`'s sources."""
+    value = text(raw, "source")
+    found = next((s for s in request.sources if s.value == value), None)
+    if found is None:
+        raise ValueError(f"'source' must be one of {', '.join(s.value for s in request.sources)}, not {value[:40]!r}")
+    return found
 
 
 def number(value, what: str) -> float:

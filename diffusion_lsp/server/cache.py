@@ -1,9 +1,10 @@
-"""LRU of recent completions, keyed by (uri, hash of the text before the cursor, hash of the text
-after it).
+"""LRU of recent completions (the candidate shown, candidate.py's), keyed by (uri, hash of the text
+before the cursor, hash of the text after it).
 
 Type-ahead: while the user types characters that match the suggestion on screen, the document
 changes, so the exact key misses; `lookup` then finds the entry whose prefix is the new prefix
-minus what was typed and answers with the rest of the suggestion at once, without the model."""
+minus what was typed and answers with the rest of the suggestion at once, at the new cursor,
+without the model."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from ..context.records import Suggestion
+from ..candidate import Candidate
 
 TYPE_AHEAD_SCAN = 8  # recent entries of the same document tried for type-ahead
 
@@ -23,7 +24,7 @@ class _Entry:
     prefix_len: int
     prefix_hash: int
     suffix_hash: int
-    suggestion: Suggestion | None  # None: the model had nothing to say here (a negative entry)
+    suggestion: Candidate | None  # None: the model had nothing to say here (a negative entry)
 
 
 class CompletionCache:
@@ -37,7 +38,7 @@ class CompletionCache:
     def clear(self) -> None:
         self._entries.clear()
 
-    def put(self, uri: str, prefix: str, suffix: str, suggestion: Suggestion | None) -> None:
+    def put(self, uri: str, prefix: str, suffix: str, suggestion: Candidate | None) -> None:
         if self.size <= 0:
             return
         key = (uri, hash(prefix), hash(suffix))
@@ -46,7 +47,7 @@ class CompletionCache:
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
 
-    def lookup(self, uri: str, prefix: str, suffix: str) -> tuple[bool, Suggestion | None]:
+    def lookup(self, uri: str, prefix: str, suffix: str) -> tuple[bool, Candidate | None]:
         """(hit, suggestion). A hit with None means "asked here before, nothing to suggest"."""
         key = (uri, hash(prefix), hash(suffix))
         entry = self._entries.get(key)
@@ -66,11 +67,11 @@ class CompletionCache:
         return False, None
 
 
-def _type_ahead(entry: _Entry, prefix: str, suffix_hash: int) -> Suggestion | None:
+def _type_ahead(entry: _Entry, prefix: str, suffix_hash: int) -> Candidate | None:
     sug = entry.suggestion
     typed = len(prefix) - entry.prefix_len
     if sug is None or entry.suffix_hash != suffix_hash or not 0 < typed < len(sug.text):
         return None
     if not sug.text.startswith(prefix[entry.prefix_len:]) or hash(prefix[: entry.prefix_len]) != entry.prefix_hash:
         return None
-    return dataclasses.replace(sug, text=sug.text[typed:])
+    return dataclasses.replace(sug, start=sug.start + typed, end=sug.end + typed, text=sug.text[typed:])

@@ -11,7 +11,7 @@ its work is bounded (it re-parses the window gather parsed, incrementally: p95 0
 in `bench lsp`), while waking a thread right after a fill waits for a core the worker's threads
 are still spinning on (measured: p95 1.9 ms, max 5.5 ms, more than the work itself).
 Drafts are verified by model/verify.py; which candidate is shown (the model's fill or a draft), or
-none, the acceptance model decides (acceptance/choose.py)."""
+none, the acceptance model decides (acceptance/chooser.py, over acceptance/completion_candidates.py)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ from ..protocol.failure import BackendError, Failure
 from ..protocol.answers import Fill, Kept
 from ..protocol.reasons import Cut
 from ..protocol.requests import FillRequest
-from ..acceptance.choose import choose, offers
-from ..acceptance.features import Spot
+from ..acceptance.chooser import choose
+from ..acceptance.completion_candidates import offers
+from ..acceptance.features import Spot, features
 from ..acceptance.feedback import Feedback
 from ..acceptance.model import AcceptanceModel
 from ..context.drafts import LastFills, cursor_lines, drafts_for
@@ -36,7 +37,8 @@ from ..context.gather import gather
 from ..context.index import indexed
 from ..context.postprocess import postprocess
 from ..context.tokens import approx_tokens, valid_text
-from ..context.records import CompletionContext, ContextBudget, Document, EditSnippet, SpanKind, Suggestion
+from ..context.records import CompletionContext, ContextBudget, Document, EditSnippet, SpanKind
+from ..candidate import Candidate
 from . import positions
 from .cache import CompletionCache
 from ..context.languages import language_for
@@ -79,19 +81,20 @@ def check_language(cfg: Config, doc: Document) -> None:
                        f"{cfg.completion.languages}; add {spec.name!r}, or \"*\", to try it)")
 
 
-def replace_range(text: str, offset: int, sug: Suggestion, encoding: str) -> tuple[Position, Position] | None:
-    """The LSP range of the characters after the cursor (on its line) the suggestion writes over."""
-    if sug.replace_chars <= 0:
+def replace_range(text: str, candidate: Candidate, encoding: str) -> tuple[Position, Position] | None:
+    """The LSP range of the characters after the cursor (on its line) the completion `candidate`
+    writes over: its span, ended at the line's end; None when it writes over nothing."""
+    if candidate.replace_chars <= 0:
         return None
-    line_end = text.find("\n", offset)
-    end = min(offset + sug.replace_chars, len(text) if line_end < 0 else line_end)
-    return positions.position_at(text, offset, encoding), positions.position_at(text, end, encoding)
+    line_end = text.find("\n", candidate.start)
+    end = min(candidate.end, len(text) if line_end < 0 else line_end)
+    return positions.position_at(text, candidate.start, encoding), positions.position_at(text, end, encoding)
 
 
-def finish(ctx: CompletionContext, fill: Fill, confidence_cut: float, check_syntax: bool) -> tuple[Suggestion | None, bool]:
-    """Post-process a fill -> (suggestion, broke): broke when it was dropped for breaking the parse.
-    The confidence cut judges the model's own tokens: a draft it kept whole is the
-    fill, and is shown whole."""
+def finish(ctx: CompletionContext, fill: Fill, confidence_cut: float, check_syntax: bool) -> tuple[Candidate | None, bool]:
+    """Post-process a fill -> (its candidate at the cursor, broke): broke when it was dropped for
+    breaking the parse. The confidence cut judges the model's own tokens: a draft it kept whole is
+    the fill, and is shown whole."""
     reasons: list[Cut] = []
     if fill.draft.outcome is Kept.WHOLE:
         confidence_cut = 0.0
@@ -157,7 +160,7 @@ class Completer:
                 with self.tickets.take(doc.uri) as ticket:
                     sug = await self._decide(ticket, timing, doc, offset, list(open_docs))
                 if sug is not None and sug.text:
-                    answer = Answer(sug.text, replace_range(doc.text, offset, sug, encoding))
+                    answer = Answer(sug.text, replace_range(doc.text, sug, encoding))
         finally:
             timing.total_ms = (time.perf_counter() - t0) * 1e3
             stats.latency_ms.append(timing.total_ms)
@@ -166,7 +169,7 @@ class Completer:
         return answer
 
     async def _decide(self, ticket: Ticket, timing: Timing, doc: Document, offset: int,
-                      open_docs: list[Document]) -> Suggestion | None:
+                      open_docs: list[Document]) -> Candidate | None:
         cc = self.cfg.completion
         if doc.language_id in cc.disabled_languages:
             raise BadInput(f"completion is disabled for {doc.language_id!r}")
@@ -206,13 +209,14 @@ class Completer:
                 self.last_fills.put(doc.uri, cursor_lines(doc.text, offset), sug.text)
         return sug
 
-    def _choose(self, doc: Document, offset: int, ctx: CompletionContext, sug: Suggestion | None, fill: Fill,
-                drafts: list[Suggestion]) -> Suggestion | None:
+    def _choose(self, doc: Document, offset: int, ctx: CompletionContext, cut: Candidate | None, fill: Fill,
+                drafts: list[Candidate]) -> Candidate | None:
         """What is shown: the candidate the acceptance model likes best when it is likely
-        enough to be kept, else nothing; without one, the model's cut fill."""
+        enough to be kept, else nothing; without one, the model's `cut` fill."""
         if self.acceptance is None:
-            return sug
-        choice = choose(self.acceptance, offers(sug, fill, drafts), Spot.at(doc.text, offset, ctx.language),
+            return cut
+        spot = Spot.at(doc.text, offset, ctx.language)
+        choice = choose(self.acceptance, offers(cut, fill, drafts), lambda c, others: features(c, spot, others),
                         self.cfg.completion.show_above)
         self.stats.chose(choice)
         if choice.scored:
@@ -224,7 +228,7 @@ class Completer:
         return choice.shown
 
     def _context(self, doc: Document, offset: int, open_docs: list[Document],
-                 edits: Sequence[EditSnippet]) -> tuple[CompletionContext, list[Suggestion]]:
+                 edits: Sequence[EditSnippet]) -> tuple[CompletionContext, list[Candidate]]:
         """(the context, the drafts from the user's code) at `offset`: in the context thread."""
         cc = self.cfg.completion
         ctx = gather(doc, offset, open_docs, edits, ContextBudget.split(cc.max_context_tokens), self.count_tokens,
@@ -241,8 +245,8 @@ class Completer:
         return ctx, drafts_for(doc, offset, open_docs, self.last_fills)
 
     async def _sample(self, ticket: Ticket, timing: Timing, ctx: CompletionContext,
-                      order: FillRequest) -> tuple[Suggestion | None, bool, Fill]:
-        """(suggestion, broke the parse, the fill); BackendError(DROPPED) when superseded meanwhile: the
+                      order: FillRequest) -> tuple[Candidate | None, bool, Fill]:
+        """(the fill's candidate, broke the parse, the fill); BackendError(DROPPED) when superseded meanwhile: the
         newer request's fill, under the same key, supersedes this one in the backend."""
         if ticket.superseded.is_set():
             raise BackendError(Failure.DROPPED, "superseded by a newer request")

@@ -10,6 +10,7 @@ import math
 from collections import deque
 from dataclasses import asdict, dataclass, field, fields
 
+from ..candidate import Choice
 from ..protocol.answers import Kept
 
 WINDOW = 1000  # latencies kept for the percentiles
@@ -117,12 +118,13 @@ class Stats:
     shown_p: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)  # P of what was shown
     acceptance: str = ""  # which acceptance model decides, or why none (one line)
 
-    def chose(self, choice) -> None:
-        """Count an acceptance decision (a Choice)."""
+    def chose(self, choice: Choice) -> None:
+        """Count a completion's acceptance decision."""
         self.judged += 1
         if choice.shown is not None:
             self.judged_shown += 1
-            self.won[choice.shown.source] = self.won.get(choice.shown.source, 0) + 1
+            source = choice.shown.source.value
+            self.won[source] = self.won.get(source, 0) + 1
             if choice.p is not None:
                 self.shown_p.append(choice.p)
 
