@@ -317,7 +317,7 @@ def test_edit_with_instruction_refusals_are_error_responses_not_error_tracebacks
 
     from lsprotocol import types
 
-    from diffusion_lsp.protocol.failure import BackendError, Failure
+    from diffusion_lsp.protocol.failure import BackendError, Failure, Stop
 
     server = InProcess(tmp_path)
     method = "diffusionLsp/editWithInstruction"
@@ -330,7 +330,7 @@ def test_edit_with_instruction_refusals_are_error_responses_not_error_tracebacks
         got["unknown document"] = await server.ask(1, method, edit_params(uri="file:///tmp/nowhere.py"))
         got["stale version"] = await server.ask(2, method, edit_params(version=7))
         got["past the end"] = await server.ask(3, method, edit_params(end_line=40))
-        server.backend.outcome = BackendError(Failure.DROPPED, "a newer request")
+        server.backend.outcome = BackendError.dropped(Stop.SUPERSEDED, "a newer request")
         got["superseded"] = await server.ask(4, method, edit_params())
         server.backend.outcome = BackendError(Failure.UNAVAILABLE, "the worker is not running")
         got["backend failed"] = await server.ask(5, method, edit_params())

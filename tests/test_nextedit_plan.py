@@ -12,7 +12,7 @@ import math
 import pytest
 
 from diffusion_lsp.protocol.capabilities import Capabilities
-from diffusion_lsp.protocol.failure import BackendError, Failure
+from diffusion_lsp.protocol.failure import BackendError, Failure, Stop
 from diffusion_lsp.backend.local import LocalBackend
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.protocol.settings import SamplerConfig
@@ -141,7 +141,7 @@ class FakeBackend:
 
     def _given(self, order):
         if (got := self.answer(order)) is None:
-            raise BackendError(Failure.DROPPED)
+            raise BackendError.dropped(Stop.SUPERSEDED)
         return got
 
 

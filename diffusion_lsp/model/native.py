@@ -1,16 +1,17 @@
 """Diffusion models that transformers implements natively (DiffusionGemma first), run through
 transformers' own modeling and generation code inside our worker, behind the same engine interface
 as our own models (engine/answering.py: `decode_orders`, `answer_of`, `max_tokens`, ...); loaded and
-checked by native_load.py, which alone imports transformers (an extra, never imported by the language server).
+checked by native_load.py, which imports transformers (an extra, never imported by the language server).
 
 Why the model's own generation and not our sampler: DiffusionGemma is block diffusion over a prompt
 that its encoder caches, with a canvas of uniform random tokens (no mask token) that is denoised with
 self-conditioning on the previous step's logits, accepted under an entropy bound and re-noised where
 not accepted (generation_diffusion_gemma.py). Our sampler commits masked positions of one row that
 holds prefix, canvas and suffix; none of that applies. So `NativeDecoding` drives transformers' own
-step (`_denoising_step`, with its sampler, temperature schedule and stopping criteria, made from the
-checkpoint's generation_config.json by `_prepare_generation_config`) one denoising step per turn,
-exactly as `generate` calls it, which lets the worker stream the draft after each step, abandon a
+step (its denoising step, with its sampler, temperature schedule and stopping criteria, made from the
+checkpoint's generation_config.json) one denoising step per turn, exactly as `generate` calls it,
+through the private methods that hf_private.py checks and binds (`_Canvases` holds generate's state
+between canvases), which lets the worker stream the draft after each step, abandon a
 superseded fill between steps and stop at a time budget. Seeded per fill (SEED), a fill equals
 `torch.manual_seed(SEED); model.generate(prompt)` token for token (tests/test_native.py).
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from .decoding import Turns
+from .hf_private import Generation, generation
 from .prompting import answer_text
 from ..protocol.answers import Draft
 from .results import FillResult, answer_of, text_of
@@ -81,63 +83,44 @@ class NativeDecoding(Turns):
             self.finished.append(i)
 
     def _run(self, f: _Fill):
-        """transformers' generate (generation_diffusion_gemma.py, batch 1, no padding), its steps
-        yielded as drafts (the argmax canvas, as its own streamer's put_draft gets it); f.result at the end."""
-        model, req = self.model, f.req
-        t0 = time.perf_counter()
-        C, device = model.config.canvas_length, model.device
-        input_ids = _prompt(model, req)
-        g = _Generation.of(model, req.max_tokens)
-        gc, sampler, diffusion_stop = g.gc, g.sampler, g.diffusion_stop
-        cur_len = initial = input_ids.shape[1]
-        max_length, _ = model._prepare_generated_length(gc, cur_len)
-        cache = model._prepare_cache_for_generation(generation_config=gc, batch_size=1, max_length=max_length)
-        enc_pos, dec_pos, attention, dec_attention = _first_positions(cur_len, C, device)
-        forwards, budget_hit, late = 0, False, False
-        finished = torch.zeros(1, dtype=torch.bool, device=device)
-        conf = []
+        """transformers' generate (generation_diffusion_gemma.py, batch 1, no padding), a canvas at a time,
+        its steps yielded as drafts (the argmax canvas, as its own streamer's put_draft gets it); f.result at
+        the end. The same calls in the same order as generate's, so the same random numbers."""
+        req, t0, device = f.req, time.perf_counter(), self.model.device
+        prompt = _prompt(self.model, req)
+        state = _Canvases.start(self.model, _Generation.of(self.model, req.max_tokens), prompt)
+        forwards, budget_hit, conf = 0, False, []
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(SEED)
-            for canvas in range(math.ceil(req.max_tokens / C)):
-                ids, enc_masks = model._prepare_encoder_inputs(
-                    input_ids=input_ids, attention_mask=attention, encoder_position_ids=enc_pos, cache=cache,
-                    is_prefill=canvas == 0, canvas_length=C, batch_size=1)
-                cache = model.model.encoder(input_ids=ids, attention_mask=enc_masks, cache=cache,
-                                            position_ids=enc_pos).cache
-                current, self_cond, masks, done = model._prepare_denoiser_inputs(
-                    decoder_attention_mask=dec_attention, cache=cache, sampler=sampler,
-                    diffusion_stopping_criteria=diffusion_stop, batch_size=1, device=device, model_kwargs={})
-                argmax = current
-                for step in reversed(range(1, gc.max_denoising_steps + 1)):
-                    forwards += 1
-                    current, argmax, self_cond, done = model._denoising_step(
-                        decoder_forward=model.forward, current_canvas=current, argmax_canvas=argmax,
-                        input_ids=input_ids, decoder_position_ids=dec_pos, self_conditioning_logits=self_cond,
-                        mask_mapping=masks, cache=cache, finished_denoising=done, cur_step=step, sampler=sampler,
-                        logits_processor=g.processors, diffusion_stopping_criteria=diffusion_stop)
-                    late = (self.cfg.time_budget_ms is not None
-                            and (time.perf_counter() - t0) * 1e3 > self.cfg.time_budget_ms)
-                    if bool(done.all()) or f.stopped or late:
-                        break
-                    yield self._draft(req, input_ids[0, initial:].tolist() + argmax[0].tolist(),
-                                      gc.max_denoising_steps - step + 1)
+            for canvas in range(math.ceil(req.max_tokens / state.C)):
+                argmax, logits, steps, late = yield from self._denoise(f, state, state.encode(canvas == 0), t0)
+                forwards += steps
                 if f.stopped:
                     return
                 budget_hit |= late
-                probs = self_cond.float().softmax(-1)  # [1, C, V]: the last step's (temperature-scaled) logits
-                conf += probs.gather(-1, argmax[..., None])[0, :, 0].tolist()
-                input_ids = torch.cat([input_ids, argmax], dim=-1)
-                input_ids, finished = model._finalize_canvas(input_ids=input_ids, finished_sequences=finished,
-                                                             generation_config=gc, stopping_criteria=g.ar_stop,
-                                                             canvas_length=C, eos_tensor=g.eos)
-                if bool(finished.all()) or late or (req.one_line and self._line_written(req, input_ids[0, initial:])):
+                conf += _confidence(logits, argmax)
+                state.append(argmax)
+                if bool(state.finished.all()) or late or (req.one_line and self._line_written(req, state.generated())):
                     break
-                cur_len, dec_attention, attention, enc_pos, dec_pos = model._prepare_kwargs_for_next_canvas(
-                    attention_mask=attention, decoder_attention_mask=dec_attention, decoder_position_ids=dec_pos,
-                    canvas_length=C, cur_len=cur_len)
-        f.result = self._result(req, input_ids[0, initial:].tolist(), conf, forwards,
+                state.advance()
+        f.result = self._result(req, state.generated().tolist(), conf, forwards,
                                 (time.perf_counter() - t0) * 1e3, budget_hit)
         yield None
+
+    def _denoise(self, f: _Fill, state: _Canvases, inputs: tuple, t0: float):
+        """One canvas denoised from the denoiser's inputs (`_Canvases.encode`) as generate does, a draft
+        yielded after each step that leaves it unfinished -> (argmax canvas [1, C], the last step's
+        logits [1, C, V], forwards, whether the time budget ran out)."""
+        current, logits, masks, done = inputs
+        argmax, forwards, late, steps = current, 0, False, state.g.gc.max_denoising_steps
+        for step in reversed(range(1, steps + 1)):
+            forwards += 1
+            current, argmax, logits, done = state.step(current, argmax, logits, masks, done, step)
+            late = self.cfg.time_budget_ms is not None and (time.perf_counter() - t0) * 1e3 > self.cfg.time_budget_ms
+            if bool(done.all()) or f.stopped or late:
+                break
+            yield self._draft(f.req, state.generated().tolist() + argmax[0].tolist(), steps - step + 1)
+        return argmax, logits, forwards, late
 
     def _line_written(self, req, ids: torch.Tensor) -> bool:
         """A one-line fill's first line is in the canvases generated so far, so later ones cannot change
@@ -170,9 +153,11 @@ class NativeDecoding(Turns):
 @dataclass
 class _Generation:
     """What transformers' generate prepares from the generation config for a fill (generation_diffusion_gemma.py):
-    the config itself, its sampler, logits processors and stopping criteria, and the end-of-sequence ids."""
+    the config itself, its sampler, logits processors and stopping criteria, and the end-of-sequence ids;
+    with the model's generation steps that take them (the adapter's `Generation`)."""
 
-    gc: object
+    steps: Generation
+    gc: object  # transformers' GenerationConfig
     sampler: object
     processors: object
     ar_stop: object
@@ -181,10 +166,88 @@ class _Generation:
 
     @classmethod
     def of(cls, model, max_tokens: int) -> _Generation:
-        gc, _ = model._prepare_generation_config(None, max_new_tokens=max_tokens)
+        steps = generation(model)
+        gc, _ = steps.generation_config(None, max_new_tokens=max_tokens)
         eos = torch.tensor(gc.eos_token_id, device=model.device) if gc.eos_token_id is not None else None
-        return cls(gc, model._prepare_sampler(gc), model._prepare_logits_processor(gc, None),
-                   model._prepare_ar_stopping_criteria(gc, None), model._prepare_diffusion_stopping_criteria(gc), eos)
+        return cls(steps, gc, steps.sampler(gc), steps.logits_processor(gc, None), steps.ar_stopping_criteria(gc, None),
+                   steps.diffusion_stopping_criteria(gc), eos)
+
+
+@dataclass
+class _Canvases:
+    """generate's state from one canvas to the next (batch 1, no padding): the ids so far, the encoder's
+    cache, the positions and attention masks of the next canvas, and whether the row has finished."""
+
+    model: object
+    g: _Generation
+    input_ids: torch.Tensor  # [1, P + C * canvases appended]
+    prompt_length: int  # P
+    cache: object
+    enc_pos: torch.Tensor  # the encoder's next positions: [1, P], then the last canvas's [1, C]
+    dec_pos: torch.Tensor  # [1, C] the next canvas's positions
+    attention: torch.Tensor  # [1, cur_len] bool
+    dec_attention: torch.Tensor  # [1, cur_len + C] bool
+    cur_len: int  # the positions before the next canvas
+    finished: torch.Tensor  # [1] bool
+
+    @classmethod
+    def start(cls, model, g: _Generation, input_ids: torch.Tensor) -> _Canvases:
+        """Before the first canvas after the prompt input_ids [1, P]: its cache and positions."""
+        cur_len, device = input_ids.shape[1], model.device
+        max_length, _ = g.steps.generated_length(g.gc, cur_len)
+        cache = g.steps.cache(generation_config=g.gc, batch_size=1, max_length=max_length)
+        return cls(model, g, input_ids, cur_len, cache, *_first_positions(cur_len, model.config.canvas_length, device),
+                   cur_len, torch.zeros(1, dtype=torch.bool, device=device))
+
+    @property
+    def C(self) -> int:
+        return self.model.config.canvas_length
+
+    def generated(self) -> torch.Tensor:
+        """The ids of the canvases appended so far [C * canvases]."""
+        return self.input_ids[0, self.prompt_length:]
+
+    def encode(self, first: bool) -> tuple:
+        """The prompt (first) or the last canvas into the encoder's cache -> the denoiser's inputs: (a random
+        canvas [1, C], self-conditioning logits, the attention masks, which rows are done denoising [1])."""
+        steps, device = self.g.steps, self.model.device
+        ids, masks = steps.encoder_inputs(
+            input_ids=self.input_ids, attention_mask=self.attention, encoder_position_ids=self.enc_pos,
+            cache=self.cache, is_prefill=first, canvas_length=self.C, batch_size=1)
+        self.cache = self.model.model.encoder(input_ids=ids, attention_mask=masks, cache=self.cache,
+                                              position_ids=self.enc_pos).cache
+        return steps.denoiser_inputs(
+            decoder_attention_mask=self.dec_attention, cache=self.cache, sampler=self.g.sampler,
+            diffusion_stopping_criteria=self.g.diffusion_stop, batch_size=1, device=device, model_kwargs={})
+
+    def step(self, current, argmax, logits, masks, done, step: int) -> tuple:
+        """Denoising step `step` (counting down) of the canvas -> (canvas, argmax canvas [1, C], logits
+        [1, C, V], done [1])."""
+        g = self.g
+        return g.steps.denoising_step(
+            decoder_forward=self.model.forward, current_canvas=current, argmax_canvas=argmax,
+            input_ids=self.input_ids, decoder_position_ids=self.dec_pos, self_conditioning_logits=logits,
+            mask_mapping=masks, cache=self.cache, finished_denoising=done, cur_step=step, sampler=g.sampler,
+            logits_processor=g.processors, diffusion_stopping_criteria=g.diffusion_stop)
+
+    def append(self, argmax: torch.Tensor) -> None:
+        """The denoised canvas [1, C] after the ids; `finished` once an end token or a stopping criterion says so."""
+        ids = torch.cat([self.input_ids, argmax], dim=-1)
+        self.input_ids, self.finished = self.g.steps.finalize_canvas(
+            input_ids=ids, finished_sequences=self.finished, generation_config=self.g.gc,
+            stopping_criteria=self.g.ar_stop, canvas_length=self.C, eos_tensor=self.g.eos)
+
+    def advance(self) -> None:
+        """The positions and masks of the next canvas."""
+        self.cur_len, self.dec_attention, self.attention, self.enc_pos, self.dec_pos = self.g.steps.next_canvas(
+            attention_mask=self.attention, decoder_attention_mask=self.dec_attention,
+            decoder_position_ids=self.dec_pos, canvas_length=self.C, cur_len=self.cur_len)
+
+
+def _confidence(logits: torch.Tensor, argmax: torch.Tensor) -> list[float]:
+    """Each canvas token's probability under the last step's (temperature-scaled) logits [1, C, V]."""
+    probs = logits.float().softmax(-1)
+    return probs.gather(-1, argmax[..., None])[0, :, 0].tolist()
 
 
 def _prompt(model, req) -> torch.Tensor:

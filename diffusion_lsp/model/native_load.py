@@ -1,9 +1,10 @@
 """Loading a model transformers implements natively (native.py: DiffusionGemma first) from a folder,
 checked before transformers builds anything: config.json's sizes, canvas and token ids within bounds
 (`check_config`), generation_config.json's steps and numbers (`check_generation`), and every tensor the
-model needs in the safetensors headers with its shape (`check_weights`). transformers is an extra
-(`pip install 'diffusion-lsp[transformers]'`), imported here only: never by the language server.
-The bounds are config.py's."""
+model needs in the safetensors headers with its shape (`check_weights`), after hf_private.py has
+checked that the installed transformers is one whose private generation native.py can drive.
+transformers is an extra (`pip install 'diffusion-lsp[transformers]'`), imported here and by
+hf_private.py only: never by the language server. The bounds are config.py's."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 from .checkpoint import CheckpointError, check_finite
 from .config import SpecialTokens, read_json, regular_file, size_problem
 from .families import native_family
+from .hf_private import generation_class
 from .hf_tokenizer import load_tokenizer_files
 from .pretrained import weight_headers
 from .prompting import Prompter, chat_template, rendered
@@ -56,7 +58,7 @@ def load_native(folder: str | Path, device: str = "cpu",
     except ImportError:
         raise CheckpointError(f"checkpoint {folder}: {family.name} runs through transformers' own modeling code, "
                               f"which is not installed ({INSTALL})") from None
-    cls = getattr(transformers, family.model_class)
+    cls = generation_class(transformers, family.model_class)  # RuntimeError outside the versions supported
     where = check_weights(cls, config, folder)
     check_generation(folder)
     try:

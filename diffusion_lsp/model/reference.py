@@ -11,7 +11,8 @@ generate) under its generate_block's block-causal mask. LLaDA2 has no transforme
 file is remote code, never run here): tests/family_references.py re-implements it for the tests. The
 non-causal switch is a 4D additive float mask (0 where attended, finfo.min on
 padding) with explicit position_ids: it works in transformers 4.5x and 5.x, while is_causal=False is
-ignored by eager attention in 4.57 and a 4D bool mask with padding is wrong in eager."""
+ignored by eager attention in 4.57 and a 4D bool mask with padding is wrong in eager. Eager attention
+is chosen through a private config attribute, so hf_private.py holds the release to its supported range."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import torch
 from safetensors import safe_open
 
 from .families import Family, detect_family
+from .hf_private import eager_attention
 from .pretrained import weight_files
 
 _LLADA_TO_LLAMA = [  # LLaDA name pattern -> Llama name
@@ -86,7 +88,7 @@ def reference_model(folder: str | Path):
                 key = _llama_name(name) if family.name == "llada" else name
                 state[key] = f.get_tensor(name).float()
     cfg = _reference_config(config, family, any(k.endswith("self_attn.q_proj.bias") for k in state))
-    cfg._attn_implementation = "eager"
+    eager_attention(cfg)
     model = getattr(transformers, CLASSES[family.name])(cfg).float().eval()
     missing, unexpected = model.load_state_dict(state, strict=False)
     allowed = {"lm_head.weight"} if cfg.tie_word_embeddings else set()

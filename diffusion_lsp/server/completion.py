@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..protocol.backend import Backend
-from ..protocol.failure import BackendError, Failure
 from ..protocol.answers import Fill, Kept
 from ..protocol.reasons import Cut
 from ..protocol.requests import FillRequest
@@ -181,8 +180,7 @@ class Completer:
             timing.source = "cache"
             return cached
         t0 = time.perf_counter()
-        if not await ticket.debounce(cc.debounce_ms / 1000):
-            raise BackendError(Failure.DROPPED, "superseded while waiting for typing to pause")
+        await ticket.pause(cc.debounce_ms / 1000)
         t1 = time.perf_counter()
         ctx, drafts = await self._in_thread(self._context, doc, offset, open_docs, self.recent_edits())
         timing.wait_ms, timing.context_ms = (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3
@@ -203,10 +201,9 @@ class Completer:
             else:
                 self.stats.resamples_skipped += 1
         sug = self._choose(doc, offset, ctx, sug, fill, drafts)
-        if not ticket.superseded.is_set():
-            self.cache.put(doc.uri, prefix, suffix, sug)
-            if sug is not None and sug.text:
-                self.last_fills.put(doc.uri, cursor_lines(doc.text, offset), sug.text)
+        self.cache.put(doc.uri, prefix, suffix, sug)  # not superseded: _sample's ticket said so, and no await since
+        if sug is not None and sug.text:
+            self.last_fills.put(doc.uri, cursor_lines(doc.text, offset), sug.text)
         return sug
 
     def _choose(self, doc: Document, offset: int, ctx: CompletionContext, cut: Candidate | None, fill: Fill,
@@ -246,20 +243,12 @@ class Completer:
 
     async def _sample(self, ticket: Ticket, timing: Timing, ctx: CompletionContext,
                       order: FillRequest) -> tuple[Candidate | None, bool, Fill]:
-        """(the fill's candidate, broke the parse, the fill); BackendError(DROPPED) when superseded meanwhile: the
-        newer request's fill, under the same key, supersedes this one in the backend."""
-        if ticket.superseded.is_set():
-            raise BackendError(Failure.DROPPED, "superseded by a newer request")
-        t0 = time.perf_counter()
-        try:
-            self.stats.model_calls += 1
-            fill = await self.backend.fill(ticket.key, order)
-        finally:  # also on our own cancellation ($/cancelRequest), which cancels the fill
-            t1 = time.perf_counter()
-            timing.model_ms += (t1 - t0) * 1e3
-        if ticket.superseded.is_set():  # a backend that answered anyway: never shown
-            raise BackendError(Failure.DROPPED, "superseded by a newer request")
-        self.stats.model_ms.append((t1 - t0) * 1e3)
+        """(the fill's candidate, broke the parse, the fill); BackendError(DROPPED, SUPERSEDED) when superseded
+        before or meanwhile (the ticket's run: the fill is cancelled in the backend at once, and a fill
+        that came anyway is never shown)."""
+        fill, ms = await ticket.run(self._fill(timing, ticket.key, order))
+        t1 = time.perf_counter()
+        self.stats.model_ms.append(ms)
         timing.source = "model"
         timing.worker_ms += fill.ms
         self.stats.reused_fills += fill.reused > 0
@@ -271,6 +260,18 @@ class Completer:
             return (*finish(ctx, fill, cc.confidence_cut, cc.reject_parse_errors), fill)
         finally:
             timing.post_ms += (time.perf_counter() - t1) * 1e3
+
+    async def _fill(self, timing: Timing, key: str, order: FillRequest) -> tuple[Fill, float]:
+        """The backend's fill and its ms, counted; its time is the request's model time even when it is
+        cancelled (by a newer request, $/cancelRequest: cancelling this cancels the fill in the backend)."""
+        t0 = time.perf_counter()
+        self.stats.model_calls += 1
+        try:
+            fill = await self.backend.fill(key, order)
+        finally:
+            ms = (time.perf_counter() - t0) * 1e3
+            timing.model_ms += ms
+        return fill, ms
 
     async def _in_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.thread, functools.partial(fn, *args))

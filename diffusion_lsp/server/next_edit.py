@@ -150,8 +150,7 @@ class NextEditor:
         if spec is None:
             raise BadInput(f"unsupported language {doc.language_id!r}")
         with self.tickets.take(doc.uri) as ticket:
-            if not await ticket.debounce(s.debounce_ms / 1000):
-                raise BackendError(Failure.DROPPED, "superseded while waiting for typing to pause")
+            await ticket.pause(s.debounce_ms / 1000)
             mine = [step for step in self.edits.steps if step.uri == doc.uri]  # oldest first
             offers = [site] if s.follow and (site := await self._follow(doc, spec, offset, mine, open_docs,
                                                                         ticket)) else []
