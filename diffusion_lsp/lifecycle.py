@@ -4,7 +4,8 @@ to pause first (`Ticket.debounce`), its work races whatever ends it early -- a n
 client leaving, a shutdown (`race`) -- and it has a deadline (`deadline`). The work itself is a
 coroutine that calls down (a pipeline over a Backend); it is cancelled, never called back, when it
 loses the race, and cancelling it cancels the request in the backend. How it ended is a
-BackendError of protocol/failure.py: DROPPED when superseded, TIMEOUT past its deadline."""
+BackendError of protocol/failure.py: DROPPED (Stop.SUPERSEDED) when superseded, TIMEOUT past its
+deadline."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from .protocol.failure import BackendError, Failure
+from .protocol.failure import BackendError, Failure, Stop
 
 T = TypeVar("T")
 
@@ -124,16 +125,27 @@ class Ticket:
         except asyncio.TimeoutError:
             return True
 
+    async def pause(self, seconds: float) -> None:
+        """The debounce of a request that ends when it is superseded meanwhile: BackendError(DROPPED,
+        SUPERSEDED) then."""
+        if not await self.debounce(seconds):
+            raise BackendError.dropped(Stop.SUPERSEDED, "superseded while waiting for typing to pause")
+
     async def run(self, work: Awaitable[T]) -> T:
-        """`work`'s result; BackendError(DROPPED) when a newer request supersedes this one first."""
+        """`work`'s result; BackendError(DROPPED, SUPERSEDED) when a newer request supersedes this one
+        first: then `work` is cancelled at once (in the backend too), and its answer, even one that
+        came anyway in the same turn as the newer request, is never returned."""
         if self.superseded.is_set():
             if asyncio.iscoroutine(work):
                 work.close()
-            raise BackendError(Failure.DROPPED, "superseded by a newer request")
+            raise BackendError.dropped(Stop.SUPERSEDED)
         try:
-            return await race(work, self.superseded.wait())
+            result = await race(work, self.superseded.wait())
         except Stopped:
-            raise BackendError(Failure.DROPPED, "superseded by a newer request") from None
+            raise BackendError.dropped(Stop.SUPERSEDED) from None
+        if self.superseded.is_set():  # both ended in one turn: the race gave the work's answer
+            raise BackendError.dropped(Stop.SUPERSEDED)
+        return result
 
 
 def tickets() -> Latest[Ticket]:

@@ -132,7 +132,8 @@ def test_a_running_structured_answer_is_cancelled_at_its_next_forward(hostile):
     assert engine.started.wait(WAIT)
     worker.handle(conn, fill(2, key="b.py", prefix="after"))
     worker.handle(conn, {"op": "cancel", "id": 1})
-    assert conn.reply(1) == {"id": 1, "ok": False, "failure": "dropped", "error": "cancelled"}  # without the release
+    assert conn.reply(1) == {"id": 1, "ok": False, "failure": "dropped", "error": "cancelled",
+                             "stop": "cancelled"}  # without the release
     engine.release.set()
     assert conn.reply(2)["text"] == "AFTER"
 
@@ -150,7 +151,7 @@ def test_a_model_thread_that_holds_a_cancelled_order_is_said_stuck_in_a_ping(hos
     worker.handle(conn, {"op": "ping", "id": 3})
     assert "stuck_s" in conn.reply(3)
     engine.release.set()  # it lets go at last
-    assert conn.reply(1) == {"id": 1, "ok": False, "failure": "dropped", "error": "cancelled"}
+    assert conn.reply(1) == {"id": 1, "ok": False, "failure": "dropped", "error": "cancelled", "stop": "cancelled"}
     assert worker.stuck_s(later) is None
 
 

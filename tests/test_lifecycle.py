@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from diffusion_lsp.lifecycle import Latest, Stopped, deadline, race, tickets
-from diffusion_lsp.protocol.failure import BackendError, Failure
+from diffusion_lsp.protocol.failure import BackendError, Failure, Stop
 
 
 def test_a_newer_request_for_a_key_supersedes_the_older_and_only_that_one():
@@ -74,6 +74,24 @@ def test_a_superseded_tickets_work_is_cancelled_and_dropped():
                 with pytest.raises(BackendError) as e:
                     await running
         assert e.value.kind is Failure.DROPPED and cancelled.is_set()
+    asyncio.run(asyncio.wait_for(go(), 10))
+
+
+def test_an_answer_that_came_in_the_turn_its_ticket_was_superseded_is_never_returned():
+    """A backend that answers anyway, in the same turn as the newer request: the race saw the work done
+    first, and the ticket still drops it (the completion's old check after its fill, now the ticket's)."""
+    async def go():
+        queue = tickets()
+        with queue.take("a.py") as older:
+            async def answers_as_it_is_superseded():
+                with queue.take("a.py"):
+                    return "too late"
+            with pytest.raises(BackendError) as e:
+                await older.run(answers_as_it_is_superseded())
+            assert (e.value.kind, e.value.stop, str(e.value)) == (Failure.DROPPED, Stop.SUPERSEDED,
+                                                                  "superseded by a newer request")
+        with queue.take("b.py") as other:  # not superseded: its work's answer
+            assert await other.run(asyncio.sleep(0, "in time")) == "in time"
     asyncio.run(asyncio.wait_for(go(), 10))
 
 

@@ -16,7 +16,7 @@ from diffusion_lsp.server.completion import Answer, Completer, locate, replace_r
 from diffusion_lsp.server.failures import BadInput
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.indexer import Indexer
-from diffusion_lsp.protocol.failure import BackendError, Failure
+from diffusion_lsp.protocol.failure import BackendError, Failure, Stop
 from diffusion_lsp.server.positions import UTF8, UTF16
 from diffusion_lsp.server.stats import Stats
 from diffusion_lsp.protocol.capabilities import Capabilities
@@ -74,7 +74,7 @@ class FakeLink:
             await asyncio.sleep(self.delay_s)
         except Stopped:
             self.cancelled += 1
-            raise BackendError(Failure.DROPPED, "superseded") from None
+            raise BackendError.dropped(Stop.SUPERSEDED, "superseded") from None
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
@@ -125,6 +125,30 @@ def test_a_newer_request_supersedes_and_abandons_the_older_fill():
 
     assert asyncio.run(go()) == Answer("os.getcwd()")  # the newer request's own fill
     assert completer.stats.superseded == 1 and link.cancelled == 1
+
+
+def test_a_superseded_completions_fill_is_cancelled_at_once_not_awaited_to_its_end():
+    """Before, the older request awaited its fill until the backend itself dropped it (when the newer
+    request's fill, with the same key, reached it after its debounce) or answered it, and then threw the
+    answer away. Now the newer request's arrival ends it and cancels its fill in the backend, while the
+    newer one still waits for typing to pause."""
+    link = FakeLink(hold=True)
+    completer = make(link)
+
+    async def go():
+        older = asyncio.ensure_future(completer.complete(DOC, *CURSOR, UTF16))
+        await link.started.wait()
+        completer.configure(parse_config({"completion": {"confidenceCut": 0.0, "drafts": False,
+                                                         "debounceMs": 5000}})[0])
+        newer = asyncio.ensure_future(completer.complete(DOC, *CURSOR, UTF16))  # in its debounce: no fill yet
+        answered = await asyncio.wait_for(older, WAIT)
+        seen = (answered, link.cancelled, len(link.orders), completer.stats.superseded)
+        newer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await newer
+        return seen
+
+    assert asyncio.run(go()) == (None, 1, 1, 1)
 
 
 def test_debounce_lets_a_newer_request_win_before_the_model_runs():

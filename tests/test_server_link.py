@@ -11,7 +11,7 @@ import pytest
 
 from conftest import RecordingUi
 from diffusion_lsp.protocol.settings import LaunchSettings
-from diffusion_lsp.protocol.failure import BackendError, Failure
+from diffusion_lsp.protocol.failure import BackendError, Failure, Stop
 from diffusion_lsp.protocol.answers import Fill
 from diffusion_lsp.protocol.requests import FillRequest
 from diffusion_lsp.worker.client import Pong, WorkerUnavailable
@@ -151,13 +151,15 @@ def test_a_worker_that_cannot_start_is_reported_once_and_requests_stay_empty():
 
 @pytest.mark.parametrize("kind", list(Failure))
 def test_a_refusal_crosses_the_wire_as_it_was_said(kind):
-    back = BackendError.from_message(BackendError(kind, "why", "max_tokens").message(1))
+    stop = Stop.CANCELLED if kind is Failure.DROPPED else None  # a dropped order says why
+    back = BackendError.from_message(BackendError(kind, "why", "max_tokens", stop).message(1))
     assert (back.kind, str(back), back.param) == (kind, "why", "max_tokens")
 
 
 @pytest.mark.parametrize("failure, kind", [(k.value, k) for k in Failure] + [("something new", Failure.REFUSED)])
 def test_the_workers_refusals_are_the_backends_failures(failure, kind):
-    said = {"id": 1, "ok": False, "failure": failure, "error": "why", "param": "max_tokens"}
+    said = {"id": 1, "ok": False, "failure": failure, "error": "why", "param": "max_tokens",
+            **({"stop": "superseded"} if kind is Failure.DROPPED else {})}
     link, ui, stats = make_link(answer=BackendError.from_message(said))
     with pytest.raises(BackendError) as e:
         asyncio.run(link.fill("a.py", ORDER))

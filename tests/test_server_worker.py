@@ -181,7 +181,8 @@ def test_a_running_fill_is_superseded_between_steps(running):
     worker.handle(conn, fill(1, prefix="old"))
     assert engine.started.wait(WAIT)
     worker.handle(conn, fill(2, prefix="new"))
-    assert conn.reply(1) == {"id": 1, "ok": False, "failure": "dropped", "error": "superseded by a newer request"}
+    assert conn.reply(1) == {"id": 1, "ok": False, "failure": "dropped", "error": "superseded by a newer request",
+                             "stop": "superseded"}
     engine.release.set()
     assert conn.reply(2)["text"] == "NEW" and conn.reply(2)["pieces"] == ["N", "E", "W"]
 
@@ -192,7 +193,8 @@ def test_a_queued_fill_is_superseded_without_running_and_the_rest_are_batched(st
     assert engine.started.wait(WAIT)
     for rid, key in [(2, "a.py"), (3, "b.py"), (4, "a.py")]:
         worker.handle(conn, fill(rid, key=key, prefix=f"p{rid}"))
-    assert conn.reply(2) == {"id": 2, "ok": False, "failure": "dropped", "error": "superseded by a newer request"}
+    assert conn.reply(2) == {"id": 2, "ok": False, "failure": "dropped", "error": "superseded by a newer request",
+                             "stop": "superseded"}
     engine.release.set()
     assert [conn.reply(i)["ok"] for i in (1, 3, 4)] == [True, True, True]
     assert engine.batches == [["busy"], ["p3", "p4"]]
@@ -217,7 +219,7 @@ def test_cancel_and_disconnect_stop_fills(running):
     worker.handle(conn, fill(1))
     assert engine.started.wait(WAIT)
     worker.handle(conn, {"op": "cancel", "id": 1})
-    assert conn.reply(1) == {"id": 1, "ok": False, "failure": "dropped", "error": "cancelled"}
+    assert conn.reply(1) == {"id": 1, "ok": False, "failure": "dropped", "error": "cancelled", "stop": "cancelled"}
     other, _ = FakeConn(), engine.started.clear()
     worker.connect(other)
     worker.handle(other, fill(2, key="busy.py"))
@@ -226,7 +228,7 @@ def test_cancel_and_disconnect_stop_fills(running):
     worker.disconnect(conn)  # its queued fill is dropped, nobody to answer
     assert all(j.conn is other for j in worker.jobs.values()) and all(j.conn is other for j in worker.queue)
     worker.disconnect(other)  # its running fill stops between steps
-    assert other.reply(2) == {"id": 2, "ok": False, "failure": "dropped", "error": "cancelled"}
+    assert other.reply(2) == {"id": 2, "ok": False, "failure": "dropped", "error": "cancelled", "stop": "cancelled"}
 
 
 def test_bad_requests_are_answered_not_fatal(running):

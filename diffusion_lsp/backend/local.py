@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 from ..protocol.capabilities import Capabilities
-from ..protocol.failure import BackendError, Failure
+from ..protocol.failure import BackendError, Failure, Stop
 from ..protocol.answers import Answered, Draft, Fill, Probed
 from ..protocol.requests import FillRequest, InstructRequest, ProbeRequest, RewriteRequest, StructuredRequest
 from ..lifecycle import Latest
@@ -63,7 +63,7 @@ class LocalBackend:
         with self._latest.take(key) as stop:
             (fill,) = await self._run(stop, self.engine.answer, [order], [key], [stop])
         if fill is None:
-            raise BackendError(Failure.DROPPED, "superseded by a newer fill")
+            raise BackendError.dropped(Stop.SUPERSEDED, "superseded by a newer fill")
         return fill
 
     async def stream(self, key: str, order: FillRequest) -> AsyncIterator[Draft | Fill]:
@@ -99,7 +99,7 @@ class LocalBackend:
         stop = threading.Event()
         try:
             fills = await self._run(stop, self.engine.answer, orders, [""] * len(orders))
-            return [f if f is not None else BackendError(Failure.DROPPED) for f in fills]
+            return [f if f is not None else BackendError.dropped(Stop.CANCELLED) for f in fills]
         except BackendError as e:
             if len(orders) == 1:
                 return [e]
@@ -113,7 +113,7 @@ class LocalBackend:
         try:
             return await loop.run_in_executor(self._pool(), functools.partial(fn, *args))
         except OrderStopped:
-            raise BackendError(Failure.DROPPED, "superseded by a newer order") from None
+            raise BackendError.dropped(Stop.SUPERSEDED, "superseded by a newer order") from None
         except asyncio.CancelledError:
             stop.set()
             raise

@@ -21,7 +21,7 @@ from ..protocol.settings import LaunchSettings
 from .api_client import FimClient, RemoteError
 from ..protocol.backend import FILL_TIMEOUT_S, Reporter
 from ..protocol.capabilities import Capabilities
-from ..protocol.failure import BackendError, Failure
+from ..protocol.failure import BackendError, Failure, Stop
 from ..protocol.answers import Answered, Draft, Fill, Probed
 from ..protocol.requests import FillRequest, InstructRequest, ProbeRequest, RewriteRequest, StructuredRequest
 from .profiles import rewrites
@@ -147,7 +147,7 @@ class RemoteBackend:
                 async with deadline(self.fill_timeout_s, message, missed):
                     done = await race(ask(client), newer.wait())
         except Stopped:
-            raise BackendError(Failure.DROPPED, "superseded by a newer request") from None
+            raise BackendError.dropped(Stop.SUPERSEDED) from None
         except RemoteError as e:
             self._report_failure(e.kind, str(e))
             raise BackendError(KINDS.get(e.kind, Failure.UNAVAILABLE), str(e)) from None

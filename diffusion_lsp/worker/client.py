@@ -147,12 +147,13 @@ class WorkerClient:
         if message is None:
             raise WorkerUnavailable(f"{self._killed}; it is being restarted" if self._killed
                                     else "the connection to the model worker was lost")
-        if not message.get("ok"):
-            raise BackendError.from_message(message)
-        try:
-            return ANSWERS[type(order)].from_message(message)
+        try:  # a "no" whose stop reason this side does not know is unusable too (ValueError)
+            said = (ANSWERS[type(order)] if message.get("ok") else BackendError).from_message(message)
         except (TypeError, ValueError) as e:
             raise BackendError(Failure.REFUSED, f"the worker's answer is unusable: {e}") from None
+        if isinstance(said, BackendError):
+            raise said
+        return said
 
     async def ping(self, timeout_s: float) -> Pong | None:
         """How the worker's model thread is doing, or None when the worker does not answer within

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..lifecycle import Latest
-from ..protocol.failure import BackendError, Failure
+from ..protocol.failure import BackendError, Failure, Stop
 from ..protocol.requests import (FillRequest, InstructRequest, ProbeRequest, RewriteRequest, StructuredRequest,
                                  max_tokens_refusal)
 from ..model.canvas import DoesNotFit
@@ -41,11 +41,6 @@ log = logging.getLogger("diffusion-lsp.worker")
 WARM_UP = FillRequest("def f(x):\n", "\n", 4)  # first-call kernel set-up, before the worker says ready
 ORDERS = {"fill": FillRequest, "probe": ProbeRequest, "rewrite": RewriteRequest, "structured": StructuredRequest,
           "instruct": InstructRequest}  # by their op
-
-
-def dropped(why: str) -> BackendError:
-    """A request the worker let go: superseded by a newer one for its key, or cancelled."""
-    return BackendError(Failure.DROPPED, "superseded by a newer request" if why == "superseded" else why)
 
 
 def unloaded(error: str | None) -> BackendError:
@@ -68,7 +63,7 @@ class Job:
     key: str
     order: FillRequest | ProbeRequest | RewriteRequest
     stop: threading.Event = field(default_factory=threading.Event)
-    reason: str = "cancelled"
+    reason: Stop = Stop.CANCELLED  # why `stop` was set
     stopped_at: float | None = None  # monotonic, when `stop` was set
     let_go: bool = False  # the model thread is done with it (answered, or its row stopped)
 
@@ -86,7 +81,7 @@ class Worker:
         self.cond = threading.Condition()
         self.queue: list[Job] = []
         self.jobs: dict[tuple[int, object], Job] = {}  # queued and running, by (conn, request id)
-        self.latest = Latest(supersede=lambda job: self._stop(job, "superseded"))  # by (conn, key)
+        self.latest = Latest(supersede=lambda job: self._stop(job, Stop.SUPERSEDED))  # by (conn, key)
         self.conns: set[Conn] = set()
         self.busy_since: float | None = None  # monotonic start of the batch being decoded
         self.running: list[Job] = []  # the batch's jobs (joiners too), until it ends
@@ -109,7 +104,7 @@ class Worker:
         with self.cond:
             self.conns.discard(conn)
             for job in [j for j in self.jobs.values() if j.conn is conn]:
-                self._stop(job, "cancelled", reply=False)
+                self._stop(job, Stop.CANCELLED, reply=False)
 
     def handle(self, conn: Conn, msg: dict) -> None:
         """One message from a client: an order is queued for the model thread (a newer one for the same
@@ -133,7 +128,7 @@ class Worker:
         elif op == "cancel":
             with self.cond:
                 if (job := self.jobs.get((conn.id, rid))) is not None:
-                    self._stop(job, "cancelled")
+                    self._stop(job, Stop.CANCELLED)
         elif op == "ping":
             since, now = self.busy_since, time.monotonic()
             conn.send({"id": rid, "ok": True, "pong": True,
@@ -150,7 +145,7 @@ class Worker:
         return max((now - j.stopped_at for j in list(self.running) if j.stopped_at is not None and not j.let_go),
                    default=None)
 
-    def _stop(self, job: Job, reason: str, reply: bool = True) -> None:
+    def _stop(self, job: Job, reason: Stop, reply: bool = True) -> None:
         """Call with the lock held. Queued: answered now; running: the model loop answers."""
         job.reason = reason
         if not job.stop.is_set():
@@ -160,7 +155,7 @@ class Worker:
             self.queue.remove(job)
             self._forget(job)
             if reply:
-                job.conn.send(dropped(reason).message(job.id))
+                job.conn.send(BackendError.dropped(reason).message(job.id))
 
     def _forget(self, job: Job) -> None:
         job.let_go = True
@@ -319,7 +314,7 @@ class Worker:
         def answer_finished() -> None:
             for i, fill in fills.finished():
                 job = jobs[i]
-                reply(i, dropped(job.reason).message(job.id) if fill is None or job.stop.is_set()
+                reply(i, BackendError.dropped(job.reason).message(job.id) if fill is None or job.stop.is_set()
                       else fill.message(job.id))
 
         try:
@@ -357,10 +352,10 @@ class Worker:
                 answer = self.engine.answer_instruct(job.order, job.stop)
             else:
                 answer = self.engine.answer_rewrite(job.order, job.stop)
-            reply = answer.message(job.id) if not job.stop.is_set() else dropped(job.reason).message(job.id)
+            reply = (answer if not job.stop.is_set() else BackendError.dropped(job.reason)).message(job.id)
         except OrderStopped as e:  # cancelled, superseded or its client gone, at its next step or forward
-            log.info("%s %s: %s (%s)", type(job.order).__name__, job.id, job.reason, e)
-            reply = dropped(job.reason).message(job.id)
+            log.info("%s %s: %s (%s)", type(job.order).__name__, job.id, job.reason.value, e)
+            reply = BackendError.dropped(job.reason).message(job.id)
         except DoesNotFit as e:  # the same on every try
             reply = BackendError(Failure.INVALID, str(e),
                                  e.param or ("middle" if isinstance(job.order, ProbeRequest) else "messages")).message(job.id)

@@ -9,7 +9,7 @@ Messages, one JSON object per line (`WIRE_VERSION` in hello; a client refuses an
                      "drafts": true (optional: the draft after every denoising step, as below)}
                     {"op": "cancel", "id": 7}
                     {"op": "ping", "id": 8}
-  worker -> client  {"event": "hello", "version": 4, "pid": 123, "state": "loading", "model": "...",
+  worker -> client  {"event": "hello", "version": 5, "pid": 123, "state": "loading", "model": "...",
                      "build": "0.1.0+3f2a...", "weights": "9c1e..."} (a client refuses another build
                      or other weights: the worker runs other code, or an older copy of the model)
                     {"event": "state", "state": "ready" | "failed", "error": "...", "max_tokens": 511}
@@ -19,8 +19,10 @@ Messages, one JSON object per line (`WIRE_VERSION` in hello; a client refuses an
                     {"id": 7, "ok": true, "text": "...", "pieces": [...], "confidence": [...], "ms": 12.5,
                      "forwards": 3, "reused": 120, "batch": 4}
                     {"id": 7, "ok": false, "failure": "dropped" | "unavailable" | "refused" | "invalid" | ...,
-                     "error": "...", "param": "max_tokens"} (protocol/failure.py BackendError.message: the
-                     Failure vocabulary itself; invalid: the same on every try; param: its field)
+                     "error": "...", "param": "max_tokens", "stop": "superseded" | "cancelled"}
+                     (protocol/failure.py BackendError.message: the Failure vocabulary itself; invalid: the
+                     same on every try; param: its field; stop, with dropped alone: why, a Stop's value; a
+                     client refuses a stop it does not know, as an unusable answer)
                     {"id": 8, "ok": true, "pong": true, "busy_s": 0.4, "stuck_s": 0.0, "dead": "..."}
                      (answered by the socket thread, so a worker whose model thread is busy still answers;
                      one that is stopped does not. stuck_s, only while the model thread holds an order
@@ -44,7 +46,7 @@ from ..engine import model_folder
 from ..model.config import regular_file
 from ..protocol.settings import LaunchSettings
 
-WIRE_VERSION = 4
+WIRE_VERSION = 5  # 5: a dropped order says why (its stop)
 MAX_LINE = 64 * 1024 * 1024  # bytes; a line longer than this closes the connection
 
 
