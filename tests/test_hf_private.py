@@ -50,7 +50,8 @@ def test_a_transformers_outside_the_supported_range_is_refused_naming_it_and_the
         generation(stand_in_model()())
     message = str(refused.value)
     assert message.startswith(f"transformers {version} is installed, outside the range diffusion-lsp supports "
-                              f"({RANGE}): it calls StandIn._prepare_generation_config")
+                              f"({RANGE}), whose StandIn._prepare_generation_config and other private parts "
+                              f"it calls")
     assert f"pip install '{RANGE}'" in message
 
 

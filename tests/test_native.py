@@ -187,6 +187,25 @@ def test_without_transformers_the_folder_is_refused_with_what_to_install(folder,
         load_native(folder)
 
 
+def test_a_transformers_outside_the_supported_range_is_refused_before_the_weights_load(folder, monkeypatch):
+    # the module `import transformers` gives now: transformers puts another in sys.modules once a model class is read
+    monkeypatch.setattr(sys.modules["transformers"], "__version__", "6.0.0")
+    with pytest.raises(RuntimeError, match=r"^transformers 6\.0\.0 is installed, outside the range diffusion-lsp "
+                                           r"supports \(transformers>=5\.24,<6\), whose "
+                                           r"transformers\.DiffusionGemmaForBlockDiffusion it calls"):
+        load_native(folder)
+
+
+def test_a_fill_whose_model_lacks_a_private_step_fails_before_its_first_step(engine, monkeypatch):
+    mixin = next(c for c in type(engine.model).__mro__ if "_denoising_step" in vars(c))
+    monkeypatch.delattr(mixin, "_denoising_step")
+    decoding = engine.decode_orders([FillRequest(*CODE, 16)], [""])
+    with pytest.raises(RuntimeError, match=r"^transformers 5\.\d+\.\S+ has no DiffusionGemmaForBlockDiffusion"
+                                           r"\._denoising_step, which diffusion-lsp calls; it supports "
+                                           r"transformers>=5\.24,<6"):
+        list(decoding)
+
+
 def test_corrupt_weights_are_a_checkpoint_error(folder, tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()

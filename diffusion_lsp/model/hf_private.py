@@ -72,9 +72,8 @@ def check(owner: type | ModuleType, names: Iterable[str]) -> None:
     names, version, where = list(names), installed(), owner.__name__
     if not LOWEST <= _release(version) < BELOW:
         raise RuntimeError(f"transformers {version} is installed, outside the range diffusion-lsp supports "
-                           f"(transformers{SUPPORTED}): it calls {where}.{names[0]}"
-                           f"{' and other private parts' if len(names) > 1 else ''} as that range has them "
-                           f"({INSTALL})")
+                           f"(transformers{SUPPORTED}), whose {where}.{names[0]}"
+                           f"{' and other private parts' if len(names) > 1 else ''} it calls ({INSTALL})")
     missing = next((name for name in names if not hasattr(owner, name)), None)
     if missing is not None:
         raise RuntimeError(f"transformers {version} has no {where}.{missing}, which diffusion-lsp calls; "
