@@ -15,7 +15,7 @@ from collections.abc import Callable
 from .context.cutting import cut_around
 from .context.tokens import model_token_counter
 from .engine import Engine, load_engine, model_folder
-from .context.records import CONTEXT_TOKENS
+from .protocol.request_knobs import CONTEXT_TOKENS
 from .errors import UserError
 from .input_files import MAX_BYTES, InputFile
 from .protocol.settings import LaunchSettings, SamplerConfig, add_args, from_args

@@ -242,7 +242,7 @@ def test_command_calls_the_model_predictor(tmp_path, capsys, monkeypatch):
         return types.SimpleNamespace(text=current.replace("foo(2)", "bar(2)"), forwards=5)
 
     monkeypatch.setitem(sys.modules, "diffusion_lsp.nextedit.run", types.SimpleNamespace(predict_file=predict_file))
-    monkeypatch.setitem(sys.modules, "diffusion_lsp.nextedit.suggest",
+    monkeypatch.setitem(sys.modules, "diffusion_lsp.nextedit.settings",
                         types.SimpleNamespace(NextEditSettings=FakeSettings))
     monkeypatch.setattr(nep, "command_backend", lambda launch: "BACKEND")
     data = write_jsonl(tmp_path / "d.jsonl", [RECORD])

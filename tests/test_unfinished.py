@@ -173,7 +173,8 @@ def test_follow_says_in_one_debug_line_why_nothing_was_followed(caplog):
 def test_no_draft_is_made_from_a_half_typed_step():
     from test_nextedit_drafts import Scripted, run
 
-    from diffusion_lsp.nextedit.suggest import EditRequest, NextEditSettings
+    from diffusion_lsp.nextedit.settings import NextEditSettings
+    from diffusion_lsp.nextedit.suggest import EditRequest
 
     old, new = "    chopped = value / power\n", "    chopped = value /\n"
     text = SOURCE.replace(old, new)

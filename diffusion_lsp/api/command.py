@@ -88,7 +88,7 @@ def _next_edit_settings(raw: str):
     import json
 
     from ..protocol.settings import parse_tree
-    from ..nextedit.suggest import NextEditSettings
+    from ..nextedit.settings import NextEditSettings
 
     try:
         value = json.loads(raw)

@@ -35,7 +35,8 @@ from ..formats import mercury
 from ..formats.instruct import order_for
 from ..nextedit.follow import followed_in
 from ..nextedit.history import steps_of
-from ..nextedit.suggest import EditRequest, NextEditSettings, suggest
+from ..nextedit.settings import NextEditSettings
+from ..nextedit.suggest import EditRequest, suggest
 from ..worker.spec import WorkerSpec
 from ..worker.link import WorkerLink
 from .metrics import Metrics

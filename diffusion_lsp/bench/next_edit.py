@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from ..nextedit.repeat import renames, whole
+from ..nextedit.settings import ASKED, Mode
 from ..server.stats import percentile
 
 NAME = re.compile(r"\b[a-z_][a-z0-9_]*\b")
@@ -35,7 +36,6 @@ BRACE_SKIP = {"if", "else", "for", "while", "do", "switch", "case", "default", "
               "i64", "f32", "f64", "str", "println", "printf", "fmt", "console", "std"}
 # a function in a brace language: a line with a parameter list that opens a block at its end
 _BRACE_FUNCTION = re.compile(r"\s*[^\s/*].*\(.*\{\s*(//.*)?$")
-MODES = ("refine", "full")
 GOAL_P50_MS = 300.0
 
 
@@ -94,7 +94,7 @@ def rename_site(lines: list[str], name: str, first: tuple[int, int], second: tup
     return Site(name, first, "".join(out), second)
 
 
-async def replay(lsp, text: str, sites: list[Site], settings: dict, modes: tuple[str, ...] = MODES,
+async def replay(lsp, text: str, sites: list[Site], settings: dict, modes: tuple[Mode, ...] = ASKED,
                  name: str = "x.py", language: str = "python") -> dict[str, list[dict]]:
     """Each site in each mode -> per mode, one record per request (the server's, plus `ms`, `edit`,
     `right`). The documents are opened as `.../{mode}/{k}/{name}` in `language`."""

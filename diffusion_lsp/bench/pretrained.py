@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..context.records import CONTEXT_TOKENS  # the server's completion.maxContextTokens
+from ..protocol.request_knobs import CONTEXT_TOKENS  # the server's completion.maxContextTokens
 from ..errors import UserError
 from ..data.workload import workload_files
 

@@ -8,11 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-# what completion and next edit show the model by default, written once: tokens of context (the
-# embedded model has 512 positions), and no wait for typing to pause (a newer request supersedes)
-CONTEXT_TOKENS = 512
-DEBOUNCE_MS = 0
-
 
 @dataclass
 class Document:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from ..context.languages import LanguageSpec
 from .history import steps_between
 from .follow import follow_text
-from .suggest import DOC_KEY, EditRequest, NextEditSettings, Outcome, suggest
+from .settings import NextEditSettings
+from .suggest import DOC_KEY, EditRequest, Outcome, suggest
 
 
 @dataclass

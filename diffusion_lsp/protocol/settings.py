@@ -5,8 +5,10 @@ The language server reads them from the editor's settings, sends a SamplerConfig
 over the socket (`to_wire` / `from_wire`), the worker batches requests by it (it is frozen, so it
 is its own batch key), and the command line and the benchmarks make their flags from the same
 fields (`add_args` / `from_args`). Each field carries its own check in its metadata
-(`check(test, need)`): `__post_init__` refuses a bad value with a ValueError naming it, and the
-editor settings parser (server/config.py) falls back to the default and reports it instead.
+(`check(test, need)`): `__post_init__` refuses a bad value with a ValueError naming it (`validate`), and
+the editor settings parser (server/config.py) falls back to the default and reports it instead.
+A setting two groups hold is one `Knob` both take: one bound, one message (tests/test_settings_knobs.py).
+Shared: `confidence_cut` (sampler, completions) and what completions and next edits share (request_knobs.py).
 Read by: the settings schema (server/schema.py), the sampler (model/sampler.py, its policies
 model/policies.py, drafts verified by model/verify.py), the servers' profiles (backend/profiles.py) and
 serve-api's bodies (api/bodies.py)."""
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
 import functools
 import math
 import re
@@ -70,6 +73,26 @@ def one_of(choices, need: str | None = None, **more) -> dict:
     return check(lambda v: v in choices, need or " or ".join(choices), enum=list(choices), **more)
 
 
+_OWN = object()  # Knob.field without a default: the knob's own
+
+
+@dataclass(frozen=True, eq=False)
+class Knob:
+    """One setting defined once: its name, type, check (`check` / `within` metadata) and default. A
+    settings group takes it as a field, `debounce_ms: int = DEBOUNCE.field()`, passing a default
+    only where its request needs another; a name in two groups is one Knob in both."""
+
+    name: str
+    hint: object
+    meta: dict
+    default: object = None
+
+    def field(self, default=_OWN, **more) -> dataclasses.Field:
+        """The field of a group that takes this knob; `more` adds to its metadata (`editor=False`)."""
+        return field(default=self.default if default is _OWN else default,
+                     metadata={**self.meta, **more, "knob": self})
+
+
 def coerce(value, hint) -> tuple[bool, object]:
     """(ok, value) for a JSON value against a field's type hint: no bool for an int, no NaN."""
     args = typing.get_args(hint)
@@ -89,6 +112,9 @@ def coerce(value, hint) -> tuple[bool, object]:
         return ok, float(value) if ok else value
     if hint is str:
         return isinstance(value, str), value
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):  # a str enum's member by its value
+        ok = isinstance(value, str) and value in hint._value2member_map_
+        return ok, hint(value) if ok else value
     if typing.get_origin(hint) is list:
         return isinstance(value, list) and all(isinstance(v, str) for v in value), value
     raise TypeError(f"settings field type {hint!r} is not supported")
@@ -146,7 +172,8 @@ def parse_tree(cls, raw: dict, base, path: str, problems: list[str]):
             values[name] = coerce(value, hint)[1]
         else:
             need = f.metadata.get("need") or getattr(hint, "__name__", str(hint))
-            problems.append(f"{where}: {value!r} is not valid ({need}); using the default {current!r}")
+            shown = current.value if isinstance(current, enum.Enum) else current  # as the user writes it
+            problems.append(f"{where}: {value!r} is not valid ({need}); using the default {shown!r}")
     try:
         return dataclasses.replace(base, **values)
     except ValueError as e:  # the values are each fine but not together (e.g. a backend without its URL)
@@ -154,7 +181,8 @@ def parse_tree(cls, raw: dict, base, path: str, problems: list[str]):
         return base
 
 
-def _validate(obj) -> None:
+def validate(obj) -> None:
+    """ValueError naming the first field of the settings group `obj` whose value fails its check."""
     hints_ = hints(type(obj))
     for f in dataclasses.fields(obj):
         why = field_problem(f, hints_[f.name], getattr(obj, f.name))
@@ -178,6 +206,12 @@ def _from_dict(cls, raw):
             if not ok:
                 raise ValueError(field_problem(f, hints_[f.name], raw[f.name]))
     return cls(**values)
+
+
+# the sampler stops at it; completions cut their fill at it (the server passes completion.confidenceCut); 0: none
+CONFIDENCE_CUT = Knob("confidence_cut", float, within(
+    0, 1, need="in [0, 1]", doc="a fill ends at its first token less sure than this",
+    help="stop at the first token below this confidence"), 0.0)
 
 
 @dataclass(frozen=True)
@@ -227,11 +261,10 @@ class SamplerConfig:
              "first choice)"))
     # done once a real token committed below this confidence has no masked position before it: a caller
     # that drops a fill's tail from its first token below this (the server's confidenceCut) needs no more
-    confidence_cut: float = field(default=0.0, metadata=check(lambda v: 0 <= v <= 1, "in [0, 1]", editor=False,
-                                                           help="stop at the first token below this confidence"))
+    confidence_cut: float = CONFIDENCE_CUT.field(editor=False)
 
     def __post_init__(self):
-        _validate(self)
+        validate(self)
 
     def to_wire(self) -> dict:
         return dataclasses.asdict(self)
@@ -295,7 +328,7 @@ class LaunchSettings:
                              "code at the cursor in /chat/completions (backend openai)"))
 
     def __post_init__(self):
-        _validate(self)
+        validate(self)
         if self.backend == "openai" and (self.base_url is None or self.remote_model is None):
             raise ValueError("backend openai needs base_url and remote_model")
         if self.backend == "openai" and self.remote_format == "completions":

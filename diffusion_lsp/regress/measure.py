@@ -29,6 +29,7 @@ from pathlib import Path
 from ..bench import next_edit
 from ..bench.figures import Sample
 from ..bench.replay import type_at
+from ..nextedit.settings import NextEditSettings
 from ..protocol.settings import LaunchSettings
 from ..server.stats import percentile
 from .workload import WorkFile, Workload
@@ -159,7 +160,7 @@ def _tally(into: dict, language: str, a: int, b: int) -> None:
 
 
 async def _next_edits(lsp, f: WorkFile, settings: dict, raw: RowRaw) -> None:
-    mode = settings.get("nextEdit", {}).get("mode", "refine")
+    mode = settings.get("nextEdit", {}).get("mode", NextEditSettings().mode)
     records = await next_edit.replay(lsp, f.text, f.rename_sites(), settings, modes=(mode,),
                                      name=f.path.rsplit("/", 1)[-1], language=f.language)
     for r in records[mode]:

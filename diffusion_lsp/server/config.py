@@ -5,7 +5,8 @@ camelCase or snake_case keys, optionally under a "diffusionLsp" section. A bad v
 its default and an unknown key is ignored; each is reported as one line the server shows with
 window/showMessage (the jedi-language-server `initialization_options.py` habit): a typo in the
 settings must never stop completions.
-What a model claims: model/claims.py."""
+What a model claims: model/claims.py; the settings completions and next edits share, each defined
+once: protocol/request_knobs.py."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from dataclasses import dataclass, field
 
 from ..protocol.backend import FILL_TIMEOUT_S
 from ..context.languages import LANGUAGE_IDS, LanguageSpec
-from ..context.records import CONTEXT_TOKENS, DEBOUNCE_MS
 from ..model.claims import Claims
-from ..protocol.settings import LaunchSettings, SamplerConfig, check, parse_tree, within
-from ..nextedit.suggest import NextEditSettings
+from ..protocol.request_knobs import ACCEPTANCE, DEBOUNCE, DRAFTS, ENABLE, MAX_CONTEXT_TOKENS, SHOW_ABOVE
+from ..protocol.settings import CONFIDENCE_CUT, LaunchSettings, SamplerConfig, check, parse_tree, validate, within
+from ..nextedit.settings import NextEditSettings
 from ..worker.spec import IDLE_EXIT_S, LOAD_TIMEOUT_S
 
 SECTIONS = ("diffusionLsp", "diffusion-lsp", "diffusion_lsp")
@@ -25,17 +26,16 @@ SECTIONS = ("diffusionLsp", "diffusion-lsp", "diffusion_lsp")
 
 @dataclass
 class CompletionSettings:
-    enable: bool = field(default=True, metadata=check(None, "true or false", doc="inline completions"))
-    debounce_ms: int = field(default=DEBOUNCE_MS, metadata=within(
-        0, 5000, doc="wait this long for more typing before a fill"))
-    max_context_tokens: int = field(default=CONTEXT_TOKENS, metadata=within(
-        32, 8192, doc="tokens of prefix, suffix and cross-file context shown to the model"))
+    """Editor settings `completion.*`; the knobs next edits share with them are defined once."""
+
+    enable: bool | None = ENABLE.field(True)  # on for every model: no default left to its claims
+    debounce_ms: int = DEBOUNCE.field()
+    max_context_tokens: int = MAX_CONTEXT_TOKENS.field()
     # 0.5: every token shown is one the model thinks more likely than not. On CPython's test suite
     # (`eval confidence`, 500 lines) it shows 14-15% of positions against 25-34% at 0.3, and the
     # shown ones are right as far as they go 34% (at a line's indentation) and 56% (3 characters
     # typed) of the time, against 27% and 30%
-    confidence_cut: float = field(default=0.5, metadata=within(
-        0, 1, need="in [0, 1]", doc="a fill ends at its first token less sure than this"))
+    confidence_cut: float = CONFIDENCE_CUT.field(0.5)
     # drop (after one re-sample) a fill that breaks the parse
     reject_parse_errors: bool = field(default=True, metadata=check(
         None, "true or false", doc="drop a fill that breaks the file's parse, after one re-sample"))
@@ -52,20 +52,16 @@ class CompletionSettings:
         None, "a list of language ids", doc="editor language ids with no completions"))
     max_line_chars: int = field(default=5000, metadata=within(
         80, 1_000_000, doc="no completion on a line longer than this"))
-    drafts: bool = field(default=True, metadata=check(
-        None, "true or false", doc="guess a fill from your own code (a repeated line, the line that followed a "
-                                   "similar one) and let the model keep what it believes of it before it decodes"))
+    drafts: bool = DRAFTS.field()
     cache_size: int = field(default=256, metadata=within(0, 100_000, doc="recent results kept for type-ahead"))
-    acceptance: bool = field(default=True, metadata=check(
-        None, "true or false", doc="decide what to show with the acceptance model (false: the model's fill, cut at "
-                                   "confidenceCut, whenever something of it is left)"))
-    # None: the acceptance model's own bar, chosen when it was fitted (`diffusion-lsp calibrate`)
-    show_above: float | None = field(default=None, metadata=check(
-        lambda v: 0 <= v <= 1, "in [0, 1], or null", minimum=0, maximum=1,
-        doc="show a completion only when the acceptance model's P(kept) reaches this; null: the model's own bar"))
+    acceptance: bool = ACCEPTANCE.field()
+    show_above: float | None = SHOW_ABOVE.field()
     feedback: bool = field(default=True, metadata=check(
         None, "true or false", doc="keep which suggestions you accepted on this machine (never sent anywhere) so "
                                    "`diffusion-lsp calibrate --feedback` can refit what is shown"))
+
+    def __post_init__(self):
+        validate(self)
 
 
 @dataclass
@@ -113,6 +109,8 @@ def with_claims(cfg: Config, claims: Claims) -> Config:
     """`cfg` with the settings left to the model (null) filled in from what it claims: next edits
     only for a model that claims them, completions only in its languages."""
     completion, next_edit = cfg.completion, cfg.next_edit
+    if completion.enable is None:  # every model writes code (where: its languages, below)
+        completion = dataclasses.replace(completion, enable=True)
     if completion.languages is None:
         languages = ["*"] if claims.languages is None else list(claims.languages)
         completion = dataclasses.replace(completion, languages=languages)

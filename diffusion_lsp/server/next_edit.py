@@ -40,7 +40,8 @@ from ..lifecycle import Ticket, deadline, tickets
 from ..nextedit.budget import FOLLOW_MS, PARSE_S, Budget
 from ..nextedit.follow import Elsewhere, follow, follow_elsewhere
 from ..nextedit.scope import Rename
-from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, suggest
+from ..nextedit.settings import NextEditSettings
+from ..nextedit.suggest import EditRequest, Outcome, suggest
 from . import positions
 from .completion import check_language, locate
 from .config import Config

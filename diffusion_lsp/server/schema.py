@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import argparse
+import enum
 import json
 import sys
 import types
@@ -31,6 +32,8 @@ def _json_type(hint) -> dict:
         return {**inner, "type": [inner["type"], "null"]}
     if typing.get_origin(hint) is list:
         return {"type": "array", "items": {"type": _JSON_TYPES[typing.get_args(hint)[0]]}}
+    if isinstance(hint, type) and issubclass(hint, enum.StrEnum):  # its choices travel as `enum` (one_of)
+        return {"type": "string"}
     return {"type": _JSON_TYPES[hint]}
 
 
