@@ -17,7 +17,7 @@ from diffusion_lsp.nextedit.imported import imported_edits
 from diffusion_lsp.nextedit.history import EditLog, Step
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.next_edit import NextEditor
-from diffusion_lsp.server.positions import UTF16
+from diffusion_lsp.server.positions import UTF16, range_at
 from diffusion_lsp.server.stats import NextEditStats
 
 PY = language_for("python", "a.py")
@@ -103,10 +103,11 @@ def suggest_until_done(text: str, before: str, line: int) -> tuple[str, list]:
     shown, version = [], 1
     while len(shown) < 10:
         version += 1
-        edit = asyncio.run(editor.suggest(Document(uri, text, "python", version), version, line, 0, UTF16, "a.py"))
-        if edit is None:
+        answer = asyncio.run(editor.suggest(Document(uri, text, "python", version), version, line, 0, UTF16, "a.py"))
+        if answer is None:
             break
-        shown.append((edit.range[0][0], edit.text))
+        edit = answer.shown
+        shown.append((range_at(text, edit.start, edit.end, UTF16)[0][0], edit.text))
         after = text[:edit.start] + edit.text + text[edit.end:]  # the user presses Tab
         at = text.count("\n", 0, edit.start)
         log.note(uri, "a.py", text, after, at, at + text.count("\n", edit.start, edit.end), at + edit.text.count("\n"))
@@ -146,10 +147,11 @@ def test_an_open_document_that_imports_the_function_gets_its_calls_passed_on():
     while len(shown) < 5:
         version += 1
         doc = Document(b_uri, caller, "python", version)
-        edit = asyncio.run(editor.suggest(doc, version, 0, 0, UTF16, "pkg/main.py", [shapes]))
-        if edit is None:
+        answer = asyncio.run(editor.suggest(doc, version, 0, 0, UTF16, "pkg/main.py", [shapes]))
+        if answer is None:
             break
-        shown.append((edit.range[0][0], edit.text))
+        edit = answer.shown
+        shown.append((range_at(caller, edit.start, edit.end, UTF16)[0][0], edit.text))
         after = caller[:edit.start] + edit.text + caller[edit.end:]
         at = caller.count("\n", 0, edit.start)
         log.note(b_uri, "pkg/main.py", caller, after, at, at, at)
@@ -251,8 +253,10 @@ def test_a_signature_is_followed_in_a_language_the_model_does_not_write():
     log.note(uri, "a.js", source, text, 0, 0, 0)
     editor = NextEditor(NoModel(), NextEditStats(), lambda kind, message: None, log)
     editor.configure(parse_config({"nextEdit": {"enable": True}, "completion": {"languages": ["python"]}})[0])
-    edit = asyncio.run(editor.suggest(Document(uri, text, "javascript", 2), 2, 0, 27, UTF16, "a.js"))
-    assert edit is not None and edit.text == ", depth" and edit.source == "signature" and edit.range[0][0] == 6
+    answer = asyncio.run(editor.suggest(Document(uri, text, "javascript", 2), 2, 0, 27, UTF16, "a.js"))
+    edit = answer and answer.shown
+    assert edit is not None and edit.text == ", depth" and edit.source == "signature" \
+        and range_at(text, edit.start, edit.end, UTF16)[0][0] == 6
 
 
 def test_python_calls_and_keywords_spelled_another_nfkc_way_are_the_same_name():

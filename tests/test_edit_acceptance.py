@@ -14,8 +14,10 @@ import subprocess
 
 import pytest
 
-from diffusion_lsp.acceptance.edits import EDIT_FEATURES, EditOffer, choose_edit, edit_features
+from diffusion_lsp.acceptance.chooser import choose
+from diffusion_lsp.acceptance.edits import EDIT_FEATURES, edit_features, features_at
 from diffusion_lsp.acceptance.model import AcceptanceModel
+from diffusion_lsp.candidate import Candidate, Source
 from diffusion_lsp.context.records import Document
 from diffusion_lsp.evals.edit_replay import changes, code_offers, judged, replay_cases, right
 from diffusion_lsp.nextedit.edits import minimal_edit
@@ -26,9 +28,8 @@ from diffusion_lsp.server.positions import UTF16
 from diffusion_lsp.server.stats import NextEditStats
 
 
-def between(doc: str, new: str, source: str = "model") -> EditOffer:
-    e = minimal_edit(doc, new)
-    return EditOffer(source, e.start, e.end, e.text)
+def between(doc: str, new: str, source: Source = Source.MODEL) -> Candidate:
+    return minimal_edit(doc, new, source)
 
 
 CUR = "a\nr = 1\nx(q)\ny(q)\nz\n"  # q renamed r on its first line; the commit renames the rest too
@@ -55,10 +56,10 @@ def test_a_line_inserted_next_to_the_edited_one_does_not_make_it_wrong():
 
 def test_whole_lines_inserted_or_deleted_are_judged_as_lines():
     doc = "a\nb\nc\n"
-    assert right(doc, EditOffer("model", 4, 4, "new\n"), "a\nb\nnew\nc\n")
-    assert not right(doc, EditOffer("model", 4, 4, "other\n"), "a\nb\nnew\nc\n")
-    assert right(doc, EditOffer("model", 2, 4, ""), "a\nc\n")
-    assert not right(doc, EditOffer("model", 0, 2, ""), "a\nc\n")
+    assert right(doc, Candidate(4, 4, "new\n", Source.MODEL), "a\nb\nnew\nc\n")
+    assert not right(doc, Candidate(4, 4, "other\n", Source.MODEL), "a\nb\nnew\nc\n")
+    assert right(doc, Candidate(2, 4, "", Source.MODEL), "a\nc\n")
+    assert not right(doc, Candidate(0, 2, "", Source.MODEL), "a\nc\n")
 
 
 def test_a_one_for_one_replacement_is_made_a_line_at_a_time_and_other_hunks_whole():
@@ -135,30 +136,32 @@ def test_an_edit_model_is_its_own_kind_and_round_trips(tmp_path):
 
 def test_the_choice_is_the_likeliest_candidate_at_the_bar_and_the_first_without_a_model():
     doc = "a = 1\nb = 2\n"
-    rename, wrong = EditOffer("rename", 0, 1, "x"), EditOffer("model", 6, 7, "y", 0.9)
+    rename, wrong = Candidate(0, 1, "x", Source.RENAME), Candidate(6, 7, "y", Source.MODEL, confidence=0.9)
     m = model({"bias": -1.0, "source_rename": 3.0, "source_model": -2.0})
-    got = choose_edit(m, [wrong, rename], doc, 5, 1)
+    at = features_at(doc, 5, 1)
+    got = choose(m, [wrong, rename], at)
     assert got.shown is rename and got.p == pytest.approx(1 / (1 + math.exp(-2.0)))
-    assert choose_edit(m, [wrong], doc, 5, 1).shown is None
-    assert choose_edit(m, [rename], doc, 5, 1, show_above=0.95).shown is None  # the user's bar
-    assert choose_edit(None, [wrong, rename], doc, 5, 1).shown is wrong
+    assert choose(m, [wrong], at).shown is None
+    assert choose(m, [rename], at, show_above=0.95).shown is None  # the user's bar
+    assert choose(None, [wrong, rename], at).shown is wrong
 
 
 def test_the_changes_own_sites_from_a_source_the_model_hardly_saw_are_shown_by_the_rules():
     doc = "a = 1\nb = 2\n"
-    rename, repeat = EditOffer("rename", 0, 1, "x"), EditOffer("repeat", 6, 7, "y")
+    rename, repeat = Candidate(0, 1, "x", Source.RENAME), Candidate(6, 7, "y", Source.REPEAT)
     low = AcceptanceModel({"bias": -5.0}, 0.5, "right", {"seen": {"rename": 3, "repeat": 400}}, kind="edit")
-    got = choose_edit(low, [repeat, rename], doc, 5, 1)
+    at = features_at(doc, 5, 1)
+    got = choose(low, [repeat, rename], at)
     assert got.shown is rename and got.p is None and len(got.scored) == 2  # 3 renames measure nothing
-    assert choose_edit(low, [repeat], doc, 5, 1).shown is None  # a repeat it saw 400 of: its P decides
+    assert choose(low, [repeat], at).shown is None  # a repeat it saw 400 of: its P decides
     seen = AcceptanceModel({"bias": -5.0}, 0.5, "right", {"seen": {"rename": 300}}, kind="edit")
-    assert choose_edit(seen, [rename], doc, 5, 1).shown is None
+    assert choose(seen, [rename], at).shown is None
 
 
 def test_features_say_how_far_and_how_much():
     doc = "".join(f"line{i}\n" for i in range(20))
-    far = edit_features(EditOffer("repeat", doc.index("line15"), doc.index("line15") + 6, "LINE15"), doc, 0, 2)
-    near = edit_features(EditOffer("repeat", doc.index("line1\n"), doc.index("line1\n") + 5, "x"), doc, 0, 2)
+    far = edit_features(Candidate(doc.index("line15"), doc.index("line15") + 6, "LINE15", Source.REPEAT), doc, 0, 2)
+    near = edit_features(Candidate(doc.index("line1\n"), doc.index("line1\n") + 5, "x", Source.REPEAT), doc, 0, 2)
     assert far["away"] > near["away"] > 0 and far["source_repeat"] == 1.0
     assert far["insertion"] == far["deletion"] == 0.0
 
@@ -171,9 +174,9 @@ def test_eval_edits_and_calibrate_edits_on_a_repository(repo, tmp_path, capsys):
     got = json.loads(capsys.readouterr().out)
     assert got["cases"] == 1 and got["sources"]["rename"]["precision"] == 1.0
     assert got["rules, next edits off (default): the change's own sites"]["right"] == 1.0
+    z = Candidate(0, 1, "z", Source.MODEL, confidence=0.5)
     wrong = {"id": "x", "repo": "made", "right": [False],
-             "offers": [["model", 0, 1, "z", 0.5]], "feats": [edit_features(EditOffer("model", 0, 1, "z", 0.5),
-                                                                            "ab\n", 0, 1)]}
+             "offers": [["model", 0, 1, "z", 0.5]], "feats": [edit_features(z, "ab\n", 0, 1)]}
     more = tmp_path / "more.jsonl"
     more.write_text(json.dumps(wrong) + "\n")
     out = tmp_path / "edit_acceptance.json"
@@ -227,14 +230,14 @@ def test_the_server_shows_the_sites_the_acceptance_model_likes_and_holds_back_th
     liked = model({"bias": -1.0, "source_rename": 3.0, "source_repeat": -3.0})
     editor, doc = editor_after_rename(liked)
     got = asyncio.run(editor.suggest(doc, 2, 1, 10, UTF16, "geo.py"))
-    assert got.source == "rename" and got.p > 0.8 and got.text == "factor"
+    assert got.shown.source == "rename" and got.p > 0.8 and got.shown.text == "factor"
     assert editor.stats.by_source == {"rename": 1} and editor.stats.judged == 1
     editor, doc = editor_after_rename(model({"bias": -3.0}))
     assert asyncio.run(editor.suggest(doc, 2, 1, 10, UTF16, "geo.py")) is None
     assert editor.stats.held_back == 1
     editor, doc = editor_after_rename(None)  # the rules: the change's sites, whenever there are some
     got = asyncio.run(editor.suggest(doc, 2, 1, 10, UTF16, "geo.py"))
-    assert got.source == "rename" and got.p is None and editor.stats.judged == 0
+    assert got.shown.source == "rename" and got.p is None and editor.stats.judged == 0
 
 
 @pytest.mark.slow

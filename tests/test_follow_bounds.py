@@ -120,7 +120,7 @@ def test_a_second_documents_next_edit_is_answered_while_the_firsts_follow_runs(m
         return second, still_running, await first
 
     second, still_running, first = asyncio.run(go())
-    assert second is not None and second.text == "width" and still_running and first is None
+    assert second is not None and second.shown.text == "width" and still_running and first is None
 
 
 def test_a_newer_request_for_the_document_stops_the_older_follow(monkeypatch):
@@ -157,9 +157,10 @@ def test_a_signature_change_reaches_every_open_importer(importers):
         for _ in range(3):
             doc = docs[uri]
             others = [d for u, d in list(docs.items())[-33:] if u != uri]  # the server's: the 32 opened last
-            edit = asyncio.run(editor.suggest(doc, doc.version, 0, 0, UTF16, uri[8:], others))
-            if edit is None:
+            answer = asyncio.run(editor.suggest(doc, doc.version, 0, 0, UTF16, uri[8:], others))
+            if answer is None:
                 break
+            edit = answer.shown
             after = doc.text[:edit.start] + edit.text + doc.text[edit.end:]  # accepted
             at = line_at(doc.text, edit.start)
             log.note(uri, uri[8:], doc.text, after, at, at, at)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from diffusion_lsp.context.languages import language_for
-from diffusion_lsp.nextedit.edits import TextEdit, breaks_parse, minimal_edit, reverts
+from diffusion_lsp.candidate import Candidate, Source
+from diffusion_lsp.nextedit.edits import breaks_parse, minimal_edit, reverts
 from diffusion_lsp.nextedit.history import HUGE_LINES, EditLog, Step, diffs_between, last_change_end, render, \
     steps_between
 from diffusion_lsp.formats.edit_prompt import EDITED, HISTORY, NO_HISTORY, ORIGINAL, edit_prompt, history_block
@@ -306,43 +307,43 @@ def test_full_mode_shows_the_old_region_within_the_budget():
 
 @pytest.mark.parametrize("old, new, at, edit", [
     ("abc", "abc", 0, None),
-    ("ac", "abc", 10, TextEdit(11, 11, "b")),  # insertion
-    ("abc", "ac", 0, TextEdit(1, 2, "")),  # deletion
-    ("f(a, b)", "f(x, b)", 0, TextEdit(2, 3, "x")),  # replacement
-    ("aaa", "aa", 0, TextEdit(2, 3, "")),  # the common suffix overlaps the common prefix
-    ("aa", "aaa", 5, TextEdit(7, 7, "a")),
-    ("", "x\n", 3, TextEdit(3, 3, "x\n")),
+    ("ac", "abc", 10, Candidate(11, 11, "b", Source.MODEL)),  # insertion
+    ("abc", "ac", 0, Candidate(1, 2, "", Source.MODEL)),  # deletion
+    ("f(a, b)", "f(x, b)", 0, Candidate(2, 3, "x", Source.MODEL)),  # replacement
+    ("aaa", "aa", 0, Candidate(2, 3, "", Source.MODEL)),  # the common suffix overlaps the common prefix
+    ("aa", "aaa", 5, Candidate(7, 7, "a", Source.MODEL)),
+    ("", "x\n", 3, Candidate(3, 3, "x\n", Source.MODEL)),
 ])
 def test_minimal_edit(old, new, at, edit):
-    got = minimal_edit(old, new, at)
+    got = minimal_edit(old, new, Source.MODEL, at)
     assert got == edit
     if got is not None:
         assert got.apply(" " * at + old) == " " * at + new
 
 
-def test_text_edit_apply():
-    assert TextEdit(4, 5, "42").apply("x = 1\n") == "x = 42\n"
-    assert TextEdit(0, 0, "# ").apply("x\n") == "# x\n"
-    assert TextEdit(1, 3, "").apply("abcd") == "ad"
+def test_an_edit_applied():
+    assert Candidate(4, 5, "42", Source.MODEL).apply("x = 1\n") == "x = 42\n"
+    assert Candidate(0, 0, "# ", Source.MODEL).apply("x\n") == "# x\n"
+    assert Candidate(1, 3, "", Source.MODEL).apply("abcd") == "ad"
 
 
 def test_an_edit_that_restores_the_last_step_is_an_undo():
     step = Step("u", "p.py", 1, ["b\n"], ["bx\n"])
     text = "a\nbx\nc\n"
-    assert reverts(step, text, TextEdit(3, 4, ""))  # takes the x away again
-    assert not reverts(step, text, TextEdit(5, 6, "C"))  # the next line
-    assert not reverts(step, text, TextEdit(2, 2, "#"))  # the same line, something else
-    assert not reverts(None, text, TextEdit(3, 4, ""))
+    assert reverts(step, text, Candidate(3, 4, "", Source.MODEL))  # takes the x away again
+    assert not reverts(step, text, Candidate(5, 6, "C", Source.MODEL))  # the next line
+    assert not reverts(step, text, Candidate(2, 2, "#", Source.MODEL))  # the same line, something else
+    assert not reverts(None, text, Candidate(3, 4, "", Source.MODEL))
     # the user went on typing on that line: the step's lines are no longer there, nothing is compared
-    assert not reverts(step, "a\nbxy\nc\n", TextEdit(3, 5, ""))
+    assert not reverts(step, "a\nbxy\nc\n", Candidate(3, 5, "", Source.MODEL))
     far = Step("u", "p.py", 1, ["b\n"], ["bx\n"])
-    assert not reverts(far, "a\nbx\nc\nd\ne\nf\n", TextEdit(10, 11, ""))
+    assert not reverts(far, "a\nbx\nc\nd\ne\nf\n", Candidate(10, 11, "", Source.MODEL))
 
 
 def test_re_adding_the_lines_the_last_step_deleted_is_an_undo():
     step = Step("u", "p.py", 0, ["a\n", "b\n", "c\n"], ["a\n", "c\n"])
-    assert reverts(step, "a\nc\n", TextEdit(2, 2, "b\n"))
-    assert not reverts(step, "a\nc\n", TextEdit(2, 2, "z\n"))
+    assert reverts(step, "a\nc\n", Candidate(2, 2, "b\n", Source.MODEL))
+    assert not reverts(step, "a\nc\n", Candidate(2, 2, "z\n", Source.MODEL))
 
 
 @pytest.mark.parametrize("spec, text, old, new, broken", [
@@ -356,7 +357,7 @@ def test_re_adding_the_lines_the_last_step_deleted_is_an_undo():
 ])
 def test_breaks_parse(spec, text, old, new, broken):
     start = text.index(old)
-    assert breaks_parse(spec, text, TextEdit(start, start + len(old), new)) is broken
+    assert breaks_parse(spec, text, Candidate(start, start + len(old), new, Source.MODEL)) is broken
 
 
 def test_last_change_end_after_a_line_break_at_the_end_is_the_next_line():

@@ -16,8 +16,7 @@ from diffusion_lsp.protocol.requests import FillRequest, ProbeRequest
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.nextedit import repeat
 from diffusion_lsp.nextedit.history import Step
-from diffusion_lsp.nextedit.settings import NextEditSettings
-from diffusion_lsp.nextedit.suggest import EditRequest, preference, suggest
+from diffusion_lsp.nextedit.suggest import EditRequest, NextEditSettings, preference, suggest
 
 PY = language_for("python")
 TEXT = ("def remove(self, key):\n"
@@ -137,7 +136,7 @@ def test_the_language_server_offers_the_rename_at_the_next_use_and_counts_the_dr
     from diffusion_lsp.nextedit.history import EditLog
     from diffusion_lsp.server.config import parse_config
     from diffusion_lsp.server.next_edit import NextEditor
-    from diffusion_lsp.server.positions import UTF16
+    from diffusion_lsp.server.positions import UTF16, range_at
     from diffusion_lsp.server.stats import NextEditStats
 
     before = "q = load()\nprint(q)\nsave(q)\n"
@@ -148,8 +147,8 @@ def test_the_language_server_offers_the_rename_at_the_next_use_and_counts_the_dr
     editor = NextEditor(backend, NextEditStats(), lambda kind, message: None, log)
     cfg, _ = parse_config({"nextEdit": {"enable": True, "follow": False}})  # the model's drafts, not the scope's sites
     editor.configure(cfg, count_tokens=lambda t: len(t.split()))
-    edit = asyncio.run(editor.suggest(Document("file:///a.py", after, "python", 2), 2, 0, 6, UTF16, "a.py"))
-    assert (edit.range, edit.text) == (((1, 6), (1, 7)), "result")
+    edit = asyncio.run(editor.suggest(Document("file:///a.py", after, "python", 2), 2, 0, 6, UTF16, "a.py")).shown
+    assert (range_at(after, edit.start, edit.end, UTF16), edit.text) == (((1, 6), (1, 7)), "result")
     assert (editor.stats.drafts_offered, editor.stats.drafts_kept, editor.stats.reasons) == (2, 1, {"draft": 1})
 
 

@@ -16,12 +16,11 @@ from diffusion_lsp.protocol.failure import BackendError, Failure, Stop
 from diffusion_lsp.backend.local import LocalBackend
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.protocol.settings import SamplerConfig
-from diffusion_lsp.nextedit.edits import TextEdit
+from diffusion_lsp.candidate import Candidate, Source
 from diffusion_lsp.nextedit.history import Step
 from diffusion_lsp.formats.edit_prompt import EDITED, HISTORY, NO_HISTORY, ORIGINAL
 from diffusion_lsp.nextedit.run import predict_file
-from diffusion_lsp.nextedit.settings import NextEditSettings
-from diffusion_lsp.nextedit.suggest import EditRequest, choose_span, doubted_lines, narrow, suggest
+from diffusion_lsp.nextedit.suggest import EditRequest, NextEditSettings, choose_span, doubted_lines, narrow, suggest
 from diffusion_lsp.protocol.answers import Fill, Probed
 from diffusion_lsp.protocol.requests import FillRequest, ProbeRequest
 
@@ -96,7 +95,12 @@ OLD = TEXT[TEXT.index("def"):]  # the region, lines 4..8
 DIFF = "--- a/m.py\n+++ b/m.py\n@@ -5,1 +5,1 @@\n-def area(w):\n+def area(w, h):\n"
 PREFIX = HISTORY + DIFF + "<|current_file|> m.py\n" + "import os\n\n\n\n"
 PRINT = TEXT.index("print(")
-ADD_4 = TextEdit(PRINT + 15, PRINT + 15, ", 4")  # print(area(2, 3| -> print(area(2, 3, 4))
+ADD_4 = Candidate(PRINT + 15, PRINT + 15, ", 4", Source.MODEL)  # print(area(2, 3| -> print(area(2, 3, 4))
+
+
+def bare(edit: Candidate | None) -> Candidate | None:
+    """The edit without the model's confidence in it (out.confidence, asserted on its own)."""
+    return None if edit is None else dataclasses.replace(edit, confidence=None)
 
 
 def request(mode=None, last_step=None, diffs=(DIFF,), **settings) -> EditRequest:
@@ -182,7 +186,7 @@ def test_refine_refills_the_doubted_line_and_answers_the_minimal_edit():
     # "print(area(2," "3))": 2 words, and 8 of slack
     assert (fill.prefix, fill.suffix, fill.max_tokens) == (PREFIX + head, "", 10)
     assert fill.sampling == req.sampling and not fill.one_line
-    assert (out.edit, out.reason, out.mode) == (ADD_4, "edit", "refine")
+    assert (bare(out.edit), out.reason, out.mode) == (ADD_4, "edit", "refine")
     assert (out.forwards, out.model_ms, out.edited_tokens, out.jump) == (4 + 6, 1.0 + 3.0, 2, False)
     assert out.confidence == pytest.approx((0.9 + 0.8 + 0.8) / 3)  # tokens and where the fill ends
     assert out.edit.apply(TEXT) == TEXT.replace("area(2, 3)", "area(2, 3, 4)")
@@ -202,7 +206,7 @@ def test_only_the_doubted_tokens_are_re_masked():
     fill = answers[1]
     assert fill.prefix == PREFIX + OLD[:OLD.index(" 3))")] and fill.prefix.endswith("print(area(2,")
     assert (fill.suffix, fill.max_tokens) == ("))\n", 1 + 8)  # " 3": 1 word, and 8 of slack
-    assert (out.edit, out.reason, out.forwards) == (ADD_4, "edit", 4 + 6)
+    assert (bare(out.edit), out.reason, out.forwards) == (ADD_4, "edit", 4 + 6)
 
 
 def test_an_edit_far_from_the_cursor_is_a_jump():
@@ -211,7 +215,7 @@ def test_an_edit_far_from_the_cursor_is_a_jump():
     fill = fake.orders[1]
     assert fill.prefix == PREFIX and fill.suffix == "    return w * h\n\n\nprint(area(2, 3))\n"
     at = TEXT.index("h):") + 1
-    assert (out.edit, out.reason, out.jump) == (TextEdit(at, at, ", d"), "edit", True)  # line 4, cursor on 8
+    assert (bare(out.edit), out.reason, out.jump) == (Candidate(at, at, ", d", Source.MODEL), "edit", True)  # line 4, cursor on 8
     assert not run(request(jump_lines=4), Fake(doubted={0}, text="def area(w, h, d):\n")).jump
 
 
@@ -222,10 +226,10 @@ def test_full_mode_shows_the_old_region_and_fills_the_whole_region():
     (fill,) = fake.orders
     assert fill.prefix == PREFIX + ORIGINAL + OLD + EDITED
     assert fill.suffix == "" and fill.max_tokens == 9 + 8  # the region's 9 words and 8 of slack
-    assert (out.edit, out.reason, out.mode, out.forwards, out.model_ms) == (ADD_4, "edit", "full", 6, 3.0)
+    assert (bare(out.edit), out.reason, out.mode, out.forwards, out.model_ms) == (ADD_4, "edit", "full", 6, 3.0)
     fake = Fake(text=new_region)
     out = run(EditRequest(TEXT, "m.py", (8, 0), PY, [DIFF], None, NextEditSettings(mode="full"), words), fake)
-    assert [type(o) for o in fake.orders] == [FillRequest] and out.edit == ADD_4
+    assert [type(o) for o in fake.orders] == [FillRequest] and bare(out.edit) == ADD_4
 
 
 UNDO_STEP = Step("file:///m.py", "m.py", 8, ["print(area(2, 3, 4))\n"], ["print(area(2, 3))\n"])
@@ -243,7 +247,7 @@ def test_filters(mode, line, confidence, last_step, reason):
     text = line if mode == "refine" else OLD.replace("print(area(2, 3))\n", line)
     out = run(request(mode=mode, last_step=last_step), Fake(doubted={4}, text=text, confidence=confidence))
     assert out.reason == reason
-    assert out.edit == (ADD_4 if reason == "edit" else None)
+    assert bare(out.edit) == (ADD_4 if reason == "edit" else None)
     assert out.forwards == (10 if mode == "refine" else 6)
 
 
@@ -344,7 +348,7 @@ def test_an_empty_fill_deletes_the_doubted_line_gated_by_where_the_fill_ends():
     fake.end = 0.9
     out = run(request(), fake)
     line = "print(area(2, 3))\n"
-    assert (out.reason, out.edit) == ("edit", TextEdit(PRINT, PRINT + len(line), ""))
+    assert (out.reason, bare(out.edit)) == ("edit", Candidate(PRINT, PRINT + len(line), "", Source.MODEL))
     fake = Deleting(doubted={4})
     fake.end = 0.1  # the model was not sure the span ends at once: no suggestion
     assert run(request(), fake).reason == "low-confidence"

@@ -16,7 +16,7 @@ from diffusion_lsp.formats.mercury import rewritten
 from diffusion_lsp.backend.api_client import RemoteError
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.next_edit import NextEditor
-from diffusion_lsp.server.positions import UTF16
+from diffusion_lsp.server.positions import UTF16, range_at
 from diffusion_lsp.backend.remote import RemoteBackend
 from diffusion_lsp.server.stats import Stats
 
@@ -84,10 +84,11 @@ def test_the_server_asks_the_edit_endpoint_and_answers_the_minimal_edit(api):
         finally:
             await link.close()
 
-    got = asyncio.run(go())
+    got = asyncio.run(go()).shown
     at = TEXT.index("w * h")
     # minimal: "idth" inserted after the "w" that stays
-    assert (got.text, got.start, got.end, got.range) == ("idth", at + 1, at + 1, ((1, 12), (1, 12)))
+    assert (got.text, got.start, got.end, range_at(TEXT, got.start, got.end, UTF16)) == ("idth", at + 1, at + 1,
+                                                                                         ((1, 12), (1, 12)))
     content = api.got[0][2]["messages"][0]["content"]
     assert "<|code_to_edit|>\ndef area(width<|cursor|>, h):" in content  # the cursor where the rename ended
     assert "-def area(w, h):\n+def area(width, h):" in content  # the history

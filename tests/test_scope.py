@@ -16,7 +16,7 @@ from diffusion_lsp.nextedit.follow import follow, next_group
 from diffusion_lsp.nextedit.scope import Rename, last_rename, renamed, sites
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.next_edit import NextEditor
-from diffusion_lsp.server.positions import UTF16
+from diffusion_lsp.server.positions import UTF16, range_at
 from diffusion_lsp.server.stats import NextEditStats
 
 
@@ -172,10 +172,11 @@ def test_the_server_follows_a_rename_site_by_site_and_never_proposes_an_edited_s
     shown, version = [], 1
     while True:
         version += 1
-        edit = asyncio.run(editor.suggest(Document(uri, text, "python", version), version, 1, 8, UTF16, "t.py"))
-        if edit is None:
+        answer = asyncio.run(editor.suggest(Document(uri, text, "python", version), version, 1, 8, UTF16, "t.py"))
+        if answer is None:
             break
-        shown.append((edit.range, edit.text, edit.jump))
+        edit = answer.shown
+        shown.append((range_at(text, edit.start, edit.end, UTF16), edit.text, answer.jump))
         after = text[:edit.start] + edit.text + text[edit.end:]  # the user presses Tab
         line = text.count("\n", 0, edit.start)
         log.note(uri, "t.py", text, after, line, line, line)
@@ -206,10 +207,11 @@ def follow_through_the_server(before: str, text: str, language: str, path: str) 
     shown, version = [], 1
     while len(shown) < 6:
         version += 1
-        edit = asyncio.run(editor.suggest(Document(uri, text, language, version), version, 0, 0, UTF16, path))
-        if edit is None:
+        answer = asyncio.run(editor.suggest(Document(uri, text, language, version), version, 0, 0, UTF16, path))
+        if answer is None:
             break
-        (a, b) = (utf16_offset(text, p) for p in edit.range)
+        edit = answer.shown
+        (a, b) = (utf16_offset(text, p) for p in range_at(text, edit.start, edit.end, UTF16))
         assert (a, b) == (edit.start, edit.end)  # an astral character before a site shifts nothing
         shown.append(text[a:b])
         after = text[:a] + edit.text + text[b:]

@@ -9,8 +9,8 @@ import asyncio
 from diffusion_lsp.context.records import Document
 from diffusion_lsp.nextedit.history import EditLog
 from diffusion_lsp.server.config import parse_config
-from diffusion_lsp.server.next_edit import NextEdit, NextEditor
-from diffusion_lsp.server.positions import UTF8, UTF16
+from diffusion_lsp.server.next_edit import EditAnswer, NextEditor
+from diffusion_lsp.server.positions import UTF8, UTF16, range_at
 from diffusion_lsp.server.stats import NextEditStats
 from diffusion_lsp.protocol.capabilities import Capabilities
 from diffusion_lsp.protocol.answers import Fill, Probed
@@ -67,7 +67,19 @@ def make(link, steps=None, **next_edit):
     return editor
 
 
-EXPECTED = NextEdit(URI, 1, ((2, 31), (2, 31)), ", 4", AT, AT, False, "model")  # "é😀": 2 + 1 UTF-16 units
+
+
+def sent(answer: EditAnswer | None, encoding: str = UTF16) -> tuple | None:
+    """What the server sends of an answer: (uri, version, its LSP range as the reply computes it, its
+    text, its offsets, whether it is a jump, its source)."""
+    if answer is None:
+        return None
+    e = answer.shown
+    return (answer.doc.uri, answer.doc.version, range_at(answer.doc.text, e.start, e.end, encoding), e.text,
+            e.start, e.end, answer.jump, e.source)
+
+
+EXPECTED = (URI, 1, ((2, 31), (2, 31)), ", 4", AT, AT, False, "model")  # "é😀": 2 + 1 UTF-16 units
 
 
 def test_an_edit_gets_its_range_in_the_negotiated_encoding_and_is_kept_for_its_version():
@@ -78,8 +90,8 @@ def test_an_edit_gets_its_range_in_the_negotiated_encoding_and_is_kept_for_its_v
         return await editor.suggest(DOC, 1, 2, 0, UTF16, "a.py"), await editor.suggest(DOC, 1, 2, 3, UTF8, "a.py")
 
     utf16, utf8 = asyncio.run(go())
-    assert utf16 == EXPECTED
-    assert utf8.range == ((2, 34), (2, 34)) and (utf8.start, utf8.end, utf8.text) == (AT, AT, ", 4")  # 2 + 4 bytes
+    assert sent(utf16) == EXPECTED
+    assert sent(utf8, UTF8)[2:6] == (((2, 34), (2, 34)), ", 4", AT, AT)  # 2 + 4 bytes
     assert [key for key, _ in link.probes] == ["nextedit:" + URI] * 2
     assert link.probes[0][1].middle == TEXT and link.fills[0][1].prefix.endswith("import os\n\n")
     s = editor.stats
@@ -120,7 +132,7 @@ def test_the_same_question_while_it_runs_shares_its_answer():
         link.release.set()
         return await first, await second
 
-    assert asyncio.run(go()) == (EXPECTED, EXPECTED)
+    assert tuple(map(sent, asyncio.run(go()))) == (EXPECTED, EXPECTED)
     assert len(link.probes) == 1 and len(link.fills) == 1 and editor.stats.requests == 1
 
 
@@ -138,7 +150,7 @@ def test_a_newer_request_for_the_document_supersedes_the_older():
         return got_older, await newer
 
     older, newer = asyncio.run(go())
-    assert older is None and newer == NextEdit(URI, 2, ((2, 31), (2, 31)), ", 4", AT, AT, False, "model")
+    assert older is None and sent(newer) == (URI, 2, ((2, 31), (2, 31)), ", 4", AT, AT, False, "model")
     assert link.cancelled == 1 and len(link.probes) == 2 and len(link.fills) == 1
     assert editor.stats.superseded == 1 and editor.stats.answered == 1 and editor.stats.empty == 1
     assert editor.cached(URI, 2) == newer and editor.cached(URI, 1) is None
@@ -147,7 +159,7 @@ def test_a_newer_request_for_the_document_supersedes_the_older():
 def test_a_link_that_cannot_probe_asks_the_apis_edit_endpoint():
     link = FakeLink(text="import os\n\n" + NEW_LINE.rstrip("\n"), can_probe=False)
     editor = make(link)
-    assert asyncio.run(editor.suggest(DOC, 1, 2, 0, UTF16, "a.py")) == EXPECTED
+    assert sent(asyncio.run(editor.suggest(DOC, 1, 2, 0, UTF16, "a.py"))) == EXPECTED
     assert link.probes == [] and link.fills == [] and len(link.rewrites) == 1
     (_, order), = link.rewrites
     # the region (the whole file) between Mercury's tags, the cursor at the start of line 2
@@ -200,7 +212,7 @@ def test_a_document_with_cr_or_crlf_line_ends_gets_its_own_line_ends_back():
         text = unix.replace("\n", end)
         editor = make(FakeLink(text="total = add(2, 3)\nprint(total)\n", doubted=2))
         doc = Document(URI, text, "python", 1)
-        edits[end] = edit = asyncio.run(editor.suggest(doc, 1, 2, 0, UTF16, "a.py"))
-        assert edit.range == ((3, 0), (3, 0)), end  # an insertion at the start of "x = 1"
+        edits[end] = edit = asyncio.run(editor.suggest(doc, 1, 2, 0, UTF16, "a.py")).shown
+        assert range_at(text, edit.start, edit.end, UTF16) == ((3, 0), (3, 0)), end  # an insertion at the start of "x = 1"
         assert text[:edit.start] + edit.text + text[edit.end:] == text.replace(f"){end}", f"){end}print(total){end}")
     assert [edits[e].text for e in edits] == ["print(total)\r", "print(total)\r\n", "print(total)\n"]

@@ -86,7 +86,8 @@ class Typist:
         self.log.note(self.uri, "a", self.text, after, line, line, line + (line >= len(lines)))
         self.text, self.version, self.now = after, self.version + 1, self.now + pause
         doc = Document(self.uri, self.text, self.language, self.version)
-        got = asyncio.run(self.editor.suggest(doc, self.version, line, len(new), UTF16, "a"))
+        answer = asyncio.run(self.editor.suggest(doc, self.version, line, len(new), UTF16, "a"))
+        got = answer and answer.shown
         return None if got is None else (old, new, got.source, self.text[got.start:got.end], got.text)
 
     def retype(self, line: int, as_: str | None = None) -> list:
@@ -173,8 +174,7 @@ def test_follow_says_in_one_debug_line_why_nothing_was_followed(caplog):
 def test_no_draft_is_made_from_a_half_typed_step():
     from test_nextedit_drafts import Scripted, run
 
-    from diffusion_lsp.nextedit.settings import NextEditSettings
-    from diffusion_lsp.nextedit.suggest import EditRequest
+    from diffusion_lsp.nextedit.suggest import EditRequest, NextEditSettings
 
     old, new = "    chopped = value / power\n", "    chopped = value /\n"
     text = SOURCE.replace(old, new)

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from .. import jsonout
-from ..acceptance.edits import EditOffer
+from ..candidate import Candidate, Source
 from ..context.languages import language_for
 from ..data.edits import apply_hunks
 from ..errors import UserError
@@ -31,7 +31,7 @@ PASSES = {"through the server, default settings": {},
 
 def _typed(lsp, uri: str, before: str, after: str) -> None:
     """One didChange: the span where `before` and `after` differ."""
-    e = minimal_edit(before, after)
+    e = minimal_edit(before, after, Source.MODEL)  # only its span and text are sent
 
     def at(offset: int) -> tuple[int, str]:
         start = before.rfind("\n", 0, offset) + 1
@@ -56,7 +56,8 @@ async def _ask(lsp, uri: str, case: EditCase) -> JudgedEdit:
     rng = edit["range"]
     start = offset_at(case.current, rng["start"]["line"], rng["start"]["character"], lsp.encoding)
     end = offset_at(case.current, rng["end"]["line"], rng["end"]["character"], lsp.encoding)
-    shown = EditOffer("shown", start, end, edit["text"])
+    # the reply does not name its source: `right` reads only the span and its text
+    shown = Candidate(start, end, edit["text"], Source.MODEL)
     return JudgedEdit(case.id, case.repo, [shown], [{}], [right(case.current, shown, case.target)])
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
 from ..protocol.capabilities import Capabilities
 from ..protocol.answers import Probed
@@ -20,21 +21,29 @@ from ..model.stop import OrderStopped
 from .batch import FillBatch
 from .structured import answer_structured
 
+if TYPE_CHECKING:  # not a cycle: torch and tokenizers come with the model, and --help, which imports this, takes neither
+    from transformers import PreTrainedModel
+
+    from ..model.chat import ChatFormat
+    from ..model.prompting import Prompter
+    from ..model.reuse import ContextMemo
+    from ..model.tokenizer import Tokenizer
+    from ..model.transformer import DiffusionTransformer
+
 
 @dataclass
 class Engine:
-    model: object  # DiffusionTransformer
-    tokenizer: object  # diffusion_lsp.model.tokenizer.Tokenizer
+    model: DiffusionTransformer
+    tokenizer: Tokenizer
     meta: dict  # the checkpoint's config.json
-    memo: object = field(default_factory=lambda: _context_memo())  # a `doc`'s last
-    # fill (or probe) seeds its next fill
-    # a prefix-only model's (Prompter: its family's `prompt` "fim" or "chat"): a fill's
-    # suffix goes into its prompt; None: infill, the suffix on the row after the canvas
-    prompter: object = None
-    # ChatFormat: the chat template a conversation is put in (the checkpoint's, or the one
-    # given at launch); None: the model answers no conversation
-    chat_format: object = None
-    structured = True  # our sampler decodes JSON under constraints
+    memo: ContextMemo = field(default_factory=lambda: _context_memo())  # a `doc`'s last fill (or probe) seeds its next
+    # a prefix-only model's (its family's `prompt` "fim" or "chat"): a fill's suffix goes into its
+    # prompt; None: infill, the suffix on the row after the canvas
+    prompter: Prompter | None = None
+    # the chat template a conversation is put in (the checkpoint's, or the one given at launch);
+    # None: the model answers no conversation
+    chat_format: ChatFormat | None = None
+    structured: ClassVar[bool] = True  # our sampler decodes JSON under constraints
 
     @property
     def capabilities(self) -> Capabilities:
@@ -222,7 +231,8 @@ class NativeEngine(Engine):
     is rewritten from an edit prompt (`answer_rewrite`) when it is asked in chat. No request joins a
     running decoding."""
 
-    structured = False  # transformers' own decoding runs its canvas: no constraints on it
+    model: PreTrainedModel  # the family's transformers class (native_load's `load_native`)
+    structured: ClassVar[bool] = False  # transformers' own decoding runs its canvas: no constraints on it
 
     def decoding(self, requests, cfg=None):
         from ..model.native import NativeDecoding

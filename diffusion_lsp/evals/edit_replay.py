@@ -21,7 +21,8 @@ import sys
 import random
 from dataclasses import dataclass
 
-from ..acceptance.edits import EditOffer, edit_features
+from ..acceptance.edits import edit_features
+from ..candidate import Candidate, Request, Source
 from ..context.languages import language_for
 from ..context.repo import repo_files
 from ..data.edits import apply_hunks, hunks
@@ -91,22 +92,22 @@ def replay_cases(root: str, n: int, seed: int = 0) -> list[EditCase]:
     return sorted(out, key=lambda c: c.id)
 
 
-def code_offers(path: str, old: str, current: str, cursor: tuple[int, int]) -> list[EditOffer]:
+def code_offers(path: str, old: str, current: str, cursor: tuple[int, int]) -> list[Candidate]:
     """The candidates that need no model, after the edits old -> current with the cursor at `cursor`
     (0-based line, column): the change's own next sites, repeat-the-last-edit."""
     spec, out, steps = language_for(None, path), [], steps_between(path, old, current)
     found = None if spec is None else follow(current, spec, steps, offset_of(current, cursor))
     if found is not None:
-        out.append(EditOffer(found.source, found.start, found.end, found.text))
+        out.append(Candidate(found.start, found.end, found.text, Source(found.source)))
     if steps and unfinished(steps[-1], current, spec):  # as the server: a line half typed is not repeated
         return out
     repeated = repeat_last_edit(old, current, cursor)
-    if repeated is not None and (e := minimal_edit(current, repeated)) is not None:
-        out.append(EditOffer("repeat", e.start, e.end, e.text))
+    if repeated is not None and (e := minimal_edit(current, repeated, Source.REPEAT)) is not None:
+        out.append(e)
     return out
 
 
-def right(doc: str, offer: EditOffer, target: str) -> bool:
+def right(doc: str, offer: Candidate, target: str) -> bool:
     """Whether the lines `offer` touches read, after it, as in `target`: those lines, widened to
     every changed line of doc -> target that they overlap, compared whole."""
     a, t = doc.splitlines(keepends=True), target.splitlines(keepends=True)
@@ -175,13 +176,13 @@ class JudgedEdit:
 
     case_id: str
     repo: str
-    offers: list[EditOffer]
+    offers: list[Candidate]
     feats: list[dict]
     right: list[bool]
 
     def to_json(self) -> dict:
         return {"id": self.case_id, "repo": self.repo, "right": self.right, "feats": self.feats,
-                "offers": [[o.source, o.start, o.end, o.text, o.conf] for o in self.offers]}
+                "offers": [[o.source.value, o.start, o.end, o.text, o.confidence] for o in self.offers]}
 
     @classmethod
     def from_json(cls, raw: dict) -> JudgedEdit:
@@ -192,36 +193,39 @@ class JudgedEdit:
                    saved_rows.features(raw, n), saved_rows.flags(raw, "right", n))
 
 
-def _offer(o) -> EditOffer:
-    """An offer saved as [source, start, end, text, conf]."""
+def _offer(o) -> Candidate:
+    """An offer saved as [source, start, end, text, conf], its source one of Request.EDIT's."""
     if not (isinstance(o, list) and len(o) == 5 and isinstance(o[0], str) and isinstance(o[3], str)
             and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x for x in o[1:3]) and o[1] <= o[2]):
         raise ValueError("each offer must be [source, start, end, text, conf] with 0 <= start <= end")
-    return EditOffer(o[0], o[1], o[2], o[3], None if o[4] is None else saved_rows.number(o[4], "an offer's conf"))
+    source = next((s for s in Request.EDIT.sources if s.value == o[0]), None)
+    if source is None:
+        raise ValueError(f"an offer's source must be one of {', '.join(s.value for s in Request.EDIT.sources)}, "
+                         f"not {o[0][:40]!r}")
+    return Candidate(o[1], o[2], o[3], source,
+                     confidence=None if o[4] is None else saved_rows.number(o[4], "an offer's conf"))
 
 
-def judged(case: EditCase, offers: list[EditOffer]) -> JudgedEdit:
+def judged(case: EditCase, offers: list[Candidate]) -> JudgedEdit:
     steps = len(steps_between(case.path, case.old, case.current))
     feats = [edit_features(o, case.current, case.offset, steps, [x for x in offers if x is not o]) for o in offers]
     return JudgedEdit(case.id, case.repo, offers, feats, [right(case.current, o, case.target) for o in offers])
 
 
-async def model_offer(backend, case: EditCase, count, settings) -> EditOffer | None:
+async def model_offer(backend, case: EditCase, count, settings) -> Candidate | None:
     """The next-edit pipeline's edit at the case (predict_file, as `eval nep` asks it, at
     `settings` with follow off: the change's sites are code_offers'), or None (also when the
     backend refuses it: a region that does not fit the model, as the language server answers)."""
     from ..nextedit.run import predict_file  # the model's libraries: only here
     from ..protocol.failure import BackendError
-    from ..protocol.reasons import EditOutcome
 
     try:
         out = (await predict_file(backend, case.path, case.old, case.current, case.cursor,
                                   language_for(None, case.path), count, dataclasses.replace(settings, follow=False)))
     except BackendError:
         return None
-    e = out.outcome.edit
-    return None if e is None else EditOffer("draft" if out.outcome.reason is EditOutcome.DRAFT else "model",
-                                            e.start, e.end, e.text, round(out.outcome.confidence, 4))
+    e = out.outcome.edit  # the model's, or a draft it preferred
+    return None if e is None else dataclasses.replace(e, confidence=round(e.confidence, 4))
 
 
 async def judge_cases(cases: list[EditCase], backend=None, count=None, settings=None,

@@ -16,8 +16,10 @@ from collections import Counter
 from pathlib import Path
 
 from .. import jsonout
-from ..acceptance.edits import CODE, EDIT_FEATURES, FOLLOWED, SOURCES, picked
+from ..acceptance.chooser import shown_index
+from ..acceptance.edits import EDIT_FEATURES
 from ..acceptance.model import AcceptanceModel, fit
+from ..candidate import Kind, Request, Source
 from ..errors import UserError
 from ..input_files import InputFile, parse_json
 from ..local_state import MAX_STATE_BYTES
@@ -36,6 +38,8 @@ from .metrics import rates_head, rates_row
 WRONG_COST = 2.0
 BARS = [round(0.05 * i, 2) for i in range(1, 20)]
 CASES = 300  # cases per repository
+FOLLOWED = tuple(s for s in Request.EDIT.sources if s.followed)  # the rules, next edits off: the change's own sites
+MODELS = tuple(s for s in Request.EDIT.sources if s.kind is Kind.MODEL)  # ... and with them on, then the model's
 
 
 def register(ev) -> None:
@@ -70,22 +74,22 @@ def rates(judged: list[JudgedEdit], picks: list[int | None]) -> dict:
             "wrong": (shown - right) / n, "n_shown": shown}
 
 
-def first_of(judged: list[JudgedEdit], sources: tuple[str, ...]) -> list[int | None]:
+def first_of(judged: list[JudgedEdit], sources: tuple[Source, ...]) -> list[int | None]:
     """Per case, the first candidate from `sources` (the rules: the code's sites, then the model's)."""
-    return [next((i for s in sources for i, o in enumerate(j.offers) if o.source == s), None) for j in judged]
+    return [next((i for s in sources for i, o in enumerate(j.offers) if o.source is s), None) for j in judged]
 
 
 def accepted(judged: list[JudgedEdit], model: AcceptanceModel, bar: float) -> list[int | None]:
     """Per case, the candidate the acceptance model shows at `bar`, as the server picks it."""
-    return [picked(model, j.offers, [model.p(f) for f in j.feats], bar) for j in judged]
+    return [shown_index(model, j.offers, [model.p(f) for f in j.feats], bar) for j in judged]
 
 
-def view(judged: list[JudgedEdit], sources: tuple[str, ...] = CODE) -> list[JudgedEdit]:
-    """The cases as the server sees them with candidates from `sources` only (CODE: next edits off,
-    the default for a model that does not claim them)."""
+def view(judged: list[JudgedEdit]) -> list[JudgedEdit]:
+    """The cases as the server sees them with next edits off (the default for a model that does not
+    claim them): the candidates of every kind but the model's."""
     out = []
     for j in judged:
-        keep = [i for i, o in enumerate(j.offers) if o.source in sources]
+        keep = [i for i, o in enumerate(j.offers) if o.source.kind is not Kind.MODEL]
         out.append(JudgedEdit(j.case_id, j.repo, [j.offers[i] for i in keep], [j.feats[i] for i in keep],
                               [j.right[i] for i in keep]))
     return out
@@ -106,7 +110,7 @@ def calibrated(judged: list[JudgedEdit], fitted_on: dict) -> tuple[AcceptanceMod
     if not any(labels) or all(labels):
         raise UserError(f"cannot fit on {len(rows)} candidates with {sum(labels)} right: replay more commits "
                         "(--edit-cases) or other repositories")
-    seen = Counter(o.source for j in judged for o in j.offers)
+    seen = Counter(o.source.value for j in judged for o in j.offers)
     fitted_on = {**fitted_on, "candidates": len(rows), "right": sum(labels), "seen": dict(sorted(seen.items()))}
     model = AcceptanceModel(fitted(rows, labels, EDIT_FEATURES), 0.5, "right", fitted_on, kind="edit")
     table = over_bars(view(judged), model)  # the bar is set where users are: next edits off
@@ -194,7 +198,7 @@ async def _judge(cases, launch, progress: bool) -> list[JudgedEdit]:
         return await judge_cases(cases, progress=progress)
     from ..context.tokens import approx_tokens, model_token_counter
     from ..engine import model_folder
-    from ..nextedit.settings import NextEditSettings
+    from ..nextedit.suggest import NextEditSettings
     from ..options import command_backend
 
     backend = command_backend(launch)
@@ -208,15 +212,14 @@ async def _judge(cases, launch, progress: bool) -> list[JudgedEdit]:
 def report(judged: list[JudgedEdit], model: AcceptanceModel | None) -> dict:
     """Each source alone; by the rules and by `model`, with the model's next edits off (the default:
     candidates from the code alone) and on (nextEdit.enable, when the model's were replayed)."""
-    present = [s for s in SOURCES if any(o.source == s for j in judged for o in j.offers)]
-    out = {"cases": len(judged), "sources": {s: rates(judged, first_of(judged, (s,))) for s in present},
+    present = [s for s in Request.EDIT.sources if any(o.source is s for j in judged for o in j.offers)]
+    out = {"cases": len(judged), "sources": {s.value: rates(judged, first_of(judged, (s,))) for s in present},
            "rules, next edits off (default): the change's own sites": rates(judged, first_of(judged, FOLLOWED))}
     if model is not None:
         out[f"acceptance, next edits off (default; P >= {model.show_above:g})"] = rates(
             judged, accepted(view(judged), model, model.show_above))
-    if any(s in present for s in ("model", "draft")):
-        out["rules, nextEdit.enable: those, else the model's"] = rates(
-            judged, first_of(judged, FOLLOWED + ("draft", "model")))
+    if any(s in present for s in MODELS):
+        out["rules, nextEdit.enable: those, else the model's"] = rates(judged, first_of(judged, FOLLOWED + MODELS))
         if model is not None:
             out[f"acceptance, nextEdit.enable (P >= {model.show_above:g})"] = rates(
                 judged, accepted(judged, model, model.show_above))

@@ -32,7 +32,6 @@ from ..input_files import InputFile, parse_json
 from ..linediff import opcodes
 from ..workspace_files import check_file, output_path, write_file
 from ..nextedit.history import last_change_end
-from ..nextedit.settings import ASKED
 from ..options import add_launch_args, command_backend, launch_settings, paragraphs
 from .humaneval import DATA_ENV, default_data_dir
 from .edits_command import edit_acceptance
@@ -177,7 +176,7 @@ def register(ev) -> None:
     n.add_argument("--no-noise-cases", action="store_true",
                    help="skip the derived no-edit cases (each record's file before its commit, no history) "
                         "the noise rate is measured on when the data has no record with current == new")
-    n.add_argument("--mode", choices=ASKED, default=None,
+    n.add_argument("--mode", choices=("refine", "full"), default=None,
                    help="the model's decoding mode (default: the editor default, nextEdit.mode)")
     n.add_argument("--no-drafts", action="store_true",
                    help="refine without drafts (nextEdit.drafts: the last edit made again at analogous sites)")
@@ -192,7 +191,7 @@ def model_predictor(args):
     launch = launch_settings(args)
     try:
         from ..nextedit.run import predict_file
-        from ..nextedit.settings import NextEditSettings
+        from ..nextedit.suggest import NextEditSettings
     except ImportError as e:
         raise UserError(f"no next-edit model predictor ({e}); run with --no-model for the baselines") from None
     from ..protocol.failure import BackendError
@@ -226,7 +225,8 @@ def shown_by_default(acceptance):
     """predict(case): what the language server shows with next edits off (its default for a model that
     does not claim them): the change's own sites and repeat-the-last-edit, judged by the next-edit
     acceptance model."""
-    from ..acceptance.edits import choose_edit
+    from ..acceptance.chooser import choose
+    from ..acceptance.edits import features_at
     from ..nextedit.history import steps_between
     from ..nextedit.repeat import offset_of
     from .edit_replay import code_offers
@@ -234,7 +234,7 @@ def shown_by_default(acceptance):
     def predict(c: NepCase) -> str | None:
         offers = code_offers(c.path, c.old, c.current, c.cursor)
         steps = len(steps_between(c.path, c.old, c.current))
-        shown = choose_edit(acceptance, offers, c.current, offset_of(c.current, c.cursor), steps).shown
+        shown = choose(acceptance, offers, features_at(c.current, offset_of(c.current, c.cursor), steps)).shown
         return None if shown is None else shown.apply(c.current)
     return predict
 

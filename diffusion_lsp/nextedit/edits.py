@@ -1,4 +1,5 @@
-"""A rewritten region -> one minimal range edit, and the filters a suggestion must pass.
+"""A rewritten region -> one minimal range edit (a Candidate, candidate.py), and the filters a
+suggestion must pass.
 
 The model returns the whole region as it should read; the edit is what differs, found by trimming
 the common prefix and suffix, so an unchanged region is no edit and a one-word change is a one-word
@@ -10,21 +11,12 @@ from __future__ import annotations
 import bisect
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import replace
 
+from ..candidate import Candidate, Source
 from ..context.languages import LanguageSpec
 from ..context.parsing import error_count, parse_window
 from .history import Step
-
-
-@dataclass(frozen=True)
-class TextEdit:
-    start: int  # str offsets into the document
-    end: int
-    text: str
-
-    def apply(self, doc: str) -> str:
-        return doc[:self.start] + self.text + doc[self.end:]
 
 
 class LineEnds:
@@ -47,29 +39,31 @@ class LineEnds:
         line = bisect.bisect_right(self._unix_starts, unix_offset) - 1
         return self._starts[line] + unix_offset - self._unix_starts[line]
 
-    def edit(self, edit: TextEdit) -> TextEdit:
-        """An edit of `unix` -> the same edit of `text`, its line breaks written as `text` writes them."""
+    def edit(self, edit: Candidate) -> Candidate:
+        """An edit of `unix` -> the same edit of `text`, its line breaks written as `text` writes them
+        (its source and evidence kept)."""
         if self.unix == self.text:
             return edit
-        return TextEdit(self.offset(edit.start), self.offset(edit.end), edit.text.replace("\n", self.end))
+        return replace(edit, start=self.offset(edit.start), end=self.offset(edit.end),
+                       text=edit.text.replace("\n", self.end))
 
 
-def minimal_edit(old: str, new: str, at: int = 0) -> TextEdit | None:
-    """The one range edit turning `old` into `new` (offsets shifted by `at`); None when equal.
-    The common suffix is only trimmed where it does not overlap the common prefix (both found in C:
-    a whole 170 KB document costs well under a millisecond)."""
+def minimal_edit(old: str, new: str, source: Source, at: int = 0, **evidence) -> Candidate | None:
+    """The one range edit turning `old` into `new` (offsets shifted by `at`), from `source` with its
+    `evidence`; None when equal. The common suffix is only trimmed where it does not
+    overlap the common prefix (both found in C: a whole 170 KB document costs well under a millisecond)."""
     if old == new:
         return None
     p = len(os.path.commonprefix([old, new]))
     s = len(os.path.commonprefix([old[p:][::-1], new[p:][::-1]]))
-    return TextEdit(at + p, at + len(old) - s, new[p:len(new) - s])
+    return Candidate(at + p, at + len(old) - s, new[p:len(new) - s], source, **evidence)
 
 
 def line_of(text: str, offset: int) -> int:
     return text.count("\n", 0, offset)
 
 
-def reverts(step: Step | None, doc: str, edit: TextEdit) -> bool:
+def reverts(step: Step | None, doc: str, edit: Candidate) -> bool:
     """True when applying `edit` to `doc` puts the lines of the user's last step back as they were
     before it (an undo), or re-adds what that step removed where it removed it."""
     if step is None:
@@ -86,7 +80,7 @@ def reverts(step: Step | None, doc: str, edit: TextEdit) -> bool:
     return "".join(after[lo:hi + delta]) == "".join(step.old) and step.old != step.new
 
 
-def breaks_parse(spec: LanguageSpec | None, doc: str, edit: TextEdit, margin_lines: int = 30) -> bool:
+def breaks_parse(spec: LanguageSpec | None, doc: str, edit: Candidate, margin_lines: int = 30) -> bool:
     """True when the edit adds syntax errors to a window around it that parsed without any."""
     if spec is None:
         return False

@@ -1,4 +1,5 @@
-"""One next-edit suggestion, without LSP: (document, version, position) -> NextEdit (range, text).
+"""One next-edit suggestion, without LSP: (document, version, position) -> EditAnswer (the candidate
+shown, candidate.py, in that version; its LSP range is made where the reply is built, server.py).
 
 Top to bottom: refuse a stale version or bad input; share a request already running for the same
 document, version and position (the code action and the NES request ask the same question); the
@@ -7,9 +8,10 @@ candidates, cheapest first: the rest of the user's last change at its next sites
 alone (nextedit/follow.py: a rename through the name's scope, a signature's calls; in a thread of
 its own per request, never behind another document's, within a budget: nextedit/budget.py), then the
 next-edit pipeline's edit (nextedit/suggest.py) over the Backend, its CPU steps (the region's
-parse, the prompt's token counts, the filters) in a thread of their own. The next-edit acceptance
-model (acceptance/edits.py) decides which is shown, if any; without one, the rules: the change's
-sites whenever there are some, else the model's edit. The last answer per document is kept for the
+parse, the prompt's token counts, the filters) in a thread of their own. The one chooser
+(acceptance/chooser.py) decides which is shown, if any, with the next-edit acceptance model over
+acceptance/edits.py's features; without one, the rules: the change's sites whenever there are
+some, else the model's edit. The last answer per document is kept for the
 code action and for inline completion, which offers it when it is an insertion at the cursor."""
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from urllib.parse import unquote
 
-from ..acceptance.edits import FOLLOWED, EditChoice, EditOffer, choose_edit
+from ..acceptance.chooser import choose
+from ..acceptance.edits import features_at
 from ..acceptance.model import AcceptanceModel
+from ..candidate import Candidate, Choice, Source
 from ..protocol.backend import Backend
 from ..protocol.failure import BackendError, Failure
 from ..context.index import indexed
@@ -40,30 +44,24 @@ from ..lifecycle import Ticket, deadline, tickets
 from ..nextedit.budget import FOLLOW_MS, PARSE_S, Budget
 from ..nextedit.follow import Elsewhere, follow, follow_elsewhere
 from ..nextedit.scope import Rename
-from ..nextedit.settings import NextEditSettings
-from ..nextedit.suggest import EditRequest, Outcome, suggest
-from . import positions
+from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, suggest
 from .completion import check_language, locate
 from .config import Config
 from ..protocol.reasons import EditOutcome
 from .failures import BadInput, answering
 from .stats import NextEditStats
 
-Position = tuple[int, int]
 RULES_CAP_S = 3 * PARSE_S  # a last resort: each parse of a follow (the document, before its step) ends by PARSE_S
 RULE_THREADS = 16  # follows running at once (one live request per document; a superseded one soon ends)
 
 
 @dataclass(frozen=True)
-class NextEdit:
-    uri: str
-    version: int
-    range: tuple[Position, Position]  # LSP positions in the negotiated encoding
-    text: str
-    start: int  # str offsets in that version
-    end: int
-    jump: bool = False
-    source: str = ""  # where it came from (the acceptance model's SOURCES)
+class EditAnswer:
+    """The candidate shown for one version of a document, and what only the request knows."""
+
+    doc: Document  # the version it answers: its uri, its version, the text its offsets are in
+    shown: Candidate
+    jump: bool = False  # more than nextEdit.jumpLines lines from the cursor
     p: float | None = None  # the next-edit acceptance model's P(right); None: shown by the rules
 
 
@@ -83,7 +81,7 @@ class NextEditor:
         self.rules = ThreadPoolExecutor(RULE_THREADS, thread_name_prefix="diffusion-lsp-follow")
         self.tickets = tickets()
         self._running: dict[tuple, asyncio.Future] = {}
-        self.last: dict[str, NextEdit] = {}  # per document, the newest answer
+        self.last: dict[str, EditAnswer] = {}  # per document, the newest answer
         self.following: dict[str, Rename | Change] = {}  # per document, the change being followed (a rename, a signature)
         self.acceptance: AcceptanceModel | None = None  # decides which next edit is shown; None: the rules
 
@@ -96,12 +94,12 @@ class NextEditor:
     def settings(self) -> NextEditSettings:
         return self.cfg.next_edit
 
-    def cached(self, uri: str, version: int) -> NextEdit | None:
+    def cached(self, uri: str, version: int) -> EditAnswer | None:
         ans = self.last.get(uri)
-        return ans if ans is not None and ans.version == version else None
+        return ans if ans is not None and ans.doc.version == version else None
 
     async def suggest(self, doc: Document | None, version: int | None, line: int, column: int, encoding: str,
-                      path: str, open_docs: Sequence[Document] = ()) -> NextEdit | None:
+                      path: str, open_docs: Sequence[Document] = ()) -> EditAnswer | None:
         if not self.settings.enable and not self.settings.follow:
             return None
         if doc is None or (version is not None and version != doc.version):
@@ -120,14 +118,14 @@ class NextEditor:
                 del self._running[key]
 
     async def _suggest(self, doc: Document, line: int, column: int, encoding: str, path: str,
-                       open_docs: list[Document]) -> NextEdit | None:
+                       open_docs: list[Document]) -> EditAnswer | None:
         stats, t0 = self.stats, time.perf_counter()
         stats.requests += 1
         answer, out = None, None
         try:
             with answering(stats, self.log, "next edit"):
                 offset = locate(doc.text, line, column, encoding, self.cfg.completion.max_line_chars)
-                answer, out = await self._decide(doc, offset, encoding, path, open_docs)
+                answer, out = await self._decide(doc, offset, path, open_docs)
         finally:
             ms = (time.perf_counter() - t0) * 1e3
             stats.latency_ms.append(ms)
@@ -141,8 +139,8 @@ class NextEditor:
             self.last[doc.uri] = answer
         return answer
 
-    async def _decide(self, doc: Document, offset: int, encoding: str, path: str,
-                      open_docs: list[Document]) -> tuple[NextEdit | None, Outcome | None]:
+    async def _decide(self, doc: Document, offset: int, path: str,
+                      open_docs: list[Document]) -> tuple[EditAnswer | None, Outcome | None]:
         """The candidates, cheapest first: the change's own next sites (code alone), shown at once when
         the acceptance model likes them (or, with none, whenever there are some); else the model's edit
         (when next edits are on), and the best of all when it reaches the bar."""
@@ -158,10 +156,10 @@ class NextEditor:
             if self.acceptance is not None and mine:  # the rules never show a repeat
                 again = await self._in_thread(self._repeat, doc, spec, offset, mine)
                 offers += [again] if again is not None else []
-            steps = len(mine)
-            choice = choose_edit(self.acceptance, offers, doc.text, offset, steps, s.show_above)
+            features = features_at(doc.text, offset, len(mine))
+            choice = choose(self.acceptance, offers, features, s.show_above)
             if choice.shown is not None or not s.enable:
-                return self._answer(doc, choice, offset, encoding), None
+                return self._answer(doc, choice, offset), None
             check_language(self.cfg, doc)  # the model's languages: the code's candidates are any language's
             ends = LineEnds(doc.text)  # the pipeline sees "\n" line ends; its edit is mapped back
             before = LineEnds(doc.text[:offset]).unix
@@ -175,38 +173,27 @@ class NextEditor:
         self.stats.forwards.append(out.forwards)
         self.stats.drafts_offered += out.drafts
         self.stats.drafts_kept += out.reason is EditOutcome.DRAFT and out.edit is not None
-        if out.edit is not None:
-            e = ends.edit(out.edit)
-            offers.append(EditOffer("draft" if out.reason is EditOutcome.DRAFT else "model", e.start, e.end, e.text,
-                                    out.confidence))
-        choice = choose_edit(self.acceptance, offers, doc.text, offset, steps, s.show_above)
-        return self._answer(doc, choice, offset, encoding), out
+        if out.edit is not None:  # the model's edit, or a draft it preferred, in the editor's line ends
+            offers.append(ends.edit(out.edit))
+        choice = choose(self.acceptance, offers, features, s.show_above)
+        return self._answer(doc, choice, offset), out
 
-    def _answer(self, doc: Document, choice: EditChoice, offset: int, encoding: str) -> NextEdit | None:
+    def _answer(self, doc: Document, choice: Choice, offset: int) -> EditAnswer | None:
         """The edit shown, counted; None when nothing is."""
-        st = self.stats
         if choice.scored:
-            st.judged += 1
-            st.held_back += choice.shown is None
             self.log("debug", "next-edit acceptance: " + ", ".join(
                 f"{o.source} {o.text.strip()[:30]!r} P={p:.2f}" for o, p in choice.scored)
                 + ("; nothing reaches the bar" if choice.shown is None else
                    f"; shown: {choice.shown.source}" + (" (by the rules: too few in its calibration)"
                                                         if choice.p is None else "")))
         shown = choice.shown
-        if shown is None:
-            return None
-        st.by_source[shown.source] = st.by_source.get(shown.source, 0) + 1
-        if shown.source in FOLLOWED:
-            st.reasons[EditOutcome.SCOPE] = st.reasons.get(EditOutcome.SCOPE, 0) + 1
-        jump = abs(doc.text.count("\n", 0, shown.start) - doc.text.count("\n", 0, offset)) > self.settings.jump_lines
-        st.jumps += jump
-        rng = (positions.position_at(doc.text, shown.start, encoding),
-               positions.position_at(doc.text, shown.end, encoding))
-        return NextEdit(doc.uri, doc.version, rng, shown.text, shown.start, shown.end, jump, shown.source, choice.p)
+        jump = shown is not None and abs(doc.text.count("\n", 0, shown.start)
+                                         - doc.text.count("\n", 0, offset)) > self.settings.jump_lines
+        self.stats.chose(choice, jump)
+        return None if shown is None else EditAnswer(doc, shown, jump, choice.p)
 
     async def _follow(self, doc: Document, spec, offset: int, steps: list[Step],
-                      open_docs: list[Document], ticket: Ticket) -> EditOffer | None:
+                      open_docs: list[Document], ticket: Ticket) -> Candidate | None:
         """The rest of the user's last change in `doc` (its `steps`: a rename, a signature) at its next
         sites, else the calls in `doc` of a function whose signature changed in another open document;
         or None."""
@@ -219,7 +206,7 @@ class NextEditor:
             found = await self._rules(ticket, budget, follow_elsewhere, doc.text, spec, offset, others, budget)
             if found is not None and found.origin:  # still followed once its step leaves the edit log
                 self._note(found.origin, found.change)
-        return None if found is None else EditOffer(found.source, found.start, found.end, found.text)
+        return None if found is None else Candidate(found.start, found.end, found.text, Source(found.source))
 
     async def _rules(self, ticket: Ticket, budget: Budget, fn, *args):
         """fn(*args) in a thread of the follows' pool (never behind another document's follow, nor the
@@ -241,7 +228,7 @@ class NextEditor:
         self.following[uri] = change
 
     @staticmethod
-    def _repeat(doc: Document, spec, offset: int, steps: list[Step]) -> EditOffer | None:
+    def _repeat(doc: Document, spec, offset: int, steps: list[Step]) -> Candidate | None:
         """The user's last change in `doc` (the newest of its `steps`) made again at its next
         occurrence, from the step's own lines: no diff of the whole document; none while the step
         leaves its line half typed."""
@@ -250,8 +237,7 @@ class NextEditor:
         if block is None or doc.text.count("\n") < step.first or unfinished(step, doc.text, spec):
             return None
         again = made_again((block[0], block[1], block[2] + step.first), doc.text, offset)
-        e = None if again is None else minimal_edit(doc.text, again)
-        return None if e is None else EditOffer("repeat", e.start, e.end, e.text)
+        return None if again is None else minimal_edit(doc.text, again, Source.REPEAT)
 
     def _elsewhere(self, doc: Document, open_docs: list[Document]) -> list[Elsewhere]:
         """Every other open document of doc's language that may have changed a signature: those in the

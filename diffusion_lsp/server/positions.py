@@ -135,3 +135,8 @@ def position_at(text: str, offset: int, encoding: str) -> tuple[int, int]:
             line, start = line - 1, (breaks[-2].end() if len(breaks) > 1 else 0)
             return line, units(text[start:offset - 1], encoding)
     return line, units(text[start:offset], encoding)
+
+
+def range_at(text: str, start: int, end: int, encoding: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Offsets [start, end) into `text` -> an LSP range ((line, column), (line, column))."""
+    return position_at(text, start, encoding), position_at(text, end, encoding)

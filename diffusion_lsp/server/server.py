@@ -22,6 +22,7 @@ from . import positions
 from .completion import Answer
 from .instruct import METHOD as EDIT_WITH_INSTRUCTION, edit_with_instruction, parse as parse_instruct_params
 from .jsonrpc import Protocol, serve_stdio, serve_tcp
+from .next_edit import EditAnswer
 from .session import ServeOptions, Session
 
 NAME, VERSION = "diffusion-lsp", __version__
@@ -206,7 +207,13 @@ def _insertion_at_cursor(ls: DiffusionServer, doc, pos: types.Position):
     """The document's last next edit when it is an insertion at this position of this version."""
     if doc is None or (edit := ls.session.next_edit.cached(doc.uri, doc.version)) is None:
         return None
-    return edit if edit.range == ((pos.line, pos.character), (pos.line, pos.character)) and edit.text else None
+    at = (pos.line, pos.character)
+    return edit.shown if edit_range(edit, ls.encoding) == (at, at) and edit.shown.text else None
+
+
+def edit_range(edit: EditAnswer, encoding: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The LSP range of the next edit shown, in the version of the document it answers."""
+    return positions.range_at(edit.doc.text, edit.shown.start, edit.shown.end, encoding)
 
 
 def _field(obj, *keys):
@@ -236,10 +243,11 @@ async def next_edit(ls: DiffusionServer, params) -> dict:
                                               ls.path_of(uri), ls.other_documents(uri))
     if edit is None:
         return {"edits": []}
+    version = edit.doc.version
     return {"edits": [{
-        "text": edit.text, "textDocument": {"uri": uri, "version": edit.version},
-        "range": _range_json(edit.range),
-        "command": {"title": "Accept next edit", "command": ACCEPTED_EDIT, "arguments": [uri, edit.version]},
+        "text": edit.shown.text, "textDocument": {"uri": uri, "version": version},
+        "range": _range_json(edit_range(edit, ls.encoding)),
+        "command": {"title": "Accept next edit", "command": ACCEPTED_EDIT, "arguments": [uri, version]},
     }]}
 
 
@@ -262,12 +270,13 @@ async def code_action(ls: DiffusionServer, params: types.CodeActionParams) -> li
                                                   ls.path_of(uri), ls.other_documents(uri))
     if edit is None:
         return None
-    rng = types.Range(types.Position(*edit.range[0]), types.Position(*edit.range[1]))
+    start, end = edit_range(edit, ls.encoding)
+    rng = types.Range(types.Position(*start), types.Position(*end))
     return [types.CodeAction(
         title=APPLY_EDIT_TITLE, kind=types.CodeActionKind.RefactorRewrite,
         # no `command` to count its acceptance: lsprotocol-based clients read any action with a
         # "command" key as a bare Command and lose the edit
-        edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(range=rng, new_text=edit.text)]}))]
+        edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(range=rng, new_text=edit.shown.text)]}))]
 
 
 def did_show_inline_edit(ls: DiffusionServer, params) -> None:

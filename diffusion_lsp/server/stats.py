@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from ..candidate import Choice
 from ..protocol.answers import Kept
+from ..protocol.reasons import EditOutcome
 
 WINDOW = 1000  # latencies kept for the percentiles
 RECENT = 128  # per-request timings sent with each report
@@ -73,6 +74,19 @@ class NextEditStats:
     forwards: deque = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)  # per model-run request
     recent: deque = field(default_factory=lambda: deque(maxlen=RECENT), repr=False)  # per request: mode,
     # reason, forwards, edited_tokens, model_ms, ms (read by `bench lsp`)
+
+    def chose(self, choice: Choice, jump: bool) -> None:
+        """Count a next edit's decision: what the acceptance model judged, what was shown (`jump`: far
+        from the cursor); the change's own sites count as the "scope" outcome."""
+        self.judged += bool(choice.scored)
+        self.held_back += bool(choice.scored) and choice.shown is None
+        if choice.shown is None:
+            return
+        source = choice.shown.source
+        self.by_source[source.value] = self.by_source.get(source.value, 0) + 1
+        if source.followed:
+            self.reasons[EditOutcome.SCOPE] = self.reasons.get(EditOutcome.SCOPE, 0) + 1
+        self.jumps += jump
 
     def report(self) -> dict:
         counts = {f.name: getattr(self, f.name) for f in fields(self) if f.type in ("int", int)}
