@@ -21,7 +21,7 @@ from ..model.stop import OrderStopped
 from .batch import FillBatch
 from .structured import answer_structured
 
-if TYPE_CHECKING:  # not a cycle: torch and tokenizers come with the model, and --help, which imports this, takes neither
+if TYPE_CHECKING:  # not a cycle: torch and tokenizers come with the model; --help imports this module, not them
     from transformers import PreTrainedModel
 
     from ..model.chat import ChatFormat
