@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from diffusion_lsp.protocol import request_knobs
 from diffusion_lsp.protocol.capabilities import Capabilities
 from diffusion_lsp.protocol.settings import Knob, SamplerConfig, hints
 from diffusion_lsp.server.config import CompletionSettings, Config, parse_config, with_claims
+from diffusion_lsp.server.schema import properties
 
 SHARED = [k for k in vars(request_knobs).values() if isinstance(k, Knob)]
 
@@ -135,3 +137,11 @@ def test_a_mode_the_backend_chooses_cannot_be_asked_for():
     assert cfg.next_edit.mode is Mode.REFINE
     assert problems == ["nextEdit.mode: 'api' is not valid (refine or full); using the default 'refine'"]
     assert parse_config({"nextEdit": {"mode": "full"}})[0].next_edit.mode is Mode.FULL
+
+
+def test_the_readme_names_every_editor_setting():
+    """The VS Code schema is made from the definitions (test_vscode_extension.py checks it); the README
+    lists them by hand: model.server, model.fimTemplate, model.remoteFormat and sampling.draft* were missing."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    missing = [key for key in properties() if f"`{key.split('.', 1)[1]}`" not in readme]
+    assert missing == [], missing
