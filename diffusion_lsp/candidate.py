@@ -43,6 +43,7 @@ class Source(str, Enum):
     IMPORTED = ("imported", Kind.CODE, True, "a signature changed in another open document, at its calls here")
     REPEAT = ("repeat", Kind.REPEAT, False, "the last edit's change made again at its next occurrence")
     DRAFT = ("draft", Kind.MODEL, False, "the last edit made again where the model preferred it to what stands")
+    UNWRAP = ("unwrap", Kind.CODE, True, "a wrapper removed from an argument at one call, removed at the other calls")
 
     def __new__(cls, value: str, kind: Kind, followed: bool, about: str):
         member = str.__new__(cls, value)
@@ -69,7 +70,7 @@ class Request(str, Enum):
 _SOURCES = {
     Request.COMPLETION: (Source.MODEL, Source.LAST, Source.LOOKUP, Source.LINE),
     Request.EDIT: (Source.RENAME, Source.SIGNATURE, Source.ARGUMENT, Source.IMPORTED, Source.REPEAT, Source.MODEL,
-                   Source.DRAFT),
+                   Source.DRAFT, Source.UNWRAP),
 }
 
 

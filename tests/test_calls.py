@@ -12,7 +12,7 @@ import re
 
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.context.records import Document
-from diffusion_lsp.nextedit.calls import call_edits
+from diffusion_lsp.nextedit.signature import call_edits
 from diffusion_lsp.nextedit.imported import imported_edits
 from diffusion_lsp.nextedit.history import EditLog, Step
 from diffusion_lsp.server.config import parse_config
@@ -227,16 +227,17 @@ SCRIPTS = [  # (language, file, source, the def's line before and after, the cal
 @pytest.mark.parametrize("language, path, source, old, new, calls_after", SCRIPTS, ids=[s[1] for s in SCRIPTS])
 def test_a_changed_signature_reaches_its_calls_in_javascript_and_typescript(language, path, source, old, new,
                                                                             calls_after):
-    from diffusion_lsp.nextedit.follow import follow
+    from test_scope import follow_on
 
     spec, line = language_for(language, path), source.splitlines().index(old)
     text = source.replace(old + "\n", new + "\n", 1)
     steps, going = [Step("u", path, line, [old + "\n"], [new + "\n"])], None
-    while (found := follow(text, spec, steps, 0, going)) is not None and len(steps) < 6:
+    while (on := follow_on(text, spec, steps, 0, going))[0] is not None and len(steps) < 6:
+        found = on[0]
         assert found.source == "signature"
         at = text.count("\n", 0, found.start)
         before = text.splitlines(keepends=True)[at:at + found.text.count("\n") + 1]
-        text, going = text[:found.start] + found.text + text[found.end:], found.change
+        text, going = text[:found.start] + found.text + text[found.end:], on[1]
         steps.append(Step("u", path, at, before, text.splitlines(keepends=True)[at:at + len(before)]))
     # inner()'s parameter and shadow()'s local named like the function, the spread call, other(): as they were
     assert [ln for ln in text.splitlines() if "area(" in ln and "function area" not in ln

@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from diffusion_lsp.context.languages import language_for
-from diffusion_lsp.nextedit.calls import call_edits
+from diffusion_lsp.nextedit.signature import call_edits
 from diffusion_lsp.nextedit.history import EditLog
 from test_calls import suggest_until_done
 
@@ -133,7 +133,7 @@ def test_a_step_that_changed_two_parameter_lists_is_not_followed_and_says_why(ca
     log = EditLog(merge_s=0)
     log.note("file:///a", "a", FACTORY, text, 0, 1, 1)
     assert "".join(old[:2]) != "".join(text.splitlines(keepends=True)[:2])
-    with caplog.at_level(logging.DEBUG, logger="diffusion_lsp.nextedit.calls"):
+    with caplog.at_level(logging.DEBUG, logger="diffusion_lsp.nextedit.signature"):
         assert call_edits(list(log.steps), text, PY) is None
-    said = [r.getMessage() for r in caplog.records if r.name == "diffusion_lsp.nextedit.calls"]
+    said = [r.getMessage() for r in caplog.records if r.name == "diffusion_lsp.nextedit.signature"]
     assert said == ["signature not followed: one step changed the parameters of _cache and decorator"]

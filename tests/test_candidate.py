@@ -15,7 +15,8 @@ from diffusion_lsp.candidate import Candidate, Kind, Request, Source
 def test_a_sources_kind_is_its_own_not_its_place():
     assert {s for s in Source if s.kind is Kind.MODEL} == {Source.MODEL, Source.DRAFT}
     assert {s for s in Source if s.kind is Kind.REPEAT} == {Source.REPEAT, Source.LAST}
-    assert {s for s in Source if s.followed} == {Source.RENAME, Source.SIGNATURE, Source.ARGUMENT, Source.IMPORTED}
+    assert {s for s in Source if s.followed} == {Source.RENAME, Source.SIGNATURE, Source.ARGUMENT, Source.IMPORTED,
+                                                 Source.UNWRAP}
     assert all(s.followed <= (s.kind is Kind.CODE) for s in Source)  # a change's own sites come from the code
     assert Source("rename") is Source.RENAME and f"source_{Source.LINE}" == "source_line"
 

@@ -15,11 +15,14 @@ import pytest
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.context.records import Document
 from diffusion_lsp.nextedit.budget import GROUP_SITES, GROUP_SPAN, UNBOUNDED, Budget
-from diffusion_lsp.nextedit.calls import call_edits
-from diffusion_lsp.nextedit.follow import Followed, follow
+from diffusion_lsp.candidate import Candidate, Source
+from diffusion_lsp.nextedit.follow import follow
 from diffusion_lsp.nextedit.history import EditLog, Step
 from diffusion_lsp.nextedit.names import parsed
+from diffusion_lsp.nextedit.rule import NOTHING, Documents, History, Proposal
+from diffusion_lsp.nextedit.rules import propose
 from diffusion_lsp.nextedit.scope import Rename
+from diffusion_lsp.nextedit.signature import call_edits
 from diffusion_lsp.server import next_edit as server_next_edit
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.next_edit import NextEditor
@@ -39,12 +42,13 @@ def line_at(text: str, offset: int) -> int:
 
 
 def test_a_signature_with_60000_calls_is_followed_one_bounded_group_at_a_time_nearest_first():
-    first = follow(NEW, PY, [STEP], 0)
+    found = propose(Documents(NEW, PY, 0), History.of_one([STEP], budget=Budget()))
+    first = found.candidates[0] if found.candidates else None
     assert first is not None and first.source == "signature"
     assert line_at(NEW, first.start) == 3  # the first call, under the def
     assert first.text.count(", scale") == GROUP_SITES and line_at(NEW, first.end) - line_at(NEW, first.start) < GROUP_SPAN
     at = NEW.index("v30000 = ")  # the cursor far down the file: the calls from there on
-    middle = follow(NEW, PY, [STEP], at, going_on=first.change)
+    middle = propose(Documents(NEW, PY, at), History.of_one([STEP], found.change, Budget())).candidates[0]
     assert middle is not None and line_at(NEW, middle.start) <= line_at(NEW, at) <= line_at(NEW, middle.end)
     assert middle.text.startswith(", scale)") and middle.text.count(", scale") == GROUP_SITES  # the group there
 
@@ -88,25 +92,25 @@ def make_editor(documents=lambda uri: None, log=None) -> NextEditor:
 
 
 class HeldRule:
-    """A stand-in for `follow`: the document `held` blocks until its budget is stopped (a huge
-    follow still running); any other document's answers at once."""
+    """A stand-in for the rules' `propose`: the document `held` blocks until its budget is stopped
+    (a huge follow still running); any other document's answers at once."""
 
     def __init__(self, held: str):
         self.held, self.started, self.ended, self.budget = held, threading.Event(), threading.Event(), None
 
-    def __call__(self, text, spec, steps, cursor, going_on=None, budget=None):
-        if text != self.held:
-            return Followed(Rename("w", "width", 0), 0, 1, "width")
-        self.budget = budget
+    def __call__(self, documents, history, kinds, rules=()):
+        if documents.text != self.held:
+            return Proposal((Candidate(0, 1, "width", Source.RENAME),), Rename("w", "width", 0))
+        self.budget = history.budget
         self.started.set()
-        budget.clock.stop.wait()
+        self.budget.clock.stop.wait()
         self.ended.set()
-        return None
+        return NOTHING
 
 
 def test_a_second_documents_next_edit_is_answered_while_the_firsts_follow_runs(monkeypatch):
     rule = HeldRule("huge\n")
-    monkeypatch.setattr(server_next_edit, "follow", rule)
+    monkeypatch.setattr(server_next_edit, "propose", rule)
     editor = make_editor()
     huge, small = Document("file:///huge.py", "huge\n", "python", 1), Document("file:///small.py", "w\n", "python", 1)
 
@@ -125,7 +129,7 @@ def test_a_second_documents_next_edit_is_answered_while_the_firsts_follow_runs(m
 
 def test_a_newer_request_for_the_document_stops_the_older_follow(monkeypatch):
     rule = HeldRule("huge\n")
-    monkeypatch.setattr(server_next_edit, "follow", rule)
+    monkeypatch.setattr(server_next_edit, "propose", rule)
     editor = make_editor()
 
     async def go():

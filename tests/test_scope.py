@@ -12,12 +12,23 @@ import pytest
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.context.records import Document
 from diffusion_lsp.nextedit.history import EditLog, Step
-from diffusion_lsp.nextedit.follow import follow, next_group
+from diffusion_lsp.candidate import Candidate, Source
+from diffusion_lsp.nextedit.budget import Budget
+from diffusion_lsp.nextedit.follow import follow
+from diffusion_lsp.nextedit.rule import Documents, History
+from diffusion_lsp.nextedit.rules import next_group, propose
 from diffusion_lsp.nextedit.scope import Rename, last_rename, renamed, sites
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.next_edit import NextEditor
 from diffusion_lsp.server.positions import UTF16, range_at
 from diffusion_lsp.server.stats import NextEditStats
+
+
+def follow_on(text: str, spec, steps: list[Step], cursor: int, going):
+    """(the rules' next group, the change it carries on), as the server asks them for one document;
+    (None, None) when there is none."""
+    found = propose(Documents(text, spec, cursor), History.of_one(steps, going, Budget()))
+    return (found.candidates[0], found.change) if found.candidates else (None, None)
 
 
 def lines_of(text: str, found) -> list[tuple[int, str]]:
@@ -101,10 +112,11 @@ def test_a_rename_goes_on_after_its_docstring_mention_is_accepted():
     old = 'def area(w, h):\n    """:param w: the width"""\n    a = 1\n    b = 2\n    c = 3\n    d = 4\n    return w * h\n'
     text = old.replace("def area(w,", "def area(width,")
     steps, going, shown = [Step("u", "a.py", 0, ["def area(w, h):\n"], ["def area(width, h):\n"])], None, []
-    while (found := follow(text, language_for("python"), steps, 20, going)) is not None and len(shown) < 4:
+    while (on := follow_on(text, language_for("python"), steps, 20, going))[0] is not None and len(shown) < 4:
+        found = on[0]
         line = text.count("\n", 0, found.start)
         before = text.splitlines(keepends=True)[line]
-        text, going = text[:found.start] + found.text + text[found.end:], found.change
+        text, going = text[:found.start] + found.text + text[found.end:], on[1]
         steps.append(Step("u", "a.py", line, [before], [text.splitlines(keepends=True)[line]]))
         shown.append(line)
     assert shown == [1, 6] and text == old.replace("w,", "width,").replace(" w:", " width:").replace("w *", "width *")
@@ -142,11 +154,15 @@ def test_parameter_renamed_in_each_language(language, source, new, expected):
 
 def test_close_sites_are_one_suggestion_and_the_next_one_comes_first_then_the_first_in_the_file():
     text = "a\nq\nq\n\n\n\n\n\nq\n"
-    found = [(i, i + 1, "z") for i, ch in enumerate(text) if ch == "q"]
-    assert next_group(text, found, 0) == (2, 5, "z\nz")  # lines 2 and 3: one edit
-    assert next_group(text, found, 6) == (11, 12, "z")  # after the cursor: the one at line 9
-    assert next_group(text, found[:2], 11) == (2, 5, "z\nz")  # none after it: back to the first (a jump)
-    assert next_group(text, [], 0) is None
+    found = [Candidate(i, i + 1, "z", Source.RENAME) for i, ch in enumerate(text) if ch == "q"]
+
+    def group(sites, cursor):
+        found = next_group(text, sites, cursor)
+        return found and (found.start, found.end, found.text)
+    assert group(found, 0) == (2, 5, "z\nz")  # lines 2 and 3: one edit
+    assert group(found, 6) == (11, 12, "z")  # after the cursor: the one at line 9
+    assert group(found[:2], 11) == (2, 5, "z\nz")  # none after it: back to the first (a jump)
+    assert group([], 0) is None
 
 
 def test_a_rename_typed_with_pauses_is_one_rename():

@@ -20,6 +20,8 @@ from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.context.records import Document
 from diffusion_lsp.nextedit.follow import follow
 from diffusion_lsp.nextedit.history import EditLog, Step
+from diffusion_lsp.nextedit.repeat import Repeat
+from diffusion_lsp.nextedit.rule import Documents, History
 from diffusion_lsp.nextedit.unfinished import unfinished
 from diffusion_lsp.protocol.capabilities import Capabilities
 from diffusion_lsp.server.config import parse_config
@@ -126,7 +128,8 @@ def test_a_finished_rename_signature_and_repeat_are_still_proposed():
     new = "    result = [item.name for item in items if item.size < power]"
     typist.put(6, typist.text.splitlines(keepends=True), new)
     doc, mine = Document(typist.uri, typist.text, "python", 9), [s for s in typist.log.steps if s.uri == typist.uri]
-    offer = NextEditor._repeat(doc, PY, typist.text.index(new) + len(new), mine)
+    offer, = Repeat()(Documents(doc.text, PY, typist.text.index(new) + len(new), doc.uri),
+                      History({doc.uri: mine})).candidates
     assert (typist.text[offer.start:offer.end], offer.text, typist.text.count("\n", 0, offer.start)) == (">", "<", 12)
 
 
@@ -165,16 +168,17 @@ def test_javascript_lines_continue_past_an_operator_and_a_kept_bracket_is_no_cha
 def test_follow_says_in_one_debug_line_why_nothing_was_followed(caplog):
     old, new = "    chopped = value / power", "    chopped = value /"
     text = SOURCE.replace(old, new)
-    with caplog.at_level(logging.DEBUG, logger="diffusion_lsp.nextedit.follow"):
+    with caplog.at_level(logging.DEBUG, logger="diffusion_lsp.nextedit.rules"):
         assert follow(text, PY, [Step("u", "a.py", 4, [old + "\n"], [new + "\n"])], text.index(new) + len(new)) is None
-    said = [r.getMessage() for r in caplog.records if r.name == "diffusion_lsp.nextedit.follow"]
+    said = [r.getMessage() for r in caplog.records if r.name == "diffusion_lsp.nextedit.rules"]
     assert said == ["nothing followed: line 5 is being retyped ('chopped = value /' of 'chopped = value / power')"]
 
 
 def test_no_draft_is_made_from_a_half_typed_step():
     from test_nextedit_drafts import Scripted, run
 
-    from diffusion_lsp.nextedit.suggest import EditRequest, NextEditSettings
+    from diffusion_lsp.nextedit.settings import NextEditSettings
+    from diffusion_lsp.nextedit.suggest import EditRequest
 
     old, new = "    chopped = value / power\n", "    chopped = value /\n"
     text = SOURCE.replace(old, new)

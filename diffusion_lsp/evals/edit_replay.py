@@ -98,7 +98,7 @@ def code_offers(path: str, old: str, current: str, cursor: tuple[int, int]) -> l
     spec, out, steps = language_for(None, path), [], steps_between(path, old, current)
     found = None if spec is None else follow(current, spec, steps, offset_of(current, cursor))
     if found is not None:
-        out.append(Candidate(found.start, found.end, found.text, Source(found.source)))
+        out.append(found)
     if steps and unfinished(steps[-1], current, spec):  # as the server: a line half typed is not repeated
         return out
     repeated = repeat_last_edit(old, current, cursor)

@@ -17,31 +17,47 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..candidate import Source
 from ..context.languages import LanguageSpec
 from .budget import UNBOUNDED, Budget
 from .history import Step, joined, undone
 from .names import char_offsets, parsed, preorder
+from .rule import NOTHING, Change, Documents, History, Proposal, sites_of
 
 CALLS = {"call", "call_expression", "method_invocation"}
 NAME_LEAVES = {"identifier", "property_identifier", "field_identifier", "shorthand_property_identifier", "type_identifier"}
 
 
 @dataclass(frozen=True)
-class ArgChange:
+class ArgChange(Change):
     callee: str  # the call's text before its arguments, without spaces
     slot: int | str  # the argument's position, or its keyword
     old: str
     new: str
 
 
-def _callee(call) -> str | None:
+class Argument:
+    """An argument changed at one call, changed at the analogous calls in the document."""
+
+    source, whole_step = Source.ARGUMENT, True
+
+    def __call__(self, documents: Documents, history: History) -> Proposal:
+        change = arg_change(history.of(documents.uri), documents.text, documents.spec)
+        if change is None:
+            return NOTHING
+        return Proposal(sites_of(analogous_edits(documents.text, documents.spec, change, history.budget),
+                                 self.source), change)
+
+
+def callee(call) -> str | None:
+    """A call's text before its arguments, without spaces (`self.assertEqual`); None: no arguments."""
     args = call.child_by_field_name("arguments")
     if args is None:
         return None
     return re.sub(r"\s+", "", call.text[:args.start_byte - call.start_byte].decode("utf-8", "replace"))
 
 
-def _slots(call) -> dict:
+def slots(call) -> dict:
     """{position or keyword: the argument's value node} of a call."""
     items = [c for c in call.child_by_field_name("arguments").named_children if c.type != "comment"]
     out = {}
@@ -53,7 +69,7 @@ def _slots(call) -> dict:
     return out
 
 
-def _calls(root, lo: int, hi: int, budget: Budget = UNBOUNDED) -> Iterator:
+def calls_over(root, lo: int, hi: int, budget: Budget = UNBOUNDED) -> Iterator:
     """The calls whose arguments overlap bytes lo..hi, in order of position (until `budget` is spent)."""
     for n in preorder(root, lo, budget, hi):
         args = n.child_by_field_name("arguments") if n.type in CALLS else None
@@ -71,18 +87,18 @@ def arg_change(steps: list[Step], text: str, spec: LanguageSpec) -> ArgChange | 
     if now_tree is None or then_tree is None:
         return None
     lo = len(text[:start].encode("utf-8"))
-    now = list(_calls(now_tree[0].root_node, lo, lo + len("".join(step.new).encode("utf-8"))))
-    was = list(_calls(then_tree[0].root_node, lo, lo + len("".join(step.old).encode("utf-8"))))
+    now = list(calls_over(now_tree[0].root_node, lo, lo + len("".join(step.new).encode("utf-8"))))
+    was = list(calls_over(then_tree[0].root_node, lo, lo + len("".join(step.old).encode("utf-8"))))
     if len(now) != len(was):
         return None
     found = []
     for old, new in zip(was, now):
-        if old.text == new.text or _callee(old) != _callee(new):
+        if old.text == new.text or callee(old) != callee(new):
             continue
-        a, b = _slots(old), _slots(new)
+        a, b = slots(old), slots(new)
         diff = [k for k in a if a[k] is not None and b.get(k) is not None and a[k].text != b[k].text]
         if a.keys() == b.keys() and len(diff) == 1 and not _names_only(a[diff[0]], b[diff[0]]):
-            found.append((len(new.text), ArgChange(_callee(new), diff[0], a[diff[0]].text.decode("utf-8", "replace"),
+            found.append((len(new.text), ArgChange(callee(new), diff[0], a[diff[0]].text.decode("utf-8", "replace"),
                                                    b[diff[0]].text.decode("utf-8", "replace"))))
     if not found:
         return None
@@ -115,12 +131,12 @@ def analogous_edits(text: str, spec: LanguageSpec, change: ArgChange,
         return []
     (tree, data), out = found, []
     chars = char_offsets(data)
-    for call in _calls(tree.root_node, len(text[:budget.start].encode("utf-8")), len(data), budget):
+    for call in calls_over(tree.root_node, len(text[:budget.start].encode("utf-8")), len(data), budget):
         if budget.full(len(out)):
             break
-        if _callee(call) != change.callee:
+        if callee(call) != change.callee:
             continue
-        arg = _slots(call).get(change.slot)
+        arg = slots(call).get(change.slot)
         if arg is not None and arg.text.decode("utf-8", "replace") == change.old:
             out.append((chars(arg.start_byte), chars(arg.end_byte), change.new))
     return sorted(out)

@@ -1,6 +1,7 @@
-"""The rest of a changed signature: the calls of a function whose parameters the user just changed,
-found with tree-sitter in the file; in Python, JavaScript and TypeScript (`Grammar`: a def, a
-function declaration or a method; a call, its argument list, `self.f` / `this.f`).
+"""A changed signature's calls: the calls of a function found with tree-sitter in the file, and
+each call's edit that passes a change of its parameters on; in Python, JavaScript and TypeScript
+(`Grammar`: a def, a function declaration or a method; a call, its argument list, `self.f` /
+`this.f`). Which change a step made is signature.py's.
 
 - A parameter added without a default: each call that still has the old arity gets an argument
   for it, spelled as the parameter (`area(w, h)` -> `area(w, h, scale)`), positionally where the
@@ -18,17 +19,13 @@ is left alone: nothing is guessed where the call cannot be read."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ..context.languages import LanguageSpec
-from .history import Step, joined, undone
 from .budget import UNBOUNDED, Budget
-from .names import (FUNCTIONS, SELF, binding, char_offsets, names, parsed, preorder, root, scope_of, seen_names,
-                    spelled)
+from .names import FUNCTIONS, SELF, binding, char_offsets, names, preorder, root, scope_of, seen_names, spelled
+from .rule import Change
 
-log = logging.getLogger(__name__)
 PARAM_NODES = {"identifier", "typed_parameter", "default_parameter", "typed_default_parameter"}
 SPLATS = {"list_splat_pattern", "dictionary_splat_pattern", "list_splat", "dictionary_splat", "spread_element"}
 
@@ -61,7 +58,7 @@ class Param:
 
 
 @dataclass(frozen=True)
-class Change:
+class SignatureChange(Change):
     """A parameter `added` to or `removed` from a definition (index into the parameter list after /
     before, self excluded)."""
 
@@ -70,6 +67,12 @@ class Change:
     index: int
     param: Param
     old_params: tuple[Param, ...]
+
+    @property
+    def after(self) -> tuple[Param, ...]:
+        """The parameters once the change is made."""
+        old, i = self.old_params, self.index
+        return old[:i] + (self.param,) + old[i:] if self.kind == "added" else old[:i] + old[i + 1:]
 
 
 def parameters(fn) -> tuple[tuple[Param, ...], bool] | None:
@@ -125,97 +128,6 @@ def _script_parameters(params) -> tuple[Param, ...] | None:
     return tuple(out)
 
 
-def _definitions(tree, lo: int, hi: int, grammar: Grammar) -> list:
-    """The definitions whose parameters overlap bytes lo..hi, outermost first: a step over a
-    decorator factory's `def` line spans the nested `def` below it too."""
-    found = []
-    for n in preorder(tree.root_node, lo, hi=hi):  # a cursor: a module's 100,000 statements are never listed
-        params = n.child_by_field_name("parameters") if n.type in grammar.definitions else None
-        if params is not None and params.start_byte < hi and lo < params.end_byte:
-            found.append(n)
-    return sorted(found, key=lambda n: n.start_byte)
-
-
-def _paired(now: list, then: list) -> list[tuple]:
-    """(a definition now, the same one before the step): the k-th of a name with the k-th of it."""
-    def named(fns) -> dict:
-        spelled = [fn.child_by_field_name("name").text for fn in fns]
-        return {(name, spelled[:i].count(name)): fn for i, (name, fn) in enumerate(zip(spelled, fns))}
-    was = named(then)
-    return [(fn, was[key]) for key, fn in named(now).items() if key in was]
-
-
-def changed(steps: list[Step], text: str, spec: LanguageSpec,
-            going_on: Change | None = None) -> tuple[Change, object, bytes] | None:
-    """(the change the newest step made to a definition's parameters, its node in `text`, the
-    text's bytes), or None: one parameter added or removed, nothing else (a rename is followed as one).
-    Quick edits at one spot are one step (an undo and the edit after it too): when the step's own
-    before differs by more than one parameter, the def is also held against `going_on`, the change
-    followed last, as it was before and after it."""
-    grammar = GRAMMARS.get(spec.name)
-    if grammar is None or not steps:
-        return None
-    step = joined(steps)
-    before, start = undone(step, text)
-    now_tree, then_tree = parsed(spec, text), parsed(spec, before)
-    if now_tree is None or then_tree is None:
-        return None
-    (tree, data), lo = now_tree, len(text[:start].encode("utf-8"))
-    pairs = _paired(_definitions(tree, lo, lo + len("".join(step.new).encode("utf-8")), grammar),
-                    _definitions(then_tree[0], lo, lo + len("".join(step.old).encode("utf-8")), grammar))
-    # the def whose parameter list the step changed (else, as it goes on, the innermost it spans)
-    moved = [(fn, was) for fn, was in pairs if _moved(fn, was)]
-    found = [(c, fn) for fn, was in (moved or pairs[::-1]) if (c := _change(fn, was, going_on)) is not None]
-    if len(found) > 1 and moved:
-        log.debug("signature not followed: one step changed the parameters of %s",
-                  " and ".join(c.function for c, _ in found))
-        return None
-    return (found[0][0], found[0][1], data) if found else None
-
-
-def _change(fn, was, going_on: Change | None) -> Change | None:
-    """The one parameter added or removed at `fn` (`was` before the step), also held against
-    `going_on`; None when the parameters cannot be read or changed otherwise."""
-    now, then = parameters(fn), parameters(was)
-    name = fn.child_by_field_name("name").text.decode("utf-8", "replace")
-    if (now is None or then is None) and _moved(fn, was):
-        log.debug("signature not followed: %s's parameters cannot be matched against calls (*args, **kwargs, "
-                  "a destructured parameter, an error)", name)
-    if now is None or then is None:
-        return None
-    befores = [then[0]]
-    if going_on is not None and going_on.function == name:
-        befores += [going_on.old_params, _after(going_on)]
-    change = next((c for b in befores if (c := _compare(name, b, now[0])) is not None), None)
-    if change is None and now[0] != then[0]:
-        log.debug("signature not followed: %s's parameters changed otherwise than one added or removed", name)
-    return change
-
-
-def _moved(fn, was) -> bool:
-    return fn.child_by_field_name("parameters").text != was.child_by_field_name("parameters").text
-
-
-def _after(change: Change) -> tuple[Param, ...]:
-    """The parameters once `change` is made."""
-    old = change.old_params
-    return old[:change.index] + (change.param,) + old[change.index:] if change.kind == "added" else \
-        old[:change.index] + old[change.index + 1:]
-
-
-def _compare(function: str, old: tuple[Param, ...], new: tuple[Param, ...]) -> Change | None:
-    names_old, names_new = [p.name for p in old], [p.name for p in new]
-    if len(new) == len(old) + 1:
-        i = next((k for k in range(len(old)) if names_old[k] != names_new[k]), len(old))
-        if names_new[:i] + names_new[i + 1:] == names_old:
-            return Change(function, "added", i, new[i], old)
-    if len(new) == len(old) - 1:
-        i = next((k for k in range(len(new)) if names_old[k] != names_new[k]), len(new))
-        if names_old[:i] + names_old[i + 1:] == names_new:
-            return Change(function, "removed", i, old[i], old)
-    return None
-
-
 def calls(fn, method: bool, budget: Budget = UNBOUNDED, lo: int = 0) -> Iterator:
     """The argument lists of the calls of definition `fn` in its file, from byte `lo` on, in order
     (until `budget` is spent)."""
@@ -253,7 +165,8 @@ def _arguments(call, g: Grammar) -> list:
     return [args] if args is not None and args.type == g.arguments else []
 
 
-def edits_of(calls_args: Iterable, change: Change, data: bytes, budget: Budget = UNBOUNDED) -> list[tuple[int, int, str]]:
+def edits_of(calls_args: Iterable, change: SignatureChange, data: bytes,
+             budget: Budget = UNBOUNDED) -> list[tuple[int, int, str]]:
     """(start, end, new text), character offsets, of the calls (argument nodes) the change reaches: budget.most."""
     chars, out = char_offsets(data), []
     for args in calls_args:
@@ -264,7 +177,7 @@ def edits_of(calls_args: Iterable, change: Change, data: bytes, budget: Budget =
     return out
 
 
-def _rewrite(args, change: Change) -> tuple[int, int, str] | None:
+def _rewrite(args, change: SignatureChange) -> tuple[int, int, str] | None:
     """The call's edit (start byte, end byte, new text), the smallest that passes the change on and
     keeps the call's layout, or None when it needs none or cannot be read."""
     items = args.named_children
@@ -275,7 +188,7 @@ def _rewrite(args, change: Change) -> tuple[int, int, str] | None:
     if items[len(positional):] != [a for a in items if a.type == "keyword_argument"]:
         return None  # a positional argument after a keyword: not Python we can read
     p, name = change.param, change.param.name
-    old, new = change.old_params, _after(change)
+    old, new = change.old_params, change.after
     if not _fits(old, len(items), keywords):
         return None  # written for another signature: updated already, or another function
     if _fits(new, len(items), keywords) and (change.kind == "removed" or name in keywords or (
@@ -319,38 +232,6 @@ def _fits(params: tuple[Param, ...], n: int, keywords) -> bool:
     return sum(not p.default for p in params) <= n <= len(params) and all(k in {p.name for p in params} for k in keywords)
 
 
-def call_edits(steps: list[Step], text: str, spec: LanguageSpec, going_on: Change | None = None,
-               budget: Budget = UNBOUNDED) -> tuple[Change, list[tuple[int, int, str]]] | None:
-    """(the signature change, (start, end, new text) of each call it implies from budget.start on, in
-    order: character offsets into `text`), or None. The change is the newest step's, else `going_on` (one
-    this document began, whose calls the newest step is editing) while its def has the new parameters."""
-    found = changed(steps, text, spec, going_on)
-    if found is None and going_on is not None and steps \
-            and going_on.function + "(" in "".join(steps[-1].new).replace(" ", ""):
-        found = _still(going_on, text, spec)
-    if found is None:
-        return None
-    change, fn, data = found
-    lo = len(text[:budget.start].encode("utf-8"))
-    return change, edits_of(calls(fn, parameters(fn)[1], budget, lo), change, data, budget)
-
-
-def _still(change: Change, text: str, spec: LanguageSpec):
-    """(change, its definition, the text's bytes) when `text` still defines change.function with the
-    changed parameters, else None."""
-    new, found = [p.name for p in _after(change)], parsed(spec, text)
-    if found is None:
-        return None
-    data, stack = found[1], [found[0].root_node]
-    while stack:
-        n = stack.pop()
-        stack.extend(n.children)
-        if n.type in GRAMMARS[spec.name].definitions and n.child_by_field_name("name").text.decode() == change.function \
-                and (found := parameters(n)) is not None and [p.name for p in found[0]] == new:
-            return change, n, data
-    return None
-
-
 def keyword_sites(node, old: bytes, budget: Budget = UNBOUNDED) -> list:
     """The keyword-argument names spelled `old` at the calls of the function whose parameter `node`
     (an identifier, just renamed) is; [] when it is no parameter of a Python def."""
@@ -390,10 +271,3 @@ def keyword_parameter(node):
         if ident is not None and any(a == args for a in calls(n, found[1])):
             return ident
     return None
-
-
-def pending(steps: list[Step], text: str, spec: LanguageSpec, going_on: Change | None) -> Change | None:
-    """The signature change a document's newest step made, else `going_on` while the document still
-    defines it so: what another document's calls may still need."""
-    found = changed(steps, text, spec, going_on) or (_still(going_on, text, spec) if going_on is not None else None)
-    return None if found is None else found[0]

@@ -2,20 +2,60 @@
 document that defines it (calls.py finds the change): imported from it (`from pkg.module import
 function [as f]`: `f(...)`), or through the module (`import pkg.module [as m]`, `from pkg import
 module [as m]`: `pkg.module.function(...)`, `m.function(...)`). Python only: an import says where
-a name comes from."""
+a name comes from. The other documents are asked in their order (the most recently edited first);
+the first whose change has calls here is followed."""
 
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Iterator
 
+from ..candidate import Source
 from ..context.languages import LanguageSpec
 from .budget import UNBOUNDED, Budget
-from .calls import Change, edits_of, named_calls
+from .calls import SignatureChange, edits_of, named_calls
+from .history import joined
 from .names import parsed, preorder
+from .rule import NOTHING, Documents, History, Other, Proposal, sites_of
+from .signature import pending
+from .unfinished import unfinished
 
 
-def imported_edits(text: str, spec: LanguageSpec, change: Change, module: str,
+class Imported:
+    """A signature changed in another open document, at its calls in this one. A document's step
+    that leaves its line half typed is no change yet: the change it followed before still is."""
+
+    source, whole_step = Source.IMPORTED, False
+
+    def __call__(self, documents: Documents, history: History) -> Proposal:
+        budget = history.budget
+        for other in documents.others:
+            if budget.spent():
+                break
+            change = self._change(documents, history, other)
+            found = [] if change is None else imported_edits(documents.text, documents.spec, change, other.module,
+                                                             budget)
+            if found:
+                return Proposal(sites_of(found, self.source, other.uri), change)
+            if change is not None and budget.start > 0 and imported_edits(
+                    documents.text, documents.spec, change, other.module, budget.at(0)):
+                return Proposal((), change)  # its calls lie above the walk's start: this document's, from the top
+        return NOTHING
+
+    @staticmethod
+    def _change(documents: Documents, history: History, other: Other) -> SignatureChange | None:
+        """The signature change `other` made that documents.text may call, or None."""
+        spec, text = documents.spec, documents.text
+        if spec.name != "python" or not re.search(r"(?<!\w)" + re.escape(other.module) + r"(?!\w)", text):
+            return None  # an import names its module: a document never spelling it is not parsed (nor its own)
+        steps = history.of(other.uri)
+        steps = [] if steps and unfinished(joined(steps), other.text, spec) else steps  # half typed
+        going_on = history.going_on(other.uri)
+        return pending(steps, other.text, spec, going_on if isinstance(going_on, SignatureChange) else None)
+
+
+def imported_edits(text: str, spec: LanguageSpec, change: SignatureChange, module: str,
                    budget: Budget = UNBOUNDED) -> list[tuple[int, int, str]]:
     """(start, end, new text) of the calls in `text` (another document) of change.function defined in
     `module` (the defining file's name without .py): imported from it (`from pkg.module import

@@ -8,6 +8,9 @@ old_text is not blank (a rename, a changed literal or argument, a deletion), it 
 old_text occurs as a whole word. A one-line insertion that is the line above it with identifiers
 swapped one for one (`renames`) is made again below a line that holds every swapped-out identifier:
 the copy-and-rename of a field list or a block of assignments.
+
+As a next-edit rule (`Repeat`, a candidate of kind REPEAT): the document's newest step made again
+at its next occurrence after the cursor, from the step's own lines (no diff of the whole document).
 """
 
 from __future__ import annotations
@@ -16,11 +19,35 @@ import os
 import re
 from collections.abc import Iterator
 
+from ..candidate import Source
 from ..linediff import opcodes
-from .history import line_offset
+from .edits import minimal_edit
+from .history import joined, line_offset
+from .rule import NOTHING, Documents, History, Proposal
+from .unfinished import unfinished
 
 TOKEN = re.compile(r"\w+|\S")  # identifiers and single symbols, less the marks \w misses (tokens)
 MAX_SITES = 3  # drafts offered for one request
+
+
+class Repeat:
+    """The user's last change in the document made again at its next occurrence; none while the
+    step leaves its line half typed (its own check: a rename's site that shortens its line is
+    repeated by no one)."""
+
+    source, whole_step = Source.REPEAT, False
+
+    def __call__(self, documents: Documents, history: History) -> Proposal:
+        steps, text = history.of(documents.uri), documents.text
+        if not steps:
+            return NOTHING
+        step = joined(steps)
+        block = last_change(step.old, step.new)
+        if block is None or text.count("\n") < step.first or unfinished(step, text, documents.spec):
+            return NOTHING
+        again = made_again((block[0], block[1], block[2] + step.first), text, documents.cursor)
+        edit = None if again is None else minimal_edit(text, again, self.source)
+        return NOTHING if edit is None else Proposal((edit,))
 
 
 def word_char(ch: str) -> bool:

@@ -21,6 +21,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
+from ..candidate import Source
 from ..context.languages import LanguageSpec
 from .history import Step, joined, line_offset
 from .names import (FUNCTIONS, SELF, binding, binds, char_offsets, field_of, is_name, is_use, names, parsed,
@@ -28,9 +29,11 @@ from .names import (FUNCTIONS, SELF, binding, binds, char_offsets, field_of, is_
 from .budget import UNBOUNDED, Budget
 from .calls import keyword_parameter, keyword_sites
 from .repeat import renames
+from .rule import NOTHING, Change, Documents, History, Proposal, sites_of
+
 
 @dataclass(frozen=True)
-class Rename:
+class Rename(Change):
     old: str
     new: str
     at: int  # an offset of the new name in the text, where the change was made
@@ -40,6 +43,25 @@ class Rename:
         `𝓌idth` are one name)."""
         return all(spelled(a.encode("utf-8"), language) == spelled(b.encode("utf-8"), language)
                    for a, b in ((self.old, other.old), (self.new, other.new)))
+
+
+class Renamed:
+    """A renamed name at its next sites in its scope: the newest step's rename, where the name is
+    defined, or at a use while a rename this document began there goes on (`History.following`)."""
+
+    source, whole_step = Source.RENAME, True
+
+    def __call__(self, documents: Documents, history: History) -> Proposal:
+        text, spec, budget = documents.text, documents.spec, history.budget
+        steps = history.of(documents.uri)
+        change = last_rename(steps, text) if steps else None
+        if change is None:
+            return NOTHING
+        going_on = history.going_on(documents.uri)
+        begun = isinstance(going_on, Rename) and going_on.same(change, spec.name)
+        found = sites(text, spec, change, not begun, budget) or (from_binding(text, spec, change, budget=budget)
+                                                                 if begun else [])
+        return Proposal(sites_of([(s, e, change.new) for s, e in found], self.source), change)
 
 
 def renamed(old_text: str, new_text: str, at: int) -> Rename | None:

@@ -5,8 +5,9 @@ Top to bottom: refuse a stale version or bad input; share a request already runn
 document, version and position (the code action and the NES request ask the same question); the
 request's ticket (lifecycle.py: superseded by a newer one for the document, the debounce); then the
 candidates, cheapest first: the rest of the user's last change at its next sites, from the code
-alone (nextedit/follow.py: a rename through the name's scope, a signature's calls; in a thread of
-its own per request, never behind another document's, within a budget: nextedit/budget.py), then the
+alone (the rules' table, nextedit/rules.py: a rename through the name's scope, a signature's
+calls, ..., and the last edit repeated where an acceptance model decides; in a thread of its own per
+request, never behind another document's, within a budget: nextedit/budget.py), then the
 next-edit pipeline's edit (nextedit/suggest.py) over the Backend, its CPU steps (the region's
 parse, the prompt's token counts, the filters) in a thread of their own. The one chooser
 (acceptance/chooser.py) decides which is shown, if any, with the next-edit acceptance model over
@@ -28,23 +29,21 @@ from urllib.parse import unquote
 from ..acceptance.chooser import choose
 from ..acceptance.edits import features_at
 from ..acceptance.model import AcceptanceModel
-from ..candidate import Candidate, Choice, Source
+from ..candidate import Candidate, Choice, Kind
 from ..protocol.backend import Backend
 from ..protocol.failure import BackendError, Failure
 from ..context.index import indexed
 from ..context.languages import language_for
 from ..context.tokens import approx_tokens
 from ..context.records import Document
-from ..nextedit.calls import Change
-from ..nextedit.edits import LineEnds, minimal_edit
-from ..nextedit.history import EditLog, Step, joined
-from ..nextedit.repeat import last_change, made_again
-from ..nextedit.unfinished import unfinished
+from ..nextedit.edits import LineEnds
+from ..nextedit.history import EditLog, Step
 from ..lifecycle import Ticket, deadline, tickets
 from ..nextedit.budget import FOLLOW_MS, PARSE_S, Budget
-from ..nextedit.follow import Elsewhere, follow, follow_elsewhere
-from ..nextedit.scope import Rename
-from ..nextedit.suggest import EditRequest, NextEditSettings, Outcome, suggest
+from ..nextedit.rule import Change, Documents, History, Other
+from ..nextedit.rules import propose
+from ..nextedit.settings import NextEditSettings
+from ..nextedit.suggest import EditRequest, Outcome, suggest
 from .completion import check_language, locate
 from .config import Config
 from ..protocol.reasons import EditOutcome
@@ -82,7 +81,7 @@ class NextEditor:
         self.tickets = tickets()
         self._running: dict[tuple, asyncio.Future] = {}
         self.last: dict[str, EditAnswer] = {}  # per document, the newest answer
-        self.following: dict[str, Rename | Change] = {}  # per document, the change being followed (a rename, a signature)
+        self.following: dict[str, Change] = {}  # per document, the change being followed (a rename, a signature)
         self.acceptance: AcceptanceModel | None = None  # decides which next edit is shown; None: the rules
 
     def configure(self, cfg: Config, count_tokens: Callable[[str], int] | None = None) -> None:
@@ -151,11 +150,7 @@ class NextEditor:
         with self.tickets.take(doc.uri) as ticket:
             await ticket.pause(s.debounce_ms / 1000)
             mine = [step for step in self.edits.steps if step.uri == doc.uri]  # oldest first
-            offers = [site] if s.follow and (site := await self._follow(doc, spec, offset, mine, open_docs,
-                                                                        ticket)) else []
-            if self.acceptance is not None and mine:  # the rules never show a repeat
-                again = await self._in_thread(self._repeat, doc, spec, offset, mine)
-                offers += [again] if again is not None else []
+            offers = await self._follow(doc, spec, offset, open_docs, ticket)
             features = features_at(doc.text, offset, len(mine))
             choice = choose(self.acceptance, offers, features, s.show_above)
             if choice.shown is not None or not s.enable:
@@ -192,21 +187,28 @@ class NextEditor:
         self.stats.chose(choice, jump)
         return None if shown is None else EditAnswer(doc, shown, jump, choice.p)
 
-    async def _follow(self, doc: Document, spec, offset: int, steps: list[Step],
-                      open_docs: list[Document], ticket: Ticket) -> Candidate | None:
-        """The rest of the user's last change in `doc` (its `steps`: a rename, a signature) at its next
-        sites, else the calls in `doc` of a function whose signature changed in another open document;
-        or None."""
-        budget = Budget.of(FOLLOW_MS)
-        found = await self._rules(ticket, budget, follow, doc.text, spec, steps, offset,
-                                  self.following.get(doc.uri), budget)
-        if found is not None:
-            self._note(doc.uri, found.change)
-        elif others := self._elsewhere(doc, open_docs):
-            found = await self._rules(ticket, budget, follow_elsewhere, doc.text, spec, offset, others, budget)
-            if found is not None and found.origin:  # still followed once its step leaves the edit log
-                self._note(found.origin, found.change)
-        return None if found is None else Candidate(found.start, found.end, found.text, Source(found.source))
+    async def _follow(self, doc: Document, spec, offset: int, open_docs: list[Document],
+                      ticket: Ticket) -> list[Candidate]:
+        """The rules' candidates (the next-edit rules' table): the rest of the user's last change at its next
+        sites (in `doc`, or at the calls in `doc` of a signature changed in another open document)
+        when following is on, and the last edit repeated when an acceptance model decides: the rules
+        alone never show a repeat. The change followed is noted for the document it was made in."""
+        kinds = ({Kind.CODE} if self.settings.follow else set()) | ({Kind.REPEAT} if self.acceptance else set())
+        if not kinds:
+            return []
+        others = self._elsewhere(doc, open_docs)
+        steps: dict[str, list[Step]] = {}
+        for step in self.edits.steps:
+            steps.setdefault(step.uri, []).append(step)
+        history = History(steps, dict(self.following), Budget.of(FOLLOW_MS))
+        found = await self._rules(ticket, history.budget, propose, Documents(doc.text, spec, offset, doc.uri, others),
+                                  history, kinds)
+        if found is None:
+            return []
+        followed = next((c for c in found.candidates if c.source.followed), None)
+        if followed is not None and found.change is not None:  # still followed once its step leaves the edit log
+            self._note(followed.origin or doc.uri, found.change)
+        return list(found.candidates)
 
     async def _rules(self, ticket: Ticket, budget: Budget, fn, *args):
         """fn(*args) in a thread of the follows' pool (never behind another document's follow, nor the
@@ -222,24 +224,12 @@ class NextEditor:
             self.log("debug", f"next edit: nothing followed: {e}")
             return None
 
-    def _note(self, uri: str, change: Rename | Change) -> None:
+    def _note(self, uri: str, change: Change) -> None:
         """`change` is what `uri`'s follow follows now (the newest noted last)."""
         self.following.pop(uri, None)
         self.following[uri] = change
 
-    @staticmethod
-    def _repeat(doc: Document, spec, offset: int, steps: list[Step]) -> Candidate | None:
-        """The user's last change in `doc` (the newest of its `steps`) made again at its next
-        occurrence, from the step's own lines: no diff of the whole document; none while the step
-        leaves its line half typed."""
-        step = joined(steps)
-        block = last_change(step.old, step.new)
-        if block is None or doc.text.count("\n") < step.first or unfinished(step, doc.text, spec):
-            return None
-        again = made_again((block[0], block[1], block[2] + step.first), doc.text, offset)
-        return None if again is None else minimal_edit(doc.text, again, Source.REPEAT)
-
-    def _elsewhere(self, doc: Document, open_docs: list[Document]) -> list[Elsewhere]:
+    def _elsewhere(self, doc: Document, open_docs: list[Document]) -> tuple[Other, ...]:
         """Every other open document of doc's language that may have changed a signature: those in the
         edit log (newest first), then those whose change is followed (the newest noted first), open
         in `open_docs` or not (`documents`). No window drops one: the follow walks them in this
@@ -249,9 +239,8 @@ class NextEditor:
         for uri in dict.fromkeys([s.uri for s in reversed(self.edits.steps)] + list(reversed(self.following))):
             other = by_uri.get(uri) or (self.documents(uri) if uri != doc.uri else None)
             if uri != doc.uri and other is not None and other.language_id == doc.language_id:
-                out.append(Elsewhere([s for s in self.edits.steps if s.uri == uri], other.text,
-                                     PurePosixPath(unquote(uri)).stem, self.following.get(uri), uri))
-        return out
+                out.append(Other(uri, other.text, PurePosixPath(unquote(uri)).stem))
+        return tuple(out)
 
     async def _in_thread(self, fn, *args, pool: ThreadPoolExecutor | None = None):
         return await asyncio.get_running_loop().run_in_executor(pool or self.thread, functools.partial(fn, *args))
