@@ -1,4 +1,4 @@
-"""How much one follow of the user's last change may do (follow.py and the rules under it): a
+"""How much one follow of the user's last change may do (the rules' table, rules.py, and each rule): a
 deadline, a stop flag (a newer request for the document, or its caller gave up), where the walk for
 sites begins, and how many sites it collects. A rule checks `spent()` inside its loops and, once it
 is, returns what it has found so far: a request past its budget answers with that, never an error.

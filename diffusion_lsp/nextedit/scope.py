@@ -13,7 +13,7 @@ A site is an identifier node, so a string or comment holding the name is never o
 attribute or field of the same name (`x.q`, `{q: ...}`'s key, `f(q=1)`'s keyword), except a
 renamed parameter's keyword at the calls of its function (calls.py) and, in Python, where its
 function's docstring names it as a parameter (`:param q:`, `q (int):`, `q : int`, ``` `q` ```).
-Sites close together are one suggestion (follow.py)."""
+Sites close together are one suggestion (rules.py)."""
 
 from __future__ import annotations
 

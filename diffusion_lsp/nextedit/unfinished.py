@@ -9,10 +9,10 @@ A step is unfinished when its last changed line
   string's end), and did not before: `x = a +` inside brackets parses, and so does JavaScript's;
 - is what it was, cut short (`chopped = value`, `chopped = v`, `return c` of `return chunks`: the
   line is being retyped; a rename's site accepted that shortens it, `return total_count` ->
-  `return total`, is follow.py's to let go on);
+  `return total`, is rules.py's to let go on);
 - now ends in a name the step wrote there that the document spells nowhere else (`chopped = value
   // p`: a name half typed, the line retyped otherwise).
-The follow rules (follow.py), the repeat candidate (server/next_edit.py, evals/edit_replay.py)
+The follow rules (rules.py), the repeat candidate (repeat.py, evals/edit_replay.py)
 and the model's drafts (suggest.py) ask it first."""
 
 from __future__ import annotations
