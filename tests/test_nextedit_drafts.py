@@ -16,7 +16,8 @@ from diffusion_lsp.protocol.requests import FillRequest, ProbeRequest
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.nextedit import repeat
 from diffusion_lsp.nextedit.history import Step
-from diffusion_lsp.nextedit.suggest import EditRequest, NextEditSettings, preference, suggest
+from diffusion_lsp.nextedit.settings import NextEditSettings
+from diffusion_lsp.nextedit.suggest import EditRequest, preference, suggest
 
 PY = language_for("python")
 TEXT = ("def remove(self, key):\n"

@@ -20,7 +20,8 @@ from diffusion_lsp.candidate import Candidate, Source
 from diffusion_lsp.nextedit.history import Step
 from diffusion_lsp.formats.edit_prompt import EDITED, HISTORY, NO_HISTORY, ORIGINAL
 from diffusion_lsp.nextedit.run import predict_file
-from diffusion_lsp.nextedit.suggest import EditRequest, NextEditSettings, choose_span, doubted_lines, narrow, suggest
+from diffusion_lsp.nextedit.settings import NextEditSettings
+from diffusion_lsp.nextedit.suggest import EditRequest, choose_span, doubted_lines, narrow, suggest
 from diffusion_lsp.protocol.answers import Fill, Probed
 from diffusion_lsp.protocol.requests import FillRequest, ProbeRequest
 

@@ -198,7 +198,7 @@ async def _judge(cases, launch, progress: bool) -> list[JudgedEdit]:
         return await judge_cases(cases, progress=progress)
     from ..context.tokens import approx_tokens, model_token_counter
     from ..engine import model_folder
-    from ..nextedit.suggest import NextEditSettings
+    from ..nextedit.settings import NextEditSettings
     from ..options import command_backend
 
     backend = command_backend(launch)

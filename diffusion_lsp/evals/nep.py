@@ -32,6 +32,7 @@ from ..input_files import InputFile, parse_json
 from ..linediff import opcodes
 from ..workspace_files import check_file, output_path, write_file
 from ..nextedit.history import last_change_end
+from ..nextedit.settings import ASKED
 from ..options import add_launch_args, command_backend, launch_settings, paragraphs
 from .humaneval import DATA_ENV, default_data_dir
 from .edits_command import edit_acceptance
@@ -176,7 +177,7 @@ def register(ev) -> None:
     n.add_argument("--no-noise-cases", action="store_true",
                    help="skip the derived no-edit cases (each record's file before its commit, no history) "
                         "the noise rate is measured on when the data has no record with current == new")
-    n.add_argument("--mode", choices=("refine", "full"), default=None,
+    n.add_argument("--mode", choices=ASKED, default=None,
                    help="the model's decoding mode (default: the editor default, nextEdit.mode)")
     n.add_argument("--no-drafts", action="store_true",
                    help="refine without drafts (nextEdit.drafts: the last edit made again at analogous sites)")
@@ -191,7 +192,7 @@ def model_predictor(args):
     launch = launch_settings(args)
     try:
         from ..nextedit.run import predict_file
-        from ..nextedit.suggest import NextEditSettings
+        from ..nextedit.settings import NextEditSettings
     except ImportError as e:
         raise UserError(f"no next-edit model predictor ({e}); run with --no-model for the baselines") from None
     from ..protocol.failure import BackendError

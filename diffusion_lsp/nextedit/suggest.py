@@ -40,8 +40,8 @@ from ..protocol.answers import Fill, Probed
 from ..protocol.reasons import EditOutcome
 from ..protocol.requests import FillRequest, ProbeRequest, RewriteRequest
 from ..context.languages import LanguageSpec
-from ..context.records import CONTEXT_TOKENS, DEBOUNCE_MS
-from ..protocol.settings import SamplerConfig, _validate, check, one_of, within
+from ..protocol.settings import SamplerConfig
+from .settings import Mode, NextEditSettings
 from .edits import breaks_parse, line_of, minimal_edit, reverts
 from ..formats import mercury
 from . import repeat
@@ -50,47 +50,7 @@ from .unfinished import unfinished
 from ..formats.edit_prompt import edit_prompt
 from .region import Region, editable_region
 
-MODES = ("refine", "full")
 DOC_KEY = "nextedit"  # in process, the probe's context is reused by the fill after it
-
-
-@dataclass(frozen=True)
-class NextEditSettings:
-    """Editor settings `nextEdit.*`."""
-
-    # None: on only for a model that claims next edits (the embedded one does not)
-    enable: bool | None = field(default=None, metadata=check(
-        None, "true, false or null", doc="next-edit suggestions; null: only for a model that claims them"))
-    debounce_ms: int = field(default=DEBOUNCE_MS, metadata=within(0, 5000, doc="wait this long for more typing first"))
-    mode: str = field(default="refine", metadata=one_of(
-        MODES, doc="refine: re-mask only the tokens the model doubts; full: re-mask the whole region"))
-    region_lines: int = field(default=20, metadata=within(1, 200, doc="lines of the editable region"))
-    # at most this many tokens of region, and at most a quarter of max_context_tokens
-    region_tokens: int = field(default=350, metadata=within(
-        8, 4096, doc="tokens of the editable region (at most a quarter of maxContextTokens)"))
-    history_steps: int = field(default=5, metadata=within(0, 20, doc="recent edit steps shown to the model"))
-    max_context_tokens: int = field(default=CONTEXT_TOKENS, metadata=within(
-        64, 32768, doc="tokens of history, definitions and file shown to the model"))
-    min_confidence: float = field(default=0.3, metadata=within(
-        0, 1, need="in [0, 1]", doc="an edit less sure than this is not shown"))
-    doubt: float = field(default=4.0, metadata=within(
-        1, 1e6, doc="refine: a token is doubted when the model's own choice is this many times likelier"))
-    stride: int = field(default=4, metadata=within(1, 16, doc="refine: interleaved probe passes"))
-    max_span_lines: int = field(default=3, metadata=within(1, 200, doc="refine: most lines re-masked at once"))
-    jump_lines: int = field(default=3, metadata=within(
-        0, 1000, doc="an edit further than this many lines from the cursor is a jump"))
-    drafts: bool = field(default=True, metadata=check(
-        None, "true or false", doc="refine: first verify the last edit made again at the region's analogous sites"))
-    follow: bool = field(default=True, metadata=check(
-        None, "true or false", doc="propose the rest of a rename at its other sites in the name's scope, anywhere in "
-                                   "the file, from the code alone (also when the model's own next edits are off)"))
-    acceptance: bool = field(default=True, metadata=check(None, "true or false", doc="decide which next edit to show "
-                             "with the next-edit acceptance model (false: the change's sites, else the model's edit)"))
-    show_above: float | None = field(default=None, metadata=check(lambda v: 0 <= v <= 1, "in [0, 1], or null", minimum=0,
-        maximum=1, doc="show a next edit only when the acceptance model's P(right) reaches this; null: its own bar"))
-
-    def __post_init__(self):
-        _validate(self)
 
 
 @dataclass
@@ -104,7 +64,7 @@ class EditRequest:
     settings: NextEditSettings
     count: Callable[[str], int]  # the model's token count
     sampling: SamplerConfig = field(default_factory=SamplerConfig)
-    mode: str | None = None  # overrides settings.mode (benchmarks run both)
+    mode: Mode | None = None  # overrides settings.mode (benchmarks run both)
     uri: str = ""  # the document's uri (cross-file context skips it)
     open_docs: list = field(default_factory=list)  # other open documents (context.records.Document)
     index_of: Callable | None = None  # their definitions (context.index.indexed on the server's path)
@@ -115,7 +75,7 @@ class EditRequest:
 class Outcome:
     edit: Candidate | None  # the model's edit (Source.MODEL), or a draft it preferred (Source.DRAFT)
     reason: EditOutcome
-    mode: str
+    mode: Mode
     region: Region
     forwards: int = 0
     model_ms: float = 0.0
@@ -206,11 +166,12 @@ def given_region(text: str, start: int, end: int) -> Region:
     return Region(first, max(last, first + 1), start, end)
 
 
-def mode_for(asked: str, can: Capabilities) -> str:
+def mode_for(asked: Mode | str, can: Capabilities) -> Mode:
     """The mode a backend can run: refine needs a probe; without one, an API's edit endpoint
-    ("api"), else a full re-mask."""
-    if asked == "refine" and not can.probe:
-        return "api" if can.rewrite else "full"
+    (Mode.API), else a full re-mask."""
+    asked = Mode(asked)
+    if asked is Mode.REFINE and not can.probe:
+        return Mode.API if can.rewrite else Mode.FULL
     return asked
 
 
@@ -283,13 +244,13 @@ async def suggest(req: EditRequest, backend: Backend, key: str, cpu: Cpu = inlin
     old, region = p.old, p.region
     n_old = await cpu(count, old)
     forwards, model_ms = 0, 0.0
-    if mode == "api":
+    if mode is Mode.API:
         cursor = _cursor_in(old, region, p.cursor)
         content = await cpu(mercury.edit_request, req.path, p.before, old, cursor, p.after, p.diffs, count,
                             s.max_context_tokens)
         fill = await backend.rewrite(key, RewriteRequest(content, 2 * n_old + 64))
         new = _fit_newline(old, mercury.rewritten(fill.text))
-    elif mode == "full":
+    elif mode is Mode.FULL:
         canvas = n_old + _slack(n_old)
         prompt = await cpu(_prompt, req, p, s.max_context_tokens - canvas, old)
         fill = await backend.fill(key, FillRequest(prompt.prefix, prompt.suffix, canvas, sampling=req.sampling))
@@ -371,7 +332,7 @@ def _confidence(fill: Fill) -> float:
     return (sum(fill.confidence) + fill.end_confidence) / (len(fill.confidence) + 1)
 
 
-def _judge(req: EditRequest, mode: str, region: Region, old: str, new: str, confidence: float, forwards: int,
+def _judge(req: EditRequest, mode: Mode, region: Region, old: str, new: str, confidence: float, forwards: int,
            model_ms: float, drafted: bool = False) -> Outcome:
     """The filters: the region as the model wrote it (or a draft it preferred, `drafted`), diffed into
     one minimal edit and refused when it changes nothing, undoes the user's last step, breaks the
