@@ -88,7 +88,7 @@ class NativeDecoding(Turns):
         the end. The same calls in the same order as generate's, so the same random numbers."""
         req, t0, device = f.req, time.perf_counter(), self.model.device
         prompt = _prompt(self.model, req)
-        state = _Canvases.start(self.model, _Generation.of(self.model, req.max_tokens), prompt)
+        state = _Canvases.start(self.model, _Prepared.of(self.model, req.max_tokens), prompt)
         forwards, budget_hit, conf = 0, False, []
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(SEED)
@@ -151,7 +151,7 @@ class NativeDecoding(Turns):
 
 
 @dataclass
-class _Generation:
+class _Prepared:
     """What transformers' generate prepares from the generation config for a fill (generation_diffusion_gemma.py):
     the config itself, its sampler, logits processors and stopping criteria, and the end-of-sequence ids;
     with the model's generation steps that take them (the adapter's `Generation`)."""
@@ -165,7 +165,7 @@ class _Generation:
     eos: torch.Tensor | None
 
     @classmethod
-    def of(cls, model, max_tokens: int) -> _Generation:
+    def of(cls, model, max_tokens: int) -> _Prepared:
         steps = generation(model)
         gc, _ = steps.generation_config(None, max_new_tokens=max_tokens)
         eos = torch.tensor(gc.eos_token_id, device=model.device) if gc.eos_token_id is not None else None
@@ -179,7 +179,7 @@ class _Canvases:
     cache, the positions and attention masks of the next canvas, and whether the row has finished."""
 
     model: object
-    g: _Generation
+    g: _Prepared
     input_ids: torch.Tensor  # [1, P + C * canvases appended]
     prompt_length: int  # P
     cache: object
@@ -191,7 +191,7 @@ class _Canvases:
     finished: torch.Tensor  # [1] bool
 
     @classmethod
-    def start(cls, model, g: _Generation, input_ids: torch.Tensor) -> _Canvases:
+    def start(cls, model, g: _Prepared, input_ids: torch.Tensor) -> _Canvases:
         """Before the first canvas after the prompt input_ids [1, P]: its cache and positions."""
         cur_len, device = input_ids.shape[1], model.device
         max_length, _ = g.steps.generated_length(g.gc, cur_len)
