@@ -17,9 +17,9 @@ import pytest
 from diffusion_lsp.acceptance.chooser import choose
 from diffusion_lsp.acceptance.edits import EDIT_FEATURES, edit_features, features_at
 from diffusion_lsp.acceptance.model import AcceptanceModel
-from diffusion_lsp.candidate import Candidate, Source
+from diffusion_lsp.candidate import Candidate, Kind, Request, Source
 from diffusion_lsp.context.records import Document
-from diffusion_lsp.evals.edit_replay import changes, code_offers, judged, replay_cases, right
+from diffusion_lsp.evals.edit_replay import JudgedEdit, changes, code_offers, judged, replay_cases, right
 from diffusion_lsp.nextedit.edits import minimal_edit
 from diffusion_lsp.nextedit.history import EditLog
 from diffusion_lsp.server.config import parse_config
@@ -164,6 +164,37 @@ def test_features_say_how_far_and_how_much():
     near = edit_features(Candidate(doc.index("line1\n"), doc.index("line1\n") + 5, "x", Source.REPEAT), doc, 0, 2)
     assert far["away"] > near["away"] > 0 and far["source_repeat"] == 1.0
     assert far["insertion"] == far["deletion"] == 0.0
+
+
+# the features a model file of the next-edit kind was written with before sources became members
+SHIPPED = ("bias", "followed", "source_rename", "source_signature", "source_argument", "source_imported",
+           "source_repeat", "source_model", "source_draft", "away", "lines", "removed", "added", "insertion",
+           "deletion", "conf", "agree", "steps")
+
+
+def test_the_features_keep_their_names_and_order_a_later_source_adds_its_own():
+    assert tuple(f for f in EDIT_FEATURES if f in SHIPPED) == SHIPPED
+    assert [f for f in EDIT_FEATURES if f not in SHIPPED] == [f"source_{s}" for s in Request.EDIT.sources[7:]]
+
+
+def test_a_candidate_agrees_when_another_not_from_the_model_leaves_the_document_the_same():
+    doc = "a = q\nb = q\n"
+    model = Candidate(4, 5, "r", Source.MODEL, confidence=0.8)
+    same = {s: Candidate(4, 5, "r", s) for s in Request.EDIT.sources}
+    for source, other in same.items():
+        agrees = edit_features(model, doc, 0, 1, [other])["agree"]
+        assert agrees == (0.0 if source.kind is Kind.MODEL else 1.0), source  # a draft is the model's own
+    assert edit_features(model, doc, 0, 1, [Candidate(4, 5, "s", Source.RENAME)])["agree"] == 0.0
+    assert edit_features(same[Source.RENAME], doc, 0, 1, [])["followed"] == 1.0
+
+
+def test_a_saved_candidate_names_one_of_the_next_edits_sources():
+    row = {"id": "x", "repo": "made", "right": [True], "offers": [["rename", 0, 1, "z", None]], "feats": [{}]}
+    assert JudgedEdit.from_json(row).offers == [Candidate(0, 1, "z", Source.RENAME)]
+    with pytest.raises(ValueError, match="source must be one of rename, signature"):
+        JudgedEdit.from_json(row | {"offers": [["shown", 0, 1, "z", None]]})
+    with pytest.raises(ValueError, match="source must be one of"):
+        JudgedEdit.from_json(row | {"offers": [["lookup", 0, 1, "z", None]]})  # a completion's source
 
 
 def test_eval_edits_and_calibrate_edits_on_a_repository(repo, tmp_path, capsys):
