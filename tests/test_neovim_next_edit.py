@@ -70,3 +70,42 @@ def test_a_next_edit_after_a_buffer_change_applies_in_neovim(echo_checkpoint, tm
     assert result["stale_opened"] == {"edits": []}
     counts = result["stats"]["next_edit"]["counts"]
     assert (counts["answered"], counts["stale"], counts["errors"]) == (1, 2, 0), counts
+
+
+PRICES = """def line_total(price, qty, discount=0.0):
+    return price * qty * (1 - discount)
+
+
+def invoice(rows):
+    return [line_total(float(row["price"]), row["qty"]) for row in rows]
+
+
+def quote(price, qty):
+    first = line_total(float(price), qty)
+    bulk = line_total(float(price * 0.9), qty * 10, discount=float(0.05))
+    return first, bulk, line_total(int(price), qty)
+"""
+
+
+def test_a_wrapper_removed_at_one_call_is_proposed_at_the_others_in_neovim(echo_checkpoint, tmp_path):  # noqa: F811
+    nvim = nvim_binary()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "prices.py").write_text(PRICES)
+    line = PRICES.splitlines()[5]
+    start, end = line.index('float(row["price"])'), line.index('float(row["price"])') + len('float(row["price"])')
+    spec = {"file": "prices.py", "result": str(tmp_path / "result.json"), "ready_ms": 90_000, "reply_ms": 30_000,
+            "watchdog_ms": (SESSION_S - 10) * 1000,  # the user deletes `float(` and `)` around row["price"]
+            "change": {"start_row": 5, "start_col": start, "end_row": 5, "end_col": end, "text": 'row["price"]'},
+            "position": {"line": 5, "character": start}}
+    server = [sys.executable, "-m", "diffusion_lsp", "serve", "--model", str(echo_checkpoint),
+              "--worker-socket", str(tmp_path / "worker.sock")]
+
+    result = run_session(nvim, work, tmp_path, server, OPTIONS, spec, driver="next_edit.lua")
+
+    edited = PRICES.replace('line_total(float(row["price"])', 'line_total(row["price"]')
+    assert result["edited"] == edited.splitlines()
+    (edit,) = result["reply"]["edits"]
+    # the same wrapper at the same place of line_total's calls, whatever it wraps; not a keyword's, not int()
+    assert result["lines"] == edited.replace("line_total(float(price), qty)", "line_total(price, qty)").replace(
+        "line_total(float(price * 0.9)", "line_total(price * 0.9").splitlines(), (edit, result["lines"])
