@@ -312,7 +312,8 @@ def test_editor_settings_name_the_profile_and_a_bad_combination_falls_back_with_
 def test_the_completer_fills_through_a_vllm_chat_profile_from_editor_settings(api):
     from conftest import RecordingUi
     from remote_api import DOC
-    from diffusion_lsp.server.completion import Answer, Completer
+    from diffusion_lsp.candidate import Candidate, Source
+    from diffusion_lsp.server.completion import Completer
     from diffusion_lsp.server.positions import UTF16
     from diffusion_lsp.server.stats import Stats
 
@@ -330,7 +331,7 @@ def test_the_completer_fills_through_a_vllm_chat_profile_from_editor_settings(ap
         finally:
             await link.close()
 
-    assert asyncio.run(go()) == Answer("os.getcwd()") and ui.shown == []
+    assert asyncio.run(go()) == Candidate.at(DOC.text.index("\n") + 1, "os.getcwd()", Source.MODEL) and ui.shown == []
     user = api.got[0][2]["messages"][1]["content"]
     assert user == "```\nimport os\n<|cursor|>\nprint(os.sep)\n\n```" and api.got[0][0] == "/v1/chat/completions"
 

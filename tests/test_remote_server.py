@@ -12,8 +12,9 @@ import pytest
 
 from conftest import RecordingUi
 from remote_api import DOC, ENV, KEY, WAIT, Api, assert_no_key, chain, ok
+from diffusion_lsp.candidate import Candidate, Source
 from diffusion_lsp.context.records import Document
-from diffusion_lsp.server.completion import Answer, Completer
+from diffusion_lsp.server.completion import Completer
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.protocol.failure import BackendError, Failure
 from diffusion_lsp.worker.link import WorkerLink
@@ -66,7 +67,7 @@ def test_a_completion_through_the_remote_backend(api):
         finally:
             await link.close()
 
-    assert asyncio.run(go()) == Answer("os.getcwd()")
+    assert asyncio.run(go()) == Candidate.at(DOC.text.index("\n") + 1, "os.getcwd()", Source.MODEL)  # at (1, 0)
     body = api.got[0][2]
     assert body["prompt"].endswith("import os\n") and body["suffix"].startswith("\nprint(os.sep)")
     assert body["stop"] == ["\n"] and body["model"] == "mercury-edit"

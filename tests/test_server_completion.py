@@ -12,7 +12,7 @@ import pytest
 from diffusion_lsp.candidate import Candidate, Source
 from diffusion_lsp.context.records import Document, EditSnippet
 from diffusion_lsp.lifecycle import Latest, Stopped, race
-from diffusion_lsp.server.completion import Answer, Completer, locate, replace_range
+from diffusion_lsp.server.completion import Completer, locate, replace_range
 from diffusion_lsp.server.failures import BadInput
 from diffusion_lsp.server.config import parse_config
 from diffusion_lsp.server.indexer import Indexer
@@ -25,6 +25,11 @@ from diffusion_lsp.protocol.answers import DraftTally, Fill
 WAIT = 30  # seconds: only reached when a test is failing
 DOC = Document("file:///a.py", "import os\n\nprint(os.sep)\n", "python")
 CURSOR = (1, 0)  # the blank line: a one-line completion
+
+
+def shown(text: str, doc: Document = DOC, at: tuple[int, int] = CURSOR, replace_chars: int = 0) -> Candidate:
+    """The model's completion `text` shown at `at` (line, column) of `doc`."""
+    return Candidate.at(locate(doc.text, *at, UTF16, 5000), text, Source.MODEL, replace_chars)
 
 
 def test_locate_converts_and_refuses_bad_positions():
@@ -98,7 +103,7 @@ def test_answer_then_cache_hit_without_the_model():
     async def go():
         return [await completer.complete(DOC, *CURSOR, UTF16) for _ in range(2)]
 
-    assert asyncio.run(go()) == [Answer("os.getcwd()")] * 2
+    assert asyncio.run(go()) == [shown("os.getcwd()")] * 2
     assert len(link.orders) == 1 and completer.stats.cache_hits == 1
     order = link.orders[0]
     assert order.prefix.endswith("import os\n") and order.suffix == "\nprint(os.sep)\n" and order.one_line
@@ -107,7 +112,7 @@ def test_answer_then_cache_hit_without_the_model():
 def test_an_answer_that_writes_over_the_auto_closed_bracket_carries_its_range():
     doc = Document("file:///b.py", "import os\nprint()\n", "python")
     answer = asyncio.run(make(FakeLink("os.sep) + 1")).complete(doc, 1, 6, UTF16))
-    assert answer == Answer("os.sep) + 1", ((1, 6), (1, 7)))
+    assert answer == shown("os.sep) + 1", doc, (1, 6), 1) and replace_range(doc.text, answer, UTF16) == ((1, 6), (1, 7))
 
 
 def test_a_newer_request_supersedes_and_abandons_the_older_fill():
@@ -123,7 +128,7 @@ def test_a_newer_request_supersedes_and_abandons_the_older_fill():
         link.release.set()
         return await newer
 
-    assert asyncio.run(go()) == Answer("os.getcwd()")  # the newer request's own fill
+    assert asyncio.run(go()) == Candidate.at(len("import os\nx"), "os.getcwd()", Source.MODEL)  # the newer request's own fill
     assert completer.stats.superseded == 1 and link.cancelled == 1
 
 
@@ -162,7 +167,7 @@ def test_debounce_lets_a_newer_request_win_before_the_model_runs():
         newer = asyncio.ensure_future(completer.complete(DOC, *CURSOR, UTF16))
         return await older, await newer
 
-    assert asyncio.run(go()) == (None, Answer("os.getcwd()"))
+    assert asyncio.run(go()) == (None, shown("os.getcwd()"))
     assert len(link.orders) == 1 and completer.stats.superseded == 1
 
 
@@ -182,7 +187,7 @@ def test_cancelling_the_request_cancels_the_fill():
 
 
 @pytest.mark.parametrize("texts, expected, calls", [
-    ([")(", "os.getcwd()"], Answer("os.getcwd()"), 2), ([")(", ")("], None, 2), (["os.getcwd()"], Answer("os.getcwd()"), 1)])
+    ([")(", "os.getcwd()"], shown("os.getcwd()"), 2), ([")(", ")("], None, 2), (["os.getcwd()"], shown("os.getcwd()"), 1)])
 def test_a_fill_that_breaks_the_parse_is_resampled_once_shorter_and_more_careful(texts, expected, calls):
     link = FakeLink(*texts)
     completer = make(link)
@@ -201,7 +206,7 @@ def test_single_line_fills_get_the_line_budget_and_a_late_parse_error_is_not_res
     assert completer.stats.parse_rejects == completer.stats.resamples_skipped == 1
     link = FakeLink(")(", "os.getcwd()")
     completer = make(link, lineBudgetMs=60_000)
-    assert asyncio.run(completer.complete(DOC, *CURSOR, UTF16)) == Answer("os.getcwd()")
+    assert asyncio.run(completer.complete(DOC, *CURSOR, UTF16)) == shown("os.getcwd()")
     first, second = link.orders
     assert first.sampling.time_budget_ms == 60_000 and 0 < second.sampling.time_budget_ms < 60_000  # what is left
     link = FakeLink()
@@ -242,7 +247,7 @@ def test_a_lone_surrogate_in_the_document_does_not_stop_completions():
     doc = Document("file:///s.py", "name = '\ud800'\nimport os\n\nprint(os.sep)\n", "python")
     link = FakeLink()
     completer = make(link, count_tokens=counter_for(None))  # the real tokenizer refuses lone surrogates
-    assert asyncio.run(completer.complete(doc, 2, 0, UTF16)) == Answer("os.getcwd()")
+    assert asyncio.run(completer.complete(doc, 2, 0, UTF16)) == shown("os.getcwd()", doc, (2, 0))
     assert "\ufffd" in link.orders[0].prefix and "\ud800" not in link.orders[0].prefix
 
 
@@ -281,7 +286,7 @@ def test_a_request_is_answered_while_a_large_document_is_still_being_indexed():
         indexer.close()
         return answer
 
-    assert asyncio.run(go()) == Answer("os.getcwd()")
+    assert asyncio.run(go()) == shown("os.getcwd()")
     assert order == ["indexing started", "answered", "indexing done"]
 
 
@@ -307,7 +312,7 @@ def test_drafts_from_the_file_go_with_the_order_and_a_draft_kept_whole_is_shown_
     answer = asyncio.run(completer.complete(REPEATING, 6, 7, UTF16))
     (order,) = link.orders
     assert order.candidates[0] == "urn total"  # what followed "total\n    ret" above
-    assert answer == Answer("urn total")  # shown though its tokens are below the cut: the model kept it whole
+    assert answer == shown("urn total", REPEATING, (6, 7))  # shown though its tokens are below the cut: the model kept it whole
     counts = completer.stats.report()["counts"]
     assert (counts["drafts_offered"], counts["drafts_whole"], counts["drafts_part"], counts["drafts_rejected"]) == \
         (1, 1, 0, 0)

@@ -1,10 +1,12 @@
-"""One inline completion, without LSP: (document, position) -> Answer (text, replace range).
+"""One inline completion, without LSP: (document, position) -> the candidate shown (candidate.py's
+`Candidate`, its span starting at the cursor); server.py makes its LSP item, whose range is
+`replace_range`.
 
 Top to bottom: locate the position and refuse bad input; the cache; the request's ticket
 (lifecycle.py: superseded by a newer request for the same document, the debounce); the context
 (context/gather.py); the fill through the Backend (protocol/backend.py: the model worker, or a remote
 API); post-processing (context/postprocess.py) and one shorter, more careful re-sample of
-a fill that breaks the parse; the range the answer replaces. The context is gathered in a thread
+a fill that breaks the parse; which candidate is shown. The context is gathered in a thread
 of its own, so tree-sitter and the tokenizer never block the event loop, and other documents'
 indexes are only looked up here (server/indexer.py builds them). Post-processing runs on the loop:
 its work is bounded (it re-parses the window gather parsed, incrementally: p95 0.39 ms, max 0.65 ms
@@ -20,7 +22,6 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from ..protocol.backend import Backend
 from ..protocol.answers import Fill, Kept
@@ -48,12 +49,6 @@ from .stats import Stats, Timing
 
 Position = tuple[int, int]  # LSP (line, character) in the negotiated encoding
 RESAMPLE_THRESHOLD = 0.97  # the parse-error re-sample commits only tokens this sure
-
-
-@dataclass(frozen=True)
-class Answer:
-    text: str
-    range: tuple[Position, Position] | None = None  # what the text replaces; None: inserted at the cursor
 
 
 def locate(text: str, line: int, column: int, encoding: str, max_line_chars: int) -> int:
@@ -142,12 +137,12 @@ class Completer:
             self.count_tokens = count_tokens
 
     async def complete(self, doc: Document | None, line: int, column: int, encoding: str,
-                       open_docs: Sequence[Document] = ()) -> Answer | None:
-        """The answer at (line, column) of `doc` (None: not open), or None. A newer request for the
+                       open_docs: Sequence[Document] = ()) -> Candidate | None:
+        """The completion shown at (line, column) of `doc` (None: not open), or None. A newer request for the
         document supersedes this one (BackendError(DROPPED), answered empty)."""
         stats, t0 = self.stats, time.perf_counter()
         stats.requests += 1
-        timing, answer = Timing(stats.requests), None
+        timing, shown = Timing(stats.requests), None
         try:
             if not self.cfg.completion.enable:
                 return None
@@ -159,13 +154,13 @@ class Completer:
                 with self.tickets.take(doc.uri) as ticket:
                     sug = await self._decide(ticket, timing, doc, offset, list(open_docs))
                 if sug is not None and sug.text:
-                    answer = Answer(sug.text, replace_range(doc.text, sug, encoding))
+                    shown = sug
         finally:
             timing.total_ms = (time.perf_counter() - t0) * 1e3
             stats.latency_ms.append(timing.total_ms)
-        stats.empty += answer is None
-        stats.answered += answer is not None
-        return answer
+        stats.empty += shown is None
+        stats.answered += shown is not None
+        return shown
 
     async def _decide(self, ticket: Ticket, timing: Timing, doc: Document, offset: int,
                       open_docs: list[Document]) -> Candidate | None:

@@ -17,9 +17,10 @@ from pygls.lsp.server import LanguageServer
 
 from .. import __version__
 from ..context.languages import prepare
+from ..candidate import Candidate
 from ..context.records import Document
 from . import positions
-from .completion import Answer
+from .completion import replace_range
 from .instruct import METHOD as EDIT_WITH_INSTRUCTION, edit_with_instruction, parse as parse_instruct_params
 from .jsonrpc import Protocol, serve_stdio, serve_tcp
 from .next_edit import EditAnswer
@@ -193,9 +194,9 @@ async def inline_completion(ls: DiffusionServer,
                             params: types.InlineCompletionParams) -> types.InlineCompletionList | None:
     uri, pos = params.text_document.uri, params.position
     doc = ls.document(uri)
-    answer = await ls.session.completer.complete(doc, pos.line, pos.character, ls.encoding,
-                                                 ls.other_documents(uri))
-    items = [] if answer is None else [_item(uri, answer)]
+    shown = await ls.session.completer.complete(doc, pos.line, pos.character, ls.encoding,
+                                                ls.other_documents(uri))
+    items = [] if shown is None else [_item(uri, doc.text, shown, ls.encoding)]
     edit = _insertion_at_cursor(ls, doc, pos)
     if edit is not None and not any(i.insert_text == edit.text for i in items):
         accept = types.Command(title="accepted", command=ACCEPTED_EDIT, arguments=[uri])
@@ -291,11 +292,13 @@ def accepted_edit(ls: DiffusionServer, *args) -> None:
     ls.session.stats.next_edit.accepted += 1
 
 
-def _item(uri: str, answer: Answer) -> types.InlineCompletionItem:
-    rng = None if answer.range is None else types.Range(types.Position(*answer.range[0]),
-                                                         types.Position(*answer.range[1]))
+def _item(uri: str, text: str, shown: Candidate, encoding: str) -> types.InlineCompletionItem:
+    """The completion `shown` in the document whose text is `text` as its LSP item: its text, and the
+    range after the cursor it writes over (none: inserted at the cursor)."""
+    span = replace_range(text, shown, encoding)
+    rng = None if span is None else types.Range(types.Position(*span[0]), types.Position(*span[1]))
     accept = types.Command(title="accepted", command=ACCEPTED, arguments=[uri])
-    return types.InlineCompletionItem(insert_text=answer.text, range=rng, command=accept)
+    return types.InlineCompletionItem(insert_text=shown.text, range=rng, command=accept)
 
 
 def did_show(ls: DiffusionServer, params) -> None:
