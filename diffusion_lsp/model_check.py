@@ -3,10 +3,10 @@
 Loads the folder as every command does and prints its family, parameters, weights' dtype, special
 tokens, memory and load time; then, where transformers is installed and the folder is a Hugging Face
 one, our logits beside transformers' own forward under full bidirectional attention on a sample of
-code (model/reference.py): the largest absolute difference and how often the argmax agrees. A
+code (model/families/reference.py): the largest absolute difference and how often the argmax agrees. A
 correctly loaded float32 checkpoint differs by ~1e-5 (tiny random checkpoints); a wrong tensor name,
 RoPE base or logit shift shows as differences of the logits' own size.
-Native families: model/native.py."""
+Native families: model/families/native.py."""
 
 from __future__ import annotations
 
@@ -53,9 +53,9 @@ def check_native(path: Path, reference: bool = True) -> dict:
 
     from .protocol.requests import FillRequest
     from .engine import NativeEngine
-    from .model.decoding import run
-    from .model.native import SEED, end_ids, prompt_room
-    from .model.native_load import load_native
+    from .model.decoding.drive import run
+    from .model.families.native import SEED, end_ids, prompt_room
+    from .model.families.native_load import load_native
 
     t0 = time.perf_counter()
     model, tok, meta, prompter = load_native(path, "cpu")
@@ -96,7 +96,7 @@ def check_native(path: Path, reference: bool = True) -> dict:
 
 def _chat(path: Path, tok) -> str:
     """What serve-api's /v1/chat/completions puts a conversation in, for `model check`."""
-    from .model.chat import chat_format
+    from .model.chat.conversation import chat_format
 
     try:
         found = chat_format(tok, path)
@@ -112,7 +112,7 @@ def _chat(path: Path, tok) -> str:
 def _prompt(family_name: str | None, tok) -> dict:
     """How a fill is put to the checkpoint: its family's convention ("infill", "fim", "chat") and the line
     that says it (a DreamOn checkpoint and our own format infill)."""
-    from .model.families import FAMILIES, prompt_description
+    from .model.families.table import FAMILIES, prompt_description
 
     family = FAMILIES.get(family_name)
     return {"prompt": family.prompt if family else "infill",
@@ -121,12 +121,12 @@ def _prompt(family_name: str | None, tok) -> dict:
 
 def check(path: Path, reference: bool = True) -> dict:
     """The figures `model check` prints. CheckpointError when the folder does not load."""
-    from .model.families import is_native_folder
+    from .model.families.table import is_native_folder
 
     if is_native_folder(path):
         return check_native(path, reference)
 
-    from .model.pretrained import is_hf_folder, load_folder  # raises CheckpointError
+    from .model.families.pretrained import is_hf_folder, load_folder  # raises CheckpointError
 
     t0 = time.perf_counter()
     model, tok, meta = load_folder(path, "cpu")
@@ -161,16 +161,16 @@ def _compare(path: Path, model, tok) -> dict:
     difference and how often the two agree on the top token; why not, where it is skipped."""
     import torch
 
-    from .model.families import detect_family
-    from .model.pretrained import PretrainedLM, read_hf_config
-    from .model.reference import CLASSES
+    from .model.families.table import detect_family
+    from .model.families.pretrained import PretrainedLM, read_hf_config
+    from .model.families.reference import CLASSES
 
     family = detect_family(read_hf_config(path)[0])
     if family.name not in CLASSES:
         return {"skipped": f"transformers has no class for {family.name} (its modeling file is remote code, never "
                            "run here; the tests compare our forward with one written from it)"}
     try:
-        from .model.reference import reference_logits, reference_model
+        from .model.families.reference import reference_logits, reference_model
 
         ref = reference_model(path)
     except ImportError:
@@ -185,7 +185,7 @@ def _compare(path: Path, model, tok) -> dict:
 
 
 def run(args) -> int:
-    from .model.checkpoint import CheckpointError
+    from .model.families.checkpoint import CheckpointError
 
     path = Path(args.path)
     # not is_file(): a FIFO or a folder by that name is the loader's error; adapter.json: an adapter folder

@@ -77,7 +77,7 @@ def engine_for(launch: LaunchSettings) -> Engine:
     bad setting (for the evaluations that read the model itself: `eval heldout`'s loss)."""
     if launch.backend == "openai":
         raise UserError("this command needs a local model (--model DIR), not --backend openai")
-    from .model.checkpoint import CheckpointError  # imports torch
+    from .model.families.checkpoint import CheckpointError  # imports torch
 
     try:
         return load_engine(launch)

@@ -27,10 +27,10 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from diffusion_lsp.model.checkpoint import save_checkpoint
-from diffusion_lsp.model.config import ModelConfig
-from diffusion_lsp.model.tokenizer import train_bpe
-from diffusion_lsp.model.transformer import DiffusionTransformer, KVCache
+from diffusion_lsp.model.families.checkpoint import save_checkpoint
+from diffusion_lsp.model.network.config import ModelConfig
+from diffusion_lsp.model.network.tokenizer import train_bpe
+from diffusion_lsp.model.network.transformer import DiffusionTransformer, KVCache
 
 def pytest_configure(config):
     """What the servers remember between starts (server/notice.py) goes to a fresh folder, never

@@ -1,6 +1,6 @@
 """A tiny DiffusionGemma folder as transformers writes one (config.json with text and gemma4_vision
 sub-configs, model.safetensors, generation_config.json) with a tokenizer that has Gemma's special
-tokens and a Gemma-style chat template: for tests of model/native.py and its users."""
+tokens and a Gemma-style chat template: for tests of model/families/native.py and its users."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from diffusion_lsp.model.config import SpecialTokens
-from diffusion_lsp.model.tokenizer import train_bpe
+from diffusion_lsp.model.network.config import SpecialTokens
+from diffusion_lsp.model.network.tokenizer import train_bpe
 
 from conftest import corpus_texts
 

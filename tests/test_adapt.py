@@ -17,7 +17,7 @@ from diffusion_lsp.cli import main
 from diffusion_lsp.data.git_history import edit_steps, file_pairs
 from diffusion_lsp.context.repo import ADAPTED_DIR, is_held_out
 from diffusion_lsp.local_state import trust
-from diffusion_lsp.model.quick_check import problem
+from diffusion_lsp.model.families.quick_check import problem
 from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.server.session import ServeOptions, Session
 from diffusion_lsp.server.workspace_model import changed, choose

@@ -26,7 +26,7 @@ from lsprotocol import types
 
 from conftest import open_doc, start_server, stop_server, within
 from diffusion_lsp.bench.api import stop
-from diffusion_lsp.model.results import MASK_GLYPH
+from diffusion_lsp.model.decoding.results import MASK_GLYPH
 from diffusion_lsp.formats import mercury
 from test_server_e2e import echo_checkpoint  # noqa: F401 (a fixture)
 from test_server_range import CAPS, SCRIPT, scripted_checkpoint

@@ -95,7 +95,7 @@ def test_a_body_without_model_is_answered_by_the_served_model(tmp_path):
 
 def test_the_model_refuses_a_structured_answer_past_its_canvas_with_the_same_message():
     from diffusion_lsp.engine import load_engine
-    from diffusion_lsp.model.canvas import DoesNotFit
+    from diffusion_lsp.model.decoding.canvas import DoesNotFit
     from diffusion_lsp.protocol.requests import StructuredRequest
     from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
 

@@ -15,8 +15,8 @@ import pytest
 from diffusion_lsp.api.chat import EFFORT, parse_chat
 from diffusion_lsp.api.bodies import BadRequest
 from diffusion_lsp.engine import DEFAULT_MODEL, load_engine
-from diffusion_lsp.model.chat import launch_template
-from diffusion_lsp.model.results import MASK_GLYPH
+from diffusion_lsp.model.chat.conversation import launch_template
+from diffusion_lsp.model.decoding.results import MASK_GLYPH
 from diffusion_lsp.protocol.settings import LaunchSettings
 from test_api import Api
 

@@ -1,4 +1,4 @@
-"""Our chat-template renderer (model/prompting.py render_chat) equals transformers' apply_chat_template
+"""Our chat-template renderer (model/chat/prompting.py render_chat) equals transformers' apply_chat_template
 (tokenize=False) on the published chat templates of the diffusion instruct checkpoints
 (tests/chat_templates/: each template verbatim after a first-line `{# source: ... #}` comment, its
 tokenizer_config.json's bos/eos tokens in the JSON beside it), for plain turns, multi-turn chats,
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from diffusion_lsp.model.prompting import render_chat
+from diffusion_lsp.model.chat.prompting import render_chat
 
 ctu = pytest.importorskip("transformers.utils.chat_template_utils")
 

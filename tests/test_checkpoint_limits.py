@@ -17,14 +17,15 @@ import pytest
 from safetensors.torch import save_file
 
 from diffusion_lsp.cli import main
-from diffusion_lsp.model import hf_tokenizer, transformer
-from diffusion_lsp.model.checkpoint import CheckpointError
-from diffusion_lsp.model.config import ModelConfig, SpecialTokens
-from diffusion_lsp.model.families import FAMILIES
-from diffusion_lsp.model.hf_tokenizer import load_tokenizer_files
-from diffusion_lsp.model.pretrained import _theirs, load_folder
+from diffusion_lsp.model.families import hf_tokenizer
+from diffusion_lsp.model.network import transformer
+from diffusion_lsp.model.families.checkpoint import CheckpointError
+from diffusion_lsp.model.network.config import ModelConfig, SpecialTokens
+from diffusion_lsp.model.families.table import FAMILIES
+from diffusion_lsp.model.families.hf_tokenizer import load_tokenizer_files
+from diffusion_lsp.model.families.pretrained import _theirs, load_folder
 from diffusion_lsp.protocol.settings import LaunchSettings
-from diffusion_lsp.model.tokenizer import train_bpe
+from diffusion_lsp.model.network.tokenizer import train_bpe
 from diffusion_lsp.worker.process import Worker, load_model
 
 from conftest import corpus_texts

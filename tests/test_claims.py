@@ -1,4 +1,4 @@
-"""What a checkpoint claims (model/claims.py) and the defaults the language server takes from it:
+"""What a checkpoint claims (model/families/claims.py) and the defaults the language server takes from it:
 next edits off for a model that does not claim them, completions only in its languages, and one
 word, once per install, about a demo model."""
 
@@ -15,8 +15,8 @@ from diffusion_lsp.protocol.capabilities import Capabilities
 from diffusion_lsp.context.languages import language_for
 from diffusion_lsp.context.records import Document
 from diffusion_lsp.engine import DEFAULT_MODEL
-from diffusion_lsp.model.checkpoint import CheckpointError, read_config
-from diffusion_lsp.model.claims import GENERAL, Claims, read_claims
+from diffusion_lsp.model.families.checkpoint import CheckpointError, read_config
+from diffusion_lsp.model.families.claims import GENERAL, Claims, read_claims
 from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.server import notice
 from diffusion_lsp.server.config import parse_config, serves_language, with_claims

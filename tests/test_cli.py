@@ -173,7 +173,7 @@ def test_console_script_end_to_end(tiny_checkpoint, src):
 
 @pytest.mark.slow
 def test_bench_sampler_prints_every_configuration(tiny_checkpoint, capsys):
-    from diffusion_lsp.model.quantize import int8_available
+    from diffusion_lsp.model.network.quantize import int8_available
 
     assert main(["bench", "sampler", "--model", str(tiny_checkpoint), "--spans", "1", "--context", "32"]) == 0
     out = capsys.readouterr().out

@@ -189,8 +189,8 @@ def test_cli_reports_bad_manifest_in_one_line(tmp_path, capsys):
 
 
 def test_cli_tokenizer(corpus, capsys):
-    from diffusion_lsp.model.config import SpecialTokens
-    from diffusion_lsp.model.tokenizer import Tokenizer
+    from diffusion_lsp.model.network.config import SpecialTokens
+    from diffusion_lsp.model.network.tokenizer import Tokenizer
 
     out, _ = corpus
     assert main(["data", "tokenizer", "--corpus", str(out), "--vocab-size", "300"]) == 0

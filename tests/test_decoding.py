@@ -8,11 +8,11 @@ import typing
 
 import pytest
 
-from diffusion_lsp.model.canvas import CanvasRequest
-from diffusion_lsp.model.decoding import Decoding, run, steps
-from diffusion_lsp.model.dreamon import VariableDecoding
-from diffusion_lsp.model.native import NativeDecoding
-from diffusion_lsp.model.sampler import Decoding as BatchDecoding
+from diffusion_lsp.model.decoding.canvas import CanvasRequest
+from diffusion_lsp.model.decoding.drive import Decoding, run, steps
+from diffusion_lsp.model.families.dreamon import VariableDecoding
+from diffusion_lsp.model.families.native import NativeDecoding
+from diffusion_lsp.model.decoding.sampler import Decoding as BatchDecoding
 from diffusion_lsp.protocol.settings import SamplerConfig
 
 

@@ -3,7 +3,7 @@ written in a module docstring only, where a move shows (a module's docstring is 
 is; a path in a function's docstring or a comment drifts unseen).
 
 What counts as a path, in docstrings (any string statement) and comments of diffusion_lsp/**.py:
-- a word with a folder in it whose last part ends in one of EXTENSIONS (`model/verify.py`,
+- a word with a folder in it whose last part ends in one of EXTENSIONS (`model/decoding/verify.py`,
   `queries/<lang>/units.scm`, `tests/test_gpu.py`), or that ends in `/` and starts with a folder of
   the project (`kernels/`, `context/queries/`);
 - a bare module name (`sampler.py`): a sibling of the module, or a module at the top of the package.

@@ -1,4 +1,4 @@
-"""DreamOn's variable-length infilling (model/dreamon.py) on a scripted fake model, and end to end on a
+"""DreamOn's variable-length infilling (model/families/dreamon.py) on a scripted fake model, and end to end on a
 tiny Dream folder whose tokenizer has `<|expand|>`."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import torch
 
 from diffusion_lsp.cli import main
 from diffusion_lsp.engine import Engine, load_engine
-from diffusion_lsp.model.canvas import CanvasRequest, build_row
-from diffusion_lsp.model.config import ModelConfig, SpecialTokens
-from diffusion_lsp.model.dreamon import MIN_GEN_LEN, VariableDecoding, delete_ended, expand_blocked, expands, fill_variable
+from diffusion_lsp.model.decoding.canvas import CanvasRequest, build_row
+from diffusion_lsp.model.network.config import ModelConfig, SpecialTokens
+from diffusion_lsp.model.families.dreamon import MIN_GEN_LEN, VariableDecoding, delete_ended, expand_blocked, expands, fill_variable
 from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
-from diffusion_lsp.model.tokenizer import train_bpe
+from diffusion_lsp.model.network.tokenizer import train_bpe
 
 from conftest import corpus_texts
 
@@ -232,7 +232,7 @@ def dreamon_folder(tmp_path_factory):
 
 
 def test_a_dream_folder_with_an_expand_token_loads_as_dreamon(dreamon_folder, tmp_path):
-    from diffusion_lsp.model.pretrained import load_hf_folder
+    from diffusion_lsp.model.families.pretrained import load_hf_folder
 
     _, tok, meta = load_hf_folder(dreamon_folder)
     assert meta["family"] == "dreamon" and expands(tok)
@@ -254,7 +254,7 @@ def test_a_dream_folder_with_an_expand_token_loads_as_dreamon(dreamon_folder, tm
 def test_fim_runs_dreamon_end_to_end(dreamon_folder, tmp_path, capsys, monkeypatch):
     engine = load_engine(LaunchSettings(str(dreamon_folder), device="cpu", threads=1))
     calls = []
-    import diffusion_lsp.model.dreamon as dreamon
+    import diffusion_lsp.model.families.dreamon as dreamon
 
     real = dreamon.VariableDecoding
     monkeypatch.setattr(dreamon, "VariableDecoding", lambda *a, **k: calls.append(1) or real(*a, **k))

@@ -15,10 +15,10 @@ from safetensors.torch import load_file, save_file
 
 from diffusion_lsp.cli import main
 from diffusion_lsp.model import load_pretrained
-from diffusion_lsp.model.checkpoint import CheckpointError
-from diffusion_lsp.model.config import SpecialTokens
-from diffusion_lsp.model.families import FAMILIES, detect_family
-from diffusion_lsp.model.tokenizer import train_bpe
+from diffusion_lsp.model.families.checkpoint import CheckpointError
+from diffusion_lsp.model.network.config import SpecialTokens
+from diffusion_lsp.model.families.table import FAMILIES, detect_family
+from diffusion_lsp.model.network.tokenizer import train_bpe
 
 from conftest import corpus_texts
 from family_references import LLaDA2MoeModelLM, block_diffusion_mask
@@ -326,7 +326,7 @@ def test_int8_weights_leave_the_experts_router_in_float(folders):
 
     from diffusion_lsp.protocol.requests import FillRequest
     from diffusion_lsp.engine import load_engine
-    from diffusion_lsp.model.quantize import int8_available
+    from diffusion_lsp.model.network.quantize import int8_available
     from diffusion_lsp.protocol.settings import LaunchSettings
 
     if not int8_available():

@@ -1,6 +1,6 @@
 """The worker's order mix on a real (tiny) model: fills of several documents being retyped, some with
 drafts to verify, joining a running batch, superseded between steps, each starting from its document's
-last fill where it lines up (model/reuse.py). Driven through the engine's FillBatch as the worker drives
+last fill where it lines up (model/decoding/reuse.py). Driven through the engine's FillBatch as the worker drives
 it (engine/batch.py), with seeded random orders; and the exact cause of a failure once seen in a user's
 log, as its own case."""
 

@@ -60,7 +60,7 @@ def _engine(device: str, precision: str):
 
 
 def _requests():
-    from diffusion_lsp.model.canvas import CanvasRequest
+    from diffusion_lsp.model.decoding.canvas import CanvasRequest
 
     return [CanvasRequest(p, s, n, id=i, one_line=one) for i, (p, s, n, one) in enumerate(REQUESTS)]
 
@@ -88,11 +88,11 @@ def test_fp32_fills_on_cuda_are_the_cpus_and_bf16_stays_close():
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 3e-2)])
 @torch.inference_mode()
 def test_a_cached_step_equals_the_full_pass_on_cuda(tokenizer, dtype, tol):
-    from diffusion_lsp.model.canvas import build_row
-    from diffusion_lsp.model.config import ModelConfig
-    from diffusion_lsp.model.batch import Batch
+    from diffusion_lsp.model.decoding.canvas import build_row
+    from diffusion_lsp.model.network.config import ModelConfig
+    from diffusion_lsp.model.decoding.batch import Batch
     from diffusion_lsp.protocol.settings import SamplerConfig
-    from diffusion_lsp.model.transformer import DiffusionTransformer
+    from diffusion_lsp.model.network.transformer import DiffusionTransformer
     from test_sampler_cache import REQUESTS as CACHE_REQUESTS, step
 
     torch.manual_seed(0)

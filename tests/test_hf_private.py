@@ -1,4 +1,4 @@
-"""The private parts of transformers behind one adapter (model/hf_private.py): it refuses a transformers
+"""The private parts of transformers behind one adapter (model/families/hf_private.py): it refuses a transformers
 outside the supported range and one that lacks a private attribute with one RuntimeError naming the
 version, the attribute and the range (on stand-ins: a stand-in transformers module with its version,
 a stand-in model with an attribute deleted); its range is pyproject.toml's; and nothing else in the
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from diffusion_lsp.model import hf_private
-from diffusion_lsp.model.hf_private import GENERATION, SUPPORTED, Generation, eager_attention, generation
+from diffusion_lsp.model.families import hf_private
+from diffusion_lsp.model.families.hf_private import GENERATION, SUPPORTED, Generation, eager_attention, generation
 
 ROOT = Path(__file__).resolve().parent.parent
 ADAPTER = "hf_private.py"
@@ -173,7 +173,7 @@ def private_transformers_uses(sources: dict[str, str]) -> list[str]:
                      if attr in theirs])
 
 
-# what model/native.py and model/reference.py wrote before the adapter, and imports the walk must see
+# what model/families/native.py and model/families/reference.py wrote before the adapter, and imports the walk must see
 BEFORE = '''
 import transformers
 import transformers.models._private as hidden

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from diffusion_lsp.model.hf_tokenizer import QWEN2_PATTERN, load_tokenizer_files
+from diffusion_lsp.model.families.hf_tokenizer import QWEN2_PATTERN, load_tokenizer_files
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>"]
@@ -268,8 +268,8 @@ def test_every_text_the_model_reads_takes_lone_surrogates_as_u_fffd():
     """An editor or an HTTP body may hold "\\ud800"; the tokenizer refused it (TypeError), which the
     API answered 503."""
     from diffusion_lsp.engine import DEFAULT_MODEL
-    from diffusion_lsp.model.config import SpecialTokens
-    from diffusion_lsp.model.tokenizer import Tokenizer
+    from diffusion_lsp.model.network.config import SpecialTokens
+    from diffusion_lsp.model.network.tokenizer import Tokenizer
 
     tok = Tokenizer.from_file(DEFAULT_MODEL / "tokenizer.json", SpecialTokens())
     assert tok.encode("x = '\ud800'") == tok.encode("x = '\ufffd'")

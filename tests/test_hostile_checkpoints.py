@@ -21,10 +21,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from diffusion_lsp.cli import main
-from diffusion_lsp.model import lora
-from diffusion_lsp.model.checkpoint import CheckpointError
-from diffusion_lsp.model.native_load import load_native
-from diffusion_lsp.model.pretrained import load_folder
+from diffusion_lsp.model.families import lora
+from diffusion_lsp.model.families.checkpoint import CheckpointError
+from diffusion_lsp.model.families.native_load import load_native
+from diffusion_lsp.model.families.pretrained import load_folder
 from diffusion_lsp.protocol.settings import LaunchSettings
 from diffusion_lsp.worker.process import Worker, load_model
 
@@ -394,7 +394,7 @@ def test_the_folders_as_written_still_load(gemma, llada2, adapter):
 
 
 def test_large_finite_weights_are_finite_though_their_sum_overflows():
-    from diffusion_lsp.model.checkpoint import finite
+    from diffusion_lsp.model.families.checkpoint import finite
 
     big = torch.full((10,), 60000.0, dtype=torch.float16)  # the sum, 6e5, is past float16's range
     assert not torch.isfinite(big.sum()) and finite(big)

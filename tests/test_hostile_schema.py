@@ -1,4 +1,4 @@
-"""The schema compiler under hostile schemas (model/jsonschema.py, model/keywords.py): every answer
+"""The schema compiler under hostile schemas (model/structured/jsonschema.py, model/structured/keywords.py): every answer
 validates, or the schema is refused before decoding naming the keyword; `$ref` is a JSON pointer;
 the layout is within a budget and within max_tokens; the chat body's bad values are 400s naming the
 field. Unit tests, a random model decoding every schema it accepts, and serve-api end to end."""
@@ -20,13 +20,13 @@ from diffusion_lsp.protocol.failure import BackendError, Failure
 from diffusion_lsp.protocol.requests import StructuredRequest, max_tokens_refusal
 from diffusion_lsp.bench.schemas import random_schema
 from diffusion_lsp.engine import DEFAULT_MODEL, Engine
-from diffusion_lsp.model.canvas import DoesNotFit
-from diffusion_lsp.model.checkpoint import load_checkpoint
-from diffusion_lsp.model.chat import ChatFormat, ChatTemplate
-from diffusion_lsp.model import jsonschema as layouts
-from diffusion_lsp.model.jsonschema import (Arr, Choice, Const, Nullable, Num, Str, Unsupported, compile_schema,
+from diffusion_lsp.model.decoding.canvas import DoesNotFit
+from diffusion_lsp.model.families.checkpoint import load_checkpoint
+from diffusion_lsp.model.chat.conversation import ChatFormat, ChatTemplate
+from diffusion_lsp.model.structured import jsonschema as layouts
+from diffusion_lsp.model.structured.jsonschema import (Arr, Choice, Const, Nullable, Num, Str, Unsupported, compile_schema,
                                             tool_call)
-from diffusion_lsp.model.structured import decode_json
+from diffusion_lsp.model.structured.constrained import decode_json
 from test_api import Api
 from test_structured import noise  # noqa: F401 - the fixture: a random one-layer model
 
@@ -198,7 +198,7 @@ def test_the_work_and_the_message_are_bounded_too():
 def test_the_budget_counts_what_the_layout_lays_out(noise):
     """measure's positions are at least the layout's: a fixed text or an option takes at most a token
     per byte, a slot its positions."""
-    from diffusion_lsp.model.structured import Layout
+    from diffusion_lsp.model.structured.constrained import Layout
 
     model, tok = noise
     for schema in (nested(2, 4), {"type": "object", "properties": {"a b": {"enum": ["x", "yy", 3]},

@@ -1,5 +1,5 @@
-"""Chat templates and messages under hostile input (model/sandbox.py, model/template_bounds.py,
-model/chat.py): a template that loops or builds a huge value is a one-line ValueError within the
+"""Chat templates and messages under hostile input (model/chat/sandbox.py, model/chat/template_bounds.py,
+model/chat/conversation.py): a template that loops or builds a huge value is a one-line ValueError within the
 render's budget, whatever construct it uses; client data nested past MAX_DEPTH is refused naming its
 field before anything recurses on it; a template that breaks a bound on a short conversation is
 refused where it is read (serve-api exits 2 with one line, `fim --model` on a checkpoint asked in a
@@ -18,9 +18,9 @@ import pytest
 from diffusion_lsp.api.bodies import BadRequest
 from diffusion_lsp.api.chat import parse_chat
 from diffusion_lsp.engine import DEFAULT_MODEL, load_engine
-from diffusion_lsp.model import template_bounds
-from diffusion_lsp.model.chat import conversation, launch_template
-from diffusion_lsp.model.prompting import MAX_DEPTH, TemplateOverBound, chat_template, render_chat
+from diffusion_lsp.model.chat import template_bounds
+from diffusion_lsp.model.chat.conversation import conversation, launch_template
+from diffusion_lsp.model.chat.prompting import MAX_DEPTH, TemplateOverBound, chat_template, render_chat
 from diffusion_lsp.protocol.settings import LaunchSettings
 
 HELLO = [{"role": "user", "content": "Hello"}]
@@ -166,8 +166,8 @@ def test_a_chat_turn_familys_prompt_is_rendered_when_it_loads(quick, tmp_path):
     """A family asked in a chat turn (LLaDA2) renders its user turn once, as the checkpoint loads: a
     template that passes the short conversation but breaks a bound on that turn is refused there, not
     at each fill on the model's thread."""
-    from diffusion_lsp.model.families import FAMILIES
-    from diffusion_lsp.model.prompting import prompter_for
+    from diffusion_lsp.model.families.table import FAMILIES
+    from diffusion_lsp.model.chat.prompting import prompter_for
 
     # a short message renders; the fill's turn (a longer one) builds a huge value
     template = "{% if messages[0].content | length > 10 %}{{ 'x' * 10**10 }}{% endif %}" + PLAIN

@@ -31,7 +31,7 @@ from diffusion_lsp.protocol.failure import BackendError, Failure
 from diffusion_lsp.protocol.answers import Answered, Fill
 from diffusion_lsp.protocol.requests import FillRequest, InstructRequest, StructuredRequest
 from diffusion_lsp.protocol.settings import LaunchSettings
-from diffusion_lsp.model.stop import OrderStopped
+from diffusion_lsp.model.decoding.stop import OrderStopped
 from diffusion_lsp.worker.client import Pong
 from diffusion_lsp.worker.link import WorkerLink
 from diffusion_lsp.worker.listener import bind, serve
@@ -46,7 +46,7 @@ CHAT = json.dumps({"messages": [{"role": "user", "content": "A person as JSON"}]
 
 class HostileEngine(FakeEngine):
     """FakeEngine with conversations and single orders. A conversation that says "deep" overflows the
-    stack while its prompt is built (what a 500-deep tool-call argument did in model/prompting.py);
+    stack while its prompt is built (what a 500-deep tool-call argument did in model/chat/prompting.py);
     a structured answer runs "forwards" until released, and with `wedged` never looks at its stop
     flag (a model thread stuck in one call), else raises OrderStopped at the next one once it is set."""
 

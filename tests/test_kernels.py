@@ -149,7 +149,7 @@ def test_fills_probes_and_a_training_loss_are_the_same_through_the_kernels():
     and which of two ties wins is fp32 rounding, even between two runs of the reference with other
     thread counts.)"""
     from diffusion_lsp.engine import load_engine
-    from diffusion_lsp.model.canvas import CanvasRequest
+    from diffusion_lsp.model.decoding.canvas import CanvasRequest
     from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
     from diffusion_lsp.train.loop import MaskedDiffusionLoss
 

@@ -108,7 +108,7 @@ def test_the_check_sees_imports_inside_functions_and_relative_ones():
     """The walk itself: an upward import hidden in a function, written relative, is found."""
     source = "def f():\n    from ..server import stats\n    from . import policies\n"
     assert imported(PACKAGE / "model" / "_layers_probe.py", source) == [
-        ("diffusion_lsp.server.stats", 2), ("diffusion_lsp.model.policies", 3)]
+        ("diffusion_lsp.server.stats", 2), ("diffusion_lsp.model.decoding.policies", 3)]
 
 
 @pytest.mark.parametrize("room", ["protocol", "errors", "jsonout", "cpus", "keyscrub", "input_files", "gitrun"])

@@ -1,4 +1,4 @@
-"""Low-rank adapters (model/lora.py): a fresh adapter changes nothing, merged and unmerged agree,
+"""Low-rank adapters (model/families/lora.py): a fresh adapter changes nothing, merged and unmerged agree,
 an adapter folder loads as its base with the update merged and refuses a base that changed; and
 `adapt` trains adapters on a Hugging Face checkpoint (a tiny random qwen2 folder) instead of its
 whole weights, which the server's quick check and every loader take."""
@@ -14,11 +14,11 @@ import torch
 from test_adapt import make_repo, needs_git
 from test_checkpoint_limits import hf_folder  # noqa: F401 (a fixture)
 from diffusion_lsp.cli import main
-from diffusion_lsp.model import lora
-from diffusion_lsp.model.checkpoint import CheckpointError
-from diffusion_lsp.model.claims import GENERAL, read_claims
-from diffusion_lsp.model.pretrained import load_folder
-from diffusion_lsp.model.quick_check import problem
+from diffusion_lsp.model.families import lora
+from diffusion_lsp.model.families.checkpoint import CheckpointError
+from diffusion_lsp.model.families.claims import GENERAL, read_claims
+from diffusion_lsp.model.families.pretrained import load_folder
+from diffusion_lsp.model.families.quick_check import problem
 from diffusion_lsp.context.repo import ADAPTED_DIR
 
 

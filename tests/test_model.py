@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from diffusion_lsp.model.checkpoint import CheckpointError, load_checkpoint
-from diffusion_lsp.model.config import PRESETS, ModelConfig
-from diffusion_lsp.model.transformer import DiffusionTransformer
+from diffusion_lsp.model.families.checkpoint import CheckpointError, load_checkpoint
+from diffusion_lsp.model.network.config import PRESETS, ModelConfig
+from diffusion_lsp.model.network.transformer import DiffusionTransformer
 
 FLAGS = [
     dict(),  # ours / LLaDA-like: tied, logits in place
@@ -176,7 +176,7 @@ def test_truncated_safetensors(tiny_checkpoint, tmp_path):
 def test_grouped_query_attention_expanded_for_a_mask_is_the_same():
     """On a GPU a masked GQA attention expands the keys/values to every head (SDPA's memory-efficient
     kernel takes a mask, its GQA-capable flash kernel does not): the same numbers as SDPA's GQA."""
-    from diffusion_lsp.model.transformer import attend
+    from diffusion_lsp.model.network.transformer import attend
 
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 6, 5, 8), torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8)

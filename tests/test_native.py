@@ -1,7 +1,7 @@
-"""A model transformers runs natively (model/native.py): a tiny DiffusionGemma folder written by
+"""A model transformers runs natively (model/families/native.py): a tiny DiffusionGemma folder written by
 transformers, whose fills through our engine equal transformers' own `generate` token for token
 (the same seed, prompt and generation_config.json), streamed a step at a time, stopped between
-steps, put to the model through its chat template (model/prompting.py), and served through the
+steps, put to the model through its chat template (model/chat/prompting.py), and served through the
 command line, `model check`, the worker and the language server."""
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from diffusion_lsp.backend.local import LocalBackend
 from diffusion_lsp.protocol.requests import FillRequest, ProbeRequest, RewriteRequest
 from diffusion_lsp.cli import main
 from diffusion_lsp.engine import NativeEngine, load_engine
-from diffusion_lsp.model.checkpoint import CheckpointError
-from diffusion_lsp.model.native import SEED, end_ids, prompt_room
-from diffusion_lsp.model.native_load import load_native
-from diffusion_lsp.model.prompting import CURSOR, Prompter, answer_text, render_chat
+from diffusion_lsp.model.families.checkpoint import CheckpointError
+from diffusion_lsp.model.families.native import SEED, end_ids, prompt_room
+from diffusion_lsp.model.families.native_load import load_native
+from diffusion_lsp.model.chat.prompting import CURSOR, Prompter, answer_text, render_chat
 from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
 from diffusion_lsp.formats import mercury
 
@@ -287,7 +287,7 @@ def test_serve_api_refuses_int8_for_a_native_model_before_it_starts(folder, caps
 
 
 def test_a_conversation_is_answered_by_its_own_generation_and_json_is_refused(engine):
-    """Chat through a model transformers runs: the conversation in its own template (model/chat.py),
+    """Chat through a model transformers runs: the conversation in its own template (model/chat/conversation.py),
     the answer transformers' own generation of it; constrained output is not offered (its canvas is
     transformers' own decoding)."""
     from diffusion_lsp.protocol.requests import StructuredRequest

@@ -78,8 +78,8 @@ def test_each_command_refuses_a_linked_a_fifo_or_a_folder_output_in_one_line_bef
 
 def test_data_unpack_writes_no_file_of_its_folder_through_a_link(tmp_path, capsys):
     from diffusion_lsp.data.pack import pack
-    from diffusion_lsp.model.config import SpecialTokens
-    from diffusion_lsp.model.tokenizer import Tokenizer
+    from diffusion_lsp.model.network.config import SpecialTokens
+    from diffusion_lsp.model.network.tokenizer import Tokenizer
     from diffusion_lsp.engine import model_folder
 
     corpus = tmp_path / "corpus"

@@ -2,7 +2,7 @@
 
 import torch
 
-from diffusion_lsp.model.policies import block_eligible, entropy_bounded, threshold, token_stats, top_k
+from diffusion_lsp.model.decoding.policies import block_eligible, entropy_bounded, threshold, token_stats, top_k
 
 CONF = torch.tensor([[0.95, 0.20, 0.91, 0.50, 0.99]])
 ALL = torch.ones(1, 5, dtype=torch.bool)

@@ -15,10 +15,10 @@ import torch
 from test_checkpoint_limits import hf_folder  # noqa: F401 (a fixture)
 from diffusion_lsp.engine import load_engine
 from diffusion_lsp.engine.loading import _float_dtype
-from diffusion_lsp.model import lora
-from diffusion_lsp.model import quantize
-from diffusion_lsp.model.canvas import CanvasRequest
-from diffusion_lsp.model.pretrained import load_folder
+from diffusion_lsp.model.families import lora
+from diffusion_lsp.model.network import quantize
+from diffusion_lsp.model.decoding.canvas import CanvasRequest
+from diffusion_lsp.model.families.pretrained import load_folder
 from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig, add_args, from_args
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

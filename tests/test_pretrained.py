@@ -17,12 +17,12 @@ from tokenizers import Tokenizer as HFTokenizer
 from diffusion_lsp.cli import main
 from diffusion_lsp.engine import Engine, load_engine
 from diffusion_lsp.model import load_pretrained
-from diffusion_lsp.model.canvas import CanvasRequest
-from diffusion_lsp.model.checkpoint import CheckpointError
-from diffusion_lsp.model.config import SpecialTokens
-from diffusion_lsp.model.pretrained import load_hf_folder, weights_dtype
+from diffusion_lsp.model.decoding.canvas import CanvasRequest
+from diffusion_lsp.model.families.checkpoint import CheckpointError
+from diffusion_lsp.model.network.config import SpecialTokens
+from diffusion_lsp.model.families.pretrained import load_hf_folder, weights_dtype
 from diffusion_lsp.protocol.settings import LaunchSettings
-from diffusion_lsp.model.tokenizer import train_bpe
+from diffusion_lsp.model.network.tokenizer import train_bpe
 
 from conftest import corpus_texts
 
@@ -309,7 +309,7 @@ def test_model_check_puts_our_logits_beside_transformers(folders, family, capsys
 
 
 def test_model_check_sees_a_wrong_tensor_mapping(folders, monkeypatch, capsys):
-    from diffusion_lsp.model import families
+    from diffusion_lsp.model.families import table as families
 
     gate, up = "layers.{i}.mlp.gate_proj.weight", "layers.{i}.mlp.up_proj.weight"
     monkeypatch.setitem(families.LLADA_TENSORS, gate, families.LLADA_TENSORS[up])  # gate and up swapped

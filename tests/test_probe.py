@@ -1,4 +1,4 @@
-"""model/probe.py: each middle token's probability with it masked, in interleaved passes whose
+"""model/decoding/probe.py: each middle token's probability with it masked, in interleaved passes whose
 later passes run only the middle against the first pass's cache. With one layer, the context's
 keys/values come straight from its embeddings, whatever the middle holds, so the cached passes must
 equal plain full passes exactly: that checks the positions, the masks and the shifted-logits case."""
@@ -10,9 +10,9 @@ import dataclasses
 import pytest
 import torch
 
-from diffusion_lsp.model.config import ModelConfig
-from diffusion_lsp.model.probe import ScoreRow, probe, score_rows
-from diffusion_lsp.model.transformer import DiffusionTransformer
+from diffusion_lsp.model.network.config import ModelConfig
+from diffusion_lsp.model.decoding.probe import ScoreRow, probe, score_rows
+from diffusion_lsp.model.network.transformer import DiffusionTransformer
 
 PREFIX, MIDDLE, SUFFIX = "def f(x):\n", "    return x + 1\n", "\nprint(f(2))\n"
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from diffusion_lsp.engine import load_engine
-from diffusion_lsp.model.canvas import CanvasRequest
-from diffusion_lsp.model.config import ModelConfig
-from diffusion_lsp.model.quantize import int8_available, quantize_int8
+from diffusion_lsp.model.decoding.canvas import CanvasRequest
+from diffusion_lsp.model.network.config import ModelConfig
+from diffusion_lsp.model.network.quantize import int8_available, quantize_int8
 from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
-from diffusion_lsp.model.transformer import DiffusionTransformer
+from diffusion_lsp.model.network.transformer import DiffusionTransformer
 
 # a Qwen2 folder written by `bench pretrained` (bf16, tied, q/k/v biases), tiny
 TINY_QWEN = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

@@ -77,7 +77,7 @@ def test_a_damaged_foreign_or_mismatched_pack_is_refused(tokenizer, tmp_path):
         unpack(evil, tmp_path / "y")
     assert not (tmp_path / "escaped.txt").exists()
     unpack(good, tmp_path / "z")
-    from diffusion_lsp.model.tokenizer import train_bpe
+    from diffusion_lsp.model.network.tokenizer import train_bpe
 
     other = train_bpe(corpus_texts()[:1], vocab_size=300)
     with pytest.raises(PackError, match="another tokenizer"):
@@ -111,7 +111,7 @@ def test_the_recipe_dry_run_writes_a_checkpoint_that_joins_loads_and_fills(token
             whole.write((model / part).read_bytes())
             (model / part).unlink()
     from diffusion_lsp.engine import load_engine
-    from diffusion_lsp.model.canvas import CanvasRequest
+    from diffusion_lsp.model.decoding.canvas import CanvasRequest
     from diffusion_lsp.protocol.settings import LaunchSettings
 
     engine = load_engine(LaunchSettings(path=str(model), precision="fp32"))

@@ -167,7 +167,7 @@ def test_a_missing_key_variable_is_shown_once(api, monkeypatch):
 
 
 def test_the_session_picks_and_switches_the_backend_from_model_backend(api, monkeypatch, tmp_path):
-    from diffusion_lsp.model.claims import read_claims
+    from diffusion_lsp.model.families.claims import read_claims
     from diffusion_lsp.server import notice
     from diffusion_lsp.engine import DEFAULT_MODEL
     from diffusion_lsp.server.session import ServeOptions, Session

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from diffusion_lsp.model.canvas import CanvasRequest, build_row
-from diffusion_lsp.model.config import ModelConfig
-from diffusion_lsp.model.reuse import ContextMemo, Entry, warm_row
-from diffusion_lsp.model.sampler import fill
+from diffusion_lsp.model.decoding.canvas import CanvasRequest, build_row
+from diffusion_lsp.model.network.config import ModelConfig
+from diffusion_lsp.model.decoding.reuse import ContextMemo, Entry, warm_row
+from diffusion_lsp.model.decoding.sampler import fill
 from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
-from diffusion_lsp.model.transformer import DiffusionTransformer
+from diffusion_lsp.model.network.transformer import DiffusionTransformer
 
 PREFIX = "def area(width, height):\n    result = width * height\n    return res"
 SUFFIX = "\n\n\ndef volume(width, height, depth):\n    return area(width, height) * depth\n"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from diffusion_lsp.model.canvas import CanvasRequest, build_row
-from diffusion_lsp.model.results import first_line as _first_line
-from diffusion_lsp.model.sampler import Decoding, fill
+from diffusion_lsp.model.decoding.canvas import CanvasRequest, build_row
+from diffusion_lsp.model.decoding.results import first_line as _first_line
+from diffusion_lsp.model.decoding.sampler import Decoding, fill
 from diffusion_lsp.protocol.settings import SamplerConfig
 
 PREFIX = "def add(a, b):\n    return"
@@ -260,9 +260,9 @@ def test_an_indented_empty_line_is_continued_at_its_indentation(oracle):
     token "\n    " must let the fill re-type it one blank shorter, or the only continuations are
     deeper indentation (the embedded model indented every such fill 4 columns too deep)."""
     from diffusion_lsp.engine import DEFAULT_MODEL
-    from diffusion_lsp.model.config import SpecialTokens
-    from diffusion_lsp.model.results import unhealed as _unhealed
-    from diffusion_lsp.model.tokenizer import Tokenizer
+    from diffusion_lsp.model.network.config import SpecialTokens
+    from diffusion_lsp.model.decoding.results import unhealed as _unhealed
+    from diffusion_lsp.model.network.tokenizer import Tokenizer
 
     tok = Tokenizer.from_file(DEFAULT_MODEL / "tokenizer.json", SpecialTokens())
     prefix = "def f(x):\n    y = x * 2\n    "
@@ -355,7 +355,7 @@ def test_the_gpus_static_step_gives_the_same_fills(tokenizer, oracle, monkeypatc
     depend on the data: no nonzero, no host sync); the positions that are not eligible are dropped,
     so every fill is what the CPU's step gives, with the oracle and with the embedded model."""
     from diffusion_lsp.engine import load_engine
-    from diffusion_lsp.model import denoise
+    from diffusion_lsp.model.decoding import denoise
     from diffusion_lsp.protocol.settings import LaunchSettings
 
     requests = [CanvasRequest(PREFIX, SUFFIX, 8, id="a"), CanvasRequest("import os\n", "", 3, id="b"),

@@ -10,13 +10,13 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from diffusion_lsp.model.canvas import CanvasRequest, build_row
-from diffusion_lsp.model.config import ModelConfig
-from diffusion_lsp.model.policies import block_eligible
-from diffusion_lsp.model.batch import Batch
-from diffusion_lsp.model.denoise import hidden_at
+from diffusion_lsp.model.decoding.canvas import CanvasRequest, build_row
+from diffusion_lsp.model.network.config import ModelConfig
+from diffusion_lsp.model.decoding.policies import block_eligible
+from diffusion_lsp.model.decoding.batch import Batch
+from diffusion_lsp.model.decoding.denoise import hidden_at
 from diffusion_lsp.protocol.settings import SamplerConfig
-from diffusion_lsp.model.transformer import DiffusionTransformer, KVCache
+from diffusion_lsp.model.network.transformer import DiffusionTransformer, KVCache
 
 REQUESTS = [CanvasRequest("def add(a, b):\n    return", "\n\nprint(add(1, 2))\n", 12),
             CanvasRequest("import os\n", "x = 1\n", 6)]  # a shorter canvas: window slots past it are junk

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from diffusion_lsp.model.canvas import CanvasRequest, build_row
-from diffusion_lsp.model.results import text_of as _text
-from diffusion_lsp.model.sampler import fill
+from diffusion_lsp.model.decoding.canvas import CanvasRequest, build_row
+from diffusion_lsp.model.decoding.results import text_of as _text
+from diffusion_lsp.model.decoding.sampler import fill
 from diffusion_lsp.protocol.settings import LaunchSettings, SamplerConfig
 
 PREFIX = "def greet(name):\n    return"

@@ -19,7 +19,7 @@ from pytest_lsp import LanguageClient
 from test_server_range import SCRIPTED_CLAIMS
 
 from conftest import complete, completion_params, loads_ended, open_doc, start_server, stop_server, within
-from diffusion_lsp.model.checkpoint import load_checkpoint, save_checkpoint
+from diffusion_lsp.model.families.checkpoint import load_checkpoint, save_checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 WORD = "foo"  # one token of the test tokenizer

@@ -12,9 +12,9 @@ import torch
 from lsprotocol import types
 
 from conftest import complete, loads_ended, open_doc, start_server, stop_server
-from diffusion_lsp.model.checkpoint import save_checkpoint
-from diffusion_lsp.model.config import ModelConfig
-from diffusion_lsp.model.transformer import DiffusionTransformer
+from diffusion_lsp.model.families.checkpoint import save_checkpoint
+from diffusion_lsp.model.network.config import ModelConfig
+from diffusion_lsp.model.network.transformer import DiffusionTransformer
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 SCRIPT = ".foo(value) + 1"  # the chain: after ".", "foo(value) + 1"; after "(", "value) + 1"

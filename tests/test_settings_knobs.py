@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from diffusion_lsp.model.claims import GENERAL, Claims
+from diffusion_lsp.model.families.claims import GENERAL, Claims
 from diffusion_lsp.nextedit.settings import ASKED, Mode, NextEditSettings
 from diffusion_lsp.nextedit.suggest import mode_for
 from diffusion_lsp.protocol import request_knobs

@@ -1,4 +1,4 @@
-"""JSON under constraints (model/jsonschema.py, model/structured.py): every answer to random schemas
+"""JSON under constraints (model/structured/jsonschema.py, model/structured/constrained.py): every answer to random schemas
 parses and validates, whatever the model predicts; what the layout cannot express is refused by name;
 tool calls name a declared function with valid arguments."""
 
@@ -11,14 +11,14 @@ import torch
 from diffusion_lsp.protocol.requests import StructuredRequest
 from diffusion_lsp.bench.schemas import KEYS, random_schema
 from diffusion_lsp.engine import Engine
-from diffusion_lsp.model.canvas import DoesNotFit
-from diffusion_lsp.model.checkpoint import load_checkpoint
-from diffusion_lsp.model.chat import ChatFormat, ChatTemplate
-from diffusion_lsp.model.config import ModelConfig
-from diffusion_lsp.model.jsonschema import (Arr, Choice, Const, Nullable, Num, Obj, Str, Unsupported, compile_schema,
+from diffusion_lsp.model.decoding.canvas import DoesNotFit
+from diffusion_lsp.model.families.checkpoint import load_checkpoint
+from diffusion_lsp.model.chat.conversation import ChatFormat, ChatTemplate
+from diffusion_lsp.model.network.config import ModelConfig
+from diffusion_lsp.model.structured.jsonschema import (Arr, Choice, Const, Nullable, Num, Obj, Str, Unsupported, compile_schema,
                                             for_object)
-from diffusion_lsp.model.structured import decode_json
-from diffusion_lsp.model.transformer import DiffusionTransformer
+from diffusion_lsp.model.structured.constrained import decode_json
+from diffusion_lsp.model.network.transformer import DiffusionTransformer
 
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from diffusion_lsp.kernels.linear_ce import weighted_ce
-from diffusion_lsp.model.checkpoint import load_checkpoint
-from diffusion_lsp.model.tokenizer import train_bpe
+from diffusion_lsp.model.families.checkpoint import load_checkpoint
+from diffusion_lsp.model.network.tokenizer import train_bpe
 from diffusion_lsp.train import command
 from diffusion_lsp.train.config import TrainConfig
 from diffusion_lsp.train.data import Batches, newline_table

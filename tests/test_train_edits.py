@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from diffusion_lsp.engine import DEFAULT_MODEL
-from diffusion_lsp.model.config import SpecialTokens
-from diffusion_lsp.model.tokenizer import Tokenizer
+from diffusion_lsp.model.network.config import SpecialTokens
+from diffusion_lsp.model.network.tokenizer import Tokenizer
 from diffusion_lsp.formats.edit_prompt import EDITED, HISTORY, ORIGINAL
 from diffusion_lsp.train.config import TrainConfig
 from diffusion_lsp.train.data import Batches, newline_table

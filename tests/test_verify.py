@@ -1,4 +1,4 @@
-"""Drafts verified on the canvas (model/verify.py): an oracle model with known probabilities keeps a
+"""Drafts verified on the canvas (model/decoding/verify.py): an oracle model with known probabilities keeps a
 right draft whole, a draft right only at first in part, a wrong one not at all; the batched scorer
 gives each row what it gives it alone."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from diffusion_lsp.model.canvas import CanvasRequest
-from diffusion_lsp.model.checkpoint import load_checkpoint
-from diffusion_lsp.model.probe import ScoreRow, probe, score_rows
-from diffusion_lsp.model.sampler import fill
+from diffusion_lsp.model.decoding.canvas import CanvasRequest
+from diffusion_lsp.model.families.checkpoint import load_checkpoint
+from diffusion_lsp.model.decoding.probe import ScoreRow, probe, score_rows
+from diffusion_lsp.model.decoding.sampler import fill
 from diffusion_lsp.protocol.settings import SamplerConfig
-from diffusion_lsp.model.verify import kept_prefix
+from diffusion_lsp.model.decoding.verify import kept_prefix
 from test_sampler import PREFIX, SUFFIX, setup_oracle
 
 ANSWER = " a + b"

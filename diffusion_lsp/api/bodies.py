@@ -15,7 +15,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ..model.text import valid_text
+from ..model.network.text import valid_text
 from ..formats import mercury
 from ..protocol.requests import max_tokens_refusal
 

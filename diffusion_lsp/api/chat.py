@@ -2,12 +2,12 @@
 OpenAI's shapes (`chat.completion`, `chat.completion.chunk`).
 
 - `messages` in the OpenAI shape (text content or text parts; assistant `tool_calls`, `tool` results)
-  go to the worker, which renders them with the checkpoint's chat template (model/chat.py).
+  go to the worker, which renders them with the checkpoint's chat template (model/chat/conversation.py).
 - `reasoning_effort` is the denoising budget: how sure the model must be of a position to commit it
-  in a step (the threshold policy, model/policies.py). More effort, fewer positions per step, more
+  in a step (the threshold policy, model/decoding/policies.py). More effort, fewer positions per step, more
   forwards, each commit surer (EFFORT).
 - `response_format` `json_object` / `json_schema` and `tools` are decoded under constraints
-  (model/structured.py): a schema is compiled here first (model/jsonschema.py), and one the layout
+  (model/structured/constrained.py): a schema is compiled here first (model/structured/jsonschema.py), and one the layout
   cannot express is a 400 naming its keywords before the model is asked anything.
 - `tool_choice`: "none" (text), "auto" (the model's first token says whether it calls), "required",
   or {"type": "function", "function": {"name": ...}}. More than one call per answer
@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..model.chat import conversation
-from ..model.jsonschema import Unsupported, compile_schema, tool_call
-from ..model.text import valid_text
+from ..model.chat.conversation import conversation
+from ..model.structured.jsonschema import Unsupported, compile_schema, tool_call
+from ..model.network.text import valid_text
 from .bodies import BadRequest, _common, asked_max_tokens, stops_of
 
 # reasoning_effort -> the threshold policy's threshold (SamplerConfig.threshold): a step commits every

@@ -108,9 +108,9 @@ def _chat_template(launch: LaunchSettings):
     UserError when it, or the folder's own one (the prompt of a family asked in a chat turn), cannot be
     read or breaks a bound on a short conversation: one line now, not a worker that never loads."""
     from ..engine import model_folder
-    from ..model.chat import launch_template
-    from ..model.config import adapter_base
-    from ..model.prompting import chat_template
+    from ..model.chat.conversation import launch_template
+    from ..model.network.config import adapter_base
+    from ..model.chat.prompting import chat_template
 
     folder = model_folder(launch.path)
     try:
@@ -137,7 +137,7 @@ def run(args) -> int:
         sampling = from_args(SamplerConfig, args)
     except ValueError as e:
         raise UserError(str(e)) from None
-    from ..model.families import NATIVE_INT8, is_native_folder  # torch-free
+    from ..model.families.table import NATIVE_INT8, is_native_folder  # torch-free
 
     if launch.precision == "int8" and launch.path and is_native_folder(launch.path):
         raise UserError(f"--precision int8: {NATIVE_INT8}")  # the worker would fail to load it, after the start

@@ -6,8 +6,8 @@ nextedit/suggest.py, after the rest of the change the request's history made, by
 server's rules, nextedit/follow.py), the deadline, and one retry when the worker is lost mid-request (killed,
 crashed: the link restarts it). A backend failure becomes an HTTP status here, once (STATUS).
 Every outcome is counted in `Metrics`.
-The chat template (model/chat.py) renders in the bounds of model/sandbox.py; structured answers are
-model/structured.py's, an edit from an instruction formats/instruct.py's."""
+The chat template (model/chat/conversation.py) renders in the bounds of model/chat/sandbox.py; structured answers are
+model/structured/constrained.py's, an edit from an instruction formats/instruct.py's."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from ..protocol.answers import Draft, Fill
 from ..protocol.requests import FillRequest, StructuredRequest
 from ..context.languages import language_for
 from ..context.tokens import approx_tokens
-from ..model.chat import ChatTemplate
+from ..model.chat.conversation import ChatTemplate
 from ..protocol.settings import SamplerConfig
 from ..formats import mercury
 from ..formats.instruct import order_for

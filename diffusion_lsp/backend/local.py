@@ -6,7 +6,7 @@ embedded model, 2 threads: 62-75 ms loaded and run on one thread, 108-143 ms loa
 thread and run on another; with 1 thread both 65-87 ms). A newer order with the same key supersedes
 an older one as in the worker (one still running is abandoned between denoising steps), and
 cancelling a call abandons its order the same way. `fill_many` decodes the orders as one batch.
-Stopped between steps as model/stop.py says; rewrites are for native models (model/native.py)."""
+Stopped between steps as model/decoding/stop.py says; rewrites are for native models (model/families/native.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from ..protocol.failure import BackendError, Failure, Stop
 from ..protocol.answers import Answered, Draft, Fill, Probed
 from ..protocol.requests import FillRequest, InstructRequest, ProbeRequest, RewriteRequest, StructuredRequest
 from ..lifecycle import Latest
-from ..model.stop import OrderStopped
+from ..model.decoding.stop import OrderStopped
 
 
 class LocalBackend:

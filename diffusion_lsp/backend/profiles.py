@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..model.prompting import fenced
+from ..model.chat.prompting import fenced
 from ..protocol.settings import FIM_TEMPLATES, LaunchSettings
 from ..formats.mercury import CURSOR
 

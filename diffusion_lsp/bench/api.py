@@ -316,7 +316,7 @@ async def main(args) -> dict:
 def engine_alone(model: str | None, max_tokens: int, seconds: float = 8.0) -> dict:
     """Requests/s of the engine in process at batch 1 and batch GOAL_AT (no HTTP, no worker)."""
     from ..engine import load_engine
-    from ..model.canvas import CanvasRequest
+    from ..model.decoding.canvas import CanvasRequest
     from ..protocol.settings import LaunchSettings
 
     engine = load_engine(LaunchSettings(path=model))

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..context.gather import gather
 from ..context.postprocess import postprocess
 from ..context.records import ContextBudget, Document, EditSnippet
-from ..model.tokenizer import train_bpe
+from ..model.network.tokenizer import train_bpe
 from ..data.workload import BIG_SOURCES, STDLIB, big_file
 
 

@@ -124,7 +124,7 @@ def load_models(plan: Plan, out: dict) -> dict:
 
     from ..engine import Engine, load_engine
     from ..kernels import dispatch
-    from ..model.config import ModelConfig
+    from ..model.network.config import ModelConfig
     from ..protocol.settings import LaunchSettings
     from .kernels import peak_mb, reset_peak, sync
 
@@ -174,7 +174,7 @@ def random_model(cfg, device: str, dtype):
     float32 copy anywhere: the 7B shape's would be 30 GB)."""
     import torch
 
-    from ..model.transformer import DiffusionTransformer
+    from ..model.network.transformer import DiffusionTransformer
 
     torch.manual_seed(0)
     default = torch.get_default_dtype()
@@ -214,7 +214,7 @@ def positions(tok, n: int, context: int, seed: int) -> list[tuple[str, str]]:
 
 def single_rows(engine, spots, device: str) -> list[dict]:
     """A row per policy and kind: spots[0] warms up, the rest are timed one fill at a time."""
-    from ..model.canvas import CanvasRequest, build_row
+    from ..model.decoding.canvas import CanvasRequest, build_row
     from ..protocol.settings import SamplerConfig
     from .kernels import peak_mb, reset_peak, sync
 
@@ -256,7 +256,7 @@ def single_stream(rows: list[dict]) -> dict[str, float]:
 
 def batched_rows(engine, spots, plan: Plan) -> list[dict]:
     """Per batch size N: 2N requests, continuous then static batching, after a warm-up at N rows."""
-    from ..model.canvas import CanvasRequest
+    from ..model.decoding.canvas import CanvasRequest
 
     rows = []
     for n in plan.batches:

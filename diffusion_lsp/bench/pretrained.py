@@ -81,8 +81,8 @@ def write_folder(folder: Path, shapes: dict = QWEN_05B, tokenizer_vocab: int = 4
     import torch
     from safetensors.torch import save_file
 
-    from ..model.config import SpecialTokens
-    from ..model.tokenizer import train_bpe
+    from ..model.network.config import SpecialTokens
+    from ..model.network.tokenizer import train_bpe
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / DONE).unlink(missing_ok=True)
@@ -132,12 +132,12 @@ def measure(folder: str | None, precision: str, threads: int, fills: int) -> dic
     from ..context.spans import CANVAS_TOKENS, SpanKind
     from ..context.tokens import model_token_counter
     from ..engine import load_engine, model_folder
-    from ..model.canvas import CanvasRequest
+    from ..model.decoding.canvas import CanvasRequest
     from ..protocol.settings import LaunchSettings, SamplerConfig
 
     import torch  # noqa: F401 (imported before the clock starts: the load time is the checkpoint's)
 
-    from ..model import pretrained  # noqa: F401
+    from ..model.families import pretrained  # noqa: F401
 
     t0 = time.perf_counter()
     engine = load_engine(LaunchSettings(folder, device="cpu", threads=threads, precision=precision))

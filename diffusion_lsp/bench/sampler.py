@@ -34,7 +34,7 @@ def register(bench) -> None:
 
 def _engines(launch) -> dict:
     """{weights: Engine}: the main one, and on CPU the other weights beside it."""
-    from ..model.quantize import int8_available  # imports torch
+    from ..model.network.quantize import int8_available  # imports torch
 
     engine = engine_for(launch)
     dtype = str(next(engine.model.parameters()).dtype).removeprefix("torch.")  # a bf16 engine was called fp32

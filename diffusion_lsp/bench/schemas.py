@@ -1,4 +1,4 @@
-"""Random JSON Schemas within what model/jsonschema.py supports (nested objects, arrays with bounds,
+"""Random JSON Schemas within what model/structured/jsonschema.py supports (nested objects, arrays with bounds,
 enums, numbers with bounds, strings with lengths; keys and values with quotes, backslashes, tabs,
 newlines and unicode): the workload of `bench structured` and of the tests that every answer
 validates. Each schema is satisfiable."""

@@ -2,7 +2,7 @@
 side in one run, on random schemas (bench/schemas.py): how many answers parse and validate, and what
 they cost (forwards, ms, tokens per forward and per second). Free: the schema in the prompt, the
 answer a fill of as many tokens as the constrained layout has positions, read as the first JSON value
-in it. Constrained: model/structured.py, the skeleton on the canvas. Prints figures; asserts nothing."""
+in it. Constrained: model/structured/constrained.py, the skeleton on the canvas. Prints figures; asserts nothing."""
 
 from __future__ import annotations
 
@@ -41,10 +41,10 @@ def _first_json(text: str):
 def run(args) -> int:
     import jsonschema  # the reference validator (the test extra)
 
-    from ..model.canvas import DoesNotFit, CanvasRequest
-    from ..model.jsonschema import compile_schema
+    from ..model.decoding.canvas import DoesNotFit, CanvasRequest
+    from ..model.structured.jsonschema import compile_schema
     from ..protocol.settings import SamplerConfig
-    from ..model.structured import Layout, tables
+    from ..model.structured.constrained import Layout, tables
 
     engine = engine_for(launch_settings(args))
     model, tok = engine.model, engine.tokenizer

@@ -1,4 +1,4 @@
-"""Drafts of a completion from the code itself, for the model to verify (model/verify.py).
+"""Drafts of a completion from the code itself, for the model to verify (model/decoding/verify.py).
 
 Most of what a user types repeats the repository in front of them: the call they wrote a screen
 above, the line that followed a line like the one they just wrote. Three drafters, all pure text,
@@ -15,7 +15,7 @@ at a fresh position, 0.6 ms typing along a line, whose neighbours' word overlaps
   cache answers an unchanged document; this one survives edits elsewhere in the file).
 
 A draft is a candidate (candidate.py) that inserts at the cursor, to the end of its line
-(model/verify.py ends a one-line draft there), from the drafter that wrote it (`Source.LAST`,
+(model/decoding/verify.py ends a one-line draft there), from the drafter that wrote it (`Source.LAST`,
 `LOOKUP`, `LINE`). `drafts_for` gives at most `limit` distinct ones, best first; every one agrees
 with what is already typed on the cursor's line.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..model.text import valid_text
+from ..model.network.text import valid_text
 
 # No vocabulary we load has a token that decodes to more characters (ours: 78, a run of blanks), so a
 # text of more than budget x this many characters is over the budget without being counted
@@ -47,8 +47,8 @@ def approx_tokens(text: str) -> int:
 def model_token_counter(folder: str | Path) -> Callable[[str], int]:
     """Count with a checkpoint folder's own tokenizer (tokenizer.json, or a Hugging Face folder's
     vocab.json + merges.txt); approx_tokens when it has none that reads."""
-    from ..model.config import adapter_base
-    from ..model.hf_tokenizer import load_tokenizer_files  # the tokenizers library only, no torch
+    from ..model.network.config import adapter_base
+    from ..model.families.hf_tokenizer import load_tokenizer_files  # the tokenizers library only, no torch
 
     folder = adapter_base(folder) or folder  # low-rank adapters count with their base model's tokenizer
     try:

@@ -62,8 +62,8 @@ def run(args) -> int:
 
 def run_pack(args) -> int:
     from ..engine import model_folder
-    from ..model.config import SpecialTokens
-    from ..model.tokenizer import Tokenizer
+    from ..model.network.config import SpecialTokens
+    from ..model.network.tokenizer import Tokenizer
     from .token_files import PackError
     from .pack import pack
 
@@ -128,7 +128,7 @@ def run_tokenizer(args) -> int:
         raise UserError(f"--vocab-size must be at least 300 (256 bytes + merges), got {args.vocab_size}")
     from tqdm import tqdm  # tqdm and the tokenizers library: kept off --help
 
-    from ..model.tokenizer import train_bpe
+    from ..model.network.tokenizer import train_bpe
 
     out = Path(args.out) if args.out else corpus / "tokenizer.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ def workload_files() -> list[Path]:
 def make_spans(tok, n_per_length: int, context: int, seed: int):
     """-> {length: [CanvasRequest]}: spans of exactly `length` tokens starting at a line start, the
     real span's text as the request's id."""
-    from ..model.canvas import CanvasRequest  # the tokenizers library: kept off --help
+    from ..model.decoding.canvas import CanvasRequest  # the tokenizers library: kept off --help
 
     rng = random.Random(seed)
     docs = [tok.encode(p.read_text()) for p in workload_files()]

@@ -3,10 +3,10 @@ probes, rewrites and edits from an instruction; structured answers are structure
 `answer_probe` take the Backend's orders and give its answers (protocol/requests.py,
 protocol/answers.py); `fill` and `probe` are
 the model's own. torch is imported with the model, not with this module.
-The model's side: CanvasRequest and canvas_room (model/canvas.py), Decoding (model/decoding.py), FillResult
-(model/results.py), probe (model/probe.py) and a document's context kept (model/reuse.py), Prompter
-(model/prompting.py), ChatFormat (model/chat.py), OrderStopped (model/stop.py), native models
-(model/native.py); a rewrite's format is formats/mercury.py's, an instruction's formats/instruct.py's."""
+The model's side: CanvasRequest and canvas_room (model/decoding/canvas.py), Decoding (model/decoding/drive.py), FillResult
+(model/decoding/results.py), probe (model/decoding/probe.py) and a document's context kept (model/decoding/reuse.py), Prompter
+(model/chat/prompting.py), ChatFormat (model/chat/conversation.py), OrderStopped (model/decoding/stop.py), native models
+(model/families/native.py); a rewrite's format is formats/mercury.py's, an instruction's formats/instruct.py's."""
 
 from __future__ import annotations
 
@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ..protocol.capabilities import Capabilities
 from ..protocol.answers import Probed
-from ..model.decoding import run
-from ..model.stop import OrderStopped
+from ..model.decoding.drive import run
+from ..model.decoding.stop import OrderStopped
 from .batch import FillBatch
 from .structured import answer_structured
 
 if TYPE_CHECKING:  # not a cycle: torch and tokenizers come with the model; --help imports this module, not them
     from transformers import PreTrainedModel
 
-    from ..model.chat import ChatFormat
-    from ..model.prompting import Prompter
-    from ..model.reuse import ContextMemo
-    from ..model.tokenizer import Tokenizer
-    from ..model.transformer import DiffusionTransformer
+    from ..model.chat.conversation import ChatFormat
+    from ..model.chat.prompting import Prompter
+    from ..model.decoding.reuse import ContextMemo
+    from ..model.network.tokenizer import Tokenizer
+    from ..model.network.transformer import DiffusionTransformer
 
 
 @dataclass
@@ -59,8 +59,8 @@ class Engine:
         """A decoding of `requests` (CanvasRequest) for its caller to drive step by step
         (a Decoding: the sampler's; DreamOn's variable-length VariableDecoding, whose
         canvas changes size, gives no drafts)."""
-        from ..model.dreamon import VariableDecoding, expands
-        from ..model.sampler import Decoding
+        from ..model.families.dreamon import VariableDecoding, expands
+        from ..model.decoding.sampler import Decoding
 
         if expands(self.tokenizer):  # DreamOn: the span grows and shrinks as it decodes
             return VariableDecoding(self.model, self.tokenizer, requests, cfg)
@@ -87,7 +87,7 @@ class Engine:
         return decoding.add(self._requests(orders, keys, len(decoding)))
 
     def _requests(self, orders, keys, first: int) -> list:
-        from ..model.canvas import CanvasRequest
+        from ..model.decoding.canvas import CanvasRequest
 
         return [CanvasRequest(o.prefix, o.suffix, o.max_tokens, id=first + i, one_line=o.one_line, drafts=o.drafts,
                             **{"doc": k or None, "candidates": o.candidates,
@@ -99,8 +99,8 @@ class Engine:
         """The ids of a conversation (FillRequest.chat's JSON text: its messages and tools, and their
         rendering when serve-api rendered them) before a canvas of n; ValueError when the model has no
         chat template or the conversation is malformed, DoesNotFit when it is too long."""
-        from ..model.canvas import DoesNotFit
-        from ..model.chat import conversation
+        from ..model.decoding.canvas import DoesNotFit
+        from ..model.chat.conversation import conversation
 
         if self.chat_format is None:
             raise ValueError("the model has no chat template (give one with --chat-template FILE)")
@@ -137,7 +137,7 @@ class Engine:
 
     def prompt_room(self, n: int) -> int:
         """Positions a prompt may take beside a canvas of n: all but the canvas and a fixed first token."""
-        from ..model.canvas import canvas_room
+        from ..model.decoding.canvas import canvas_room
 
         return canvas_room(self.tokenizer, self.model.config.max_seq_len) - n
 
@@ -148,7 +148,7 @@ class Engine:
         once `stop` is set."""
         if not self.capabilities.rewrite:
             raise ValueError("this model rewrites a region by re-masking it, not from an edit prompt")
-        from ..model.canvas import CanvasRequest
+        from ..model.decoding.canvas import CanvasRequest
 
         n = min(order.max_tokens, self.max_tokens())
         return self._answer_one(CanvasRequest("", "", n, id=0, **self._prompted("", "", n, order.content)), stop)
@@ -158,7 +158,7 @@ class Engine:
         a model asked in chat gets the instruction and the tagged region in a user turn; any other re-masks
         the region between the code around it, the instruction a comment above it; OrderStopped between
         steps once `stop` is set."""
-        from ..model.canvas import CanvasRequest
+        from ..model.decoding.canvas import CanvasRequest
         from ..formats.instruct import chat_content, commented
 
         n = min(order.max_tokens, self.max_tokens())
@@ -209,8 +209,8 @@ class Engine:
     def max_tokens(self) -> int:
         """The largest canvas a fill may ask for: the model's positions less its fixed first token
         (canvas_room), and for DreamOn the end of text after the suffix."""
-        from ..model.canvas import canvas_room
-        from ..model.dreamon import expands
+        from ..model.decoding.canvas import canvas_room
+        from ..model.families.dreamon import expands
 
         room = canvas_room(self.tokenizer, self.model.config.max_seq_len)
         return room - 1 if expands(self.tokenizer) else room
@@ -218,7 +218,7 @@ class Engine:
     def probe(self, prefix: str, middle: str, suffix: str, stride: int = 4, doc: str | None = None):
         """How sure the model is of `middle`'s tokens where they stand; with `doc`,
         the next fill for `doc` starts from the probe's context."""
-        from ..model.probe import probe
+        from ..model.decoding.probe import probe
 
         return probe(self.model, self.tokenizer, prefix, middle, suffix, stride, self.memo, doc)
 
@@ -235,7 +235,7 @@ class NativeEngine(Engine):
     structured: ClassVar[bool] = False  # transformers' own decoding runs its canvas: no constraints on it
 
     def decoding(self, requests, cfg=None):
-        from ..model.native import NativeDecoding
+        from ..model.families.native import NativeDecoding
 
         return NativeDecoding(self.model, self.tokenizer, requests, cfg)
 
@@ -244,17 +244,17 @@ class NativeEngine(Engine):
         raise ValueError("a native model's decoding cannot be joined")
 
     def prompt_room(self, n: int) -> int:
-        from ..model.native import prompt_room
+        from ..model.families.native import prompt_room
 
         return prompt_room(self.model, n)
 
     def max_tokens(self) -> int:
-        from ..model.native import largest_fill
+        from ..model.families.native import largest_fill
 
         return largest_fill(self.model)
 
 
 def _context_memo():
-    from ..model.reuse import ContextMemo  # torch: imported with the model, not with this module
+    from ..model.decoding.reuse import ContextMemo  # torch: imported with the model, not with this module
 
     return ContextMemo()

@@ -1,7 +1,7 @@
 """The Backend's fill orders decoded as one batch for a caller that answers each order as it ends: the
 worker (worker/process.py), which streams the drafts, answers a finished order at once and lets queued
 orders join while there is room (continuous batching). It steps no sampler itself: each turn of the batch
-is one step of the engine's decoding (model/decoding.py), driven with the orders' stop flags.
+is one step of the engine's decoding (model/decoding/drive.py), driven with the orders' stop flags.
 The orders are protocol/requests.py's FillRequest."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..protocol.answers import Draft, Fill
-from ..model.decoding import steps
+from ..model.decoding.drive import steps
 
 
 class FillBatch:

@@ -1,16 +1,16 @@
 """Loading a checkpoint into an engine: the device (`pick_device`), the dtype its weights load in
 (`_float_dtype`, `_stored_16bit`; int8 on a CPU that has the kernels) and the folder, our own format, a
-Hugging Face folder (model/pretrained.py) or a family transformers runs (model/native.py), with its chat
+Hugging Face folder (model/families/pretrained.py) or a family transformers runs (model/families/native.py), with its chat
 template and its prompter. torch is imported on first use: the language server imports `model_folder`.
-int8 is model/quantize.py's; ChatFormat model/chat.py's, Prompter model/prompting.py's."""
+int8 is model/network/quantize.py's; ChatFormat model/chat/conversation.py's, Prompter model/chat/prompting.py's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..cpus import default_threads
-from ..model.config import adapter_base
-from ..model.families import FAMILIES, NATIVE_INT8, is_native_folder
+from ..model.network.config import adapter_base
+from ..model.families.table import FAMILIES, NATIVE_INT8, is_native_folder
 from ..protocol.settings import FLOAT_DTYPES, LaunchSettings
 from .answering import Engine, NativeEngine
 
@@ -44,7 +44,7 @@ def _stored_16bit(folder: Path):
     import torch
     from safetensors import safe_open
 
-    from ..model.pretrained import is_hf_folder, weight_files
+    from ..model.families.pretrained import is_hf_folder, weight_files
 
     folder = adapter_base(folder) or folder  # low-rank adapters are merged into their base's weights
     if not is_hf_folder(folder):
@@ -61,7 +61,7 @@ def _float_dtype(precision: str, device: str, folder: Path):
     (float32 for our own format, a Hugging Face folder's torch_dtype off the CPU)."""
     import torch
 
-    from ..model.pretrained import is_hf_folder
+    from ..model.families.pretrained import is_hf_folder
 
     if precision != "auto":
         return getattr(torch, FLOAT_DTYPES[precision])
@@ -82,8 +82,8 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
     that dtype for every format on every device; "int8" only on CPU."""
     import torch
 
-    from ..model.checkpoint import CheckpointError
-    from ..model.pretrained import load_folder
+    from ..model.families.checkpoint import CheckpointError
+    from ..model.families.pretrained import load_folder
 
     path, precision = launch.path, launch.precision
     if precision == "int8" and launch.device not in ("auto", "cpu"):  # said before whether it exists
@@ -97,7 +97,7 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
     if precision == "int8" and device != "cpu":
         raise ValueError(f"int8 weights are for CPU inference, not {device}")
     if is_native_folder(folder):  # a family only transformers runs: its own dtypes, no int8
-        from ..model.native_load import load_native
+        from ..model.families.native_load import load_native
 
         if precision == "int8":
             raise ValueError(NATIVE_INT8)
@@ -105,7 +105,7 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
             folder, device, None if precision == "auto" else getattr(torch, FLOAT_DTYPES[precision]))
         return NativeEngine(model, tokenizer, meta, prompter=prompter,
                             chat_format=_chat_format(folder, tokenizer, launch.chat_template))
-    from ..model.quantize import int8_available, quantize_int8
+    from ..model.network.quantize import int8_available, quantize_int8
 
     int8 = precision == "int8" or (precision == "auto" and device == "cpu" and int8_available())
     # int8 from a bf16/fp16 folder: load it as stored and let quantize_int8 widen one matrix at a time,
@@ -123,8 +123,8 @@ def load_engine(launch: LaunchSettings = LaunchSettings()) -> Engine:
 def _chat_format(folder: Path, tokenizer, given: str | None):
     """The ChatFormat: the template given at launch, else the checkpoint's (an adapter's is its
     base model's); None without either. CheckpointError when a template cannot be read."""
-    from ..model.checkpoint import CheckpointError
-    from ..model.chat import chat_format
+    from ..model.families.checkpoint import CheckpointError
+    from ..model.chat.conversation import chat_format
 
     try:
         return chat_format(tokenizer, folder, given)
@@ -135,8 +135,8 @@ def _chat_format(folder: Path, tokenizer, given: str | None):
 def _prompter(folder: Path, meta: dict, tokenizer):
     """A prefix-only family's Prompter (an adapter's is its base model's); None
     for an infill one and for our own format. CheckpointError when the folder lacks what it needs."""
-    from ..model.checkpoint import CheckpointError
-    from ..model.prompting import prompter_for
+    from ..model.families.checkpoint import CheckpointError
+    from ..model.chat.prompting import prompter_for
 
     try:
         return prompter_for(FAMILIES.get(meta.get("family")), tokenizer, adapter_base(folder) or folder)

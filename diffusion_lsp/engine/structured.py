@@ -1,8 +1,8 @@
-"""Structured answers: JSON under a schema (model/jsonschema.py) decoded with its skeleton on the canvas
-(model/structured.py), or tool calls, the function chosen first when it is not given, then its arguments
+"""Structured answers: JSON under a schema (model/structured/jsonschema.py) decoded with its skeleton on the canvas
+(model/structured/constrained.py), or tool calls, the function chosen first when it is not given, then its arguments
 under its parameters; with parallel calls, another one while the model's first choice after a call is
 another opening tag. torch is imported with the model, not with this module.
-The orders are protocol/requests.py's StructuredRequest; OrderStopped is model/stop.py's."""
+The orders are protocol/requests.py's StructuredRequest; OrderStopped is model/decoding/stop.py's."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from ..protocol.answers import Answered
 from ..protocol.requests import FillRequest, max_tokens_refusal
-from ..model.jsonschema import Choice, Obj, compile_schema, for_object, tool_call
-from ..model.stop import OrderStopped, watched
+from ..model.structured.jsonschema import Choice, Obj, compile_schema, for_object, tool_call
+from ..model.decoding.stop import OrderStopped, watched
 
 MAX_PARALLEL_CALLS = 4  # tool calls in one answer
 
@@ -32,8 +32,8 @@ class _Decodes:
     ms: float = 0.0
 
     def decode(self, node, within: int | None, lead: str = "", trail: str = ""):
-        from ..model.canvas import DoesNotFit
-        from ..model.structured import decode_json
+        from ..model.decoding.canvas import DoesNotFit
+        from ..model.structured.constrained import decode_json
 
         try:
             r = decode_json(self.model, self.tok, self.prompt, node, self.threshold, lead, trail, within)
@@ -46,7 +46,7 @@ class _Decodes:
 
     def opens(self, tag: str, max_tokens: int) -> bool:
         """Whether the model's first choice on the canvas is `tag`'s first token."""
-        from ..model.structured import opens_with
+        from ..model.structured.constrained import opens_with
 
         opened, forwards, ms = opens_with(self.model, self.tok, self.prompt, self.tok.encode_markup(tag)[:1],
                                           max_tokens)
@@ -59,7 +59,7 @@ def answer_structured(engine, order, stop=None) -> Answered:
     to answer rather than call); ValueError for a request the model cannot answer (jsonschema.Unsupported:
     a schema it cannot express); OrderStopped at the next forward once `stop` (a
     threading.Event) is set."""
-    from ..model.canvas import DoesNotFit
+    from ..model.decoding.canvas import DoesNotFit
 
     if engine.chat_format is not None and not engine.structured:
         raise ValueError("this model does not decode JSON under constraints")
@@ -88,7 +88,7 @@ def _tool_calls(runs: _Decodes, output: dict, lead: str, trail: str, max_tokens:
     """The calls: every one within what max_tokens leaves (a call past it ends the answer, unless it is
     the first); with `parallel` where the template writes calls in tags (one after another), another
     one when the model's first choice after this call is another opening tag."""
-    from ..model.canvas import DoesNotFit
+    from ..model.decoding.canvas import DoesNotFit
 
     functions = {t["function"]["name"]: t["function"].get("parameters") for t in output["tools"]}
     choice, tok = output.get("choice", "auto"), runs.tok

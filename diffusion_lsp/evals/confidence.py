@@ -61,7 +61,7 @@ def run(args) -> int:
     from ..context.tokens import model_token_counter
     from ..context.records import ContextBudget, Document, SpanKind
     from ..engine import model_folder
-    from ..model.canvas import CanvasRequest
+    from ..model.decoding.canvas import CanvasRequest
 
     launch, cfg = launch_settings(args), sampler_config(args).replace(confidence_cut=0.0)
     engine, count = engine_for(launch), model_token_counter(model_folder(launch.path))

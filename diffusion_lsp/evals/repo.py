@@ -7,7 +7,7 @@ is there, as when a user writes a line into existing code. The rows:
 - copy-previous-line: the line above, again (the trivial baseline);
 - drafts alone: the first draft from the file itself (context/drafts.py), shown unverified;
 - model: the server's context (context/gather.py) and fill, no drafts;
-- model + drafts: the same with the drafts, verified by the model (model/verify.py).
+- model + drafts: the same with the drafts, verified by the model (model/decoding/verify.py).
 Then what the server would show on as many held-out lines retyped as a user writes them (retype.py:
 at the indentation, or mid-line): each candidate's source alone, and the acceptance model's choice
 (acceptance/chooser.py) with its precision / coverage table over the bar.

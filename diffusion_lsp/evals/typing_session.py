@@ -1,5 +1,5 @@
 """`diffusion-lsp eval typing`: a typing session on held-out lines, with and without reusing the
-document's last fill (model/reuse.py), side by side in one run.
+document's last fill (model/decoding/reuse.py), side by side in one run.
 
 For each line picked from the held-out packages, the "user" is at the line's indentation and types
 its first characters one at a time; every keystroke asks for a one-line fill, as an editor without
@@ -51,7 +51,7 @@ def keystrokes(prefix: str, suffix: str, line: str, chars: int) -> list[tuple[st
 
 
 def run(args) -> int:
-    from ..model.canvas import CanvasRequest  # the tokenizers library: kept off --help
+    from ..model.decoding.canvas import CanvasRequest  # the tokenizers library: kept off --help
 
     base, launch = sampler_config(args), launch_settings(args)
     rng = random.Random(args.seed)

@@ -8,13 +8,13 @@ How the model is asked depends on what it is (each backend's `instruct`):
   more: the embedded model mostly rewrites the region as it would have completed it anyway;
 - a model asked in chat (LLaDA2, DiffusionGemma) and a remote chat API (Mercury 2, vLLM, SGLang):
   the file with the selection between <|code_to_edit|> tags and the instruction, in a user turn
-  (model/prompts/instruct_chat.txt); the answer is its code fence's body."""
+  (model/chat/prompts/instruct_chat.txt); the answer is its code fence's body."""
 
 from __future__ import annotations
 
 from ..protocol.requests import InstructRequest
 from ..context.tokens import approx_tokens
-from ..model.prompting import instruction as prompt_text
+from ..model.chat.prompting import instruction as prompt_text
 
 CONTEXT_CHARS = 6000  # of the file on each side of the selection, for a chat prompt
 MAX_INSTRUCTION = 2000

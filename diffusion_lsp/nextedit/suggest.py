@@ -6,7 +6,7 @@ and tests all run this one pipeline, over the worker, a remote API or an engine 
 
 - full re-mask: the old region is shown (formats/edit_prompt.py) and the whole region is a canvas with slack
   (fillers) so its length may change; the model writes the region as it should read.
-- remask-and-refine (default; needs a backend that can probe): the region stays in place and is probed (model/probe.py): the lines
+- remask-and-refine (default; needs a backend that can probe): the region stays in place and is probed (model/decoding/probe.py): the lines
   holding tokens the model doubts (its own first choice is `doubt` times likelier) are the only
   ones considered, and only their doubted tokens (from the first to the last) are re-masked, with
   slack, and denoised with everything else visible. A region the model does
@@ -23,8 +23,8 @@ Through a remote API that cannot probe but has an edit endpoint, the region is r
 (formats/mercury.py); one that has neither gets a full re-mask. Either way the result is diffed against the old region into one minimal edit (edits.py) and
 filtered: unchanged -> nothing; an undo of the last step, a parse it breaks, or a fill less sure
 than `min_confidence` -> nothing, each with its reason.
-Drafts made again at analogous sites: repeat.py; a probe's context reused: model/reuse.py; what a
-model claims: model/claims.py."""
+Drafts made again at analogous sites: repeat.py; a probe's context reused: model/decoding/reuse.py; what a
+model claims: model/families/claims.py."""
 
 from __future__ import annotations
 

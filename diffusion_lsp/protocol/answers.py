@@ -1,7 +1,7 @@
 """What a backend answers (backend.py): a filled canvas (`Fill`), the draft after a step (`Draft`,
 the one draft type from the sampler to serve-api's streams), a probe's probabilities (`Probed`) and
 a structured answer (`Answered`); each with its wire form (`message` / `from_message`).
-Made by the model's side: Verdict (model/verify.py), FillResult and Draft (model/sampler.py)."""
+Made by the model's side: Verdict (model/decoding/verify.py), FillResult and Draft (model/decoding/sampler.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What a backend can do, declared (never found by looking for a method): the language server,
 serve-api and the next-edit pipeline read it to choose what to ask.
-Structured answers are model/structured.py's."""
+Structured answers are model/structured/constrained.py's."""
 
 from __future__ import annotations
 

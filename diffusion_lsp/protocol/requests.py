@@ -1,9 +1,9 @@
 """What a backend is asked (backend.py): the requests, the same to the worker, a remote API and the
 in-process engine. Each has its wire form (`message` / `from_message`) for the worker's socket
 (worker/wire.py frames them); the answers are in answers.py.
-Answered by the model's side: a probe (model/probe.py), a rewrite (model/native.py), a structured
-answer (model/structured.py), drafts verified (model/verify.py) from context/drafts.py, a conversation's
-template (model/chat.py); formats/mercury.py and formats/instruct.py write the prompts."""
+Answered by the model's side: a probe (model/decoding/probe.py), a rewrite (model/families/native.py), a structured
+answer (model/structured/constrained.py), drafts verified (model/decoding/verify.py) from context/drafts.py, a conversation's
+template (model/chat/conversation.py); formats/mercury.py and formats/instruct.py write the prompts."""
 
 from __future__ import annotations
 

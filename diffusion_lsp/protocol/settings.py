@@ -9,8 +9,8 @@ fields (`add_args` / `from_args`). Each field carries its own check in its metad
 the editor settings parser (server/config.py) falls back to the default and reports it instead.
 A setting two groups hold is one `Knob` both take: one bound, one message (tests/test_settings_knobs.py).
 Shared: `confidence_cut` (sampler, completions) and what completions and next edits share (request_knobs.py).
-Read by: the settings schema (server/schema.py), the sampler (model/sampler.py, its policies
-model/policies.py, drafts verified by model/verify.py), the servers' profiles (backend/profiles.py) and
+Read by: the settings schema (server/schema.py), the sampler (model/decoding/sampler.py, its policies
+model/decoding/policies.py, drafts verified by model/decoding/verify.py), the servers' profiles (backend/profiles.py) and
 serve-api's bodies (api/bodies.py)."""
 
 from __future__ import annotations
@@ -247,7 +247,7 @@ class SamplerConfig:
     reuse_context: bool = field(default=True, metadata=check(
         None, "true or false", help="do not start a fill from the same document's last fill (its context's "
                                     "keys and values, where they still fit)",
-        doc="start a fill from the document's last fill where it still fits (model/reuse.py)"))
+        doc="start a fill from the document's last fill where it still fits (model/decoding/reuse.py)"))
     # drafts: each token judged with (stride - 1) / stride of its neighbours visible,
     # in `draft_stride` passes; a draft whose tokens' geometric-mean probability is `draft_accept` is kept
     # whole, else the prefix of tokens at least `draft_keep` likely (or the model's own first choice)
@@ -297,7 +297,7 @@ class LaunchSettings:
         help="weights: auto is int8 on CPU (where torch has the int8 kernels), on GPU bf16 for our own format "
              "(where supported) and the checkpoint's own for a Hugging Face one; bf16 and fp16 are for GPUs "
              "(slow on CPU)",
-        doc="weights: auto is int8 on CPU (model/quantize.py), on GPU bf16 for our own format (where supported) "
+        doc="weights: auto is int8 on CPU (model/network/quantize.py), on GPU bf16 for our own format (where supported) "
             "and the checkpoint's own for a Hugging Face one; bf16 and fp16 are for GPUs (slow on CPU)"))
     backend: str = field(default="local", metadata=one_of(
         BACKENDS,

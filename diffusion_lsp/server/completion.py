@@ -12,7 +12,7 @@ indexes are only looked up here (server/indexer.py builds them). Post-processing
 its work is bounded (it re-parses the window gather parsed, incrementally: p95 0.39 ms, max 0.65 ms
 in `bench lsp`), while waking a thread right after a fill waits for a core the worker's threads
 are still spinning on (measured: p95 1.9 ms, max 5.5 ms, more than the work itself).
-Drafts are verified by model/verify.py; which candidate is shown (the model's fill or a draft), or
+Drafts are verified by model/decoding/verify.py; which candidate is shown (the model's fill or a draft), or
 none, the acceptance model decides (acceptance/chooser.py, over acceptance/completion_candidates.py)."""
 
 from __future__ import annotations

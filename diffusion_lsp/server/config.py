@@ -5,7 +5,7 @@ camelCase or snake_case keys, optionally under a "diffusionLsp" section. A bad v
 its default and an unknown key is ignored; each is reported as one line the server shows with
 window/showMessage (the jedi-language-server `initialization_options.py` habit): a typo in the
 settings must never stop completions.
-What a model claims: model/claims.py; the settings completions and next edits share, each defined
+What a model claims: model/families/claims.py; the settings completions and next edits share, each defined
 once: protocol/request_knobs.py."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..protocol.backend import FILL_TIMEOUT_S
 from ..context.languages import LANGUAGE_IDS, LanguageSpec
-from ..model.claims import Claims
+from ..model.families.claims import Claims
 from ..protocol.request_knobs import ACCEPTANCE, DEBOUNCE, DRAFTS, ENABLE, MAX_CONTEXT_TOKENS, SHOW_ABOVE
 from ..protocol.settings import CONFIDENCE_CUT, LaunchSettings, SamplerConfig, check, parse_tree, validate, within
 from ..nextedit.settings import NextEditSettings

@@ -1,5 +1,5 @@
 """Words the server says to the user once per install, never again: that the model in use is a
-small demo (its checkpoint claims `demo`, model/claims.py) and where a better one is, and that a
+small demo (its checkpoint claims `demo`, model/families/claims.py) and where a better one is, and that a
 workspace's own model was not used because this machine did not adapt it (local_state.py).
 
 What was said is remembered in $XDG_STATE_HOME/diffusion-lsp/said.json (~/.local/state when unset).
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..engine import DEFAULT_MODEL
 from ..local_state import read_state, state_dir
-from ..model.claims import Claims
+from ..model.families.claims import Claims
 
 DEMO = "demo-model"
 README_SECTION = "use-a-real-model"

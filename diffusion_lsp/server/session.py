@@ -3,7 +3,7 @@ each the one owner of its flow: the completer (a completion), the next editor, t
 model worker, or with model.backend "openai" a remote FIM API: protocol/backend.py), the indexer
 (background work on open documents) and the recent edits. The server adapts it to pygls
 (server.py) and reports through a Reporter (protocol/backend.py).
-Claims: model/claims.py; the workspace's model: workspace_model.py."""
+Claims: model/families/claims.py; the workspace's model: workspace_model.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ..context.cutting import memoized
 from ..context.tokens import model_token_counter
 from ..context.records import Document
 from ..engine import model_folder
-from ..model.claims import GENERAL, Claims, read_claims
+from ..model.families.claims import GENERAL, Claims, read_claims
 from ..protocol.settings import LaunchSettings
 from ..nextedit.history import EditLog
 from ..worker.link import WorkerLink

@@ -1,7 +1,7 @@
 """Counters the server reports with the `diffusionLsp/stats` request: requests, answers, cache
 hits, superseded and cancelled requests, Copilot-style shown/accepted feedback, latencies, and
 where the time of the last requests went (read by `diffusion-lsp bench lsp`).
-Drafts: context/drafts.py, verified by model/verify.py, made again at analogous sites by
+Drafts: context/drafts.py, verified by model/decoding/verify.py, made again at analogous sites by
 nextedit/repeat.py; a fill's outcome is protocol/answers.py's DraftTally."""
 
 from __future__ import annotations

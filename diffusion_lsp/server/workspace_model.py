@@ -1,7 +1,7 @@
 """Which model answers in a workspace. model.path when the settings name one; else the model
 `diffusion-lsp adapt` made for this workspace (ROOT/.diffusion-lsp/model) when this machine's record
 says adapt wrote it for this workspace, with these files (local_state.py), and it would load
-(model/quick_check.py, without torch); else the embedded one. A model folder the repository
+(model/families/quick_check.py, without torch); else the embedded one. A model folder the repository
 brought (a clone can ship one) is not used: the session tells the user once what to set to use it.
 An adapted model that would not load is passed over for the base, with one message saying why and
 how to make it again."""
@@ -18,8 +18,8 @@ from ..acceptance.model import WORKSPACE_DIR as ACCEPTANCE_DIR
 from ..acceptance.model import AcceptanceModel
 from ..context.repo import ADAPTED_DIR
 from ..local_state import trusted
-from ..model.config import read_json
-from ..model.quick_check import problem
+from ..model.network.config import read_json
+from ..model.families.quick_check import problem
 from ..protocol.settings import LaunchSettings
 
 

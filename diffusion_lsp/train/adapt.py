@@ -17,10 +17,10 @@ user names --out. Each model written is recorded for its repository outside it (
 which is what lets the language server use it without a setting.
 
 Our own (small) models are trained whole. A model too large for that, a Hugging Face checkpoint
-of a supported family, gets low-rank adapters instead (model/lora.py; rank 16 unless `lora_rank`
+of a supported family, gets low-rank adapters instead (model/families/lora.py; rank 16 unless `lora_rank`
 says otherwise): OUT then holds adapter.json and adapter.safetensors, a few MB beside the name and
 fingerprint of the base model, and loading OUT merges them into the base.
-Weights checked by model/checkpoint.py, adapters model/lora.py's, claims model/claims.py's.
+Weights checked by model/families/checkpoint.py, adapters model/families/lora.py's, claims model/families/claims.py's.
 """
 
 from __future__ import annotations
@@ -105,8 +105,8 @@ def _files_digest(files: list[SourceFile], base: Path) -> str:
 def base_config(base: Path) -> tuple[dict, bool]:
     """(the base model's config.json, whether it is a Hugging Face checkpoint); a UserError saying
     why it cannot be adapted."""
-    from ..model.checkpoint import CheckpointError, read_config  # torch: kept off --help
-    from ..model.pretrained import is_hf_folder, read_hf_config
+    from ..model.families.checkpoint import CheckpointError, read_config  # torch: kept off --help
+    from ..model.families.pretrained import is_hf_folder, read_hf_config
 
     try:
         if base.is_dir() and is_hf_folder(base):
@@ -179,7 +179,7 @@ def check_trained(run_ckpt: Path) -> None:
     they replace OUT's model and are recorded as trusted (weight_problem)."""
     from safetensors import safe_open
 
-    from ..model.checkpoint import weight_problem
+    from ..model.families.checkpoint import weight_problem
 
     weights = run_ckpt / (ADAPTER_FILES if (run_ckpt / ADAPTER_FILES[-1]).is_file() else CHECKPOINT_FILES)[0]
     with safe_open(str(weights), framework="pt") as f:
@@ -212,7 +212,7 @@ def publish(run_ckpt: Path, plan: Plan, extra: dict) -> None:
 def adapt(plan: Plan, files: list[SourceFile], progress: bool = True) -> dict:
     """Train plan.base on the repository's training files (`files`: the repository's list, the held-out
     ones are kept out) -> a summary; the adapted model is in plan.out."""
-    from ..model.checkpoint import CheckpointError
+    from ..model.families.checkpoint import CheckpointError
     from .loop import train
     from .state import TrainError
 

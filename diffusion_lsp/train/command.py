@@ -63,7 +63,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     # torch and numpy: kept off --help
-    from ..model.checkpoint import CheckpointError
+    from ..model.families.checkpoint import CheckpointError
     from .config import TrainConfig
     from .loop import train
     from .objective import ObjectiveConfig

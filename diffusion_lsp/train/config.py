@@ -1,12 +1,12 @@
 """Training run configuration: one dataclass, saved in train_state.pt and compared on resume.
-Next-edit records: data/edits.py; adapters: model/lora.py."""
+Next-edit records: data/edits.py; adapters: model/families/lora.py."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..model.config import strict_from_dict
+from ..model.network.config import strict_from_dict
 from .objective import ObjectiveConfig
 
 AUTOCAST = ("auto", "bf16", "off")

@@ -17,12 +17,12 @@ from torch import nn
 from tqdm import tqdm
 
 from diffusion_lsp.kernels.linear_ce import masked_cross_entropy
-from diffusion_lsp.model.checkpoint import load_checkpoint
-from diffusion_lsp.model.lora import add_adapters
-from diffusion_lsp.model.pretrained import load_folder
-from diffusion_lsp.model.config import ModelConfig, SpecialTokens
-from diffusion_lsp.model.tokenizer import Tokenizer
-from diffusion_lsp.model.transformer import DiffusionTransformer
+from diffusion_lsp.model.families.checkpoint import load_checkpoint
+from diffusion_lsp.model.families.lora import add_adapters
+from diffusion_lsp.model.families.pretrained import load_folder
+from diffusion_lsp.model.network.config import ModelConfig, SpecialTokens
+from diffusion_lsp.model.network.tokenizer import Tokenizer
+from diffusion_lsp.model.network.transformer import DiffusionTransformer
 
 from .config import TrainConfig
 from .data import Batches, newline_table

@@ -4,7 +4,7 @@ Two kinds of rows, mixed by `ObjectiveConfig.fim_rate`:
 
 - plain (MDLM, Sahoo et al. 2024; LLaDA, Nie et al. 2025): `[bos] + tokens`; with t ~ U(eps, 1) per
   row every non-bos token is replaced by the mask token with probability t.
-- fill-in-the-middle, laid out exactly as the sampler builds them (model/canvas.py):
+- fill-in-the-middle, laid out exactly as the sampler builds them (model/decoding/canvas.py):
   `[bos] + prefix + canvas + suffix`, the canvas being the m real middle tokens followed by N - m
   filler tokens; only canvas positions are noised, so the model learns to write the middle and
   to end it with fillers (that is how the sampler's fill length adapts up to N).
@@ -13,7 +13,7 @@ Loss (LLaDA eq. 3, kernels/linear_ce.py): -1/n * sum over rows and masked positi
 the number of positions that could have been masked (non-bos tokens of plain rows, canvas
 positions of FIM rows); padding is never masked and never scored.
 
-Block noise (`block_noise`, a fraction of FIM and edit rows), as the sampler decodes (model/sampler.py:
+Block noise (`block_noise`, a fraction of FIM and edit rows), as the sampler decodes (model/decoding/sampler.py:
 blocks of `block_size` from the left): the canvas is cut into blocks, one open block b is drawn;
 blocks before b are clean, block b is masked with probability t, blocks after b are fully masked.
 Those later positions are scored at their own noise level, 1 (weight 1); the clean ones are not

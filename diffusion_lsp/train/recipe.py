@@ -101,7 +101,7 @@ def run(args) -> int:
 
     from ..data.pack import unpack
     from ..data.token_files import PackError
-    from ..model.checkpoint import load_checkpoint, save_checkpoint
+    from ..model.families.checkpoint import load_checkpoint, save_checkpoint
     from .loop import measure_rate, train
     from .state import TrainError
 

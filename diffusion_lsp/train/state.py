@@ -1,7 +1,7 @@
 """Saving and resuming a run folder.
 
-RUN_DIR/checkpoint/       our model format (model/checkpoint.py), loadable by `load_checkpoint`, or
-                          for a run of low-rank adapters (lora_rank) an adapter folder (model/lora.py)
+RUN_DIR/checkpoint/       our model format (model/families/checkpoint.py), loadable by `load_checkpoint`, or
+                          for a run of low-rank adapters (lora_rank) an adapter folder (model/families/lora.py)
                           naming the base model; its config.json (adapter.json) carries
                           {"train": {"step": ...}} to pair it with:
 RUN_DIR/train_state.pt    optimizer state, step, elapsed seconds, tokens seen, the TrainConfig;
@@ -9,7 +9,7 @@ RUN_DIR/train_state.pt    optimizer state, step, elapsed seconds, tokens seen, t
 
 Both are written to temporary names first and then renamed, so an interrupted save leaves the
 previous pair usable.
-Claims: model/claims.py; the corpus: data/build.py.
+Claims: model/families/claims.py; the corpus: data/build.py.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from diffusion_lsp.model import lora
-from diffusion_lsp.model.checkpoint import load_checkpoint, save_checkpoint
+from diffusion_lsp.model.families import lora
+from diffusion_lsp.model.families.checkpoint import load_checkpoint, save_checkpoint
 
 # what a model trained by these commands may claim: the corpus is Python files only
 # (the corpus build reads .py files), and no run measures next edits as right, so none is claimed
@@ -90,7 +90,7 @@ def load_trainable(folder: Path, device) -> tuple:
     """A saved model to train on: our checkpoint, or an adapter folder's base with its adapters
     attached, unmerged and trainable -> (model, tokenizer, config.json or adapter.json)."""
     if lora.is_adapter_folder(folder):
-        from diffusion_lsp.model.pretrained import load_folder
+        from diffusion_lsp.model.families.pretrained import load_folder
 
         meta = lora.read_meta(folder)
         model, tokenizer, _ = load_folder(Path(meta["base"]), device, frozen_dtype(device))

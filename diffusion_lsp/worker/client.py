@@ -2,7 +2,7 @@
 start one, send orders and pings, route each answer (and a fill's drafts) to its caller, keep the
 worker's state, and kill one that stopped answering. It calls nobody back: its owner (link.py)
 awaits `events` (hello, state changes, and "lost" when a worker goes away unasked) and `settled()`.
-Orders answered by model/probe.py, model/native.py, formats/instruct.py and model/structured.py."""
+Orders answered by model/decoding/probe.py, model/families/native.py, formats/instruct.py and model/structured/constrained.py."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ still holds a cancelled order STUCK_GRACE_S later, is killed and restarted; unti
 ready the link says "restarting" and why (`describe`: serve-api's /health). It reports to a person
 through a Reporter and counts into `counts`; it calls none of its callers back. What the client
 hears from the worker (ready, failed, lost) a supervising task of the link awaits (`_supervise`).
-Probes: model/probe.py; rewrites: model/native.py; instructions: formats/instruct.py."""
+Probes: model/decoding/probe.py; rewrites: model/families/native.py; instructions: formats/instruct.py."""
 
 from __future__ import annotations
 

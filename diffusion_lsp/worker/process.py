@@ -8,13 +8,13 @@ next step, and a finished fill is answered at once and leaves its place to the n
 A newer fill for the same document (key) supersedes older ones: a queued one is answered at once, a
 running one is abandoned between denoising steps (the engine's batch, engine/batch.py, is given every
 job's stop flag); a structured answer, a rewrite or an edit from an instruction is given its job's stop
-flag and ends at its next step or forward (model/stop.py; a probe, a few forwards, runs to its end). A
+flag and ends at its next step or forward (model/decoding/stop.py; a probe, a few forwards, runs to its end). A
 fill whose settings are bad is refused on arrival, alone, before it can join (and fail) a batch; an
 order that fails in the model fails alone or with its batch, never the model thread. A ping says how
 long the model thread has held an order that was stopped and not let it go, or that the thread is gone:
 its clients restart such a worker (link.py). A model that has not loaded within `load_timeout_s` is
 "failed", with that reason. Protocol: wire.py.
-Single orders: model/probe.py, model/structured.py, formats/instruct.py, model/native.py."""
+Single orders: model/decoding/probe.py, model/structured/constrained.py, formats/instruct.py, model/families/native.py."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ from ..lifecycle import Latest
 from ..protocol.failure import BackendError, Failure, Stop
 from ..protocol.requests import (FillRequest, InstructRequest, ProbeRequest, RewriteRequest, StructuredRequest,
                                  max_tokens_refusal)
-from ..model.canvas import DoesNotFit
+from ..model.decoding.canvas import DoesNotFit
 from ..protocol.settings import LaunchSettings
-from ..model.stop import OrderStopped
+from ..model.decoding.stop import OrderStopped
 from .listener import Conn
 from .spec import LOAD_TIMEOUT_S, MAX_BATCH
 from .wire import WIRE_VERSION, build_id, model_name, weights_id
@@ -382,7 +382,7 @@ def load_model(launch: LaunchSettings):
     if launch.path and not (Path(launch.path) / "config.json").exists():
         raise ModelMissing(f"no checkpoint at {launch.path} (config.json is missing)")
     from ..engine import load_engine
-    from ..model.checkpoint import CheckpointError
+    from ..model.families.checkpoint import CheckpointError
 
     try:
         return load_engine(launch)

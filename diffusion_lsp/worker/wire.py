@@ -43,7 +43,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..engine import model_folder
-from ..model.config import regular_file
+from ..model.network.config import regular_file
 from ..protocol.settings import LaunchSettings
 
 WIRE_VERSION = 5  # 5: a dropped order says why (its stop)
