@@ -24,9 +24,8 @@ from importlib import resources
 from pathlib import Path
 
 from . import sandbox
-from ..decoding.canvas import fit_context
 from ..network.config import read_json, read_text
-from ..network.tokenizer import Tokenizer
+from ..network.tokenizer import Tokenizer, fit_context
 
 MAX_TEMPLATE = 1 << 20  # bytes of a chat template: the largest published ones are ~20 KB
 MAX_DEPTH = 64  # levels of nesting of what a template is given (a tool's JSON schema, a call's arguments)
@@ -173,7 +172,7 @@ class Prompter:
 
     def fill(self, prefix: str, suffix: str, room: int) -> list[int]:
         """The ids before the canvas for a fill between prefix and suffix, at most `room` of them: the
-        prefix is cut on the left and the suffix on the right, as canvas.fit_context cuts a row."""
+        prefix is cut on the left and the suffix on the right, as fit_context cuts a canvas row."""
         tok = self.tok
         if self.convention == "fim":
             p, s = fit_context(tok.encode(prefix), tok.encode(suffix), max(room - 3, 0))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..network.tokenizer import Tokenizer
+from ..network.tokenizer import Tokenizer, fit_context
 
 if TYPE_CHECKING:
     import torch
@@ -84,16 +84,6 @@ class DoesNotFit(ValueError):
 def canvas_room(tok: Tokenizer, max_seq_len: int) -> int:
     """The most positions a canvas may have in a row of `max_seq_len`: all but the fixed first token."""
     return max_seq_len - (0 if tok.bos_id is None else 1)
-
-
-def fit_context(prefix: list[int], suffix: list[int], room: int) -> tuple[list[int], list[int]]:
-    """Cut the prefix on the left and the suffix on the right to `room` tokens in all; the suffix
-    keeps at least a quarter of the room when it has that much."""
-    if len(prefix) + len(suffix) <= room:
-        return prefix, suffix
-    keep_suffix = min(len(suffix), max(room - len(prefix), room // 4))
-    keep_prefix = room - keep_suffix
-    return (prefix[len(prefix) - keep_prefix:] if keep_prefix else []), suffix[:keep_suffix]
 
 
 def build_row(req: CanvasRequest, tok: Tokenizer, max_seq_len: int, heal: bool) -> Row:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from ...kernels.vocab_stats import Constraint, head_stats
-from ..network.tokenizer import Tokenizer, decode_pieces
-from .canvas import DoesNotFit, fit_context
+from ..network.tokenizer import Tokenizer, decode_pieces, fit_context
+from .canvas import DoesNotFit
 from .reuse import ContextMemo, Entry
 from ..network.transformer import KVCache
 

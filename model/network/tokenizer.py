@@ -135,3 +135,13 @@ def decode_pieces(tok: Tokenizer, ids: list[int]) -> tuple[list[str], str]:
         pieces.append(cur[len(prev):] if cur.startswith(prev) else cur)
         prev = cur
     return pieces, prev
+
+
+def fit_context(prefix: list[int], suffix: list[int], room: int) -> tuple[list[int], list[int]]:
+    """Cut the prefix on the left and the suffix on the right to `room` tokens in all; the suffix
+    keeps at least a quarter of the room when it has that much."""
+    if len(prefix) + len(suffix) <= room:
+        return prefix, suffix
+    keep_suffix = min(len(suffix), max(room - len(prefix), room // 4))
+    keep_prefix = room - keep_suffix
+    return (prefix[len(prefix) - keep_prefix:] if keep_prefix else []), suffix[:keep_suffix]
