@@ -2,7 +2,8 @@
 written in a module docstring only, where a move shows (a module's docstring is read when its file
 is; a path in a function's docstring or a comment drifts unseen).
 
-What counts as a path, in docstrings (any string statement) and comments of diffusion_lsp/**.py:
+What counts as a path, in docstrings (any string statement) and comments of diffusion_lsp/**.py,
+model/**.py and kernels/*.py:
 - a word with a folder in it whose last part ends in one of EXTENSIONS (`model/decoding/verify.py`,
   `queries/<lang>/units.scm`, `tests/test_gpu.py`), or that ends in `/` and starts with a folder of
   the project (`kernels/`, `context/queries/`);
@@ -118,7 +119,7 @@ def exists(word: str, here: Path) -> bool:
 def test_paths_exist_and_live_in_module_docstrings():
     project = folders()
     missing, misplaced, count = [], [], 0
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(p for folder in (PACKAGE, ROOT / "model", ROOT / "kernels") for p in folder.rglob("*.py")):
         name = path.relative_to(ROOT)
         for where, line, text in texts(path):
             for word in paths_in(text, project):
@@ -147,7 +148,7 @@ def test_what_counts_as_a_path():
         "kernels/",
         "nextedit/{mercury,instruct}.py",
     ]
-    model, context = PACKAGE / "model", PACKAGE / "context"
+    model, context = ROOT / "model" / "decoding", PACKAGE / "context"
     assert exists("sampler.py", model) and not exists("sampler.py", context)
     assert exists("queries/<lang>/units.scm", context) and exists("tests/test_layers.py", model)
     assert exists("formats/{mercury,instruct}.py", model) and not exists("nextedit/{mercury,instruct}.py", model)
