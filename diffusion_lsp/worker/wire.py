@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import stat
@@ -89,9 +90,22 @@ def build_id() -> str:
     """This install's code: its version, where it lives, and its newest source file (an upgrade or
     an edited checkout is another build). Stats the package's ~200 files once per process."""
     package = Path(__file__).resolve().parents[1]
-    newest = max((p.stat().st_mtime_ns for p in package.rglob("*.py")), default=0)
+    newest = max((p.stat().st_mtime_ns for folder in source_folders() for p in folder.rglob("*.py")), default=0)
     digest = hashlib.sha256(f"{package}\0{newest}".encode()).hexdigest()[:12]
     return f"{__version__}+{digest}"
+
+
+def source_folders() -> list[Path]:
+    """The folders of the package's code: this package's own, and those of diffusion_lsp.model and
+    diffusion_lsp.kernels where they are elsewhere (a checkout keeps them at its top, pyproject's
+    package-dir maps them; an installed wheel has them inside the package). Found without importing them."""
+    package = Path(__file__).resolve().parents[1]
+    found = [package]
+    for name in ("diffusion_lsp.model", "diffusion_lsp.kernels"):
+        for where in importlib.util.find_spec(name).submodule_search_locations:
+            if not (folder := Path(where).resolve()).is_relative_to(package):
+                found.append(folder)
+    return found
 
 
 def weights_id(launch: LaunchSettings) -> str:
