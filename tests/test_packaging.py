@@ -3,7 +3,8 @@ diffusion_lsp.model and diffusion_lsp.kernels (pyproject's package-dir), so that
 top-level `model` or `kernels`. A wheel built from the repository holds them under diffusion_lsp/; a
 wheel installed and an editable install each run `fim` on the embedded model in a venv of their own
 (torch and the other dependencies come from this test run's environment through a .pth file, the
-package only from the install under test); the worker's build id sees their files."""
+package only from the install under test); the worker's build id and bench api's workload see their
+files."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from diffusion_lsp.bench.api import workload_files
 from diffusion_lsp.worker import wire
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +63,11 @@ def test_the_build_id_sees_an_edited_model_file():
         os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
         wire.build_id.cache_clear()
     assert wire.build_id() == old
+
+
+def test_bench_api_cuts_its_requests_from_model_files_too():
+    files = workload_files()
+    assert ROOT / "model" / "decoding" / "sampler.py" in files and ROOT / "diffusion_lsp" / "cli.py" in files
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,7 @@ from pathlib import Path
 from .. import jsonout
 from ..workspace_files import check_file, output_path, write_file
 from ..server.stats import percentile
+from ..worker.wire import source_folders
 from .api_faults import faults, print_faults
 
 GOAL_GAIN, GOAL_P95_RATIO, GOAL_AT = 3.0, 4.0, 16
@@ -107,10 +108,14 @@ def rss_mb(pid: int | None) -> float:
     return 0.0
 
 
+def workload_files() -> list[Path]:
+    """The package's source files over 2 KB, the model's and the kernels' included wherever they live."""
+    return sorted(p for folder in source_folders() for p in folder.rglob("*.py") if p.stat().st_size > 2000)
+
+
 def workload(n: int = 200, seed: int = 0) -> list[dict]:
     """Fill requests cut at fixed positions of this package's own source files."""
-    root = Path(__file__).resolve().parent.parent
-    files = sorted(p for p in root.rglob("*.py") if p.stat().st_size > 2000)
+    files = workload_files()
     rng = random.Random(seed)
     out = []
     while len(out) < n:
