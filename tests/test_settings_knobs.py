@@ -115,6 +115,15 @@ def test_completion_enable_null_is_the_model_s_choice_on_for_every_model():
     assert off.completion.enable is False
 
 
+def test_an_on_off_switch_a_group_defaults_to_a_value_is_a_checkbox_in_the_editor():
+    """VS Code draws a checkbox only for a plain boolean: completion.enable (default true) is one,
+    though null loads from a settings file; nextEdit.enable (default null) keeps its null."""
+    schema = properties()
+    assert schema["diffusionLsp.completion.enable"]["type"] == "boolean"
+    assert schema["diffusionLsp.nextEdit.enable"]["type"] == ["boolean", "null"]
+    assert schema["diffusionLsp.nextEdit.showAbove"]["type"] == ["number", "null"]
+
+
 def test_the_sampler_s_confidence_cut_is_the_completion_s_knob():
     cut = {f.name: f for f in dataclasses.fields(SamplerConfig)}["confidence_cut"]
     completion = {f.name: f for f in dataclasses.fields(CompletionSettings)}["confidence_cut"]

@@ -49,6 +49,9 @@ def properties(cls=Config, instance=None, prefix: str = SECTION) -> dict:
             out.update(properties(hint, value, key))
             continue
         schema = {**_json_type(hint), "default": value}
+        if isinstance(value, bool) and schema["type"] == ["boolean", "null"]:  # a nullable switch a group
+            schema["type"] = "boolean"  # turns on or off (completion.enable): VS Code draws a checkbox only
+            # for a plain boolean; null still loads from a settings file
         schema.update({_SCHEMA_KEYS[k]: v for k, v in f.metadata.items() if k in _SCHEMA_KEYS})
         schema["description"] = f.metadata.get("doc") or f.metadata.get("help") or ""
         out[key] = schema
