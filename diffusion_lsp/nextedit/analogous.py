@@ -14,14 +14,14 @@ longer one is not the same argument."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..candidate import Source
 from ..context.languages import LanguageSpec
 from .budget import UNBOUNDED, Budget
-from .history import Step, joined, undone
-from .names import char_offsets, parsed, preorder
+from .history import Step
+from .names import char_offsets, parsed, preorder, step_parses
 from .rule import NOTHING, Change, Documents, History, Proposal, sites_of
 
 CALLS = {"call", "call_expression", "method_invocation"}
@@ -79,31 +79,31 @@ def calls_over(root, lo: int, hi: int, budget: Budget = UNBOUNDED) -> Iterator:
 
 def arg_change(steps: list[Step], text: str, spec: LanguageSpec) -> ArgChange | None:
     """The one argument the newest step changed in one call, or None."""
-    if not steps:
+    if (p := step_parses(steps, text, spec)) is None:
         return None
-    step = joined(steps)
-    before, start = undone(step, text)
-    now_tree, then_tree = parsed(spec, text), parsed(spec, before)
-    if now_tree is None or then_tree is None:
-        return None
-    lo = len(text[:start].encode("utf-8"))
-    now = list(calls_over(now_tree[0].root_node, lo, lo + len("".join(step.new).encode("utf-8"))))
-    was = list(calls_over(then_tree[0].root_node, lo, lo + len("".join(step.old).encode("utf-8"))))
+    now = list(calls_over(p.now[0].root_node, p.lo, p.now_hi))
+    was = list(calls_over(p.then[0].root_node, p.lo, p.then_hi))
     if len(now) != len(was):
         return None
     found = []
     for old, new in zip(was, now):
-        if old.text == new.text or callee(old) != callee(new):
-            continue
-        a, b = slots(old), slots(new)
-        diff = [k for k in a if a[k] is not None and b.get(k) is not None and a[k].text != b[k].text]
-        if a.keys() == b.keys() and len(diff) == 1 and not _names_only(a[diff[0]], b[diff[0]]):
-            found.append((len(new.text), ArgChange(callee(new), diff[0], a[diff[0]].text.decode("utf-8", "replace"),
-                                                   b[diff[0]].text.decode("utf-8", "replace"))))
+        if (slot := changed_slot(old, new)) is not None and not _names_only(slots(old)[slot], slots(new)[slot]):
+            found.append((len(new.text), ArgChange(callee(new), slot, slots(old)[slot].text.decode("utf-8", "replace"),
+                                                   slots(new)[slot].text.decode("utf-8", "replace"))))
     if not found:
         return None
     change = min(found, key=lambda f: f[0])[1]  # of nested calls, the innermost
     return change if change.old.strip() and change.new.strip() else None
+
+
+def changed_slot(old, new) -> int | str | None:
+    """The one argument (its position or keyword) in which call `old` became call `new`, keeping its
+    function and its other arguments; None: not such a change."""
+    if old.text == new.text or callee(old) != callee(new):
+        return None
+    a, b = slots(old), slots(new)
+    diff = [k for k in a if a[k] is not None and b.get(k) is not None and a[k].text != b[k].text]
+    return diff[0] if a.keys() == b.keys() and len(diff) == 1 else None
 
 
 def _leaves(node) -> list:
@@ -127,6 +127,15 @@ def analogous_edits(text: str, spec: LanguageSpec, change: ArgChange,
                     budget: Budget = UNBOUNDED) -> list[tuple[int, int, str]]:
     """(start, end, new text) of the argument at every call of change.callee still passing change.old
     in change.slot, from budget.start on (at most budget.most), in order."""
+    return slot_edits(text, spec, change.callee, change.slot, budget,
+                      lambda arg, _: change.new if arg.text.decode("utf-8", "replace") == change.old else None)
+
+
+def slot_edits(text: str, spec: LanguageSpec, function: str, slot: int | str, budget: Budget,
+               rewrite: Callable[[object, Callable[[int], int]], str | None]) -> list[tuple[int, int, str]]:
+    """(start, end, what it becomes) of the argument in `slot` at every call of `function` for which
+    `rewrite(argument node, byte offset -> str offset)` gives a text, from budget.start on (at most
+    budget.most), in order."""
     if (found := parsed(spec, text)) is None:
         return []
     (tree, data), out = found, []
@@ -134,9 +143,7 @@ def analogous_edits(text: str, spec: LanguageSpec, change: ArgChange,
     for call in calls_over(tree.root_node, len(text[:budget.start].encode("utf-8")), len(data), budget):
         if budget.full(len(out)):
             break
-        if callee(call) != change.callee:
-            continue
-        arg = slots(call).get(change.slot)
-        if arg is not None and arg.text.decode("utf-8", "replace") == change.old:
-            out.append((chars(arg.start_byte), chars(arg.end_byte), change.new))
+        arg = slots(call).get(slot) if callee(call) == function else None
+        if arg is not None and (new := rewrite(arg, chars)) is not None:
+            out.append((chars(arg.start_byte), chars(arg.end_byte), new))
     return sorted(out)

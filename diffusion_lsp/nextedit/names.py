@@ -14,9 +14,12 @@ import time
 import unicodedata
 from collections import OrderedDict
 
+from dataclasses import dataclass
+
 from ..context.languages import LanguageSpec, parser_for
 from ..context.parsing import edited
 from .budget import UNBOUNDED, Budget, current
+from .history import Step, joined, undone
 
 NAMES = {"identifier", "shorthand_property_identifier"}  # a name's own use; property and field names are other types
 FUNCTIONS = {
@@ -266,3 +269,31 @@ def parsed(spec: LanguageSpec, text: str):
         while len(_parsed) > PARSED:
             _parsed.popitem(last=False)
     return found
+
+
+@dataclass(frozen=True)
+class StepParses:
+    """The newest step (with the steps typed just before it on its lines) parsed both ways: the
+    document now and as it was before the step, each (tree, UTF-8 bytes), and the bytes the step's
+    lines span in each (from `lo`)."""
+
+    now: tuple
+    then: tuple
+    lo: int
+    now_hi: int
+    then_hi: int
+
+
+def step_parses(steps: list[Step], text: str, spec: LanguageSpec) -> StepParses | None:
+    """`text` and `text` before the newest of `steps`, parsed (`parsed`); None: no step, or either
+    parse missing or abandoned."""
+    if not steps:
+        return None
+    step = joined(steps)
+    before, start = undone(step, text)
+    now, then = parsed(spec, text), parsed(spec, before)
+    if now is None or then is None:
+        return None
+    lo = len(text[:start].encode("utf-8"))
+    return StepParses(now, then, lo, lo + len("".join(step.new).encode("utf-8")),
+                      lo + len("".join(step.old).encode("utf-8")))

@@ -11,8 +11,8 @@ from ..candidate import Source
 from ..context.languages import LanguageSpec
 from .budget import UNBOUNDED, Budget
 from .calls import GRAMMARS, Grammar, Param, SignatureChange, calls, edits_of, parameters
-from .history import Step, joined, undone
-from .names import parsed, preorder
+from .history import Step
+from .names import parsed, preorder, step_parses
 from .rule import NOTHING, Documents, History, Proposal, sites_of
 
 log = logging.getLogger(__name__)
@@ -59,16 +59,10 @@ def changed(steps: list[Step], text: str, spec: LanguageSpec,
     before differs by more than one parameter, the def is also held against `going_on`, the change
     followed last, as it was before and after it."""
     grammar = GRAMMARS.get(spec.name)
-    if grammar is None or not steps:
+    if grammar is None or (p := step_parses(steps, text, spec)) is None:
         return None
-    step = joined(steps)
-    before, start = undone(step, text)
-    now_tree, then_tree = parsed(spec, text), parsed(spec, before)
-    if now_tree is None or then_tree is None:
-        return None
-    (tree, data), lo = now_tree, len(text[:start].encode("utf-8"))
-    pairs = _paired(_definitions(tree, lo, lo + len("".join(step.new).encode("utf-8")), grammar),
-                    _definitions(then_tree[0], lo, lo + len("".join(step.old).encode("utf-8")), grammar))
+    tree, data = p.now
+    pairs = _paired(_definitions(tree, p.lo, p.now_hi, grammar), _definitions(p.then[0], p.lo, p.then_hi, grammar))
     # the def whose parameter list the step changed (else, as it goes on, the innermost it spans)
     moved = [(fn, was) for fn, was in pairs if _moved(fn, was)]
     found = [(c, fn) for fn, was in (moved or pairs[::-1]) if (c := _change(fn, was, going_on)) is not None]

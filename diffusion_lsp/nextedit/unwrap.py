@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 from ..candidate import Source
 from ..context.languages import LanguageSpec
-from .analogous import CALLS, callee, calls_over, slots
+from .analogous import CALLS, callee, calls_over, changed_slot, slot_edits, slots
 from .budget import UNBOUNDED, Budget
-from .history import Step, joined, undone
-from .names import char_offsets, parsed
+from .history import Step
+from .names import step_parses
 from .rule import NOTHING, Change, Documents, History, Proposal, sites_of
 
 SPREADS = {"list_splat", "dictionary_splat", "spread_element", "splat_argument", "hash_splat_argument"}
@@ -63,25 +63,16 @@ def unwrap_change(steps: list[Step], text: str, spec: LanguageSpec) -> Unwrap | 
     """The wrapper the newest step removed from one argument of one call (of nested calls, the
     innermost), or None: the call keeps its function and its other arguments, and the argument is
     now what the wrapper was called with."""
-    if not steps:
+    if (p := step_parses(steps, text, spec)) is None:
         return None
-    step = joined(steps)
-    before, start = undone(step, text)
-    now_tree, then_tree = parsed(spec, text), parsed(spec, before)
-    if now_tree is None or then_tree is None:
-        return None
-    lo = len(text[:start].encode("utf-8"))
-    was = {c.start_byte: c for c in calls_over(then_tree[0].root_node, lo, lo + len("".join(step.old).encode("utf-8")))}
+    was = {c.start_byte: c for c in calls_over(p.then[0].root_node, p.lo, p.then_hi)}
     found = []
-    for new in calls_over(now_tree[0].root_node, lo, lo + len("".join(step.new).encode("utf-8"))):
+    for new in calls_over(p.now[0].root_node, p.lo, p.now_hi):
         old = was.get(new.start_byte)  # a call that starts before the step starts at the same byte after it
-        if old is None or old.text == new.text or callee(old) != callee(new):
-            continue
-        a, b = slots(old), slots(new)
-        diff = [k for k in a if a[k] is not None and b.get(k) is not None and a[k].text != b[k].text]
-        inner = wrapped(a[diff[0]]) if a.keys() == b.keys() and len(diff) == 1 else None
-        if inner is not None and inner[1].text == b[diff[0]].text:
-            found.append((len(new.text), Unwrap(callee(new), diff[0], inner[0])))
+        slot = None if old is None else changed_slot(old, new)
+        inner = None if slot is None else wrapped(slots(old)[slot])
+        if inner is not None and inner[1].text == slots(new)[slot].text:
+            found.append((len(new.text), Unwrap(callee(new), slot, inner[0])))
     return min(found, key=lambda f: f[0])[1] if found else None
 
 
@@ -90,18 +81,9 @@ def unwrap_edits(text: str, spec: LanguageSpec, change: Unwrap,
     """(start, end, what the wrapper was called with) of the argument at every call of
     change.callee that passes a call of change.wrapper in change.slot, from budget.start on (at
     most budget.most), in order."""
-    if (found := parsed(spec, text)) is None:
-        return []
-    (tree, data), out = found, []
-    chars = char_offsets(data)
-    for call in calls_over(tree.root_node, len(text[:budget.start].encode("utf-8")), len(data), budget):
-        if budget.full(len(out)):
-            break
-        if callee(call) != change.callee:
-            continue
-        arg = slots(call).get(change.slot)
+    def unwrapped(arg, chars) -> str | None:
         inner = wrapped(arg)
-        if inner is not None and inner[0] == change.wrapper:
-            out.append((chars(arg.start_byte), chars(arg.end_byte),
-                        text[chars(inner[1].start_byte):chars(inner[1].end_byte)]))
-    return sorted(out)
+        if inner is None or inner[0] != change.wrapper:
+            return None
+        return text[chars(inner[1].start_byte):chars(inner[1].end_byte)]
+    return slot_edits(text, spec, change.callee, change.slot, budget, unwrapped)
