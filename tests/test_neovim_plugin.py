@@ -159,6 +159,15 @@ def test_the_demo_notice_fits_the_command_line_and_is_whole_in_messages(tmp_path
     assert "#use-a-real-model" in result["history"] and "README" in result["history"], result["history"]
 
 
+def test_a_message_as_wide_as_the_command_line_with_neovims_prefix_is_cut_not_prompted(tmp_path):
+    """A settings warning of 114 characters fit a 130-column command line, but Neovim prints a
+    server's message as `LSP[name] message`: 133 characters, and a "Press ENTER" prompt."""
+    wide = session(tmp_path, ["fake"], SAMPLE, fake=True, wide=True)["wide"]
+    overflowing, fitting = wide["shown"]
+    assert len(overflowing) <= wide["echospace"] and overflowing.endswith(":messages"), wide
+    assert fitting.startswith("LSP[") and len(fitting) == wide["echospace"], wide  # whole, as Neovim shows it
+
+
 def test_the_statusline_says_failed_when_the_model_cannot_load(tmp_path):
     result = session(tmp_path, serve(tmp_path / "no-such-model", tmp_path), SAMPLE, ready_ms=90_000,
                      state="diffusion: failed")

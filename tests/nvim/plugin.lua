@@ -22,6 +22,9 @@
 --             after the user gave it a terminal colour of their own
 --   health    run :checkhealth diffusion_lsp and record its lines
 --   notice    wait for a message with spec.notice in it; record :messages and the echo space
+--   wide      window/showMessage lines about as wide as the echo space, through the plugin's handler:
+--             one that fits only without Neovim's `LSP[name] ` prefix, one that fits with it; record
+--             what was shown of each
 -- Always recorded: `messages` (vim.notify, which shows window/showMessage too), `statusline` (each
 -- value the statusline was drawn with, in order, repeats left out) and `sent` (notifications the
 -- client sent, by method). Writes the result as JSON and quits, also on failure and on the watchdog
@@ -353,6 +356,18 @@ local function next_edit_step(n)
   return record
 end
 
+local function wide_step()
+  local client = plugin.client(0)
+  local ctx = { client_id = client.id, method = 'window/showMessage' }
+  local prefix = vim.fn.strdisplaywidth(('LSP[%s] '):format(client.name))
+  local out = { echospace = vim.v.echospace, shown = {} }
+  for _, n in ipairs({ vim.v.echospace - prefix + 3, vim.v.echospace - prefix }) do
+    plugin.show_message(nil, { type = 2, message = ('w'):rep(n) }, ctx)
+    table.insert(out.shown, result.messages[#result.messages][1])
+  end
+  return out
+end
+
 local function health_step()
   vim.cmd('checkhealth diffusion_lsp')
   return api.nvim_buf_get_lines(0, 0, -1, false)
@@ -411,6 +426,9 @@ local function main()
   end
   if spec.health then
     result.health = health_step()
+  end
+  if spec.wide then
+    result.wide = wide_step()
   end
   if spec.notice then
     vim.wait(spec.ghost_ms, function()

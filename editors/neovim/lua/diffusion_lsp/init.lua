@@ -131,7 +131,10 @@ end
 function M.show_message(err, result, ctx)
   local msg = result and result.message or ''
   local room = vim.v.echospace
-  if msg:find('\n') or vim.fn.strdisplaywidth(msg) <= room then
+  -- Neovim's own handler prints it as `LSP[name] message`: that whole line must fit
+  local client = ctx and vim.lsp.get_client_by_id(ctx.client_id)
+  local shown = ('LSP[%s] %s'):format(client and client.name or ('id=' .. tostring(ctx and ctx.client_id)), msg)
+  if msg:find('\n') or vim.fn.strdisplaywidth(shown) <= room then
     return vim.lsp.handlers['window/showMessage'](err, result, ctx)
   end
   -- into :messages without the prompt: for this one echo, 'messagesopt' waits 0 ms instead
