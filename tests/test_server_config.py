@@ -67,7 +67,7 @@ def test_absent_and_bad_values_keep_the_command_line_base():
     base = Config(model=LaunchSettings(path="/ckpt", device="cpu"))
     cfg, problems = parse_config({"model": {"device": "gpu!"}, "completion": {"debounceMs": 10}}, base)
     assert (cfg.model.path, cfg.model.device, cfg.completion.debounce_ms) == ("/ckpt", "cpu", 10)
-    assert "using the default 'cpu'" in problems[0]
+    assert 'using the default "cpu"' in problems[0]
 
 
 def test_types_are_coerced_only_where_harmless():

@@ -124,6 +124,12 @@ def test_an_on_off_switch_a_group_defaults_to_a_value_is_a_checkbox_in_the_edito
     assert schema["diffusionLsp.nextEdit.showAbove"]["type"] == ["number", "null"]
 
 
+def test_a_bad_value_and_its_default_are_said_as_a_settings_file_spells_them():
+    _, problems = parse_config({"completion": {"enable": "yes", "showAbove": None, "debounceMs": 1.5}})
+    assert problems[0] == 'completion.enable: "yes" is not valid (true, false or null); using the default true'
+    assert problems[1].startswith("completion.debounceMs: 1.5 is not valid") and problems[1].endswith("default 0")
+
+
 def test_the_sampler_s_confidence_cut_is_the_completion_s_knob():
     cut = {f.name: f for f in dataclasses.fields(SamplerConfig)}["confidence_cut"]
     completion = {f.name: f for f in dataclasses.fields(CompletionSettings)}["confidence_cut"]
@@ -144,7 +150,7 @@ def test_a_mode_the_backend_chooses_cannot_be_asked_for():
     assert ASKED == (Mode.REFINE, Mode.FULL)
     cfg, problems = parse_config({"nextEdit": {"mode": "api"}})
     assert cfg.next_edit.mode is Mode.REFINE
-    assert problems == ["nextEdit.mode: 'api' is not valid (refine or full); using the default 'refine'"]
+    assert problems == ['nextEdit.mode: "api" is not valid (refine or full); using the default "refine"']
     assert parse_config({"nextEdit": {"mode": "full"}})[0].next_edit.mode is Mode.FULL
 
 

@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import enum
 import functools
+import json
 import math
 import re
 import types
@@ -173,7 +174,8 @@ def parse_tree(cls, raw: dict, base, path: str, problems: list[str]):
         else:
             need = f.metadata.get("need") or getattr(hint, "__name__", str(hint))
             shown = current.value if isinstance(current, enum.Enum) else current  # as the user writes it
-            problems.append(f"{where}: {value!r} is not valid ({need}); using the default {shown!r}")
+            problems.append(f"{where}: {json.dumps(value, default=repr)} is not valid ({need}); using the default "
+                            f"{json.dumps(shown, default=repr)}")  # as JSON: what a settings file spells
     try:
         return dataclasses.replace(base, **values)
     except ValueError as e:  # the values are each fine but not together (e.g. a backend without its URL)
