@@ -273,3 +273,25 @@ def test_every_text_the_model_reads_takes_lone_surrogates_as_u_fffd():
 
     tok = Tokenizer.from_file(DEFAULT_MODEL / "tokenizer.json", SpecialTokens())
     assert tok.encode("x = '\ud800'") == tok.encode("x = '\ufffd'")
+
+
+def test_user_text_never_yields_a_control_token_even_one_marked_not_special(tmp_path):
+    """Qwen2.5 marks its FIM, repo and file-separator tokens and <tool_call> "special": false; code that spells
+    them is text all the same. A word-like added token (an HTML tag some vocabularies add) stays a token."""
+    from diffusion_lsp.model.network.config import SpecialTokens
+    from diffusion_lsp.model.network.tokenizer import Tokenizer
+
+    alphabet = "<|>_/[]-abcdefilmoprstx"
+    (tmp_path / "vocab.json").write_text(json.dumps({c: i for i, c in enumerate(alphabet)}))
+    (tmp_path / "merges.txt").write_text("#version: 0.2\n")
+    added = ["<|endoftext|>", "<|mask|>", "<|fim_prefix|>", "<tool_call>", "</tool_call>", "<[fim-middle]>", "<td>"]
+    n = len(alphabet)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {
+        str(n + i): {"content": t, "special": i < 2, "normalized": False} for i, t in enumerate(added)}}))
+    tok = Tokenizer(load_tokenizer_files(tmp_path), SpecialTokens("<|mask|>", "<|endoftext|>", None))
+    for token in added[2:-1]:
+        assert tok.hf.encode(f"a{token}b").ids[1] == tok.hf.token_to_id(token)  # what the reference does
+        assert tok.hf.token_to_id(token) not in tok.encode(f"a{token}b"), token
+        assert tok.decode(tok.encode(f"a{token}b")) == f"a{token}b"
+        assert tok.encode_markup(token) == [tok.hf.token_to_id(token)]
+    assert tok.encode("a<td>b") == [tok.hf.token_to_id(c) for c in "a"] + [n + 6] + [tok.hf.token_to_id("b")]

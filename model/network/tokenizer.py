@@ -13,6 +13,11 @@ from tokenizers import Tokenizer as HFTokenizer
 from .config import SpecialTokens
 from .text import valid_text
 
+# How vocabularies spell their control tokens: Qwen's and Dream's <|fim_prefix|>, Seed-Coder's <[fim-middle]>, and
+# snake_case tags (Qwen2.5's <tool_call> </tool_call>, Gemma's <start_of_turn>); an HTML tag (<td>) is no control
+_CONTROL_SPELLING = re.compile(r"<\|[^<>|]+\|>|<\[[^<>\[\]]+\]>|</?[A-Za-z]+(?:_[A-Za-z0-9]+)+>")
+
+
 class Tokenizer:
     def __init__(self, hf: HFTokenizer, special: SpecialTokens):
         self.hf = hf
@@ -65,8 +70,15 @@ class Tokenizer:
 
     @cached_property
     def _specials(self) -> re.Pattern | None:
-        """The names of the tokenizer's special added tokens, longest first; None when it has none."""
-        names = sorted((t.content for t in self.hf.get_added_tokens_decoder().values() if t.special and t.content),
+        """The names of the tokenizer's control tokens, longest first; None when it has none. A control token
+        is an added token marked special, one spelled as control tokens are (_CONTROL_SPELLING), or one of
+        our roles (mask, filler, bos, extra): Qwen2.5's tokenizer_config.json marks <|fim_prefix|>,
+        <|fim_suffix|>, <|file_sep|>, <|repo_name|> and <tool_call> `"special": false`, and transformers'
+        Qwen2Tokenizer encodes a file that spells them as those ids. Word-like added tokens (a vocabulary's
+        HTML tags or whitespace runs) stay tokens: the model learned them as text."""
+        roles = {self.special.mask, self.special.filler, self.special.bos, *self.special.extra.values()}
+        names = sorted({t.content for t in self.hf.get_added_tokens_decoder().values()
+                        if t.content and (t.special or _CONTROL_SPELLING.fullmatch(t.content) or t.content in roles)},
                        key=len, reverse=True)
         return re.compile("|".join(map(re.escape, names))) if names else None
 
