@@ -82,6 +82,12 @@ def test_the_dry_run_measures_every_section_from_real_fills(tmp_path, capsys):
     else:
         assert "triton is not installed" in kernels["skipped"] and "kernel rows skipped" in printed
 
+    # the output head's cost: the dry run's default is the embedded model's row (--shapes adds the 0.5B shape)
+    (cost,) = figures["vocab_cost"].values()
+    assert list(figures["vocab_cost"]) == ["embedded"] and cost["vocab"] == 8192 and cost["masked"] == SPAN
+    assert 0 < cost["head_ms"] < cost["step_ms"] and cost["head_share"] == cost["head_ms"] / cost["step_ms"]
+    assert cost["forwards"] >= 1 and cost["fill_ms"] > 0 and "output head's cost (cpu, float32" in printed
+
     per_policy = single_stream(shape["single"])
     speed, latency = figures["goals"]
     assert speed["value"] == max(per_policy.values()) and speed["met"] == (speed["value"] >= 1000)
@@ -96,3 +102,28 @@ def test_without_a_gpu_it_asks_for_one_or_the_dry_run(capsys):
     assert main(["bench", "gpu"]) == 2
     err = capsys.readouterr().err
     assert "needs a CUDA device" in err and "--dry-run" in err
+
+
+@pytest.mark.parametrize("dry_run,shapes,want", [(False, None, ("embedded", "qwen2.5-0.5b")),
+                                                 (True, None, ("embedded",)),
+                                                 (True, ("embedded", "qwen2.5-0.5b"), ("embedded", "qwen2.5-0.5b")),
+                                                 (False, (), ())])
+def test_the_gpu_run_measures_the_real_vocabulary_and_the_dry_run_leaves_it_to_shapes(monkeypatch, dry_run, shapes,
+                                                                                      want):
+    """On the GPU the Qwen2.5-0.5B shape's row (151,936 rows) is measured beside the embedded model's by
+    default; on the CPU its minute is asked for (--shapes, whose parsing is checked here too)."""
+    import argparse
+
+    from diffusion_lsp.bench import gpu, vocab_cost
+
+    asked = []
+    monkeypatch.setattr(vocab_cost, "section", lambda names, engine, req, cfg, steps, fills: asked.append(
+        (names, req.max_tokens, steps, fills)) or {})
+    gpu.head_cost(argparse.Namespace(dry_run=dry_run, shapes=shapes), object(), ("x = ", "\n"), 3)
+    assert asked == [(want, SPAN, 3, 1 if dry_run else 3)]
+    parser = argparse.ArgumentParser()
+    vocab_cost.add_shapes_arg(parser, None, "default: the command's")
+    assert parser.parse_args(["--shapes", "qwen2.5-0.5b, embedded"]).shapes == ("qwen2.5-0.5b", "embedded")
+    assert parser.parse_args(["--shapes", "none"]).shapes == () and parser.parse_args([]).shapes is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--shapes", "qwen-7b"])

@@ -175,8 +175,20 @@ def test_console_script_end_to_end(tiny_checkpoint, src):
 def test_bench_sampler_prints_every_configuration(tiny_checkpoint, capsys):
     from diffusion_lsp.model.network.quantize import int8_available
 
-    assert main(["bench", "sampler", "--model", str(tiny_checkpoint), "--spans", "1", "--context", "32"]) == 0
+    assert main(["bench", "sampler", "--model", str(tiny_checkpoint), "--spans", "1", "--context", "32",
+                 "--shapes", "embedded,qwen2.5-0.5b"]) == 0
     out = capsys.readouterr().out
+    # the output head's cost: this model's row beside Qwen2.5-0.5B's shape at the real vocabulary
+    assert "output head's cost (cpu, float32; shapes other than --model have random weights" in out
+    cost = {r[0]: r[1:] for r in (s.split() for s in out.splitlines()) if r[:1] in (["--model"], ["qwen2.5-0.5b"])}
+    assert cost["qwen2.5-0.5b"][:4] == ["151,936", "896", "24", "0.494B"] and cost["--model"][0] != "151,936"
+    for row in cost.values():  # positions, ms/step, head ms, head %, cached ms, head %, ms/fill, forwards per fill
+        positions, step, head, share, cached, cached_share, fill, forwards = row[4:]
+        assert int(positions) > 8 and float(head) <= float(step) < float(fill) and float(forwards) >= 1
+        assert 0 <= int(share.rstrip("%")) <= int(cached_share.rstrip("%")) <= 100  # the cached body is smaller
+    step, cached = float(cost["qwen2.5-0.5b"][5]), float(cost["qwen2.5-0.5b"][8])
+    assert cached < step  # a cached step runs the 8 masked positions only
+    assert "qwen2.5-0.5b/--model: step" in out
     for length in ("8", "32", "64"):
         rows = [s.split() for s in out.splitlines() if s.split()[:1] == [length]]
         weights = "int8" if int8_available() else "fp32"  # on CPU the main rows are int8, one fp32 row beside

@@ -33,7 +33,8 @@ def _cuda(c: Constraint) -> Constraint:
     return Constraint(c.banned, c.filler_id, c.no_filler.cuda(), c.allow.cuda(), c.allow_row.cuda())
 
 
-@pytest.mark.parametrize("M,V,D", SHAPES + [(512, 152064, 3584)])  # and the 7B head itself
+# and the 7B head itself, and Qwen2.5-0.5B's (151,936 rows at dim 896) with a one-line step's positions
+@pytest.mark.parametrize("M,V,D", SHAPES + [(512, 152064, 3584), (16, 151936, 896)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_head_stats_kernel_on_cuda(M, V, D, dtype):
     h, w, c, target = _inputs(M, V, D, dtype)

@@ -15,6 +15,7 @@ import torch
 
 from diffusion_lsp.kernels import dispatch, linear_ce, vocab_stats
 from diffusion_lsp.kernels.vocab_stats import Constraint
+from diffusion_lsp.model.network.config import ModelConfig
 
 pytestmark = pytest.mark.skipif(not dispatch.triton_importable(), reason="triton is not installed (pip install triton)")
 
@@ -68,6 +69,29 @@ def test_head_stats_kernel_in_bf16(M, V, D):
     assert torch.equal(got.pred[clear], exact.pred[clear])
     rounded = vocab_stats.reference(h, w, c, True, target)  # logits rounded to bf16 by F.linear
     torch.testing.assert_close(got.conf, rounded.conf, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.slow  # about 25 s: the interpreter walks 1,187 vocabulary tiles per dtype
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_head_stats_kernel_at_the_real_qwen_vocabulary(dtype):
+    """The whole 151,936-row head of the Qwen2 tokenizer (preset qwen2.5-0.5b), a small width and three
+    positions: each vocabulary slice's partials are combined across the width real checkpoints have,
+    with the tolerances above (bf16: against the reference on the same bf16 values in fp32)."""
+    V = ModelConfig.preset("qwen2.5-0.5b").vocab_size
+    assert V == 151936
+    h, w, c, target = _inputs(3, V, 16, dtype)
+    got = vocab_stats.launch(h, w, c, True, target)
+    want = vocab_stats.reference(h.float(), w.float(), c, True, target)
+    tol, entropy_tol = (1e-5, 1e-4) if dtype == torch.float32 else (1e-4, 1e-3)
+    torch.testing.assert_close(got.conf, want.conf, atol=tol, rtol=tol)
+    torch.testing.assert_close(got.target_prob, want.target_prob, atol=tol, rtol=tol)
+    torch.testing.assert_close(got.entropy, want.entropy, atol=entropy_tol, rtol=tol)
+    clear = _clear_top(h, w, c)
+    assert clear.all() and torch.equal(got.pred, want.pred)
+    assert (want.pred >= V // 3).all()  # each winner is past the first of the interpreter's 3 slices
+    if dtype == torch.bfloat16:
+        rounded = vocab_stats.reference(h, w, c, True, target)  # logits rounded to bf16 by F.linear
+        torch.testing.assert_close(got.conf, rounded.conf, atol=2e-2, rtol=2e-2)
 
 
 def test_head_stats_without_a_constraint_and_without_positions():

@@ -15,6 +15,8 @@ Prints figures side by side; asserts nothing.
 - Batched: 2N requests of 16, 32 and 64 tokens through N rows, continuous batching (sampler.py
   Decoding.add: before each step the free places go to the next requests) beside static batching
   (groups of N, each driven to its end): tokens/s and mean occupancy (rows per step / N).
+- The output head's cost (bench/vocab_cost.py): ms per step and per fill and the head's share of a
+  step, the embedded model beside a Qwen2.5-0.5B shaped one (random weights, its 151,936 rows).
 - Kernels (bench/kernels.py): each Triton kernel against its PyTorch reference at the 7B head's shape.
 - Peak GPU memory per section, and the goals for the 7B shape: >= 1,000 tokens/s single stream
   (best policy), 32-token one-line infill p50 <= 60 ms.
@@ -38,6 +40,7 @@ from ..errors import UserError
 from ..server.stats import percentile
 from ..workspace_files import check_file, output_path, write_file
 from ..data.workload import workload_files
+from . import vocab_cost
 
 SPAN = 32  # tokens per single-stream infill
 BATCH_SPANS = (16, 32, 64)  # max_tokens of the batched requests, in turn: rows finish at different steps
@@ -80,6 +83,8 @@ def register(bench) -> None:
     p.add_argument("--context", type=int, help=f"tokens of context around each infill (default {GPU.context}, dry "
                    f"run {DRY.context})")
     p.add_argument("--seed", type=int, default=0)
+    vocab_cost.add_shapes_arg(p, None, "default embedded,qwen2.5-0.5b; in the dry run embedded: the 0.5B shape's "
+                              "row adds about a minute on two CPU cores")
     p.add_argument("--json", metavar="OUT", type=output_path, help="also write every figure as JSON")
     p.set_defaults(run=run)
 
@@ -109,6 +114,7 @@ def run(args) -> int:
         out["models"][name]["batched"] = batched_rows(engine, spots, plan)
     print_single(out)
     print_batched(out)
+    out["vocab_cost"] = head_cost(args, engines["embedded"], spots[0], repeat)
     out["kernels"] = kernel_rows(tok, plan, repeat)
     out["goals"] = goals(out["models"][plan.shape_name], plan)
     if args.json:
@@ -185,6 +191,19 @@ def random_model(cfg, device: str, dtype):
     finally:
         torch.set_default_dtype(default)
     return model.eval()
+
+
+def head_cost(args, embedded, spot: tuple[str, str], repeat: int) -> dict:
+    """The output head's cost section (vocab_cost.section) for one SPAN-token infill at `spot`: the
+    embedded model beside the real vocabulary's shapes, which the dry run leaves to --shapes."""
+    from ..model.decoding.canvas import CanvasRequest
+    from ..protocol.settings import SamplerConfig
+
+    shapes = args.shapes
+    if shapes is None:
+        shapes = (vocab_cost.EMBEDDED,) if args.dry_run else (vocab_cost.EMBEDDED, *vocab_cost.SHAPES)
+    return vocab_cost.section(shapes, embedded, CanvasRequest(*spot, SPAN), SamplerConfig(), steps=repeat,
+                              fills=1 if args.dry_run else repeat)
 
 
 # ---- the workload ----

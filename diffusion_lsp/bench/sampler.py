@@ -1,6 +1,8 @@
 """`diffusion-lsp bench sampler`: forward passes and milliseconds per span, threshold vs
 one-token-per-step decoding, with and without the context cache, and on CPU int8 vs float32
-weights, measured side by side in one run. Prints figures and ratios; asserts nothing."""
+weights, measured side by side in one run; then the output head's cost (bench/vocab_cost.py): ms per
+step and per fill and the head's share of a step, for this model and, with --shapes, a model of
+Qwen2.5-0.5B's shape and vocabulary. Prints figures and ratios; asserts nothing."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from ..errors import UserError
 from ..protocol.settings import FLOAT_DTYPES, SamplerConfig
 from ..options import add_launch_args, add_sampler_args, engine_for, launch_settings, sampler_config
 from ..data.workload import SPAN_LENGTHS, make_spans, workload_files
+from . import vocab_cost
 
 CONFIGS = [("threshold", True), ("threshold", False), ("one", True), ("one", False)]  # (policy, cache) per row
 # the sampler flags the rows leave to the command line: each row sets its policy and cache, and healing
@@ -23,10 +26,15 @@ def register(bench) -> None:
     s = bench.add_parser("sampler", help="forward passes and ms per span: threshold vs one-per-step, cache on/off",
                          description="Forward passes and milliseconds per span of real code, threshold vs "
                          "one-token-per-step decoding, with and without the context cache. --precision sets the "
-                         "weights of the main rows (auto: int8 on CPU); on CPU the other one gets a row too.")
+                         "weights of the main rows (auto: int8 on CPU); on CPU the other one gets a row too. "
+                         "Then the output head's cost: ms per step and per fill and the head's share of a step, "
+                         "beside a Qwen2.5-0.5B shaped model with --shapes.")
     s.add_argument("--spans", type=int, default=6, help="spans per length (default 6)")
     s.add_argument("--context", type=int, default=256, help="prefix tokens; the suffix gets half (default 256)")
     s.add_argument("--seed", type=int, default=0)
+    # the 0.5B shape's row takes about 40 s on two CPU cores (a step over 393 positions is 4-6 s): asked for
+    vocab_cost.add_shapes_arg(s, (vocab_cost.EMBEDDED,), "default embedded; add qwen2.5-0.5b for a row at "
+                              "Qwen2.5-0.5B's shape and vocabulary, about 40 s on two CPU cores")
     add_launch_args(s)
     add_sampler_args(s, only=FLAGS)
     s.set_defaults(run=run)
@@ -73,6 +81,9 @@ def run(args) -> int:
             print(f"{length:>5} {policy:>10} {'on' if cache else 'off':>5} {weights:>7} {f['fwd']:>9.1f} "
                   f"{f['ms']:>8.1f} {f['tok/s']:>7.0f} {f['exact']:>3}/{len(reqs)}")
         print(_ratios(figures, main, len(engines) > 1))
+    if args.shapes:  # the fp32 engine beside int8 rows: the head as one matrix, as a GPU's is
+        vocab_cost.section(args.shapes, engines.get("fp32", engines[main]), spans[SPAN_LENGTHS[0]][0], base,
+                           steps=2, fills=1, label=vocab_cost.EMBEDDED if launch.path is None else "--model")
     return 0
 
 

@@ -175,6 +175,14 @@ PRESETS: dict[str, dict] = {
         vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, hidden_dim=18944,
         max_seq_len=131072, rope_theta=1e6, qkv_bias=True, tie_embeddings=False, shift_logits=True,
     ),
+    # Qwen2.5-0.5B (and Qwen2.5-Coder-0.5B), from the published config.json of huggingface.co/Qwen/Qwen2.5-0.5B:
+    # hidden_size 896, intermediate_size 4864, 24 layers, 14 / 2 heads, vocab_size 151936, rope_theta 1e6,
+    # rms_norm_eps 1e-6, tie_word_embeddings true, 32768 positions. The shape of the 0.5B Qwen-family
+    # diffusion coders (Open-dCoder 0.5B); `bench sampler` and `bench gpu` time its output head.
+    "qwen2.5-0.5b": dict(
+        vocab_size=151936, dim=896, n_layers=24, n_heads=14, n_kv_heads=2, hidden_dim=4864,
+        max_seq_len=32768, rope_theta=1e6, qkv_bias=True,
+    ),
     "coda-1.7b": dict(  # CoDA-v0 (Qwen3-1.7B)
         vocab_size=151936, dim=2048, n_layers=28, n_heads=16, n_kv_heads=8, head_dim=128, hidden_dim=6144,
         max_seq_len=40960, rope_theta=1e6, qk_norm=True, tie_embeddings=False,  # Qwen3: no attention bias
