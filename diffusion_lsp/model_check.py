@@ -5,7 +5,8 @@ tokens, memory and load time; then, where transformers is installed and the fold
 one, our logits beside transformers' own forward under full bidirectional attention on a sample of
 code (model/families/reference.py): the largest absolute difference and how often the argmax agrees. A
 correctly loaded float32 checkpoint differs by ~1e-5 (tiny random checkpoints); a wrong tensor name,
-RoPE base or logit shift shows as differences of the logits' own size.
+RoPE base or logit shift shows as differences of the logits' own size. The tokenizer's files, its special
+tokens by role and the prompt built for a one-line example: model/families/token_report.py.
 Native families: model/families/native.py."""
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def check(path: Path, reference: bool = True) -> dict:
                       "peak_rss": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)},
         "load_ms": round(load_ms, 1), "reference": None,
     }
-    out.update(_prompt(meta.get("family"), tok), chat=_chat(path, tok))
+    out.update(_prompt(meta.get("family"), tok), chat=_chat(path, tok), tokenizer=_tokenizer(path, model, tok))
     if not reference:
         out["reference"] = {"skipped": "--no-reference"}
     elif not hf:
@@ -154,6 +155,33 @@ def check(path: Path, reference: bool = True) -> dict:
     else:
         out["reference"] = _compare(path, model, tok)
     return out
+
+
+def _tokenizer(path: Path, model, tok) -> dict:
+    """The tokenizer's files, special tokens by role and the example prompt (token_report)."""
+    from .model.families.pretrained import is_hf_folder, read_hf_config
+    from .model.families.table import detect_family
+    from .model.families.token_report import token_report
+    from .model.network.config import adapter_base
+
+    folder = adapter_base(path) or path
+    family = detect_family(read_hf_config(folder)[0]) if is_hf_folder(folder) else None
+    return token_report(folder, tok, family, model.config.max_seq_len)
+
+
+def _tokenizer_lines(report: dict) -> list[str]:
+    def said(name, r):
+        uses = r.get("product_uses")
+        uses = f"; the product uses {uses['token']} {uses['id']}" if uses else ""
+        return f"{name} {r['token']} {r['id']} ({r['from']}{uses})" if "id" in r else f"{name} {r['missing']}{uses}"
+
+    roles = ", ".join(said(name, r) for name, r in report["roles"].items())
+    example = report["example"]
+    return [f"  tokenizer: {report['files']}, {report['vocab_size']:,} tokens; {roles}",
+            f"  tokens of the families: {', '.join(report['families_with_these_tokens']) or 'none known'}",
+            f"  example prompt for {example['prefix']!r} | cursor | {example['suffix']!r}: "
+            + (f"none ({example['skipped']})" if "skipped" in example else
+               " ".join(f"{i}:{p!r}" for i, p in zip(example["ids"], example["pieces"])))]
 
 
 def _compare(path: Path, model, tok) -> dict:
@@ -208,6 +236,8 @@ def run(args) -> int:
              + ", ".join(f"{role} {i}" for role, i in report["special_tokens"].items()),
              f"  weights {report['memory_mb']['weights']:,} MB, peak RSS {report['memory_mb']['peak_rss']:,} MB, "
              f"loaded in {report['load_ms']:,.0f} ms"]
+    if "tokenizer" in report:
+        lines += _tokenizer_lines(report["tokenizer"])
     if "prompt_description" in report:
         lines.append(f"  prompt: {report['prompt_description']}")
     if "chat" in report:

@@ -125,3 +125,13 @@ def test_code_that_spells_a_control_token_never_yields_its_id(ours, reference, p
     assert not set(ids) & set(CONTROL_IDS), [ours.id_to_token(i) for i in ids]
     assert product.decode(ids) == text
     assert ours.token_to_id(token) in product.encode_markup(token)
+
+
+def test_bench_context_times_the_real_tokenizer_beside_transformers(folder, capsys):
+    """`python -m diffusion_lsp.bench.context --tokenizer DIR`'s first rows (figures only: here, that they agree)."""
+    from diffusion_lsp.bench.context import encode_speed
+
+    encode_speed(folder, (STDLIB / "json" / "decoder.py").read_text() * 3, repeats=1)
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [r.split("  ")[1].split(" (")[0] for r in rows] == ["ours", "product", "transformers"]
+    assert all(r.endswith("same ids") for r in rows), rows

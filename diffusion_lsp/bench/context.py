@@ -4,7 +4,12 @@ Prints p50/p95 of gather(), postprocess() and both, on a 5,000-line Python file 
 modules, with a real byte-level BPE counting tokens and two other open documents for cross-file
 context. Two scenarios: cursor jumps (every request at a new place) and typing (one character
 more per request at one place, the incremental path). Wall time and this thread's CPU time (the
-latter is steadier on a shared, loaded machine). Figures only; no assertion."""
+latter is steadier on a shared, loaded machine). Figures only; no assertion.
+
+With `--tokenizer DIR` (a checkpoint's tokenizer folder: tokenizer.json, or vocab.json + merges.txt as Qwen2 ships
+them) the context is counted with that tokenizer, and a first row times encoding the whole 5,000-line file: our
+loader's tokenizer, the product's wrapper (which keeps control-token spellings out of code) and transformers'
+AutoTokenizer from the same folder, side by side, with whether their ids agree."""
 
 from __future__ import annotations
 
@@ -17,7 +22,10 @@ from pathlib import Path
 from ..context.gather import gather
 from ..context.postprocess import postprocess
 from ..context.records import ContextBudget, Document, EditSnippet
-from ..model.network.tokenizer import train_bpe
+from ..context.tokens import TokenCounter
+from ..model.families.hf_tokenizer import load_tokenizer_files
+from ..model.network.config import SpecialTokens
+from ..model.network.tokenizer import Tokenizer, train_bpe
 from ..data.workload import BIG_SOURCES, STDLIB, big_file
 
 
@@ -35,10 +43,49 @@ def _pct(xs: list[float]) -> str:
     return f"p50 {statistics.median(xs):6.2f} ms  p95 {xs[int(0.95 * (len(xs) - 1))]:6.2f} ms"
 
 
-def run(n: int, seed: int) -> None:
+def _median_ms(f, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def encode_speed(folder: Path, text: str, repeats: int = 5) -> None:
+    """Prints the time to encode `text` with the folder's tokenizer three ways (module docstring)."""
+    hf = load_tokenizer_files(folder)
+    control = next((t.content for t in hf.get_added_tokens_decoder().values() if t.special), None)
+    rows = {"ours (load_tokenizer_files)": lambda: hf.encode(text, add_special_tokens=False).ids}
+    if control is not None:  # the wrapper needs a mask and a filler by name: any control token stands in
+        product = Tokenizer(hf, SpecialTokens(mask=control, filler=control, bos=None))
+        rows["product (Tokenizer.encode)"] = lambda: product.encode(text)
+    try:
+        from transformers import AutoTokenizer
+
+        theirs = AutoTokenizer.from_pretrained(str(folder))
+        rows[f"transformers ({type(theirs).__name__})"] = lambda: theirs.encode(text, add_special_tokens=False)
+    except ImportError:
+        print("transformers is not installed: no reference row (pip install transformers)")
+    ids = {name: f() for name, f in rows.items()}
+    first = next(iter(ids.values()))
+    base = None
+    print(f"encoding {text.count(chr(10)):,} lines ({len(text):,} chars) with {folder}, median of {repeats}:")
+    for name, f in rows.items():
+        ms = _median_ms(f, repeats)
+        base = base or ms
+        print(f"  {name:40s} {ms:8.1f} ms  {len(ids[name]):,} tokens  x{ms / base:.2f}  "
+              f"{'same ids' if ids[name] == first else 'DIFFERENT ids'}")
+
+
+def run(n: int, seed: int, tokenizer: Path | None = None) -> None:
     text = big_file()
-    tok = train_bpe([(STDLIB / s).read_text() for s in BIG_SOURCES[:4]], vocab_size=2048)
-    count = lambda s: len(tok.encode(s))  # noqa: E731
+    if tokenizer is None:
+        tok = train_bpe([(STDLIB / s).read_text() for s in BIG_SOURCES[:4]], vocab_size=2048)
+        count = lambda s: len(tok.encode(s))  # noqa: E731
+    else:
+        encode_speed(tokenizer, text)
+        count = TokenCounter(load_tokenizer_files(tokenizer))
     others = [Document(f"file:///w/{Path(s).name}", (STDLIB / s).read_text(), "python")
               for s in ("textwrap.py", "shlex.py")]
     edits = [EditSnippet("file:///w/shlex.py", "def split(s, comments=False, posix=True):")]
@@ -81,8 +128,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=200, help="requests per scenario")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokenizer", type=Path, metavar="DIR",
+                    help="a checkpoint's tokenizer folder: count with it and time encoding beside transformers")
     args = ap.parse_args()
-    run(args.n, args.seed)
+    run(args.n, args.seed, args.tokenizer)
 
 
 if __name__ == "__main__":
