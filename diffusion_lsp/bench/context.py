@@ -43,13 +43,16 @@ def _pct(xs: list[float]) -> str:
     return f"p50 {statistics.median(xs):6.2f} ms  p95 {xs[int(0.95 * (len(xs) - 1))]:6.2f} ms"
 
 
-def _median_ms(f, repeats: int) -> float:
-    times = []
+def _median_ms(rows: dict, repeats: int) -> dict[str, float]:
+    """Median ms per row, the rows taken in turn within each repeat (one after the other, the first row
+    measured 1.3x slower than the same work run later, on a loaded two-core machine)."""
+    times = {name: [] for name in rows}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        f()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+        for name, f in rows.items():
+            t0 = time.perf_counter()
+            f()
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return {name: statistics.median(xs) for name, xs in times.items()}
 
 
 def encode_speed(folder: Path, text: str, repeats: int = 5) -> None:
@@ -69,11 +72,10 @@ def encode_speed(folder: Path, text: str, repeats: int = 5) -> None:
         print("transformers is not installed: no reference row (pip install transformers)")
     ids = {name: f() for name, f in rows.items()}
     first = next(iter(ids.values()))
-    base = None
+    medians = _median_ms(rows, repeats)
+    base = next(iter(medians.values()))
     print(f"encoding {text.count(chr(10)):,} lines ({len(text):,} chars) with {folder}, median of {repeats}:")
-    for name, f in rows.items():
-        ms = _median_ms(f, repeats)
-        base = base or ms
+    for name, ms in medians.items():
         print(f"  {name:40s} {ms:8.1f} ms  {len(ids[name]):,} tokens  x{ms / base:.2f}  "
               f"{'same ids' if ids[name] == first else 'DIFFERENT ids'}")
 
