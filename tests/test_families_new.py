@@ -336,3 +336,11 @@ def test_int8_weights_leave_the_experts_router_in_float(folders):
     assert type(moe.router) is nn.Linear and type(moe.experts[0].gate_proj) is not nn.Linear
     (fill,) = engine.answer([FillRequest("def f():\n    return ", "\n", 8)], [""])
     assert len(fill.pieces) == len(fill.confidence) > 0
+
+
+def test_dllm_hubs_a2d_models_are_their_own_family():
+    """dllm-hub's A2D Qwen checkpoints (model_type a2d-qwen2, A2DQwen2LMHeadModel) were refused as an unknown
+    family; dllm's MDLMSampler.infill reads their logits in place and puts no bos before an infill."""
+    for config in ({"model_type": "a2d-qwen2"}, {"model_type": "x", "architectures": ["A2DQwen3LMHeadModel"]}):
+        family = detect_family(config)
+        assert family is FAMILIES["a2d"] and not family.shift_logits and family.bos == ()

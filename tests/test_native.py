@@ -144,7 +144,10 @@ def test_the_prompt_is_the_checkpoints_chat_template_as_transformers_renders_it(
         for gen in (True, False):
             ours = render_chat(GEMMA_TEMPLATE, messages, special, add_generation_prompt=gen)
             assert ours == hf_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
-    text = engine.tokenizer.decode(engine.prompter.fill(*CODE, 400))
+    # the prompt's markup, our role tokens (its bos) left out (Tokenizer.decode gives a fill's text: no markup)
+    tok = engine.tokenizer
+    text = tok.hf.decode([i for i in engine.prompter.fill(*CODE, 400) if i not in tok.special_ids],
+                         skip_special_tokens=False)
     assert text.startswith("<start_of_turn>user\nComplete the code at") and text.endswith("<start_of_turn>model\n")
     assert CODE[0] + CURSOR + CODE[1].rstrip() in text
     with pytest.raises(ValueError, match="the chat template failed: nope"):

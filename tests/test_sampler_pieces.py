@@ -119,3 +119,18 @@ def test_pieces_always_add_up_to_the_text(engine, cfg):
         assert len(res.pieces) == len(res.confidence) == len(res.token_ids)
     if results[3].cancelled:
         assert (results[3].text, results[3].pieces, results[3].confidence) == ("", [], [])
+
+
+def test_a_special_token_the_model_writes_is_not_its_name_in_the_text(oracle):
+    """A special token of the vocabulary that is none of our roles (an end of turn written inside the span) is
+    left out of the fill's text, as every family's reference code decodes (skip_special_tokens=True); it was
+    written into the user's code as '<|im_end|>'."""
+    from conftest import corpus_texts
+    from diffusion_lsp.model.network.tokenizer import train_bpe
+
+    tok = train_bpe(corpus_texts(), vocab_size=512)
+    tok.hf.add_special_tokens(["<|im_end|>"])
+    end = tok.hf.token_to_id("<|im_end|>")
+    assert end not in tok.special_ids
+    _, res = oracle_fill(tok, oracle, tok.encode(" name") + [end] + tok.encode(" + 1"))
+    assert res.text == " name + 1" and "<|" not in "".join(res.pieces)

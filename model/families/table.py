@@ -14,6 +14,7 @@ Families (each read from the published config.json and modeling files; nothing f
 - stable-diffcoder: Stable-DiffCoder-8B-Base/Instruct (ByteDance Seed): Seed-Coder's Llama layout under
   `model_type: "llama"`, told apart by architectures / auto_map (StableDiffcoderForCausalLM, earlier
   SeedDiffcoderForCausalLM); block diffusion, blocks of 4 (generate_block's default), logits in place.
+- a2d: dllm-hub's Qwen models converted from autoregressive ones (`model_type: "a2d-qwen2"`), logits in place.
 - llada2: LLaDA2.0 / LLaDA2.1 mini and flash (`model_type: "llada2_moe"`, modeling_llada2_moe.py): a
   BailingMoeV2 layout, fused query_key_value split at load time, q/k RMSNorm, half-width RoPE, dense
   first layers then sigmoid-routed experts with shared experts; block diffusion in blocks of 32.
@@ -162,6 +163,12 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("llada2", ("llada2_moe",), ("LLaDA2MoeModelLM",), False, ("<|mask|>",), ("<|endoftext|>",),
            ("<|startoftext|>",), llada2_config, llada2_unsupported, LLADA2_TENSORS, "tie_word_embeddings",
            prompt="chat", fused_qkv=True),
+    # dllm-hub's A2D models (ZHZisZZ/dllm, dllm/pipelines/a2d: Qwen2.5-Coder-0.5B-Instruct-diffusion-mdlm-v0.1 and
+    # the like): an autoregressive Qwen converted to masked diffusion, Qwen's tensor names under model_type
+    # "a2d-qwen2" / "a2d-qwen3"; dllm's MDLMSampler.infill reads logits in place (right_shift_logits False) and
+    # adds no bos to an infill, the tokenizer is the source's plus the <|mask|> dllm's get_tokenizer adds
+    Family("a2d", ("a2d-qwen2", "a2d-qwen3"), ("A2DQwen2LMHeadModel", "A2DQwen3LMHeadModel"), False, ("<|mask|>",),
+           ("<|endoftext|>",), (), qwen_config, qwen_unsupported, QWEN_TENSORS, "tie_word_embeddings"),
 )}
 
 

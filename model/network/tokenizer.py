@@ -83,7 +83,10 @@ class Tokenizer:
         return re.compile("|".join(map(re.escape, names))) if names else None
 
     def decode(self, ids: list[int]) -> str:
-        return self.hf.decode([i for i in ids if i not in self.special_ids], skip_special_tokens=False)
+        """The text of `ids` without our role tokens and without any added token marked special: a span that
+        holds an end of turn or an end of text the model wrote reads as every family's reference code reads it,
+        tokenizer.decode(ids, skip_special_tokens=True) (the golden prompt tests), not as the token's name."""
+        return self.hf.decode([i for i in ids if i not in self.special_ids], skip_special_tokens=True)
 
     @cached_property
     def _sorted_pieces(self) -> tuple[list[str], list[int]]:
