@@ -165,6 +165,26 @@ def test_an_id_outside_the_vocab_falls_back_to_the_familys_token(hf_folder, tmp_
     assert tok.hf.id_to_token(tok.mask_id) == "<|mask|>" and meta["family"] == "qwen2"
 
 
+def test_the_mask_tokenizer_config_names_is_the_mask_when_the_family_s_is_not_in_the_vocab(hf_folder, tmp_path):
+    """Open-dCoder's mask is its tokenizer_config.json's mask_token ("<M>"), not the qwen2 family's
+    "<|mask|>": such a folder was refused for having no mask token."""
+    folder = copy(hf_folder, tmp_path / "m")
+    tok = train_bpe(corpus_texts(), vocab_size=400,
+                    special=SpecialTokens("<M>", "<|endoftext|>", None, {"im": "<|im_start|>"}))
+    tok.hf.save(str(folder / "tokenizer.json"))
+    with pytest.raises(CheckpointError, match="no mask token .*tokenizer_config.json's mask_token"):
+        load_folder(folder)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"mask_token": {"content": "<M>", "special": True}}))
+    _, tok, meta = load_folder(folder)
+    assert tok.hf.id_to_token(tok.mask_id) == "<M>" and meta["family"] == "qwen2"
+    (folder / "tokenizer_config.json").write_text(json.dumps({"mask_token": "<|not-in-the-vocab|>"}))
+    with pytest.raises(CheckpointError, match="no mask token"):  # a name the vocab lacks is no mask
+        load_folder(folder)
+    (folder / "tokenizer_config.json").write_text("[" * 100_000)
+    with pytest.raises(CheckpointError, match="tokenizer_config.json is not readable JSON"):
+        load_folder(folder)
+
+
 def deep(folder: Path, name: str) -> Path:
     (folder / name).write_text(DEEP)
     return folder

@@ -109,6 +109,14 @@ def _read_json(folder: Path, name: str) -> dict | None:
     return data
 
 
+def configured_token(folder: Path, key: str) -> str | None:
+    """The token tokenizer_config.json names for `key` ("mask_token"): its text, given as a string or as an
+    added token's content; None when the file or the key is absent. ValueError as for a bad file."""
+    data = _read_json(Path(folder), "tokenizer_config.json")
+    name = _content(data.get(key)) if data else None
+    return name if isinstance(name, str) and name else None
+
+
 def _read_vocab(folder: Path) -> dict[str, int]:
     vocab = _read_json(folder, "vocab.json")
     bad = next(((k, v) for k, v in vocab.items() if type(v) is not int or v < 0), None)

@@ -23,7 +23,7 @@ from .checkpoint import (CheckpointError, check_bounds, check_finite, check_size
                          tensor_shapes)
 from ..network.config import ADAPTER_META, ModelConfig, SpecialTokens, read_json
 from .table import Family, detect_family, supported
-from .hf_tokenizer import load_tokenizer_files
+from .hf_tokenizer import configured_token, load_tokenizer_files
 from ..network.tokenizer import Tokenizer
 from ..network.transformer import DiffusionTransformer
 
@@ -130,9 +130,12 @@ def load_hf_tokenizer(folder: Path) -> HFTokenizer:
         raise CheckpointError(f"checkpoint {folder}: {e}") from None
 
 
+MASK_KEYS = ", config.json's mask_token_id and tokenizer_config.json's mask_token"  # where else a mask is named
+
+
 def special_tokens(hf: HFTokenizer, family: Family, config: dict, folder: Path) -> SpecialTokens:
     """The family's token names that this vocab has: the mask is config.json's mask_token_id when it
-    names a token, else the family's name for it. A vocab with the family's expand token (or config.json's
+    names a token, else tokenizer_config.json's mask_token when the vocab has it, else the family's name for it. A vocab with the family's expand token (or config.json's
     expand_token_id) is DreamOn's: extra "expand" and "eos" (the end-of-text token that deletes)."""
 
     def first(names, taken=()):
@@ -142,7 +145,14 @@ def special_tokens(hf: HFTokenizer, family: Family, config: dict, folder: Path) 
         i = config.get(key)
         return hf.id_to_token(i) if type(i) is int and 0 <= i < hf.get_vocab_size() else None
 
-    mask = named("mask_token_id") or first(family.mask)
+    def configured(key):  # the token tokenizer_config.json names (Open-dCoder's "<M>"); None when not the vocab's
+        try:
+            name = configured_token(folder, key)
+        except ValueError as e:
+            raise CheckpointError(f"checkpoint {folder}: {e}") from None
+        return name if name is not None and hf.token_to_id(name) is not None else None
+
+    mask = named("mask_token_id") or configured("mask_token") or first(family.mask)
     filler = first(family.filler, {mask})
     bos = first(family.bos, {mask, filler})
     needed = [("mask", mask, family.mask), ("filler", filler, family.filler)]
@@ -150,7 +160,7 @@ def special_tokens(hf: HFTokenizer, family: Family, config: dict, folder: Path) 
     for role, name, names in needed:
         if name is None:
             raise CheckpointError(f"checkpoint {folder}: the tokenizer has no {role} token (looked for "
-                                  f"{', '.join(names)}{' and mask_token_id' if role == 'mask' else ''}); "
+                                  f"{', '.join(names)}{MASK_KEYS if role == 'mask' else ''}); "
                                   f"a {family.name} checkpoint needs one")
     expand = named("expand_token_id") or first(family.expand)
     if expand is None:
