@@ -11,6 +11,7 @@ The check below fails a test that starts a process and is not marked slow, namin
 from __future__ import annotations
 
 import os
+import signal
 
 # the tests run on the CPU on every host: a GPU host would otherwise run the end-to-end tests on CUDA
 # ("auto" picks it), in this process and in every process the tests start. Set before torch looks.
@@ -262,3 +263,20 @@ class RecordingUi:
 
     def progress_end(self, token, message):
         self.logged.append(("progress", message))
+
+
+class Hung(BaseException):
+    """Not an OSError (TimeoutError is one, and a command's `except OSError` would take it for a refusal)."""
+
+
+@pytest.fixture
+def no_hang():
+    """A read or a write that blocks (a FIFO with no other end) fails the test after 20 s instead of
+    hanging it."""
+    def hung(*_):
+        raise Hung("blocked: the command waited on a FIFO")
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)

@@ -12,7 +12,6 @@ import ast
 import json
 import os
 import re
-import signal
 from pathlib import Path
 
 import pytest
@@ -20,22 +19,6 @@ import pytest
 from diffusion_lsp.cli import build_parser, main
 from diffusion_lsp.input_files import MAX_DEPTH, InputFile, Refused, parse_json, read_bytes, read_json
 from diffusion_lsp.workspace_files import output_path
-
-
-class Hung(BaseException):
-    """Not an OSError (TimeoutError is one, and a command's `except OSError` would take it for a refusal)."""
-
-
-@pytest.fixture
-def no_hang():
-    """A read that blocks (a FIFO with no writer) fails the test after 20 s instead of hanging it."""
-    def hung(*_):
-        raise Hung("blocked: the reader waited on a FIFO")
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(20)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 def hostile(tmp_path: Path, kind: str) -> str:

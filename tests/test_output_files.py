@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,6 @@ from diffusion_lsp.workspace_files import append_file, write_file
 
 RECORD = {"commit": "c0", "message": "m", "old_file": "a.py", "new_file": "a.py", "status": "M", "text": "",
           "old_contents": "x = foo(1)\n", "current_contents": "x = bar(1)\n", "new_contents": "x = bar(1)\n"}
-
-
-@pytest.fixture
-def no_hang():
-    """A write that blocks on a FIFO fails the test after 20 s instead of hanging it."""
-    def hung(*_):
-        raise AssertionError("blocked: the command waited on a FIFO")
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(20)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 def argv(tmp_path: Path, command: str, out: Path) -> list[str]:
